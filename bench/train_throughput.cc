@@ -1,0 +1,134 @@
+// Training throughput of one replica: MLP 784-256-10, batch 128, one
+// OpenBLAS thread, with the share of step time spent inside BLAS.
+//
+//   bazel run -c opt //bench:train_throughput [-- --steps=200 --repeats=7]
+//
+// The anchor printed beside it is the same step's matrix work alone: the
+// five GEMMs and two GEMVs of forward+backward called back to back on
+// the same shapes, with nothing else. Its rate is the ceiling this step
+// could reach if everything outside BLAS cost nothing.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/blas.h"
+#include "common/data/dataset.h"
+#include "common/rng.h"
+#include "common/train/replica.h"
+
+ABSL_FLAG(int64_t, steps, 200, "Training steps per repeat");
+ABSL_FLAG(int32_t, repeats, 7, "Repeats; medians are reported");
+ABSL_FLAG(int64_t, batch, 128, "Batch size");
+ABSL_FLAG(std::string, model, "mlp:256", "Model spec");
+
+namespace lockstep {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Dataset RandomImages(int64_t n) {
+  Dataset d;
+  d.name = "random-784";
+  d.num_examples = n;
+  d.dim = 784;
+  d.num_classes = 10;
+  SplitMix64 r(9);
+  d.x.resize(n * 784);
+  for (float& v : d.x) v = r.NextFloat();
+  for (int64_t i = 0; i < n; ++i) d.y.push_back(static_cast<float>(r.Next() % 10));
+  return d;
+}
+
+int Main() {
+  SetBlasThreads(1);
+  const int64_t steps = absl::GetFlag(FLAGS_steps), batch = absl::GetFlag(FLAGS_batch);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  Dataset data = RandomImages(batch * 16);
+  TrainSpec spec;
+  spec.model = absl::GetFlag(FLAGS_model);
+  spec.global_batch = batch;
+  spec.optimizer.momentum = 0.9f;
+  auto replica_or = Replica::Create(spec, 784, 10);
+  if (!replica_or.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(replica_or.status().message()).c_str());
+    return 1;
+  }
+  Replica& replica = **replica_or;
+  std::vector<std::vector<int64_t>> batches(16);
+  for (int b = 0; b < 16; ++b)
+    for (int64_t i = 0; i < batch; ++i) batches[b].push_back(b * batch + i);
+
+  // Anchor buffers: the GEMM/GEMV shapes of one forward+backward step.
+  const auto& dims = replica.model().dims();
+  std::vector<std::vector<float>> acts(dims.size()), ws(dims.size());
+  for (size_t l = 0; l < dims.size(); ++l) acts[l].assign(batch * dims[l], 0.5f);
+  for (size_t l = 0; l + 1 < dims.size(); ++l) ws[l].assign(dims[l] * dims[l + 1], 0.01f);
+  std::vector<float> gw(784 * 512), ones(batch, 1.0f), gb(1024), dprev(batch * 1024);
+  auto anchor_step = [&] {
+    for (size_t l = 0; l + 1 < dims.size(); ++l)  // forward
+      Gemm(false, false, batch, dims[l + 1], dims[l], 1.0f, acts[l].data(), dims[l],
+           ws[l].data(), dims[l + 1], 1.0f, acts[l + 1].data(), dims[l + 1]);
+    for (size_t l = dims.size() - 1; l-- > 0;) {  // backward
+      Gemm(true, false, dims[l], dims[l + 1], batch, 1.0f, acts[l].data(), dims[l],
+           acts[l + 1].data(), dims[l + 1], 0.0f, gw.data(), dims[l + 1]);
+      Gemv(true, batch, dims[l + 1], 1.0f, acts[l + 1].data(), dims[l + 1], ones.data(), 0.0f,
+           gb.data());
+      if (l > 0)
+        Gemm(false, true, batch, dims[l], dims[l + 1], 1.0f, acts[l + 1].data(), dims[l + 1],
+             ws[l].data(), dims[l + 1], 0.0f, dprev.data(), dims[l]);
+    }
+  };
+
+  std::vector<double> eps, blas_share, gemm_share, anchor_eps;
+  for (int r = 0; r < repeats; ++r) {
+    BlasProfile profile;
+    double t0;
+    {
+      ScopedBlasProfile scope(&profile);
+      t0 = Now();
+      for (int64_t s = 0; s < steps; ++s) {
+        BatchStats st = replica.ComputeGradSum(data, batches[s % 16]);
+        replica.Apply(s, st.count);
+      }
+    }
+    const double dt = Now() - t0;
+    eps.push_back(steps * batch / dt);
+    blas_share.push_back(profile.seconds / dt);
+    gemm_share.push_back(profile.gemm_seconds / dt);
+    const double a0 = Now();
+    for (int64_t s = 0; s < steps; ++s) anchor_step();
+    anchor_eps.push_back(steps * batch / (Now() - a0));
+  }
+  std::printf("train_throughput: %s %s, batch %lld, 1 BLAS thread (core %s), %lld steps x %d repeats\n",
+              replica.model().Describe().c_str(), spec.optimizer.kind.c_str(),
+              static_cast<long long>(batch), BlasCoreName(), static_cast<long long>(steps),
+              repeats);
+  std::printf("%-34s %14s\n", "", "median");
+  std::printf("%-34s %14.0f\n", "training step (examples/s)", Median(eps));
+  std::printf("%-34s %14.0f\n", "anchor: BLAS calls alone (ex/s)", Median(anchor_eps));
+  std::printf("%-34s %14.2f\n", "ratio step / anchor", Median(eps) / Median(anchor_eps));
+  std::printf("%-34s %13.1f%%\n", "share of step time in BLAS", 100 * Median(blas_share));
+  std::printf("%-34s %13.1f%%\n", "share of step time in sgemm", 100 * Median(gemm_share));
+  std::printf("%-34s %14s\n", "target: share in BLAS >= 70%",
+              Median(blas_share) >= 0.70 ? "met" : "MISSED");
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return lockstep::Main();
+}

@@ -1,0 +1,157 @@
+#include "client/job_flags.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+ABSL_FLAG(std::string, job_file, "",
+          "A lockstep.v1.JobSpec in protobuf text format; flags given on the "
+          "command line override its fields");
+ABSL_FLAG(std::string, name, "", "Job name shown in listings");
+ABSL_FLAG(std::string, model, "mlp:256",
+          "linear | logistic | softmax | mlp:H1[,H2...] (ReLU hidden layers)");
+ABSL_FLAG(std::string, dataset, "fashion-mnist",
+          "fashion-mnist | mnist-dir:DIR | idx:IMAGES,LABELS[;TEST_IMAGES,TEST_LABELS] | "
+          "csv:TRAIN[;TEST] | libsvm:TRAIN[;TEST]");
+ABSL_FLAG(std::string, normalize, "",
+          "none | scale255 | minmax | standardize (default: scale255 for IDX data, "
+          "none for csv/libsvm)");
+ABSL_FLAG(int32_t, label_column, 0, "csv: label column (negative counts from the end)");
+ABSL_FLAG(std::string, csv_header, "auto", "csv: auto | yes | no");
+ABSL_FLAG(int64_t, dim, 0, "libsvm: number of features (0 = largest index seen)");
+ABSL_FLAG(int32_t, num_classes, 0, "0 = infer from labels, -1 = regression targets");
+ABSL_FLAG(std::string, libsvm_labels, "auto", "libsvm: auto | signed | class");
+ABSL_FLAG(std::string, sync, "ring", "ring | ps: how the workers combine gradients");
+ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
+ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
+ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
+ABSL_FLAG(int64_t, epochs, 10, "Passes over the training set (when --steps is 0)");
+ABSL_FLAG(int64_t, steps, 0, "Exact number of steps (0 = use --epochs)");
+ABSL_FLAG(uint64_t, seed, 1, "Initialisation and sampling seed");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
+ABSL_FLAG(float, momentum, 0.9f, "sgd momentum in [0,1)");
+ABSL_FLAG(bool, nesterov, false, "sgd: Nesterov momentum");
+ABSL_FLAG(float, weight_decay, 0.0f, "Weight decay (L2; decoupled for adamw)");
+ABSL_FLAG(float, beta1, 0.9f, "adam beta1");
+ABSL_FLAG(float, beta2, 0.999f, "adam beta2");
+ABSL_FLAG(float, eps, 1e-8f, "adam epsilon");
+ABSL_FLAG(float, lr, 0.05f, "Base learning rate");
+ABSL_FLAG(bool, linear_scaling, false,
+          "Scale the rate by B / --reference_batch (Goyal et al.)");
+ABSL_FLAG(int64_t, reference_batch, 256, "Reference batch of --linear_scaling");
+ABSL_FLAG(int64_t, warmup_steps, 0, "Linear warm-up steps");
+ABSL_FLAG(float, warmup_start_factor, 0.0f, "Warm-up starts at peak rate x this");
+ABSL_FLAG(std::string, decay, "constant", "constant | step | cosine");
+ABSL_FLAG(int64_t, step_size, 0, "step decay: steps between decays");
+ABSL_FLAG(float, gamma, 0.1f, "step decay: factor");
+ABSL_FLAG(float, min_lr, 0.0f, "cosine decay: final rate");
+ABSL_FLAG(bool, eval_each_epoch, true, "Evaluate on the test split after every epoch");
+
+namespace lockstep {
+namespace {
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, " col ", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+// True when the flag was given explicitly on the command line.
+bool Given(absl::string_view name) {
+  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+  return f != nullptr && f->IsSpecifiedOnCommandLine();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
+                                             const std::string& origin) {
+  v1::JobSpec spec;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job file ", origin, ": ", errors.first(),
+                     " (expected a lockstep.v1.JobSpec in protobuf text format)"));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
+  v1::JobSpec spec;
+  const std::string file = absl::GetFlag(FLAGS_job_file);
+  const bool from_file = !file.empty();
+  if (from_file) {
+    std::ifstream in(file);
+    if (!in) return absl::NotFoundError(absl::StrCat("job file ", file, ": cannot open"));
+    std::stringstream buf;
+    buf << in.rdbuf();
+    auto parsed = ParseJobSpecText(buf.str(), file);
+    if (!parsed.ok()) return parsed.status();
+    spec = *std::move(parsed);
+  }
+  // Applies a flag unless a job file is in use and the flag was not given.
+  auto use = [&](absl::string_view flag) { return !from_file || Given(flag); };
+  v1::DataSpec* d = spec.mutable_data();
+  v1::OptimizerSpec* o = spec.mutable_optimizer();
+  v1::LrScheduleSpec* lr = spec.mutable_lr();
+  if (use("name")) spec.set_name(absl::GetFlag(FLAGS_name));
+  if (use("model")) spec.set_model(absl::GetFlag(FLAGS_model));
+  if (use("dataset")) d->set_dataset(absl::GetFlag(FLAGS_dataset));
+  if (use("normalize")) d->set_normalize(absl::GetFlag(FLAGS_normalize));
+  if (use("label_column")) d->set_label_column(absl::GetFlag(FLAGS_label_column));
+  if (use("csv_header")) d->set_csv_header(absl::GetFlag(FLAGS_csv_header));
+  if (use("dim")) d->set_dim(absl::GetFlag(FLAGS_dim));
+  if (use("num_classes")) d->set_num_classes(absl::GetFlag(FLAGS_num_classes));
+  if (use("libsvm_labels")) d->set_libsvm_labels(absl::GetFlag(FLAGS_libsvm_labels));
+  if (use("sync")) {
+    const std::string sync = absl::GetFlag(FLAGS_sync);
+    if (sync == "ring") {
+      spec.set_sync_mode(v1::RING);
+    } else if (sync == "ps") {
+      spec.set_sync_mode(v1::PS);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sync: expected ring or ps, got \"", sync, "\""));
+    }
+  }
+  if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
+  if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));
+  if (use("batch")) spec.set_global_batch(absl::GetFlag(FLAGS_batch));
+  if (use("epochs")) spec.set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (use("steps")) spec.set_steps(absl::GetFlag(FLAGS_steps));
+  if (use("seed")) spec.set_seed(absl::GetFlag(FLAGS_seed));
+  if (use("eval_each_epoch")) spec.set_eval_each_epoch(absl::GetFlag(FLAGS_eval_each_epoch));
+  if (use("optimizer")) o->set_kind(absl::GetFlag(FLAGS_optimizer));
+  if (use("momentum")) o->set_momentum(absl::GetFlag(FLAGS_momentum));
+  if (use("nesterov")) o->set_nesterov(absl::GetFlag(FLAGS_nesterov));
+  if (use("weight_decay")) o->set_weight_decay(absl::GetFlag(FLAGS_weight_decay));
+  if (use("beta1")) o->set_beta1(absl::GetFlag(FLAGS_beta1));
+  if (use("beta2")) o->set_beta2(absl::GetFlag(FLAGS_beta2));
+  if (use("eps")) o->set_eps(absl::GetFlag(FLAGS_eps));
+  if (use("lr")) lr->set_base_lr(absl::GetFlag(FLAGS_lr));
+  if (use("linear_scaling")) lr->set_linear_scaling(absl::GetFlag(FLAGS_linear_scaling));
+  if (use("reference_batch")) lr->set_reference_batch(absl::GetFlag(FLAGS_reference_batch));
+  if (use("warmup_steps")) lr->set_warmup_steps(absl::GetFlag(FLAGS_warmup_steps));
+  if (use("warmup_start_factor")) {
+    lr->set_warmup_start_factor(absl::GetFlag(FLAGS_warmup_start_factor));
+  }
+  if (use("decay")) lr->set_decay(absl::GetFlag(FLAGS_decay));
+  if (use("step_size")) lr->set_step_size(absl::GetFlag(FLAGS_step_size));
+  if (use("gamma")) lr->set_gamma(absl::GetFlag(FLAGS_gamma));
+  if (use("min_lr")) lr->set_min_lr(absl::GetFlag(FLAGS_min_lr));
+  return spec;
+}
+
+}  // namespace lockstep

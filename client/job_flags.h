@@ -1,0 +1,29 @@
+// The job flags shared by `lockstep submit` and `lockstep-train`: one set
+// of flag names, one place that turns them into a lockstep.v1.JobSpec.
+//
+// Without --job_file every flag (with its default) goes into the spec.
+// With --job_file=F (a JobSpec in protobuf text format) the file is the
+// spec and only flags given explicitly on the command line override it.
+#ifndef LOCKSTEP_CLIENT_JOB_FLAGS_H_
+#define LOCKSTEP_CLIENT_JOB_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace lockstep {
+
+// Builds the spec from the flags (call after absl::ParseCommandLine).
+// Errors: the job file cannot be read (NotFound naming it) or does not
+// parse (InvalidArgument "job file F: line L col C: ..."); a flag value
+// that is not one of its choices (InvalidArgument naming the flag).
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags();
+
+// Parses a JobSpec in protobuf text format; `origin` names it in errors.
+absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
+                                             const std::string& origin);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CLIENT_JOB_FLAGS_H_

@@ -1,0 +1,49 @@
+#include "common/train/replica.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/optim/lr_schedule.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const TrainSpec& spec,
+                                                         int64_t input_dim,
+                                                         int num_classes) {
+  if (absl::Status s = ValidateTrainSpec(spec, 1); !s.ok()) return s;
+  auto model = CreateModel(spec.model, input_dim, num_classes);
+  if (!model.ok()) return model.status();
+  auto optimizer = Optimizer::Create(spec.optimizer, (*model)->num_params());
+  if (!optimizer.ok()) return optimizer.status();
+  return std::unique_ptr<Replica>(
+      new Replica(spec, *std::move(model), *std::move(optimizer)));
+}
+
+Replica::Replica(TrainSpec spec, std::unique_ptr<Model> model,
+                 std::unique_ptr<Optimizer> optimizer)
+    : spec_(std::move(spec)),
+      model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      params_(model_->num_params()),
+      grad_(model_->num_params()) {
+  model_->Init(spec_.seed, absl::MakeSpan(params_));
+}
+
+BatchStats Replica::ComputeGradSum(const Dataset& data,
+                                   absl::Span<const int64_t> indices) {
+  GatherRows(data, indices, &batch_x_, &batch_y_);
+  return model_->LossAndGradSum(params_, batch_x_.data(), batch_y_.data(),
+                                static_cast<int64_t>(indices.size()),
+                                absl::MakeSpan(grad_));
+}
+
+float Replica::Apply(int64_t step, int64_t total_count) {
+  SumToMean(absl::MakeSpan(grad_), total_count);
+  const float lr = LearningRate(spec_.lr, spec_.global_batch, step);
+  optimizer_->Step(absl::MakeSpan(params_), grad_, lr);
+  return lr;
+}
+
+EvalStats Replica::Evaluate(const Dataset& data) {
+  return model_->Evaluate(params_, data.x.data(), data.y.data(), data.num_examples);
+}
+
+}  // namespace lockstep

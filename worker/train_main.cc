@@ -1,0 +1,81 @@
+// lockstep-train: the single-process reference trainer. Parses flags and
+// wires the pieces; the arithmetic lives in common/train.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "client/job_flags.h"
+#include "common/blas.h"
+#include "common/train/reference_trainer.h"
+#include "server/job_spec_convert.h"
+#include "worker/job_data.h"
+
+ABSL_FLAG(bool, json, false, "Print one JSON object with the result at the end");
+ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Single-process reference trainer.\n"
+      "  lockstep-train --model=mlp:256 --dataset=fashion-mnist --epochs=10 [--json]");
+  absl::ParseCommandLine(argc, argv);
+  lockstep::SetBlasThreads(absl::GetFlag(FLAGS_blas_threads));
+  auto job = lockstep::JobSpecFromFlags();
+  if (!job.ok()) {
+    std::fprintf(stderr, "lockstep-train: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  auto spec = lockstep::ToTrainSpec(*job);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "lockstep-train: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  auto data = lockstep::LoadJobData(job->data());
+  if (!data.ok()) {
+    std::fprintf(stderr, "lockstep-train: %s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+  if (spec->lr.decay == "cosine" && spec->lr.total_steps == 0) {
+    spec->lr.total_steps = lockstep::TotalSteps(*spec, data->train.num_examples);
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::fprintf(stderr, "lockstep-train: %s on %s (%lld train, %lld test, dim %lld), batch %lld\n",
+               spec->model.c_str(), data->train.name.c_str(),
+               static_cast<long long>(data->train.num_examples),
+               static_cast<long long>(data->test.num_examples),
+               static_cast<long long>(data->train.dim),
+               static_cast<long long>(spec->global_batch));
+  auto result = lockstep::TrainReference(
+      *spec, data->train, data->test, [&](const lockstep::EpochReport& e) {
+        std::string line = absl::StrFormat(
+            "epoch %lld  step %lld  train_loss %.4f  %.0f ex/s", static_cast<long long>(e.epoch),
+            static_cast<long long>(e.step), e.train_loss, e.examples_per_second);
+        if (e.has_test) {
+          absl::StrAppendFormat(&line, "  test_loss %.4f  test_accuracy %.4f", e.test_loss,
+                                e.test_accuracy);
+        }
+        std::fprintf(json ? stderr : stdout, "%s\n", line.c_str());
+        std::fflush(json ? stderr : stdout);
+      });
+  if (!result.ok()) {
+    std::fprintf(stderr, "lockstep-train: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf(
+        "{\"model\": \"%s\", \"dataset\": \"%s\", \"steps\": %lld, \"final_loss\": %.6f, "
+        "\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"examples_per_second\": %.1f, "
+        "\"weights_hash\": \"%s\"}\n",
+        result->replica->model().Describe().c_str(), data->train.name.c_str(),
+        static_cast<long long>(result->steps), result->final_loss, result->test_accuracy,
+        result->test_loss, result->examples_per_second, result->weights_hash.c_str());
+  } else {
+    std::printf("done: %lld steps, final_loss %.4f, test_accuracy %.4f, %.0f ex/s, weights_hash %s\n",
+                static_cast<long long>(result->steps), result->final_loss,
+                result->test_accuracy, result->examples_per_second,
+                result->weights_hash.c_str());
+  }
+  return 0;
+}
