@@ -1,0 +1,120 @@
+#include "common/optim/hash.h"
+
+#include <xxhash.h>
+
+#include <limits>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "weight hashes are defined over little-endian float bytes");
+static_assert(std::numeric_limits<float>::is_iec559 && sizeof(float) == 4,
+              "weight hashes require IEEE-754 binary32 floats");
+
+namespace {
+
+// XXH3 accepts (nullptr, 0), but avoid relying on that for empty spans.
+const void* NonNullData(absl::Span<const float> values) {
+  static constexpr float kEmpty = 0.0f;
+  return values.empty() ? static_cast<const void*>(&kEmpty)
+                        : static_cast<const void*>(values.data());
+}
+
+WeightHash FromXxh128(XXH128_hash_t h) { return WeightHash{h.high64, h.low64}; }
+
+}  // namespace
+
+std::string WeightHash::ToHex() const {
+  return absl::StrFormat("%016x%016x", hi, lo);
+}
+
+struct WeightHasher::State {
+  struct Deleter {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  std::unique_ptr<XXH3_state_t, Deleter> xxh;
+};
+
+WeightHasher::WeightHasher() : state_(new State) {
+  state_->xxh.reset(XXH3_createState());
+  ABSL_RAW_CHECK(state_->xxh != nullptr, "XXH3_createState failed");
+  Reset();
+}
+
+WeightHasher::~WeightHasher() = default;
+WeightHasher::WeightHasher(WeightHasher&&) noexcept = default;
+WeightHasher& WeightHasher::operator=(WeightHasher&&) noexcept = default;
+
+void WeightHasher::Reset() {
+  ABSL_RAW_CHECK(state_ != nullptr, "WeightHasher used after move");
+  ABSL_RAW_CHECK(XXH3_128bits_reset(state_->xxh.get()) == XXH_OK,
+                 "XXH3_128bits_reset failed");
+}
+
+void WeightHasher::Update(absl::Span<const float> values) {
+  ABSL_RAW_CHECK(state_ != nullptr, "WeightHasher used after move");
+  if (values.empty()) return;
+  ABSL_RAW_CHECK(XXH3_128bits_update(state_->xxh.get(), values.data(),
+                                     values.size() * sizeof(float)) == XXH_OK,
+                 "XXH3_128bits_update failed");
+}
+
+void WeightHasher::UpdateU64(uint64_t value) {
+  ABSL_RAW_CHECK(state_ != nullptr, "WeightHasher used after move");
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(value >> (8 * i));
+  ABSL_RAW_CHECK(
+      XXH3_128bits_update(state_->xxh.get(), bytes, sizeof(bytes)) == XXH_OK,
+      "XXH3_128bits_update failed");
+}
+
+WeightHash WeightHasher::Finish() const {
+  ABSL_RAW_CHECK(state_ != nullptr, "WeightHasher used after move");
+  return FromXxh128(XXH3_128bits_digest(state_->xxh.get()));
+}
+
+WeightHash HashWeights(absl::Span<const float> params) {
+  return FromXxh128(
+      XXH3_128bits(NonNullData(params), params.size() * sizeof(float)));
+}
+
+std::vector<uint64_t> BlockHashes(absl::Span<const float> params,
+                                  int64_t block_floats) {
+  ABSL_RAW_CHECK(block_floats > 0, "BlockHashes: block_floats must be > 0");
+  std::vector<uint64_t> hashes;
+  const size_t block = static_cast<size_t>(block_floats);
+  hashes.reserve((params.size() + block - 1) / block);
+  for (size_t start = 0; start < params.size(); start += block) {
+    const absl::Span<const float> part = params.subspan(start, block);
+    hashes.push_back(XXH3_64bits(part.data(), part.size() * sizeof(float)));
+  }
+  return hashes;
+}
+
+std::vector<int64_t> DifferingBlocks(const std::vector<uint64_t>& a,
+                                     const std::vector<uint64_t>& b) {
+  std::vector<int64_t> out;
+  const size_t common = a.size() < b.size() ? a.size() : b.size();
+  const size_t longest = a.size() < b.size() ? b.size() : a.size();
+  for (size_t i = 0; i < common; ++i) {
+    if (a[i] != b[i]) out.push_back(static_cast<int64_t>(i));
+  }
+  for (size_t i = common; i < longest; ++i) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
+WeightHash HashReplica(absl::Span<const float> params, int64_t optimizer_steps,
+                       absl::Span<const float> optimizer_slots) {
+  WeightHasher hasher;
+  hasher.UpdateU64(params.size());
+  hasher.Update(params);
+  hasher.UpdateU64(static_cast<uint64_t>(optimizer_steps));
+  hasher.UpdateU64(optimizer_slots.size());
+  hasher.Update(optimizer_slots);
+  return hasher.Finish();
+}
+
+}  // namespace lockstep

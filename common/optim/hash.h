@@ -1,0 +1,94 @@
+// Weight hashes for checking that replicas are bit-identical.
+//
+// Hashes are XXH3 (Debian's libxxhash, format frozen since xxHash 0.8.0, seed
+// 0) over the RAW little-endian bytes of the float32 values in parameter
+// order. No normalisation: -0.0 and 0.0 (or two NaN payloads) hash
+// differently, because the claim being checked is bit identity. Equal bits
+// give equal hashes on every machine; the build requires a little-endian
+// IEEE-754 target (static_assert in hash.cc), so the in-memory bytes are the
+// little-endian bytes.
+//
+// Thread-safety: free functions are pure and safe to call concurrently.
+// A WeightHasher instance is not thread-safe; distinct instances are
+// independent.
+#ifndef LOCKSTEP_COMMON_OPTIM_HASH_H_
+#define LOCKSTEP_COMMON_OPTIM_HASH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+namespace lockstep {
+
+// 128-bit XXH3 value; hi/lo are XXH128_hash_t::high64/low64.
+struct WeightHash {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+
+  // 32 lowercase hex digits, hi then lo (XXH128 canonical big-endian order).
+  std::string ToHex() const;
+
+  friend bool operator==(const WeightHash& a, const WeightHash& b) {
+    return a.hi == b.hi && a.lo == b.lo;
+  }
+  friend bool operator!=(const WeightHash& a, const WeightHash& b) {
+    return !(a == b);
+  }
+};
+
+// Streaming XXH3-128 over several float tensors, equal to HashWeights of their
+// concatenation: Update(a); Update(b); Finish() == HashWeights(a ++ b).
+class WeightHasher {
+ public:
+  WeightHasher();  // aborts if libxxhash cannot allocate its state
+  ~WeightHasher();
+  WeightHasher(WeightHasher&&) noexcept;
+  WeightHasher& operator=(WeightHasher&&) noexcept;
+  WeightHasher(const WeightHasher&) = delete;
+  WeightHasher& operator=(const WeightHasher&) = delete;
+
+  // Appends the raw bytes of `values`. Empty spans are fine.
+  void Update(absl::Span<const float> values);
+  // Appends the 8 little-endian bytes of `value` (for framing / counters).
+  void UpdateU64(uint64_t value);
+  // Hash of everything appended since construction / Reset(). Does not
+  // change the state: more Update() calls may follow.
+  WeightHash Finish() const;
+  // Back to the empty-input state.
+  void Reset();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// XXH3_128bits(params bytes, seed 0). HashWeights({}) is XXH3-128 of "".
+WeightHash HashWeights(absl::Span<const float> params);
+
+// Per-block hashes to locate a mismatch: params split into consecutive blocks
+// of `block_floats` floats (the last one may be shorter), each hashed with
+// XXH3_64bits(seed 0). Returns ceil(size / block_floats) hashes (empty for
+// empty params). Aborts if block_floats <= 0 (programming error).
+inline constexpr int64_t kDefaultHashBlockFloats = int64_t{64} * 1024;
+std::vector<uint64_t> BlockHashes(absl::Span<const float> params,
+                                  int64_t block_floats);
+
+// Indices i (ascending) where a[i] != b[i]. If the lengths differ, every index
+// present in only the longer vector is also reported as differing.
+std::vector<int64_t> DifferingBlocks(const std::vector<uint64_t>& a,
+                                     const std::vector<uint64_t>& b);
+
+// Identity of a whole replica: parameters AND optimizer state. XXH3-128 over
+//   u64 num_params | params bytes | u64 steps | u64 num_slots | slots bytes
+// (integers little-endian; the lengths frame the parts so bytes cannot shift
+// between params and slots). Pass Optimizer::steps() and Optimizer::slots()
+// (common/optim/optimizer.h). Not equal to HashWeights(params).
+WeightHash HashReplica(absl::Span<const float> params, int64_t optimizer_steps,
+                       absl::Span<const float> optimizer_slots);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_OPTIM_HASH_H_

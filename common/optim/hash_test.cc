@@ -1,0 +1,176 @@
+#include "common/optim/hash.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/optim/optimizer.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<float> Ramp(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.5f - 1.0f;
+  return v;
+}
+
+void FlipBit(std::vector<float>& v, size_t index, int bit) {
+  uint32_t u;
+  std::memcpy(&u, &v[index], 4);
+  u ^= uint32_t{1} << bit;
+  std::memcpy(&v[index], &u, 4);
+}
+
+TEST(HashWeightsTest, IdenticalVectorsHashEqual) {
+  const std::vector<float> a = Ramp(1000);
+  const std::vector<float> b = Ramp(1000);
+  ASSERT_NE(a.data(), b.data());
+  EXPECT_EQ(HashWeights(a), HashWeights(b));
+}
+
+TEST(HashWeightsTest, FlippingAnyOneBitChangesHash) {
+  const std::vector<float> base = Ramp(1000);
+  const WeightHash h = HashWeights(base);
+  for (size_t index : {size_t{0}, size_t{499}, size_t{999}}) {
+    for (int bit : {0, 22, 23, 31}) {
+      std::vector<float> v = base;
+      FlipBit(v, index, bit);
+      EXPECT_NE(HashWeights(v), h) << "index " << index << " bit " << bit;
+    }
+  }
+}
+
+TEST(HashWeightsTest, NegativeZeroDiffersFromZero) {
+  const std::vector<float> pos = {1.0f, 0.0f, 2.0f};
+  const std::vector<float> neg = {1.0f, -0.0f, 2.0f};
+  ASSERT_TRUE(pos[1] == neg[1]);  // equal as numbers, different bits
+  EXPECT_NE(HashWeights(pos), HashWeights(neg));
+}
+
+TEST(HashWeightsTest, EqualsDirectXxh3OverSameBytes) {
+  const std::vector<float> v = Ramp(12345);
+  const XXH128_hash_t direct = XXH3_128bits(v.data(), v.size() * 4);
+  const WeightHash h = HashWeights(v);
+  EXPECT_EQ(h.hi, direct.high64);
+  EXPECT_EQ(h.lo, direct.low64);
+}
+
+TEST(HashWeightsTest, KnownValuesAreStable) {
+  // Empty input: xxHash's published XXH3-128 of "" (seed 0).
+  const WeightHash empty = HashWeights({});
+  EXPECT_EQ(empty.hi, 0x99aa06d3014798d8ull);
+  EXPECT_EQ(empty.lo, 0x6001c324468d497full);
+  EXPECT_EQ(empty.ToHex(), "99aa06d3014798d86001c324468d497f");
+  // {-1, -0.5, 0, ..., 2.5}: regression value recorded with libxxhash 0.8.1;
+  // XXH3's output is frozen since 0.8.0, so this must never change.
+  const WeightHash h = HashWeights(Ramp(8));
+  EXPECT_EQ(h.hi, 0x98dfc4d581befa0aull);
+  EXPECT_EQ(h.lo, 0xefa102c29cd3a17eull);
+  EXPECT_EQ(h.ToHex(), "98dfc4d581befa0aefa102c29cd3a17e");
+  EXPECT_EQ(BlockHashes(Ramp(8), 8), std::vector<uint64_t>{0x8cc6912cafeb3290ull});
+}
+
+TEST(HashWeightsTest, ToHexPadsWithZeros) {
+  EXPECT_EQ((WeightHash{0x1, 0xab}).ToHex(),
+            "000000000000000100000000000000ab");
+}
+
+TEST(WeightHasherTest, StreamingEqualsConcatenation) {
+  const std::vector<float> all = Ramp(1000);
+  const absl::Span<const float> span(all);
+  WeightHasher hasher;
+  hasher.Update(span.subspan(0, 3));
+  hasher.Update({});
+  hasher.Update(span.subspan(3, 400));
+  hasher.Update(span.subspan(403));
+  EXPECT_EQ(hasher.Finish(), HashWeights(all));
+  // Finish does not consume the state; more input may follow.
+  hasher.Update(span.subspan(0, 1));
+  EXPECT_NE(hasher.Finish(), HashWeights(all));
+  hasher.Reset();
+  EXPECT_EQ(hasher.Finish(), HashWeights({}));
+  hasher.Update(all);
+  WeightHasher moved = std::move(hasher);
+  EXPECT_EQ(moved.Finish(), HashWeights(all));
+}
+
+TEST(BlockHashesTest, EachBlockIsXxh3OfItsRange) {
+  const std::vector<float> v = Ramp(130);
+  const std::vector<uint64_t> blocks = BlockHashes(v, 64);
+  ASSERT_EQ(blocks.size(), 3u);  // 64 + 64 + 2
+  EXPECT_EQ(blocks[0], XXH3_64bits(v.data(), 64 * 4));
+  EXPECT_EQ(blocks[1], XXH3_64bits(v.data() + 64, 64 * 4));
+  EXPECT_EQ(blocks[2], XXH3_64bits(v.data() + 128, 2 * 4));
+  EXPECT_EQ(BlockHashes(Ramp(128), 64).size(), 2u);
+  EXPECT_EQ(BlockHashes(Ramp(100), kDefaultHashBlockFloats).size(), 1u);
+}
+
+TEST(BlockHashesTest, LocateChangedElement) {
+  const std::vector<float> a = Ramp(1000);
+  const std::vector<uint64_t> ha = BlockHashes(a, 64);
+  ASSERT_EQ(ha.size(), 16u);
+  EXPECT_TRUE(DifferingBlocks(ha, BlockHashes(a, 64)).empty());
+
+  std::vector<float> b = a;
+  b[517] = -b[517];  // block 517 / 64 = 8
+  EXPECT_EQ(DifferingBlocks(ha, BlockHashes(b, 64)),
+            std::vector<int64_t>{8});
+
+  b = a;
+  FlipBit(b, 999, 0);  // last, partial block
+  FlipBit(b, 0, 5);    // first block
+  EXPECT_EQ(DifferingBlocks(ha, BlockHashes(b, 64)),
+            (std::vector<int64_t>{0, 15}));
+}
+
+TEST(BlockHashesTest, EmptySpan) {
+  EXPECT_TRUE(BlockHashes({}, 64).empty());
+  EXPECT_TRUE(DifferingBlocks({}, {}).empty());
+}
+
+TEST(BlockHashesTest, DifferingBlocksReportsLengthMismatch) {
+  EXPECT_EQ(DifferingBlocks({1, 2, 3}, {1, 9}), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(DifferingBlocks({1}, {1, 2, 3}), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(HashReplicaTest, CoversParamsStepsAndSlots) {
+  const std::vector<float> p = {1.0f, 2.0f, 3.0f};
+  const std::vector<float> s = {0.5f, 0.25f};
+  const WeightHash h = HashReplica(p, 7, s);
+  EXPECT_EQ(h, HashReplica(std::vector<float>(p), 7, std::vector<float>(s)));
+  EXPECT_NE(h, HashReplica(p, 8, s));
+  EXPECT_NE(h, HashReplica(p, 7, {0.5f, -0.25f}));
+  EXPECT_NE(h, HashReplica({1.0f, 2.0f, -3.0f}, 7, s));
+  EXPECT_NE(h, HashWeights(p));
+  // Framing: moving a float across the params/slots boundary changes it.
+  EXPECT_NE(HashReplica({1.0f, 2.0f}, 0, {3.0f}),
+            HashReplica({1.0f}, 0, {2.0f, 3.0f}));
+  EXPECT_NE(HashReplica({}, 0, {}), HashWeights({}));
+}
+
+TEST(HashReplicaTest, TracksOptimizerState) {
+  OptimizerConfig config;
+  config.kind = "adam";
+  auto a = Optimizer::Create(config, 4);
+  auto b = Optimizer::Create(config, 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> wa = {1, 2, 3, 4}, wb = wa;
+  const std::vector<float> g = {0.1f, -0.2f, 0.3f, 0.0f};
+  (*a)->Step(absl::MakeSpan(wa), g, 0.01f);
+  (*b)->Step(absl::MakeSpan(wb), g, 0.01f);
+  EXPECT_EQ(HashReplica(wa, (*a)->steps(), (*a)->slots()),
+            HashReplica(wb, (*b)->steps(), (*b)->slots()));
+  // Same weights but different optimizer state -> different replica hash.
+  OptimizerState st = (*b)->State();
+  st.slots[5] += 1.0f;
+  ASSERT_TRUE((*b)->SetState(st).ok());
+  EXPECT_EQ(HashWeights(wa), HashWeights(wb));
+  EXPECT_NE(HashReplica(wa, (*a)->steps(), (*a)->slots()),
+            HashReplica(wb, (*b)->steps(), (*b)->slots()));
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,211 @@
+#include "common/optim/optimizer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_format.h"
+#include "common/optim/det_math.h"
+
+namespace lockstep {
+namespace {
+
+bool IsAdamKind(const std::string& kind) {
+  return kind == "adam" || kind == "adamw";
+}
+
+absl::Status FieldError(const char* field, const char* expected, double got) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("optimizer.%s: expected %s, got %g", field, expected, got));
+}
+
+// Half-open unit interval [0, 1); false for NaN.
+bool InUnitInterval(float x) { return x >= 0.0f && x < 1.0f; }
+
+class SgdOptimizer final : public Optimizer {
+ public:
+  SgdOptimizer(const OptimizerConfig& config, int64_t num_params)
+      : Optimizer(config, num_params,
+                  config.momentum != 0.0f ? num_params : 0) {}
+
+  void Step(absl::Span<float> params, absl::Span<const float> mean_grad,
+            float lr) override {
+    CheckSizes(params, mean_grad);
+    const float wd = config_.weight_decay;
+    const float mu = config_.momentum;
+    const bool nesterov = config_.nesterov;
+    const bool first = (steps_ == 0);
+    const size_t n = params.size();
+    float* w = params.data();
+    const float* grad = mean_grad.data();
+    if (mu == 0.0f) {
+      for (size_t i = 0; i < n; ++i) {
+        float g = grad[i];
+        if (wd != 0.0f) g = g + wd * w[i];
+        w[i] = w[i] - lr * g;
+      }
+    } else {
+      float* v = slots_.data();
+      for (size_t i = 0; i < n; ++i) {
+        float g = grad[i];
+        if (wd != 0.0f) g = g + wd * w[i];
+        v[i] = first ? g : mu * v[i] + g;
+        g = nesterov ? g + mu * v[i] : v[i];
+        w[i] = w[i] - lr * g;
+      }
+    }
+    ++steps_;
+  }
+};
+
+class AdamOptimizer final : public Optimizer {
+ public:
+  AdamOptimizer(const OptimizerConfig& config, int64_t num_params)
+      : Optimizer(config, num_params, 2 * num_params) {}
+
+  void Step(absl::Span<float> params, absl::Span<const float> mean_grad,
+            float lr) override {
+    CheckSizes(params, mean_grad);
+    const int64_t t = steps_ + 1;
+    const double b1 = config_.beta1;
+    const double b2 = config_.beta2;
+    const float beta1 = config_.beta1;
+    const float beta2 = config_.beta2;
+    const float one_minus_b1 = static_cast<float>(1.0 - b1);
+    const float one_minus_b2 = static_cast<float>(1.0 - b2);
+    const double bc1 = 1.0 - IntPow(b1, t);
+    const double bc2 = 1.0 - IntPow(b2, t);
+    const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+    const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));  // IEEE exact
+    const float eps = config_.eps;
+    const bool decoupled = (config_.kind == "adamw");
+    const float wd = config_.weight_decay;
+    const float decay_factor = static_cast<float>(
+        1.0 - static_cast<double>(lr) * static_cast<double>(wd));
+
+    const size_t n = params.size();
+    float* w = params.data();
+    const float* grad = mean_grad.data();
+    float* m = slots_.data();
+    float* s = slots_.data() + n;
+    for (size_t i = 0; i < n; ++i) {
+      float g = grad[i];
+      if (wd != 0.0f) {
+        if (decoupled) {
+          w[i] = w[i] * decay_factor;
+        } else {
+          g = g + wd * w[i];
+        }
+      }
+      m[i] = beta1 * m[i] + one_minus_b1 * g;
+      s[i] = beta2 * s[i] + one_minus_b2 * (g * g);
+      const float denom = std::sqrt(s[i]) / sqrt_bc2 + eps;
+      w[i] = w[i] - step_size * (m[i] / denom);
+    }
+    ++steps_;
+  }
+};
+
+}  // namespace
+
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
+  if (c.kind != "sgd" && !IsAdamKind(c.kind)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer.kind: expected one of \"sgd\", \"adam\", \"adamw\", got "
+        "\"%s\"",
+        c.kind));
+  }
+  if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0.0f)) {
+    return FieldError("weight_decay", "finite and >= 0", c.weight_decay);
+  }
+  if (c.kind == "sgd") {
+    if (!InUnitInterval(c.momentum)) {
+      return FieldError("momentum", "in [0, 1)", c.momentum);
+    }
+    if (c.nesterov && c.momentum == 0.0f) {
+      return absl::InvalidArgumentError(
+          "optimizer.nesterov: expected optimizer.momentum > 0 when nesterov "
+          "is enabled, got momentum 0");
+    }
+    return absl::OkStatus();
+  }
+  // Adam kinds.
+  if (c.momentum != 0.0f) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer.momentum: expected 0 for kind \"%s\" (only used by "
+        "\"sgd\"; use beta1), got %g",
+        c.kind, c.momentum));
+  }
+  if (c.nesterov) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer.nesterov: expected false for kind \"%s\" (only used by "
+        "\"sgd\"), got true",
+        c.kind));
+  }
+  if (!InUnitInterval(c.beta1)) {
+    return FieldError("beta1", "in [0, 1)", c.beta1);
+  }
+  if (!InUnitInterval(c.beta2)) {
+    return FieldError("beta2", "in [0, 1)", c.beta2);
+  }
+  if (!(std::isfinite(c.eps) && c.eps > 0.0f)) {
+    return FieldError("eps", "finite and > 0", c.eps);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerConfig& config, int64_t num_params) {
+  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  // 2 * num_params must fit comfortably in a vector size.
+  constexpr int64_t kMaxParams = int64_t{1} << 40;
+  if (num_params < 0 || num_params > kMaxParams) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer.num_params: expected in [0, %d], got %d", kMaxParams,
+        num_params));
+  }
+  if (config.kind == "sgd") {
+    return std::unique_ptr<Optimizer>(new SgdOptimizer(config, num_params));
+  }
+  return std::unique_ptr<Optimizer>(new AdamOptimizer(config, num_params));
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, int64_t num_params,
+                     int64_t num_slots)
+    : config_(config),
+      num_params_(num_params),
+      slots_(static_cast<size_t>(num_slots), 0.0f) {}
+
+void Optimizer::CheckSizes(absl::Span<float> params,
+                           absl::Span<const float> mean_grad) const {
+  ABSL_RAW_CHECK(static_cast<int64_t>(params.size()) == num_params_,
+                 "Optimizer::Step: params.size() != num_params()");
+  ABSL_RAW_CHECK(static_cast<int64_t>(mean_grad.size()) == num_params_,
+                 "Optimizer::Step: mean_grad.size() != num_params()");
+}
+
+OptimizerState Optimizer::State() const {
+  OptimizerState state;
+  state.steps = steps_;
+  state.slots = slots_;
+  return state;
+}
+
+absl::Status Optimizer::SetState(const OptimizerState& state) {
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer state.steps: expected >= 0, got %d", state.steps));
+  }
+  if (state.slots.size() != slots_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer state.slots: expected %d floats for kind \"%s\" "
+        "(momentum %g) with %d params, got %d",
+        slots_.size(), config_.kind, config_.momentum, num_params_,
+        state.slots.size()));
+  }
+  steps_ = state.steps;
+  slots_ = state.slots;
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep
