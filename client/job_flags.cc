@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -46,7 +47,8 @@ ABSL_FLAG(bool, linear_scaling, false,
 ABSL_FLAG(int64_t, reference_batch, 256, "Reference batch of --linear_scaling");
 ABSL_FLAG(int64_t, warmup_steps, 0, "Linear warm-up steps");
 ABSL_FLAG(float, warmup_start_factor, 0.0f, "Warm-up starts at peak rate x this");
-ABSL_FLAG(std::string, decay, "constant", "constant | step | cosine");
+ABSL_FLAG(std::string, decay, "cosine",
+          "constant | step | cosine (cosine: to --min_lr at the last step)");
 ABSL_FLAG(int64_t, step_size, 0, "step decay: steps between decays");
 ABSL_FLAG(float, gamma, 0.1f, "step decay: factor");
 ABSL_FLAG(float, min_lr, 0.0f, "cosine decay: final rate");
@@ -66,13 +68,22 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
-// True when the flag was given explicitly on the command line.
-bool Given(absl::string_view name) {
-  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
-  return f != nullptr && f->IsSpecifiedOnCommandLine();
-}
-
 }  // namespace
+
+std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv) {
+  std::set<std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (!absl::ConsumePrefix(&a, "--") && !absl::ConsumePrefix(&a, "-")) continue;
+    a = a.substr(0, a.find('='));
+    if (absl::FindCommandLineFlag(a) == nullptr && absl::ConsumePrefix(&a, "no")) {
+      // --noflag form of a boolean flag.
+    }
+    given.insert(std::string(a));
+  }
+  return given;
+}
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
                                              const std::string& origin) {
@@ -88,7 +99,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
   return spec;
 }
 
-absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given) {
   v1::JobSpec spec;
   const std::string file = absl::GetFlag(FLAGS_job_file);
   const bool from_file = !file.empty();
@@ -102,7 +113,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags() {
     spec = *std::move(parsed);
   }
   // Applies a flag unless a job file is in use and the flag was not given.
-  auto use = [&](absl::string_view flag) { return !from_file || Given(flag); };
+  auto use = [&](const char* flag) { return !from_file || given.count(flag) > 0; };
   v1::DataSpec* d = spec.mutable_data();
   v1::OptimizerSpec* o = spec.mutable_optimizer();
   v1::LrScheduleSpec* lr = spec.mutable_lr();

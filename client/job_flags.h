@@ -7,6 +7,7 @@
 #ifndef LOCKSTEP_CLIENT_JOB_FLAGS_H_
 #define LOCKSTEP_CLIENT_JOB_FLAGS_H_
 
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -14,11 +15,16 @@
 
 namespace lockstep {
 
-// Builds the spec from the flags (call after absl::ParseCommandLine).
+// Names of the flags given on a command line ("--lr=0.1" and "--lr 0.1"
+// give "lr", "--nonesterov" gives "nesterov"); call with main's argv.
+std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv);
+
+// Builds the spec from the flags (call after absl::ParseCommandLine);
+// `given` says which flags override a --job_file.
 // Errors: the job file cannot be read (NotFound naming it) or does not
 // parse (InvalidArgument "job file F: line L col C: ..."); a flag value
 // that is not one of its choices (InvalidArgument naming the flag).
-absl::StatusOr<v1::JobSpec> JobSpecFromFlags();
+absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given);
 
 // Parses a JobSpec in protobuf text format; `origin` names it in errors.
 absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,

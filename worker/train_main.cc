@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/job_flags.h"
 #include "common/blas.h"
+#include "common/json.h"
 #include "common/train/reference_trainer.h"
 #include "server/job_spec_convert.h"
 #include "worker/job_data.h"
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
       "  lockstep-train --model=mlp:256 --dataset=fashion-mnist --epochs=10 [--json]");
   absl::ParseCommandLine(argc, argv);
   lockstep::SetBlasThreads(absl::GetFlag(FLAGS_blas_threads));
-  auto job = lockstep::JobSpecFromFlags();
+  auto job = lockstep::JobSpecFromFlags(lockstep::FlagsGivenOnCommandLine(argc, argv));
   if (!job.ok()) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(job.status().message()).c_str());
     return 2;
@@ -65,10 +66,11 @@ int main(int argc, char** argv) {
   }
   if (json) {
     std::printf(
-        "{\"model\": \"%s\", \"dataset\": \"%s\", \"steps\": %lld, \"final_loss\": %.6f, "
+        "{\"model\": %s, \"dataset\": %s, \"steps\": %lld, \"final_loss\": %.6f, "
         "\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"examples_per_second\": %.1f, "
         "\"weights_hash\": \"%s\"}\n",
-        result->replica->model().Describe().c_str(), data->train.name.c_str(),
+        lockstep::JsonQuote(result->replica->model().Describe()).c_str(),
+        lockstep::JsonQuote(data->train.name).c_str(),
         static_cast<long long>(result->steps), result->final_loss, result->test_accuracy,
         result->test_loss, result->examples_per_second, result->weights_hash.c_str());
   } else {
