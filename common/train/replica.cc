@@ -23,22 +23,23 @@ Replica::Replica(TrainSpec spec, std::unique_ptr<Model> model,
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       params_(model_->num_params()),
-      grad_(model_->num_params()) {
+      grad_(model_->num_params() + 1) {
   model_->Init(spec_.seed, absl::MakeSpan(params_));
 }
 
 BatchStats Replica::ComputeGradSum(const Dataset& data,
                                    absl::Span<const int64_t> indices) {
   GatherRows(data, indices, &batch_x_, &batch_y_);
-  return model_->LossAndGradSum(params_, batch_x_.data(), batch_y_.data(),
-                                static_cast<int64_t>(indices.size()),
-                                absl::MakeSpan(grad_));
+  BatchStats stats = model_->LossAndGradSum(params_, batch_x_.data(), batch_y_.data(),
+                                            static_cast<int64_t>(indices.size()), grad());
+  grad_.back() = static_cast<float>(stats.loss_sum);
+  return stats;
 }
 
 float Replica::Apply(int64_t step, int64_t total_count) {
-  SumToMean(absl::MakeSpan(grad_), total_count);
+  SumToMean(grad(), total_count);
   const float lr = LearningRate(spec_.lr, spec_.global_batch, step);
-  optimizer_->Step(absl::MakeSpan(params_), grad_, lr);
+  optimizer_->Step(absl::MakeSpan(params_), grad(), lr);
   return lr;
 }
 

@@ -43,7 +43,14 @@ class Replica {
 
   // The gradient buffer (length num_params()): the local sum after
   // ComputeGradSum, to be replaced in place by the combined sum.
-  absl::Span<float> grad() { return absl::MakeSpan(grad_); }
+  absl::Span<float> grad() { return absl::MakeSpan(grad_.data(), num_params()); }
+
+  // grad() plus one trailing float holding the batch's loss sum (set by
+  // ComputeGradSum): all-reducing this buffer combines the loss for free,
+  // so every rank learns the global batch's loss. After combining,
+  // loss_sum() reads the combined value.
+  absl::Span<float> combine_buffer() { return absl::MakeSpan(grad_); }
+  float loss_sum() const { return grad_.back(); }
 
   // Divides grad() by total_count, applies the learning rate of `step` and
   // one optimizer step. Returns the learning rate used.

@@ -1,0 +1,115 @@
+#include "worker/job_runner.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/data/sampler.h"
+#include "server/job_spec_convert.h"
+
+namespace lockstep {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+JobRunner::JobRunner(JobRunnerOptions options, const TrainTest* data,
+                     GradientCombiner* combiner, JobReporter* reporter)
+    : options_(std::move(options)), data_(data), combiner_(combiner), reporter_(reporter) {}
+
+absl::StatusOr<JobOutcome> JobRunner::Run() {
+  const uint64_t job = options_.job_id;
+  auto spec = ToTrainSpec(options_.spec);
+  if (!spec.ok()) return spec.status();
+  const Dataset& train = data_->train;
+  if (spec->lr.decay == "cosine" && spec->lr.total_steps == 0) {
+    spec->lr.total_steps = TotalSteps(*spec, train.num_examples);
+  }
+  if (absl::Status s = ValidateTrainSpec(*spec, options_.world); !s.ok()) return s;
+  if (train.num_examples == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", options_.worker_id, ": dataset ", train.name, " is empty"));
+  }
+  auto replica = Replica::Create(*spec, train.dim, train.num_classes);
+  if (!replica.ok()) {
+    return absl::Status(replica.status().code(),
+                        absl::StrCat("worker ", options_.worker_id, " (dataset ", train.name,
+                                     ": dim ", train.dim, ", ", train.num_classes,
+                                     " classes): ", replica.status().message()));
+  }
+  replica_ = *std::move(replica);
+  Replica& r = *replica_;
+
+  GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
+  const int64_t total = TotalSteps(*spec, train.num_examples);
+  const int64_t per_epoch = sampler.steps_per_epoch();
+  JobOutcome outcome;
+  for (int64_t step = 0; step < total; ++step) {
+    if (stop_.load()) {
+      return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int64_t> slice = sampler.Slice(step, options_.rank, options_.world);
+    BatchStats local = r.ComputeGradSum(train, slice);
+    int64_t count = local.count;
+    if (absl::Status s = combiner_->Combine(job, step, r.combine_buffer(), &count,
+                                            options_.combine_timeout);
+        !s.ok()) {
+      if (stop_.load()) {
+        return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+      }
+      return s;
+    }
+    const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
+    const float lr = r.Apply(step, count);
+    const double step_seconds = SecondsSince(t0);
+
+    v1::ReportStepRequest report;
+    report.set_worker_id(options_.worker_id);
+    report.set_job_id(job);
+    report.set_rank(options_.rank);
+    report.set_step(step);
+    report.set_epoch(step / per_epoch);
+    report.set_weights_hash(r.Hash().ToHex());
+    report.set_loss(global_loss);
+    report.set_examples(local.count);
+    report.set_step_seconds(step_seconds);
+    report.set_lr(lr);
+    auto stop = reporter_->ReportStep(report);
+    if (!stop.ok()) return stop.status();
+    if (*stop) {
+      return absl::CancelledError(
+          absl::StrCat("job ", job, " stopped by the coordinator after step ", step));
+    }
+
+    const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
+    const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end &&
+                          (options_.spec.eval_each_epoch() || step + 1 == total);
+    if (evaluate) {
+      EvalStats e = r.Evaluate(data_->test);
+      outcome.has_test = true;
+      outcome.test_accuracy = e.accuracy();
+      outcome.test_loss = e.mean_loss();
+      v1::ReportEvalRequest eval;
+      eval.set_worker_id(options_.worker_id);
+      eval.set_job_id(job);
+      eval.set_rank(options_.rank);
+      eval.set_step(step + 1);
+      eval.set_epoch(step / per_epoch + 1);
+      eval.set_test_accuracy(outcome.test_accuracy);
+      eval.set_test_loss(outcome.test_loss);
+      eval.set_test_examples(e.count);
+      if (absl::Status s = reporter_->ReportEval(eval); !s.ok()) return s;
+    }
+  }
+  outcome.steps = total;
+  outcome.weights_hash = r.Hash().ToHex();
+  if (options_.rank == 0) {
+    if (absl::Status s = reporter_->UploadWeights(job, r); !s.ok()) return s;
+  }
+  return outcome;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,91 @@
+// JobRunner: one worker's part of one distributed job, with no gRPC in it.
+//
+// Every step t:
+//   1. the global batch of t (GlobalBatchSampler, the same for every K)
+//      and this rank's contiguous slice of it;
+//   2. forward + backward on the slice: gradient SUM, loss sum, count;
+//   3. Combine: (sum, loss, count) summed over all ranks, bit-identical;
+//   4. Apply: mean = sum / total count, learning rate of t, optimizer step;
+//   5. hash the weights and report (step, hash, loss) to the coordinator,
+//      which compares all ranks' hashes; stop when it says so.
+// At epoch ends (and at the end) rank 0 evaluates on the test split.
+// When done, rank 0 uploads the final weights.
+//
+// Threading: Run() is called on one thread; RequestStop() may be called
+// from any thread and makes Run() return CANCELLED at the next step
+// boundary (the caller should also shut the transport down to interrupt a
+// Combine that waits on a peer).
+#ifndef LOCKSTEP_WORKER_JOB_RUNNER_H_
+#define LOCKSTEP_WORKER_JOB_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/data/fashion_mnist.h"
+#include "common/train/replica.h"
+#include "proto/coordinator.pb.h"
+#include "worker/combiner.h"
+
+namespace lockstep {
+
+// What a running job tells the coordinator. Implemented over gRPC by the
+// worker daemon and by in-memory fakes in tests.
+class JobReporter {
+ public:
+  virtual ~JobReporter() = default;
+  // Returns true when the job must stop (cancelled or failed elsewhere).
+  virtual absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) = 0;
+  virtual absl::Status ReportEval(const v1::ReportEvalRequest& report) = 0;
+  // Final weights of rank 0, with the model's parameter layout.
+  virtual absl::Status UploadWeights(uint64_t job, const Replica& replica) = 0;
+};
+
+struct JobRunnerOptions {
+  uint64_t job_id = 0;
+  v1::JobSpec spec;
+  int rank = 0;
+  int world = 1;
+  std::string worker_id;
+  absl::Duration combine_timeout = absl::Seconds(30);
+};
+
+struct JobOutcome {
+  int64_t steps = 0;
+  bool has_test = false;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  std::string weights_hash;
+};
+
+class JobRunner {
+ public:
+  // `data`, `combiner` and `reporter` are not owned and must outlive Run().
+  JobRunner(JobRunnerOptions options, const TrainTest* data, GradientCombiner* combiner,
+            JobReporter* reporter);
+
+  // Trains every step of the job. Errors: the spec does not fit the data
+  // (InvalidArgument naming the field and this worker), a peer or shard
+  // failed (its status, naming it), CANCELLED when stopped.
+  absl::StatusOr<JobOutcome> Run();
+
+  void RequestStop() { stop_.store(true); }
+
+  // The replica after Run() (null before).
+  const Replica* replica() const { return replica_.get(); }
+
+ private:
+  JobRunnerOptions options_;
+  const TrainTest* data_;
+  GradientCombiner* combiner_;
+  JobReporter* reporter_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<Replica> replica_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_JOB_RUNNER_H_
