@@ -1,0 +1,77 @@
+#include "server/ps/grpc_ps_client.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+
+namespace lockstep {
+namespace {
+
+constexpr absl::Duration kPullGrace = absl::Seconds(1);
+
+}  // namespace
+
+GrpcPsClient::GrpcPsClient(std::shared_ptr<grpc::Channel> channel, std::string address,
+                           int shard, int num_workers, int64_t shard_len)
+    : stub_(v1::ParameterServer::NewStub(channel)),
+      address_(std::move(address)),
+      shard_(shard),
+      num_workers_(num_workers),
+      shard_len_(shard_len) {}
+
+absl::Status GrpcPsClient::Named(const grpc::Status& s) const {
+  absl::Status st = FromGrpcStatus(s);
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("ps shard ", shard_, " (", address_, "): ",
+                                              st.message()));
+}
+
+absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
+                                absl::Span<const float> shard_grad_sum, int64_t count,
+                                absl::Time deadline) {
+  v1::PushRequest req;
+  req.set_job(job);
+  req.set_step(step);
+  req.set_shard(shard_);
+  req.set_worker_rank(worker);
+  req.set_num_workers(num_workers_);
+  req.set_count(count);
+  req.set_shard_len(static_cast<int64_t>(shard_grad_sum.size()));
+  req.set_grad_sum(reinterpret_cast<const char*>(shard_grad_sum.data()),
+                   shard_grad_sum.size() * sizeof(float));
+  v1::PushReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  ctx.set_wait_for_ready(true);  // a server still starting is not an error
+  return Named(stub_->Push(&ctx, req, &reply));
+}
+
+absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                                int64_t* count, absl::Time deadline) {
+  v1::PullRequest req;
+  req.set_job(job);
+  req.set_step(step);
+  req.set_shard(shard_);
+  req.set_worker_rank(worker);
+  req.set_num_workers(num_workers_);
+  req.set_shard_len(static_cast<int64_t>(out.size()));
+  req.set_wait_micros(std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
+  v1::PullReply reply;
+  grpc::ClientContext ctx;
+  // The server answers at `deadline` with the missing workers named; give
+  // that answer time to arrive before the RPC itself gives up.
+  ctx.set_deadline(absl::ToChronoTime(deadline + kPullGrace));
+  ctx.set_wait_for_ready(true);
+  if (absl::Status s = Named(stub_->Pull(&ctx, req, &reply)); !s.ok()) return s;
+  if (reply.grad_sum().size() != out.size() * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat("ps shard ", shard_, " (", address_, "): pulled ",
+                                            reply.grad_sum().size(), " bytes, expected ",
+                                            out.size() * sizeof(float)));
+  }
+  if (!out.empty()) std::memcpy(out.data(), reply.grad_sum().data(), reply.grad_sum().size());
+  *count = reply.count();
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

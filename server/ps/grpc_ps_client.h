@@ -1,0 +1,42 @@
+// PsClient over gRPC: a worker's handle on one parameter-server shard
+// served by PsService at `address`. Thread-safe (the stub is).
+#ifndef LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
+#define LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/collective/ps_aggregator.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace lockstep {
+
+class GrpcPsClient : public PsClient {
+ public:
+  // shard: this shard's index; num_workers: K; shard_len: its length.
+  GrpcPsClient(std::shared_ptr<grpc::Channel> channel, std::string address, int shard,
+               int num_workers, int64_t shard_len);
+
+  // Errors are the server's (named by shard index and address), or
+  // UNAVAILABLE / DEADLINE_EXCEEDED when it cannot be reached in time.
+  absl::Status Push(uint64_t job, int64_t step, int worker,
+                    absl::Span<const float> shard_grad_sum, int64_t count,
+                    absl::Time deadline) override;
+  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                    int64_t* count, absl::Time deadline) override;
+
+ private:
+  absl::Status Named(const grpc::Status& s) const;
+
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  const std::string address_;
+  const int shard_;
+  const int num_workers_;
+  const int64_t shard_len_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_

@@ -1,0 +1,106 @@
+// The collective conformance suite's parameter-server part, run over real
+// gRPC on loopback: PsService servers on OS-chosen ports, GrpcPsClient
+// clients.
+#include <memory>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/collective/chunking.h"
+#include "common/collective/collective_conformance.h"
+#include "gtest/gtest.h"
+#include "server/ps/grpc_ps_client.h"
+#include "server/ps/ps_service.h"
+
+namespace lockstep {
+namespace {
+
+// One PsService on 127.0.0.1:0 with its server; shared by the clients.
+struct LocalPs {
+  PsService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+std::shared_ptr<LocalPs> StartPs() {
+  auto ps = std::make_shared<LocalPs>();
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&ps->service);
+  ps->server = b.BuildAndStart();
+  ps->address = "127.0.0.1:" + std::to_string(port);
+  return ps;
+}
+
+// A GrpcPsClient that keeps its server alive.
+class OwningClient : public PsClient {
+ public:
+  OwningClient(std::shared_ptr<LocalPs> ps, int shard, int k, int64_t len)
+      : ps_(std::move(ps)),
+        client_(grpc::CreateChannel(ps_->address, grpc::InsecureChannelCredentials()),
+                ps_->address, shard, k, len) {}
+  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
+                    int64_t count, absl::Time deadline) override {
+    return client_.Push(job, step, worker, g, count, deadline);
+  }
+  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                    int64_t* count, absl::Time deadline) override {
+    return client_.Pull(job, step, worker, out, count, deadline);
+  }
+
+ private:
+  std::shared_ptr<LocalPs> ps_;
+  GrpcPsClient client_;
+};
+
+std::vector<std::unique_ptr<PsClient>> MakeGrpcPsClients(int k, int shards, int64_t n) {
+  std::vector<std::unique_ptr<PsClient>> out;
+  for (int s = 0; s < shards; ++s) {
+    auto [b, e] = ShardBounds(n, shards, s);
+    out.push_back(std::make_unique<OwningClient>(StartPs(), s, k, e - b));
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grpc, PsConformanceTest,
+                         ::testing::Values(PsClientFactoryParam{"Grpc", MakeGrpcPsClients}),
+                         PsParamName);
+
+TEST(PsServiceTest, DimensionMismatchAndBadLengthAreNamedErrors) {
+  auto ps = StartPs();
+  auto channel = grpc::CreateChannel(ps->address, grpc::InsecureChannelCredentials());
+  GrpcPsClient a(channel, ps->address, 0, 2, 3);
+  std::vector<float> g = {1, 2, 3};
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(a.Push(1, 0, 0, g, 1, deadline).ok());
+  GrpcPsClient b(channel, ps->address, 0, 3, 3);  // same job/shard, other K
+  absl::Status s = b.Push(1, 0, 1, g, 1, deadline);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("ps shard 0 (" + ps->address + ")"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("K=2"), std::string::npos) << s;
+  // A pull that can never complete ends at its deadline naming the missing worker.
+  std::vector<float> out(3);
+  int64_t count = 0;
+  s = a.Pull(1, 0, 0, absl::MakeSpan(out), &count, absl::Now() + absl::Milliseconds(200));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+TEST(PsServiceTest, UnreachableServerIsNamed) {
+  // A port nobody listens on: bind, note the port, stop.
+  auto ps = StartPs();
+  std::string address = ps->address;
+  ps->server->Shutdown();
+  ps.reset();
+  GrpcPsClient c(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), address, 1,
+                 1, 1);
+  std::vector<float> g = {1};
+  absl::Status s = c.Push(1, 0, 0, g, 1, absl::Now() + absl::Milliseconds(300));
+  EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
+              s.code() == absl::StatusCode::kDeadlineExceeded)
+      << s;
+  EXPECT_NE(s.message().find("ps shard 1 (" + address + ")"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace lockstep

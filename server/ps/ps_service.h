@@ -1,0 +1,53 @@
+// The parameter-server gRPC service (lockstep.v1.ParameterServer): a thin
+// adapter from Push/Pull RPCs to PsShard objects (common/collective), one
+// per (job, shard), created on first use from the K and shard length the
+// request carries. The server sums and returns; workers apply the update.
+//
+// Memory: at most `max_jobs` jobs are held; a push for a new job beyond
+// that drops the oldest job's shards (lowest id). Each PsShard itself keeps
+// only its two latest steps.
+//
+// Threading: gRPC's sync server calls Push/Pull from many threads; the
+// shard map is guarded by a mutex, shards are thread-safe.
+#ifndef LOCKSTEP_SERVER_PS_PS_SERVICE_H_
+#define LOCKSTEP_SERVER_PS_PS_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/collective/ps_aggregator.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace lockstep {
+
+class PsService final : public v1::ParameterServer::Service {
+ public:
+  explicit PsService(int max_jobs = 8) : max_jobs_(max_jobs) {}
+
+  grpc::Status Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
+                    v1::PushReply* reply) override;
+  grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
+                    v1::PullReply* reply) override;
+
+  // Jobs currently held (for tests and status).
+  int num_jobs() const;
+
+ private:
+  // The shard for (job, shard), created with (num_workers, shard_len); an
+  // existing shard with other dimensions is a FAILED_PRECONDITION naming
+  // both.
+  absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard, int num_workers,
+                                                    int64_t shard_len);
+
+  const int max_jobs_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_PS_PS_SERVICE_H_

@@ -1,0 +1,319 @@
+#include "worker/worker_daemon.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/blas.h"
+#include "common/collective/chunking.h"
+#include "server/grpc_status.h"
+#include "server/ps/grpc_ps_client.h"
+#include "worker/job_data.h"
+
+namespace lockstep {
+namespace {
+
+constexpr int64_t kWeightsChunkFloats = 256 * 1024;  // 1 MiB per message
+
+void Log(const std::string& line) { std::fprintf(stderr, "lockstep-worker: %s\n", line.c_str()); }
+
+// JobReporter over the coordinator's gRPC service.
+class GrpcReporter : public JobReporter {
+ public:
+  GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id)
+      : stub_(stub), timeout_(timeout), worker_id_(std::move(worker_id)) {}
+
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    v1::ReportStepReply reply;
+    absl::Status s = FromGrpcStatus(stub_->ReportStep(&ctx, report, &reply));
+    if (!s.ok()) return Named(s);
+    return reply.stop();
+  }
+  absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    v1::ReportEvalReply reply;
+    return Named(FromGrpcStatus(stub_->ReportEval(&ctx, report, &reply)));
+  }
+  absl::Status UploadWeights(uint64_t job, const Replica& replica) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + 4 * timeout_));
+    v1::UploadWeightsReply reply;
+    auto writer = stub_->UploadWeights(&ctx, &reply);
+    absl::Span<const float> p = replica.params();
+    const int64_t total = static_cast<int64_t>(p.size());
+    for (int64_t off = 0; off == 0 || off < total; off += kWeightsChunkFloats) {
+      v1::WeightsChunk chunk;
+      chunk.set_worker_id(worker_id_);
+      chunk.set_job_id(job);
+      chunk.set_offset(off);
+      chunk.set_total(total);
+      const int64_t len = std::min(kWeightsChunkFloats, total - off);
+      chunk.set_data(reinterpret_cast<const char*>(p.data() + off), len * sizeof(float));
+      if (off == 0) {
+        for (const ParamBlock& b : replica.model().layout()) {
+          chunk.add_block_names(b.name);
+          for (int64_t d : b.shape.dims()) chunk.add_block_shapes(d);
+          chunk.add_block_shapes(-1);
+        }
+      }
+      if (!writer->Write(chunk)) break;
+      if (total == 0) break;
+    }
+    writer->WritesDone();
+    return Named(FromGrpcStatus(writer->Finish()));
+  }
+
+ private:
+  absl::Status Named(const absl::Status& s) const {
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("coordinator: ", s.message()));
+  }
+
+  v1::Coordinator::Stub* stub_;
+  absl::Duration timeout_;
+  std::string worker_id_;
+};
+
+}  // namespace
+
+struct WorkerDaemon::RunningJob {
+  v1::Assignment assignment;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> finished{false};  // ReportDone sent; safe to heartbeat idle
+  absl::Mutex mu;
+  std::unique_ptr<JobTransport> transport ABSL_GUARDED_BY(mu);
+  JobRunner* runner ABSL_GUARDED_BY(mu) = nullptr;
+  std::thread thread;
+
+  void RequestStop() {
+    stop.store(true);
+    absl::MutexLock l(&mu);
+    if (runner != nullptr) runner->RequestStop();
+    if (transport != nullptr) transport->Shutdown();
+  }
+};
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::shared_ptr<grpc::Channel> channel,
+                           TransportFactory transports)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::Coordinator::NewStub(channel_)),
+      transports_(std::move(transports)) {}
+
+WorkerDaemon::~WorkerDaemon() {
+  Shutdown();
+  ReapJob(/*wait=*/true);
+}
+
+std::string WorkerDaemon::worker_id() const {
+  absl::MutexLock l(&mu_);
+  return worker_id_;
+}
+
+void WorkerDaemon::Shutdown() {
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  absl::MutexLock l(&mu_);
+  if (job_ != nullptr) job_->RequestStop();
+}
+
+absl::Status WorkerDaemon::Register() {
+  v1::RegisterWorkerRequest req;
+  req.set_address(options_.advertise_address);
+  req.set_hostname(options_.hostname);
+  req.set_pid(getpid());
+  v1::RegisterWorkerReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &reply));
+  if (!s.ok()) return s;
+  absl::MutexLock l(&mu_);
+  worker_id_ = reply.worker_id();
+  if (reply.heartbeat_interval_ms() > 0) {
+    heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
+  }
+  Log(absl::StrCat("registered as ", worker_id_, " with ", options_.coordinator, " (peer address ",
+                   options_.advertise_address, ")"));
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Run() {
+  absl::Duration retry = absl::Milliseconds(100);
+  absl::Status last;
+  while (!shutdown_.HasBeenNotified()) {
+    if (worker_id().empty()) {
+      last = Register();
+      if (!last.ok()) {
+        Log(absl::StrCat("cannot register with ", options_.coordinator, ": ", last.message(),
+                         " (retrying)"));
+        shutdown_.WaitForNotificationWithTimeout(retry);
+        retry = std::min(retry * 2, absl::Seconds(2));
+        continue;
+      }
+      retry = absl::Milliseconds(100);
+    }
+    Heartbeat();
+    ReapJob(/*wait=*/false);
+    absl::Duration interval;
+    {
+      absl::MutexLock l(&mu_);
+      interval = heartbeat_interval_;
+    }
+    shutdown_.WaitForNotificationWithTimeout(interval);
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (job_ != nullptr) job_->RequestStop();
+  }
+  ReapJob(/*wait=*/true);
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::Heartbeat() {
+  v1::HeartbeatRequest req;
+  {
+    absl::MutexLock l(&mu_);
+    req.set_worker_id(worker_id_);
+    if (job_ != nullptr && !job_->finished.load()) req.set_job_id(job_->assignment.job_id());
+  }
+  v1::HeartbeatReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
+  if (!s.ok()) {
+    Log(absl::StrCat("heartbeat to ", options_.coordinator, " failed: ", s.message()));
+    return;
+  }
+  absl::MutexLock l(&mu_);
+  if (reply.reregister()) {
+    Log("the coordinator does not know this worker: registering again");
+    worker_id_.clear();
+    if (job_ != nullptr) job_->RequestStop();
+    return;
+  }
+  if (reply.stop_job() && job_ != nullptr) {
+    Log(absl::StrCat("job ", job_->assignment.job_id(), " ended by the coordinator: stopping"));
+    job_->RequestStop();
+  }
+  if (reply.has_assignment() && job_ == nullptr) {
+    auto job = std::make_unique<RunningJob>();
+    job->assignment = reply.assignment();
+    RunningJob* raw = job.get();
+    job_ = std::move(job);
+    raw->thread = std::thread([this, raw] { RunJob(raw); });
+  }
+}
+
+void WorkerDaemon::ReapJob(bool wait) {
+  std::unique_ptr<RunningJob> done;
+  {
+    absl::MutexLock l(&mu_);
+    if (job_ == nullptr || (!wait && !job_->finished.load())) return;
+    done = std::move(job_);
+  }
+  if (done->thread.joinable()) done->thread.join();
+}
+
+void WorkerDaemon::RunJob(RunningJob* job) {
+  const v1::Assignment& a = job->assignment;
+  const std::string wid = worker_id();
+  const int k = a.peer_addresses_size();
+  Log(absl::StrCat("job ", a.job_id(), ": rank ", a.rank(), " of ", k, ", ",
+                   a.spec().sync_mode() == v1::PS ? "ps" : "ring", " mode, model ",
+                   a.spec().model()));
+  SetBlasThreads(options_.blas_threads);
+  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid);
+
+  auto run = [&]() -> absl::StatusOr<JobOutcome> {
+    // Dataset from this machine's disk, cached across jobs.
+    std::shared_ptr<const TrainTest> data;
+    const std::string key = a.spec().data().SerializeAsString();
+    {
+      absl::MutexLock l(&mu_);
+      if (data_ != nullptr && data_key_ == key) data = data_;
+    }
+    if (data == nullptr) {
+      auto loaded = LoadJobData(a.spec().data());
+      if (!loaded.ok()) return loaded.status();
+      data = std::make_shared<const TrainTest>(*std::move(loaded));
+      absl::MutexLock l(&mu_);
+      data_key_ = key;
+      data_ = data;
+    }
+    std::unique_ptr<GradientCombiner> combiner;
+    std::vector<std::unique_ptr<PsClient>> ps_clients;
+    std::vector<PsClient*> ps_ptrs;
+    if (a.spec().sync_mode() == v1::PS) {
+      const int shards = a.ps_addresses_size();
+      if (shards < 1) return absl::FailedPreconditionError("assignment has no ps_addresses");
+      combiner = std::make_unique<PsCombiner>(
+          [&](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
+            ps_clients.clear();
+            ps_ptrs.clear();
+            for (int s = 0; s < shards; ++s) {
+              auto [b, e] = ShardBounds(n, shards, s);
+              const std::string& addr = a.ps_addresses(s);
+              ps_clients.push_back(std::make_unique<GrpcPsClient>(
+                  grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), addr, s, k,
+                  e - b));
+              ps_ptrs.push_back(ps_clients.back().get());
+            }
+            return ps_ptrs;
+          },
+          a.rank());
+    } else {
+      std::vector<std::string> peers(a.peer_addresses().begin(), a.peer_addresses().end());
+      auto transport = transports_(a.job_id(), a.rank(), peers);
+      if (!transport.ok()) return transport.status();
+      combiner = std::make_unique<RingCombiner>((*transport)->transport());
+      absl::MutexLock l(&job->mu);
+      job->transport = *std::move(transport);
+    }
+    JobRunnerOptions o;
+    o.job_id = a.job_id();
+    o.spec = a.spec();
+    o.rank = a.rank();
+    o.world = k;
+    o.worker_id = wid;
+    o.combine_timeout = options_.combine_timeout;
+    JobRunner runner(o, data.get(), combiner.get(), &reporter);
+    {
+      absl::MutexLock l(&job->mu);
+      job->runner = &runner;
+    }
+    if (job->stop.load()) runner.RequestStop();
+    auto out = runner.Run();
+    absl::MutexLock l(&job->mu);
+    job->runner = nullptr;
+    if (job->transport != nullptr) job->transport->Shutdown();
+    return out;
+  };
+  absl::StatusOr<JobOutcome> out = run();
+
+  v1::ReportDoneRequest done;
+  done.set_worker_id(wid);
+  done.set_job_id(a.job_id());
+  done.set_rank(a.rank());
+  done.set_ok(out.ok());
+  if (out.ok()) {
+    done.set_steps(out->steps);
+    done.set_test_accuracy(out->test_accuracy);
+    done.set_test_loss(out->test_loss);
+    done.set_weights_hash(out->weights_hash);
+    Log(absl::StrCat("job ", a.job_id(), " done: ", out->steps, " steps, hash ",
+                     out->weights_hash));
+  } else {
+    done.set_error(std::string(out.status().message()));
+    Log(absl::StrCat("job ", a.job_id(), " ended: ", out.status().ToString()));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ReportDoneReply reply;
+  absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+  if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+  job->finished.store(true);
+}
+
+}  // namespace lockstep

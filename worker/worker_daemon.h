@@ -1,0 +1,103 @@
+// WorkerDaemon: the life of a lockstep worker process.
+//
+//   register with the coordinator -> heartbeat every interval (carrying the
+//   job it runs and its last step) -> when a heartbeat reply carries an
+//   Assignment: load the job's dataset from this machine's disk (cached
+//   across jobs), open the job's combiner (ring: a peer transport over the
+//   worker's gRPC server; ps: clients of the parameter-server shards), run
+//   the JobRunner on a job thread, report done, and go back to idle.
+//
+// A heartbeat reply with stop_job (the coordinator ended the job) stops the
+// runner at its next step boundary and shuts the job's transport down so a
+// Combine blocked on a peer returns at once. A worker runs one job at a
+// time and sends ReportDone before it heartbeats as idle again.
+//
+// gRPC lives here and in the factories passed in; the training logic is in
+// JobRunner. Threading: Run() blocks the calling thread until Shutdown()
+// is called from another thread (e.g. a signal handler thread).
+#ifndef LOCKSTEP_WORKER_WORKER_DAEMON_H_
+#define LOCKSTEP_WORKER_WORKER_DAEMON_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/collective/transport.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/job_runner.h"
+
+namespace lockstep {
+
+// A job's ring transport; Shutdown() unblocks any waiting Send/Recv.
+class JobTransport {
+ public:
+  virtual ~JobTransport() = default;
+  virtual Transport* transport() = 0;
+  virtual void Shutdown() = 0;
+};
+
+// Creates the ring transport of `job` for `rank` among `peers` (address of
+// rank r at index r).
+using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
+    uint64_t job, int rank, const std::vector<std::string>& peers)>;
+
+struct WorkerDaemonOptions {
+  std::string coordinator;        // host:port
+  std::string advertise_address;  // host:port of this worker's peer service
+  std::string hostname;
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  absl::Duration combine_timeout = absl::Seconds(30);
+  int blas_threads = 1;
+};
+
+class WorkerDaemon {
+ public:
+  WorkerDaemon(WorkerDaemonOptions options, std::shared_ptr<grpc::Channel> coordinator,
+               TransportFactory transports);
+  ~WorkerDaemon();
+
+  // Registers, heartbeats and runs assigned jobs until Shutdown(). Returns
+  // OK after a clean shutdown.
+  absl::Status Run();
+  // Stops a running job and makes Run() return. Any thread.
+  void Shutdown();
+
+  // The id the coordinator gave this worker ("" before registration).
+  std::string worker_id() const;
+
+ private:
+  struct RunningJob;
+
+  absl::Status Register();
+  void Heartbeat();
+  void StartJob(const v1::Assignment& a);
+  void RunJob(RunningJob* job);
+  // Joins a job thread that has finished (or all, when `wait`).
+  void ReapJob(bool wait);
+
+  const WorkerDaemonOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  TransportFactory transports_;
+  absl::Notification shutdown_;
+
+  mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
+  std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
+  // Dataset cache: the last DataSpec loaded and its data.
+  std::string data_key_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const TrainTest> data_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_WORKER_DAEMON_H_
