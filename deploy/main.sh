@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The main job. For now: the single-process reference trainer on
-# Fashion-MNIST (MLP 784-256-10, 10 epochs). Extra args go to lockstep-train.
+# The main job: sets up the machine, builds, starts a coordinator and 4
+# worker daemons on 127.0.0.1, trains MLP 784-256-10 on Fashion-MNIST in
+# ring mode with a live progress bar, prints the final test accuracy and
+# the sync summary, and stops every process it started.
+# Extra arguments go to deploy/cluster.sh (e.g. --sync=ps for ps mode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh
-bazel build -c opt //worker:lockstep-train
-exec bazel-bin/worker/lockstep-train --model=mlp:256 --epochs=10 --batch=128 \
-  --lr=0.05 --momentum=0.9 "$@"
+bazel build -c opt //server:lockstep-coordinator //worker:lockstep-worker //client:lockstep \
+  //server/ps:lockstep-server //worker:lockstep-train
+exec bash deploy/cluster.sh --model=mlp:256 --sync=ring --batch=128 --epochs=10 "$@"

@@ -71,7 +71,8 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     report.set_job_id(job);
     report.set_rank(options_.rank);
     report.set_step(step);
-    report.set_epoch(step / per_epoch);
+    report.set_epoch(step / per_epoch + 1);  // 1-based, like the trainer's lines
+    report.set_total_steps(total);
     report.set_weights_hash(r.Hash().ToHex());
     report.set_loss(global_loss);
     report.set_examples(local.count);

@@ -1,0 +1,455 @@
+// lockstep: the command-line client of the coordinator.
+//
+//   lockstep [--coordinator=HOST:PORT] submit [job flags] [--follow] [--no_wait]
+//   lockstep status JOB | sync JOB | jobs | workers | cancel JOB
+//   lockstep export JOB --out=weights.npz     (or .npy: one flat array)
+//   every command takes --json
+//
+// Exit codes: 0 ok (a followed job SUCCEEDED), 1 an RPC failed, 2 bad usage
+// or a rejected job, 3 a followed job FAILED, 4 it was CANCELLED.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/job_flags.h"
+#include "client/npy.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "server/grpc_status.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
+ABSL_FLAG(bool, json, false, "Machine-readable JSON output");
+ABSL_FLAG(bool, follow, false, "submit: show live progress until the job ends");
+ABSL_FLAG(bool, no_wait, false,
+          "submit: fail at once instead of waiting PENDING when too few workers are idle");
+ABSL_FLAG(int64_t, max_entries, 20, "sync: most recent checks to list (0 = all)");
+ABSL_FLAG(std::string, out, "", "export: output file (.npz: one array per tensor; .npy: flat)");
+ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each RPC in seconds (not of --follow)");
+
+namespace lockstep {
+namespace {
+
+using v1::JobState;
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "lockstep %s: %s: %s\n", what.c_str(),
+               absl::StatusCodeToString(s.code()).c_str(), std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+                 s.code() == absl::StatusCode::kNotFound ||
+                 s.code() == absl::StatusCode::kFailedPrecondition ||
+                 s.code() == absl::StatusCode::kResourceExhausted
+             ? 2
+             : 1;
+}
+
+void Deadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string StateName(JobState s) { return v1::JobState_Name(s); }
+
+bool Terminal(JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0) || std::isinf(seconds)) return "--:--";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return s >= 3600 ? absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60)
+                   : absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+std::string SyncMark(const v1::JobStatus& j) {
+  if (j.out_of_sync()) return "OUT OF SYNC";
+  return j.checked_steps() > 0 ? "in sync" : "unchecked";
+}
+
+std::string ProgressLine(const v1::JobStatus& j) {
+  const int64_t total = j.total_steps();
+  const double frac = total > 0 ? static_cast<double>(j.step()) / total : 0.0;
+  const int width = 24;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+  const double eta = j.examples_per_second() > 0 && total > 0
+                         ? (total - j.step()) * static_cast<double>(j.spec().global_batch()) /
+                               j.examples_per_second()
+                         : -1;
+  return absl::StrFormat("job %d %-9s [%s] step %d/%d %3.0f%% epoch %d loss %.4f %.0f ex/s ETA %s %s",
+                         j.job_id(), StateName(j.state()), bar, j.step(), total, 100 * frac,
+                         j.epoch(), j.loss(), j.examples_per_second(), Duration(eta), SyncMark(j));
+}
+
+void PrintStatus(const v1::JobStatus& j) {
+  std::printf("job %llu  %s%s%s\n", static_cast<unsigned long long>(j.job_id()),
+              StateName(j.state()).c_str(), j.reason().empty() ? "" : ": ", j.reason().c_str());
+  std::printf("  model %s  dataset %s  %s  workers %d  batch %lld\n", j.spec().model().c_str(),
+              j.spec().data().dataset().empty() ? "fashion-mnist" : j.spec().data().dataset().c_str(),
+              j.spec().sync_mode() == v1::PS ? "ps" : "ring", j.spec().num_workers(),
+              static_cast<long long>(j.spec().global_batch()));
+  std::printf("  step %lld/%lld  epoch %lld  loss %.4f  test_accuracy %.4f  %.0f ex/s\n",
+              static_cast<long long>(j.step()), static_cast<long long>(j.total_steps()),
+              static_cast<long long>(j.epoch()), j.loss(), j.test_accuracy(),
+              j.examples_per_second());
+  std::printf("  sync: %s, %lld steps checked, %lld mismatched\n", SyncMark(j).c_str(),
+              static_cast<long long>(j.checked_steps()),
+              static_cast<long long>(j.mismatched_steps()));
+  if (j.ranks_size() > 0) {
+    std::printf("  %-4s %-6s %-22s %-12s %8s  %-32s %-8s %s\n", "rank", "worker", "address",
+                "host", "step", "last hash", "in sync", "heartbeat");
+    for (const v1::RankStatus& r : j.ranks()) {
+      std::printf("  %-4d %-6s %-22s %-12s %8lld  %-32s %-8s %.1fs ago\n", r.rank(),
+                  r.worker_id().c_str(), r.address().c_str(), r.hostname().c_str(),
+                  static_cast<long long>(r.step()), r.last_hash().c_str(),
+                  r.in_sync() ? "yes" : "NO", r.last_heartbeat_age_s());
+    }
+  }
+}
+
+class Client {
+ public:
+  explicit Client(const std::string& address)
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<v1::JobStatus> Get(uint64_t id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JobRef ref;
+    ref.set_job_id(id);
+    v1::JobStatus st;
+    absl::Status s = FromGrpcStatus(stub_->GetJob(&ctx, ref, &st));
+    if (!s.ok()) return s;
+    return st;
+  }
+
+  absl::StatusOr<v1::SyncHistory> Sync(uint64_t id, int64_t max) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SyncHistoryRequest req;
+    req.set_job_id(id);
+    req.set_max_entries(max);
+    v1::SyncHistory h;
+    absl::Status s = FromGrpcStatus(stub_->GetSyncHistory(&ctx, req, &h));
+    if (!s.ok()) return s;
+    return h;
+  }
+
+  int Submit(const std::set<std::string>& given) {
+    auto spec = JobSpecFromFlags(given);
+    if (!spec.ok()) return Fail("submit", spec.status());
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    req.set_no_wait(absl::GetFlag(FLAGS_no_wait));
+    v1::SubmitJobReply reply;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    absl::Status s = FromGrpcStatus(stub_->SubmitJob(&ctx, req, &reply));
+    if (!s.ok()) return Fail("submit", s);
+    const bool json = absl::GetFlag(FLAGS_json);
+    if (!absl::GetFlag(FLAGS_follow)) {
+      if (json) {
+        std::printf("%s\n", Json(reply).c_str());
+      } else {
+        std::printf("%llu\n", static_cast<unsigned long long>(reply.job_id()));
+      }
+      return 0;
+    }
+    if (!json) {
+      std::printf("submitted job %llu (%s)\n", static_cast<unsigned long long>(reply.job_id()),
+                  StateName(reply.state()).c_str());
+    }
+    return Follow(reply.job_id());
+  }
+
+  // Streams WatchJob events, drawing a progress bar, until the job ends.
+  int Follow(uint64_t id) {
+    const bool json = absl::GetFlag(FLAGS_json);
+    const bool tty = isatty(fileno(stderr));
+    v1::JobStatus last;
+    bool have = false;
+    absl::Time last_print = absl::InfinitePast();
+    // Reconnects if the stream breaks before the job ended.
+    for (int attempt = 0; attempt < 5 && !(have && Terminal(last.state())); ++attempt) {
+      grpc::ClientContext ctx;
+      v1::JobRef ref;
+      ref.set_job_id(id);
+      auto reader = stub_->WatchJob(&ctx, ref);
+      v1::JobEvent ev;
+      while (reader->Read(&ev)) {
+        last = ev.status();
+        have = true;
+        const absl::Time now = absl::Now();
+        if (!json && (tty || now - last_print >= absl::Seconds(2) || Terminal(last.state()))) {
+          std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", ProgressLine(last).c_str());
+          last_print = now;
+        }
+      }
+      absl::Status s = FromGrpcStatus(reader->Finish());
+      if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) return Fail("follow", s);
+    }
+    if (tty && !json) std::fprintf(stderr, "\n");
+    auto final_status = Get(id);
+    if (!final_status.ok()) return Fail("follow", final_status.status());
+    auto sync = Sync(id, 0);
+    if (!sync.ok()) return Fail("follow", sync.status());
+    const v1::JobStatus& j = *final_status;
+    if (json) {
+      std::printf("%s\n", Json(j).c_str());
+    } else {
+      std::printf("job %llu %s%s%s\n", static_cast<unsigned long long>(id),
+                  StateName(j.state()).c_str(), j.reason().empty() ? "" : ": ",
+                  j.reason().c_str());
+      std::printf("final test accuracy: %.4f (test loss %.4f) after %lld steps, %.0f ex/s\n",
+                  j.test_accuracy(), j.test_loss(), static_cast<long long>(j.step()),
+                  j.examples_per_second());
+      std::printf("sync: %lld of %lld steps checked, %s", static_cast<long long>(sync->checked_steps()),
+                  static_cast<long long>(j.total_steps()),
+                  sync->mismatched_steps() == 0
+                      ? "all replicas in sync at every step\n"
+                      : absl::StrFormat("%d mismatched (first at step %d)\n",
+                                        sync->mismatched_steps(), sync->first_mismatch_step())
+                            .c_str());
+      if (!j.final_hash().empty()) std::printf("final weights hash: %s\n", j.final_hash().c_str());
+    }
+    switch (j.state()) {
+      case v1::SUCCEEDED: return 0;
+      case v1::CANCELLED: return 4;
+      default: return 3;
+    }
+  }
+
+  int Status(uint64_t id) {
+    auto st = Get(id);
+    if (!st.ok()) return Fail("status", st.status());
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", Json(*st).c_str());
+    } else {
+      PrintStatus(*st);
+    }
+    return 0;
+  }
+
+  int SyncCmd(uint64_t id) {
+    auto h = Sync(id, absl::GetFlag(FLAGS_max_entries));
+    if (!h.ok()) return Fail("sync", h.status());
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", Json(*h).c_str());
+      return 0;
+    }
+    std::printf("job %llu: %lld steps checked, %lld mismatched%s\n",
+                static_cast<unsigned long long>(id), static_cast<long long>(h->checked_steps()),
+                static_cast<long long>(h->mismatched_steps()),
+                h->first_mismatch_step() >= 0
+                    ? absl::StrCat(" (first at step ", h->first_mismatch_step(), ")").c_str()
+                    : "");
+    for (const v1::SyncCheck& c : h->checks()) {
+      if (c.all_match()) {
+        std::printf("  step %6lld  all %d ranks match  %s\n", static_cast<long long>(c.step()),
+                    c.rank_hashes_size(), c.majority_hash().c_str());
+      } else {
+        std::printf("  step %6lld  MISMATCH: rank(s) %s differ from %s\n",
+                    static_cast<long long>(c.step()),
+                    absl::StrJoin(c.differing_ranks(), ", ").c_str(), c.majority_hash().c_str());
+      }
+    }
+    return 0;
+  }
+
+  int Jobs() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JobList list;
+    absl::Status s = FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListRequest(), &list));
+    if (!s.ok()) return Fail("jobs", s);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", Json(list).c_str());
+      return 0;
+    }
+    std::printf("%-5s %-10s %-5s %-3s %-14s %-12s %9s %9s %s\n", "job", "state", "mode", "K",
+                "model", "step", "loss", "test_acc", "sync");
+    for (const v1::JobStatus& j : list.jobs()) {
+      std::printf("%-5llu %-10s %-5s %-3d %-14s %-12s %9.4f %9.4f %s\n",
+                  static_cast<unsigned long long>(j.job_id()), StateName(j.state()).c_str(),
+                  j.spec().sync_mode() == v1::PS ? "ps" : "ring", j.spec().num_workers(),
+                  j.spec().model().c_str(),
+                  absl::StrCat(j.step(), "/", j.total_steps()).c_str(), j.loss(),
+                  j.test_accuracy(), SyncMark(j).c_str());
+    }
+    return 0;
+  }
+
+  int Workers() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::WorkerList list;
+    absl::Status s = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListRequest(), &list));
+    if (!s.ok()) return Fail("workers", s);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", Json(list).c_str());
+      return 0;
+    }
+    std::printf("%-6s %-22s %-14s %-6s %-5s %s\n", "worker", "address", "host", "state", "job",
+                "heartbeat");
+    for (const v1::WorkerInfo& w : list.workers()) {
+      std::printf("%-6s %-22s %-14s %-6s %-5s %.1fs ago\n", w.worker_id().c_str(),
+                  w.address().c_str(), w.hostname().c_str(),
+                  v1::WorkerState_Name(w.state()).c_str(),
+                  w.job_id() ? absl::StrCat(w.job_id()).c_str() : "-",
+                  w.last_heartbeat_age_s());
+    }
+    return 0;
+  }
+
+  int Cancel(uint64_t id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JobRef ref;
+    ref.set_job_id(id);
+    v1::JobStatus st;
+    absl::Status s = FromGrpcStatus(stub_->CancelJob(&ctx, ref, &st));
+    if (!s.ok()) return Fail("cancel", s);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", Json(st).c_str());
+    } else {
+      std::printf("job %llu %s\n", static_cast<unsigned long long>(id), StateName(st.state()).c_str());
+    }
+    return 0;
+  }
+
+  int Export(uint64_t id) {
+    const std::string out = absl::GetFlag(FLAGS_out);
+    if (out.empty()) {
+      return Fail("export", absl::InvalidArgumentError("--out: expected a .npz or .npy path"));
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::WeightsRequest req;
+    req.set_job_id(id);
+    auto reader = stub_->GetWeights(&ctx, req);
+    v1::WeightsChunk chunk;
+    std::vector<float> w;
+    std::vector<std::string> names;
+    std::vector<int64_t> shapes;
+    while (reader->Read(&chunk)) {
+      if (chunk.offset() == 0) {
+        w.assign(chunk.total(), 0.0f);
+        names.assign(chunk.block_names().begin(), chunk.block_names().end());
+        shapes.assign(chunk.block_shapes().begin(), chunk.block_shapes().end());
+      }
+      const int64_t n = static_cast<int64_t>(chunk.data().size() / sizeof(float));
+      if (chunk.offset() < 0 || chunk.offset() + n > static_cast<int64_t>(w.size())) {
+        return Fail("export", absl::DataLossError(absl::StrCat(
+                                  "chunk at offset ", chunk.offset(), " outside ", w.size())));
+      }
+      std::memcpy(w.data() + chunk.offset(), chunk.data().data(), chunk.data().size());
+    }
+    absl::Status s = FromGrpcStatus(reader->Finish());
+    if (!s.ok()) return Fail("export", s);
+    std::vector<NpyArray> arrays;
+    size_t b = 0;
+    int64_t offset = 0;
+    for (const std::string& name : names) {
+      NpyArray a;
+      a.name = name;
+      int64_t n = 1;
+      while (b < shapes.size() && shapes[b] >= 0) {
+        a.shape.push_back(shapes[b]);
+        n *= shapes[b++];
+      }
+      ++b;  // the -1 separator
+      if (offset + n > static_cast<int64_t>(w.size())) {
+        return Fail("export", absl::DataLossError("layout larger than the weights"));
+      }
+      a.data = absl::MakeConstSpan(w.data() + offset, n);
+      offset += n;
+      arrays.push_back(a);
+    }
+    const bool npy = out.size() > 4 && out.substr(out.size() - 4) == ".npy";
+    s = npy ? WriteNpy(out, NpyArray{"weights", {static_cast<int64_t>(w.size())}, w})
+            : WriteNpz(out, arrays);
+    if (!s.ok()) return Fail("export", s);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("{\"job_id\": %llu, \"file\": \"%s\", \"floats\": %zu, \"arrays\": %zu}\n",
+                  static_cast<unsigned long long>(id), out.c_str(), w.size(),
+                  npy ? size_t{1} : arrays.size());
+    } else {
+      std::printf("wrote %zu floats (%s) to %s\n", w.size(),
+                  npy ? "one flat array" : absl::StrJoin(names, ", ").c_str(), out.c_str());
+    }
+    return 0;
+  }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: lockstep [--coordinator=HOST:PORT] COMMAND [flags]\n"
+               "  submit [job flags] [--follow] [--no_wait]   submit a job, print its id\n"
+               "  status JOB       job state, progress and per-rank sync\n"
+               "  sync JOB         per-step hash agreement history\n"
+               "  jobs             all jobs\n"
+               "  workers          registered workers\n"
+               "  cancel JOB       cancel a job\n"
+               "  export JOB --out=F.npz|F.npy   download the final weights\n"
+               "every command takes --json; `lockstep --help` lists the job flags\n");
+  return 2;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export ...");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 2) return lockstep::Usage();
+  const std::string cmd = args[1];
+  lockstep::Client client(absl::GetFlag(FLAGS_coordinator));
+  auto job_arg = [&](uint64_t* id) {
+    return args.size() == 3 && absl::SimpleAtoi(args[2], id) && *id > 0;
+  };
+  uint64_t id = 0;
+  if (cmd == "submit" && args.size() == 2) {
+    return client.Submit(lockstep::FlagsGivenOnCommandLine(argc, argv));
+  }
+  if (cmd == "jobs" && args.size() == 2) return client.Jobs();
+  if (cmd == "workers" && args.size() == 2) return client.Workers();
+  if (cmd == "status" || cmd == "sync" || cmd == "cancel" || cmd == "export" ||
+      cmd == "follow") {
+    if (!job_arg(&id)) {
+      std::fprintf(stderr, "lockstep %s: expected one job id (a positive integer)\n", cmd.c_str());
+      return 2;
+    }
+    if (cmd == "status") return client.Status(id);
+    if (cmd == "sync") return client.SyncCmd(id);
+    if (cmd == "cancel") return client.Cancel(id);
+    if (cmd == "follow") return client.Follow(id);
+    return client.Export(id);
+  }
+  return lockstep::Usage();
+}
