@@ -19,6 +19,54 @@ JobRunner::JobRunner(JobRunnerOptions options, const TrainTest* data,
                      GradientCombiner* combiner, JobReporter* reporter)
     : options_(std::move(options)), data_(data), combiner_(combiner), reporter_(reporter) {}
 
+std::string JobRunner::PeerName(int rank) const {
+  if (rank < static_cast<int>(options_.peer_names.size())) {
+    return absl::StrCat("rank ", rank, " (", options_.peer_names[rank], ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
+  const int k = options_.world;
+  std::vector<float> shapes(3 * k, 0.0f);
+  shapes[3 * options_.rank] = static_cast<float>(train.dim);
+  shapes[3 * options_.rank + 1] = static_cast<float>(train.num_classes);
+  shapes[3 * options_.rank + 2] = static_cast<float>(train.num_examples);
+  int64_t count = 1;
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(options_.job_id), 0,
+                                          absl::MakeSpan(shapes), &count,
+                                          options_.combine_timeout);
+      !s.ok()) {
+    return s;
+  }
+  if (count != k) {
+    return absl::InternalError(
+        absl::StrCat("shape agreement: expected ", k, " contributions, got ", count));
+  }
+  // Compare with the most common shape (rank 0's on a tie).
+  auto shape = [&](int r) {
+    return std::make_tuple(shapes[3 * r], shapes[3 * r + 1], shapes[3 * r + 2]);
+  };
+  int majority = 0, best = 0;
+  for (int r = 0; r < k; ++r) {
+    int votes = 0;
+    for (int q = 0; q < k; ++q) votes += shape(q) == shape(r);
+    if (votes > best) best = votes, majority = r;
+  }
+  std::string differ;
+  for (int r = 0; r < k; ++r) {
+    if (shape(r) == shape(majority)) continue;
+    absl::StrAppend(&differ, differ.empty() ? "" : "; ", PeerName(r), " has dim ",
+                    shapes[3 * r], ", ", shapes[3 * r + 1], " classes, ", shapes[3 * r + 2],
+                    " examples");
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "dataset ", train.name, " differs across workers: ", differ, "; ", PeerName(majority),
+      " and the others have dim ", shapes[3 * majority], ", ", shapes[3 * majority + 1],
+      " classes, ", shapes[3 * majority + 2], " examples"));
+}
+
 absl::StatusOr<JobOutcome> JobRunner::Run() {
   const uint64_t job = options_.job_id;
   auto spec = ToTrainSpec(options_.spec);
@@ -28,6 +76,12 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     spec->lr.total_steps = TotalSteps(*spec, train.num_examples);
   }
   if (absl::Status s = ValidateTrainSpec(*spec, options_.world); !s.ok()) return s;
+  if (options_.world > 1) {
+    if (absl::Status s = AgreeOnShape(train); !s.ok()) {
+      if (stop_.load()) return absl::CancelledError(absl::StrCat("job ", job, " stopped"));
+      return s;
+    }
+  }
   if (train.num_examples == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", options_.worker_id, ": dataset ", train.name, " is empty"));

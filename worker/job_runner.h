@@ -50,6 +50,8 @@ struct JobRunnerOptions {
   int rank = 0;
   int world = 1;
   std::string worker_id;
+  // How peers are named in errors (index = rank); may be empty.
+  std::vector<std::string> peer_names;
   absl::Duration combine_timeout = absl::Seconds(30);
 };
 
@@ -61,15 +63,25 @@ struct JobOutcome {
   std::string weights_hash;
 };
 
+// The job key of the shape-agreement round that precedes step 0 (a
+// separate key so it never mixes with gradient steps, and ps shards for it
+// are separate from the gradient shards).
+inline uint64_t ShapeAgreementJob(uint64_t job) { return job | (uint64_t{1} << 63); }
+
 class JobRunner {
  public:
   // `data`, `combiner` and `reporter` are not owned and must outlive Run().
   JobRunner(JobRunnerOptions options, const TrainTest* data, GradientCombiner* combiner,
             JobReporter* reporter);
 
-  // Trains every step of the job. Errors: the spec does not fit the data
-  // (InvalidArgument naming the field and this worker), a peer or shard
-  // failed (its status, naming it), CANCELLED when stopped.
+  // Trains every step of the job. Before step 0 the ranks agree on the
+  // dataset's shape with one tiny combine (rank r contributes its dim,
+  // class count and example count at slot r), so a worker whose dataset
+  // differs is named (FAILED_PRECONDITION "rank 2 (addr) has dim 4, ...")
+  // on every rank instead of a confusing length mismatch later.
+  // Errors: the spec does not fit the data (InvalidArgument naming the
+  // field and this worker), a peer or shard failed (its status, naming it),
+  // CANCELLED when stopped.
   absl::StatusOr<JobOutcome> Run();
 
   void RequestStop() { stop_.store(true); }
@@ -83,6 +95,9 @@ class JobRunner {
   GradientCombiner* combiner_;
   JobReporter* reporter_;
   std::atomic<bool> stop_{false};
+  absl::Status AgreeOnShape(const Dataset& train);
+  std::string PeerName(int rank) const;
+
   std::unique_ptr<Replica> replica_;
 };
 

@@ -105,13 +105,12 @@ struct RunResult {
 };
 
 RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
-                 FakeReporter* reporter, int shards = 2) {
+                 FakeReporter* reporter, int shards = 2,
+                 const std::map<int, const TrainTest*>& data_of_rank = {}) {
   spec.set_num_workers(k);
   spec.set_sync_mode(ps ? v1::PS : v1::RING);
   spec.set_ps_shards(shards);
   InProcessHub hub(k);
-  std::vector<std::unique_ptr<PsClient>> ps_clients;
-  std::vector<PsClient*> ps_ptrs;
   RunResult result;
   result.params.resize(k);
   result.status.resize(k);
@@ -119,14 +118,16 @@ RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
   std::vector<std::unique_ptr<GradientCombiner>> combiners;
   // All ranks share one set of shards, made when the first rank learns the
   // buffer length.
+  // (One set per buffer length: the shape-agreement round is shorter.)
   absl::Mutex ps_mu;
+  std::map<int64_t, std::vector<std::unique_ptr<PsClient>>> ps_by_len;
   PsCombiner::Connect connect = [&](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
     absl::MutexLock l(&ps_mu);
-    if (ps_clients.empty()) {
-      ps_clients = MakeInProcessPsClients(k, shards, n);
-      for (auto& c : ps_clients) ps_ptrs.push_back(c.get());
-    }
-    return ps_ptrs;
+    auto& clients = ps_by_len[n];
+    if (clients.empty()) clients = MakeInProcessPsClients(k, shards, n);
+    std::vector<PsClient*> ptrs;
+    for (auto& c : clients) ptrs.push_back(c.get());
+    return ptrs;
   };
   for (int r = 0; r < k; ++r) {
     JobRunnerOptions o;
@@ -141,7 +142,9 @@ RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
     } else {
       combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r)));
     }
-    runners.push_back(std::make_unique<JobRunner>(o, &data, combiners.back().get(), reporter));
+    o.peer_names = {"a0", "a1", "a2", "a3"};
+    const TrainTest* d = data_of_rank.count(r) ? data_of_rank.at(r) : &data;
+    runners.push_back(std::make_unique<JobRunner>(o, d, combiners.back().get(), reporter));
   }
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
@@ -223,6 +226,24 @@ TEST(JobRunnerTest, CoordinatorStopEndsEveryRankAtTheSameStep) {
     EXPECT_EQ(run.status[r].code(), absl::StatusCode::kCancelled) << run.status[r];
   }
   EXPECT_EQ(reporter.hashes().size(), 5u);  // steps 0..4, none after the stop
+}
+
+TEST(JobRunnerTest, AWorkerWhoseDatasetHasAnotherShapeIsNamedOnEveryRank) {
+  TrainTest data = Blobs(100, 0);
+  TrainTest other = Blobs(100, 0);
+  other.train.dim = 5;  // rank 2 sees 5 features per example
+  other.train.x.resize(100 * 5);
+  for (bool ps : {false, true}) {
+    SCOPED_TRACE(ps ? "ps" : "ring");
+    FakeReporter reporter;
+    RunResult run = RunJob(MlpSpec(), 4, ps, data, &reporter, 1, {{2, &other}});
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(run.status[r].code(), absl::StatusCode::kFailedPrecondition) << run.status[r];
+      EXPECT_NE(run.status[r].message().find("rank 2 (a2) has dim 5"), std::string::npos)
+          << run.status[r];
+    }
+    EXPECT_TRUE(reporter.hashes().empty());
+  }
 }
 
 TEST(JobRunnerTest, DatasetOfTheWrongShapeNamesTheWorker) {

@@ -1,8 +1,6 @@
 // lockstep-worker: a worker daemon. Parses flags and wires objects: one
 // gRPC server for the peer data plane, the coordinator channel, and the
 // WorkerDaemon loop. SIGINT/SIGTERM shut it down cleanly (exit 0).
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
 #include "worker/worker_daemon.h"
@@ -57,12 +56,10 @@ int main(int argc, char** argv) {
       "  lockstep-worker --coordinator=HOST:PORT [--listen=HOST:PORT] [--port_file=F]");
   absl::ParseCommandLine(argc, argv);
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
 
   lockstep::PeerServiceImpl peers;
   grpc::ServerBuilder builder;
@@ -110,11 +107,9 @@ int main(int argc, char** argv) {
       });
 
   std::thread signal_thread([&] {
-    int sig = 0;
-    while (sigwait(&signals, &sig) != 0) {
-    }
+    const int sig = lockstep::WaitForShutdownSignal();
     std::fprintf(stderr, "lockstep-worker: %s, shutting down\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+                 lockstep::ShutdownSignalName(sig));
     daemon.Shutdown();
   });
   absl::Status s = daemon.Run();

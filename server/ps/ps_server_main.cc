@@ -1,8 +1,5 @@
 // lockstep-server --role=ps: a parameter-server shard process. Flags and
 // wiring only; the logic is PsService / PsShard. SIGINT/SIGTERM: exit 0.
-#include <pthread.h>
-#include <signal.h>
-
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -12,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/shutdown_signal.h"
 #include "server/ps/ps_service.h"
 
 ABSL_FLAG(std::string, role, "ps", "Server role; only \"ps\" (parameter-server shard) exists");
@@ -33,12 +31,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep-server: --max_jobs: expected >= 1\n");
     return 2;
   }
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
+    std::fprintf(stderr, "lockstep-server: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
 
   lockstep::PsService service(absl::GetFlag(FLAGS_max_jobs));
   grpc::ServerBuilder builder;
@@ -57,10 +53,8 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str());
   }
   std::fprintf(stderr, "lockstep-server --role=ps listening on port %d\n", port);
-  int sig = 0;
-  while (sigwait(&signals, &sig) != 0) {
-  }
-  std::fprintf(stderr, "lockstep-server: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  const int sig = lockstep::WaitForShutdownSignal();
+  std::fprintf(stderr, "lockstep-server: %s, shutting down\n", lockstep::ShutdownSignalName(sig));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

@@ -1,0 +1,756 @@
+// All-reduce benchmark: lockstep's gRPC peer transport + ring all-reduce
+// (worker/net/grpc_transport.h, common/collective/ring_allreduce.h) against
+// Open MPI's MPI_Allreduce over TCP, on one machine over loopback.
+//
+//   bazel run -c opt //bench:allreduce [-- --repeats=3 --worlds=2,4 ...]
+//
+// What it does (parent process; it never initialises gRPC itself):
+//  1. Raw loopback TCP bandwidth: one socket pair sending 16 MiB messages in
+//     both directions at once (the ceiling for any TCP all-reduce here).
+//  2. Open MPI: runs bench/setup_mpi.sh if mpirun/mpicc are missing, then
+//     compiles bench/mpi_allreduce.c with `mpicc -O2` into a temp dir.
+//  3. A glibc probe: does a 64 MiB malloc use mmap under each environment
+//     (as is, MALLOC_NOMMAP=1, MALLOC_MMAP_MAX_=0 + MALLOC_TRIM_THRESHOLD_)?
+//  4. For each repeat and K in --worlds: K lockstep worker processes (this
+//     binary re-executed with --worker; ports are OS-chosen and exchanged
+//     through files in a temp dir), then mpirun -np K as is and with the
+//     environment that really keeps big blocks off mmap.
+//  5. Prints per (K, size) the median latency, algbw = bytes / time and
+//     busbw = algbw * 2(K-1)/K (nccl-tests' definition), the ratios, and the
+//     targets (met/MISSED).
+//
+// Timing: rank 0 times each call; warm-up calls first; per-size medians; the
+// table shows the median over --repeats runs.
+#include <fcntl.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/collective/ring_allreduce.h"
+#include "worker/net/grpc_transport.h"
+#include "worker/net/peer_service.h"
+
+ABSL_FLAG(std::string, sizes, "4096,65536,1048576,16777216,67108864",
+          "buffer sizes in bytes (float32 elements = size / 4)");
+ABSL_FLAG(std::string, worlds, "2,4", "numbers of ranks K");
+ABSL_FLAG(int, repeats, 3, "whole-benchmark repetitions; medians are shown");
+ABSL_FLAG(bool, mpi, true, "also measure Open MPI's MPI_Allreduce");
+ABSL_FLAG(bool, tcp, true, "measure raw loopback TCP bandwidth");
+ABSL_FLAG(int64_t, segment_bytes, lockstep::kDefaultSegmentBytes,
+          "ring all-reduce segment size");
+ABSL_FLAG(int64_t, max_queued_bytes, 16 << 20,
+          "GrpcTransportOptions.max_queued_bytes");
+ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
+ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
+ABSL_FLAG(std::string, grpc_args, "",
+          "extra integer gRPC channel args for the peer client channels and "
+          "server, name=value,name=value");
+ABSL_FLAG(std::string, mpi_source, "",
+          "path of mpi_allreduce.c (default: from runfiles or the workspace)");
+// Internal modes.
+ABSL_FLAG(bool, worker, false, "internal: run as one lockstep rank");
+ABSL_FLAG(int, rank, 0, "internal: worker rank");
+ABSL_FLAG(int, world, 2, "internal: worker world size");
+ABSL_FLAG(std::string, dir, "", "internal: rendezvous directory");
+ABSL_FLAG(bool, malloc_probe, false, "internal: report how malloc serves 64 MiB");
+
+namespace lockstep {
+namespace {
+
+// Must match iterations_for / warmup_for in mpi_allreduce.c.
+int IterationsFor(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 10, 1000));
+}
+int WarmupFor(int64_t bytes) { return std::max(3, IterationsFor(bytes) / 10); }
+
+std::vector<int64_t> ParseInts(const std::string& csv) {
+  std::vector<int64_t> out;
+  for (absl::string_view p : absl::StrSplit(csv, ',', absl::SkipEmpty())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(p, &v) || v <= 0) {
+      std::fprintf(stderr, "bad number '%s' in '%s'\n", std::string(p).c_str(),
+                   csv.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> ParseGrpcArgs(const std::string& s) {
+  std::vector<std::pair<std::string, int>> out;
+  for (absl::string_view kv : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, '=');
+    int v;
+    if (!absl::SimpleAtoi(p.second, &v)) {
+      std::fprintf(stderr, "bad --grpc_args entry '%s'\n", std::string(kv).c_str());
+      std::exit(2);
+    }
+    out.emplace_back(p.first, v);
+  }
+  return out;
+}
+
+std::string HumanBytes(int64_t b) {
+  if (b >= (1 << 20)) return absl::StrCat(b >> 20, " MiB");
+  if (b >= (1 << 10)) return absl::StrCat(b >> 10, " KiB");
+  return absl::StrCat(b, " B");
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// ---------------------------------------------------------------- processes
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// fork + exec `argv` with extra environment; stdout to `out_path` if set.
+pid_t Spawn(const std::vector<std::string>& argv, const Env& env,
+            const std::string& out_path) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("fork");
+    std::exit(1);
+  }
+  if (pid == 0) {
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    if (!out_path.empty()) {
+      const int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || dup2(fd, 1) < 0) _exit(126);
+      close(fd);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for all `pids` until `timeout`; kills the rest after it. Returns true
+// if every process exited with status 0.
+bool WaitAll(std::vector<pid_t> pids, absl::Duration timeout,
+             const std::string& what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  bool ok = true;
+  while (!pids.empty()) {
+    int status = 0;
+    const pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      auto it = std::find(pids.begin(), pids.end(), p);
+      if (it == pids.end()) continue;
+      pids.erase(it);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "%s: process %d failed (status 0x%x)\n",
+                     what.c_str(), p, status);
+        ok = false;
+      }
+      continue;
+    }
+    if (absl::Now() > deadline) {
+      std::fprintf(stderr, "%s: timed out; killing %zu process(es)\n",
+                   what.c_str(), pids.size());
+      for (pid_t q : pids) kill(q, SIGKILL);
+      for (pid_t q : pids) waitpid(q, &status, 0);
+      return false;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return ok;
+}
+
+int RunCommand(const std::vector<std::string>& argv) {
+  const pid_t pid = Spawn(argv, {}, "");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// "RESULT bytes iters median_us min_us" lines -> bytes -> median_us.
+std::map<int64_t, double> ParseResults(const std::string& text) {
+  std::map<int64_t, double> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 4 || f[0] != "RESULT") continue;
+    int64_t bytes;
+    double med;
+    if (absl::SimpleAtoi(f[1], &bytes) && absl::SimpleAtod(f[3], &med)) {
+      out[bytes] = med;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- worker
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << text;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+int RunWorker() {
+  // Process-wide settings a lockstep worker daemon makes at startup (this
+  // machine's fresh pages cost 10-20 us each, and glibc otherwise returns
+  // freed gRPC buffers to the kernel with madvise/munmap on every cycle):
+  // keep freed memory in the heap, serve blocks up to 32 MiB from it, and
+  // use one arena (per-thread arenas unmap whole heaps when they empty).
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  // Abseil's debug deadlock detection (on in Debian's build) costs a graph
+  // update per lock acquisition.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int k = absl::GetFlag(FLAGS_world);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const std::vector<int64_t> sizes = ParseInts(absl::GetFlag(FLAGS_sizes));
+  const auto grpc_args = ParseGrpcArgs(absl::GetFlag(FLAGS_grpc_args));
+
+  PeerServiceImpl service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  service.RegisterOn(builder);
+  for (const auto& [name, value] : grpc_args) {
+    builder.AddChannelArgument(name, value);
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port <= 0) {
+    std::fprintf(stderr, "rank %d: cannot start the gRPC server\n", rank);
+    return 1;
+  }
+  WriteFileAtomically(absl::StrCat(dir, "/port.", rank), absl::StrCat(port));
+
+  // Rendezvous: wait for every rank's port file.
+  std::vector<std::string> addresses(k);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (int r = 0; r < k; ++r) {
+    std::string text;
+    int p = 0;
+    while (!ReadFile(absl::StrCat(dir, "/port.", r), &text) ||
+           !absl::SimpleAtoi(text, &p)) {
+      if (absl::Now() > deadline) {
+        std::fprintf(stderr, "rank %d: rank %d never published its port\n",
+                     rank, r);
+        return 1;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    addresses[r] = absl::StrCat("127.0.0.1:", p);
+  }
+
+  GrpcTransportOptions options;
+  options.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
+  options.channel_args = grpc_args;
+  options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+  absl::StatusOr<std::unique_ptr<GrpcTransport>> transport =
+      GrpcTransport::Create(&service, /*group=*/1, rank, addresses, options);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 transport.status().ToString().c_str());
+    return 1;
+  }
+  RingAllReducer reducer(transport->get());
+
+  int64_t max_bytes = 0;
+  for (int64_t s : sizes) max_bytes = std::max(max_bytes, s);
+  // Allocated and first touched once, reused for every size.
+  std::vector<float> buf(max_bytes / sizeof(float), 0.0f);
+  const float mine = static_cast<float>(rank + 1);
+  const float want = static_cast<float>(k * (k + 1) / 2);
+  int64_t step = 0;
+  int status = 0;
+  for (int64_t bytes : sizes) {
+    const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+    const int warm = WarmupFor(bytes), iters = IterationsFor(bytes);
+    std::vector<double> us;
+    us.reserve(iters);
+    absl::Span<float> v(buf.data(), n);
+    for (int i = 0; i < warm + iters; ++i) {
+      std::fill(v.begin(), v.end(), mine);
+      int64_t count = 1;
+      AllReduceOptions o;
+      o.job = 1;
+      o.step = step++;
+      o.timeout = absl::Seconds(120);
+      o.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+      const absl::Time t0 = absl::Now();
+      absl::Status s = reducer.AllReduce(v, &count, o);
+      const absl::Time t1 = absl::Now();
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: size %lld: %s\n", rank,
+                     static_cast<long long>(bytes), s.ToString().c_str());
+        return 1;
+      }
+      if (count != k) {
+        std::fprintf(stderr, "rank %d: count %lld, expected %d\n", rank,
+                     static_cast<long long>(count), k);
+        return 1;
+      }
+      if (i >= warm) us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      if (v[j] != want) {
+        std::fprintf(stderr, "rank %d: size %lld: element %lld is %g, expected %g\n",
+                     rank, static_cast<long long>(bytes),
+                     static_cast<long long>(j), v[j], want);
+        status = 1;
+        break;
+      }
+    }
+    if (rank == 0) {
+      const double med = Median(us);
+      std::printf("RESULT %lld %d %.3f %.3f\n", static_cast<long long>(bytes),
+                  iters, med, *std::min_element(us.begin(), us.end()));
+      std::fflush(stdout);
+    }
+  }
+  if (absl::GetFlag(FLAGS_stats)) {
+    std::fprintf(stderr, "rank %d: %lld messages received, %lld gathered from several slices\n",
+                 rank, static_cast<long long>(service.messages_delivered()),
+                 static_cast<long long>(service.messages_gathered()));
+  }
+  (*transport)->Shutdown();
+  transport->reset();
+  service.Shutdown();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return status;
+}
+
+// ---------------------------------------------------------------- raw TCP
+
+bool WriteAll(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, uint8_t* p, size_t n) {
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Per-direction bandwidth (bytes/s) of one loopback TCP connection carrying
+// `messages` messages of `bytes` in each direction at the same time.
+double RawLoopbackBandwidth(int64_t bytes, int messages) {
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(lfd, 1) != 0 ||
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("raw tcp: listen");
+    return 0;
+  }
+  const int a = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(a, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::perror("raw tcp: connect");
+    return 0;
+  }
+  const int b = accept(lfd, nullptr, nullptr);
+  close(lfd);
+  const int one = 1;
+  setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Separate, pre-touched buffers per thread.
+  std::vector<std::vector<uint8_t>> bufs(4, std::vector<uint8_t>(bytes, 1));
+  bool ok = true;
+  const absl::Time start = absl::Now();
+  {
+    std::vector<std::thread> th;
+    th.emplace_back([&] { for (int i = 0; i < messages; ++i) ok &= WriteAll(a, bufs[0].data(), bytes); });
+    th.emplace_back([&] { for (int i = 0; i < messages; ++i) ok &= ReadAll(a, bufs[1].data(), bytes); });
+    th.emplace_back([&] { for (int i = 0; i < messages; ++i) ok &= WriteAll(b, bufs[2].data(), bytes); });
+    th.emplace_back([&] { for (int i = 0; i < messages; ++i) ok &= ReadAll(b, bufs[3].data(), bytes); });
+    for (auto& t : th) t.join();
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  close(a);
+  close(b);
+  if (!ok) return 0;
+  return static_cast<double>(bytes) * messages / secs;
+}
+
+// ---------------------------------------------------------------- malloc
+
+int RunMallocProbe() {
+  constexpr size_t kBytes = 64 << 20;
+  // Compiler barriers: the mallocs, memsets and clock reads must happen in
+  // program order and must not be elided.
+#define LOCKSTEP_BARRIER() __asm__ volatile("" ::: "memory")
+  char* p = static_cast<char*>(std::malloc(kBytes));
+  LOCKSTEP_BARRIER();
+  std::memset(p, 1, kBytes);
+  LOCKSTEP_BARRIER();
+  const struct mallinfo2 during = mallinfo2();
+  std::free(p);
+  LOCKSTEP_BARRIER();
+  const struct mallinfo2 after = mallinfo2();
+  // A second block: fresh pages (slow first touch) unless the heap kept them.
+  const absl::Time t0 = absl::Now();
+  LOCKSTEP_BARRIER();
+  char* q = static_cast<char*>(std::malloc(kBytes));
+  LOCKSTEP_BARRIER();
+  std::memset(q, 2, kBytes);
+  LOCKSTEP_BARRIER();
+  const double touch_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  unsigned sum = 0;
+  for (size_t i = 0; i < kBytes; i += 4096) sum += static_cast<unsigned char>(q[i]);
+  std::free(q);
+#undef LOCKSTEP_BARRIER
+  if (sum != 2 * (kBytes / 4096)) return 1;
+  std::printf("%s %s %.1f\n", during.hblkhd >= kBytes ? "mmap" : "heap",
+              after.arena >= kBytes ? "kept" : "returned", touch_ms);
+  return 0;
+}
+
+struct ProbeResult {
+  std::string how;  // "mmap" / "heap"
+  std::string freed;  // "kept" / "returned"
+  double touch_ms = 0;
+};
+
+ProbeResult ProbeMalloc(const std::string& self, const Env& env,
+                        const std::string& dir) {
+  const std::string out = dir + "/probe.txt";
+  const pid_t pid = Spawn({self, "--malloc_probe"}, env, out);
+  WaitAll({pid}, absl::Seconds(30), "malloc probe");
+  std::string text;
+  ProbeResult r;
+  if (ReadFile(out, &text)) {
+    std::istringstream in(text);
+    in >> r.how >> r.freed >> r.touch_ms;
+  }
+  return r;
+}
+
+std::string EnvToString(const Env& env) {
+  if (env.empty()) return "(as is)";
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : env) parts.push_back(absl::StrCat(k, "=", v));
+  return absl::StrJoin(parts, " ");
+}
+
+// ---------------------------------------------------------------- parent
+
+std::string FindFile(const std::string& flag_value, const std::string& rel) {
+  std::vector<std::string> candidates;
+  if (!flag_value.empty()) candidates.push_back(flag_value);
+  candidates.push_back(rel);  // bazel run: cwd is the runfiles root
+  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
+    candidates.push_back(absl::StrCat(ws, "/", rel));
+  }
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), R_OK) == 0) return c;
+  }
+  return "";
+}
+
+bool HaveCommand(const std::string& cmd) {
+  return RunCommand({"sh", "-c", absl::StrCat("command -v ", cmd, " >/dev/null 2>&1")}) == 0;
+}
+
+// bytes -> median latency (us) for one run; empty on failure.
+using RunResult = std::map<int64_t, double>;
+
+RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
+  const std::string run_dir = absl::StrCat(dir, "/lockstep_k", k, "_", getpid(), "_",
+                                           absl::ToUnixNanos(absl::Now()));
+  mkdir(run_dir.c_str(), 0755);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < k; ++r) {
+    std::vector<std::string> argv = {
+        self,
+        "--worker",
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--world=", k),
+        absl::StrCat("--dir=", run_dir),
+        absl::StrCat("--sizes=", absl::GetFlag(FLAGS_sizes)),
+        absl::StrCat("--segment_bytes=", absl::GetFlag(FLAGS_segment_bytes)),
+        absl::StrCat("--max_queued_bytes=", absl::GetFlag(FLAGS_max_queued_bytes)),
+        absl::StrCat("--grpc_args=", absl::GetFlag(FLAGS_grpc_args)),
+        absl::StrCat("--recv_spin_us=", absl::GetFlag(FLAGS_recv_spin_us)),
+        absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};
+    pids.push_back(Spawn(argv, {}, r == 0 ? run_dir + "/out.0" : ""));
+  }
+  if (!WaitAll(pids, absl::Minutes(5), absl::StrCat("lockstep K=", k))) return {};
+  std::string text;
+  ReadFile(run_dir + "/out.0", &text);
+  return ParseResults(text);
+}
+
+RunResult RunMpi(const std::string& mpi_binary, int k, const Env& env,
+                 const std::string& dir) {
+  std::vector<std::string> argv = {
+      "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", absl::StrCat(k),
+      "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
+      "--mca", "mpi_yield_when_idle", "1"};
+  for (const auto& [name, value] : env) {
+    argv.push_back("-x");
+    argv.push_back(name);
+  }
+  argv.push_back(mpi_binary);
+  for (int64_t s : ParseInts(absl::GetFlag(FLAGS_sizes))) argv.push_back(absl::StrCat(s));
+  const std::string out = absl::StrCat(dir, "/mpi_k", k, ".txt");
+  const pid_t pid = Spawn(argv, env, out);
+  if (!WaitAll({pid}, absl::Minutes(5), absl::StrCat("mpirun -np ", k))) return {};
+  std::string text;
+  ReadFile(out, &text);
+  return ParseResults(text);
+}
+
+double BusBw(int64_t bytes, int k, double us) {
+  if (us <= 0) return 0;
+  return bytes / (us * 1e-6) * 2.0 * (k - 1) / k;
+}
+
+int RunParent(const std::string& self) {
+  const std::vector<int64_t> sizes = ParseInts(absl::GetFlag(FLAGS_sizes));
+  const std::vector<int64_t> worlds = ParseInts(absl::GetFlag(FLAGS_worlds));
+  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  char tmpl[] = "/tmp/lockstep_allreduce_XXXXXX";
+  const char* tmp = mkdtemp(tmpl);
+  if (tmp == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmp;
+  std::printf("lockstep all-reduce benchmark (temp dir %s, %d repeat(s), %u cores)\n",
+              dir.c_str(), repeats, std::thread::hardware_concurrency());
+
+  // 1. Raw loopback TCP.
+  double raw_bw = 0;
+  if (absl::GetFlag(FLAGS_tcp)) {
+    std::vector<double> v;
+    for (int i = 0; i < 3; ++i) v.push_back(RawLoopbackBandwidth(16 << 20, 32));
+    raw_bw = Median(v);
+    std::printf("raw loopback TCP, one socket pair, both directions at once, "
+                "16 MiB messages: %.2f GB/s per direction (median of 3)\n",
+                raw_bw / 1e9);
+  }
+
+  // 2. Open MPI.
+  std::string mpi_binary;
+  Env nommap_env;
+  if (absl::GetFlag(FLAGS_mpi)) {
+    if (!HaveCommand("mpirun") || !HaveCommand("mpicc")) {
+      const std::string setup = FindFile("", "bench/setup_mpi.sh");
+      std::printf("Open MPI not found; running %s\n",
+                  setup.empty() ? "bench/setup_mpi.sh (not found!)" : setup.c_str());
+      if (setup.empty() || RunCommand({"bash", setup}) != 0) {
+        std::printf("Open MPI setup failed: run `sudo bash bench/setup_mpi.sh` "
+                    "and re-run; continuing without MPI.\n");
+      }
+    }
+    const std::string src = FindFile(absl::GetFlag(FLAGS_mpi_source), "bench/mpi_allreduce.c");
+    if (src.empty()) {
+      std::printf("bench/mpi_allreduce.c not found (pass --mpi_source); no MPI\n");
+    } else if (HaveCommand("mpicc")) {
+      mpi_binary = dir + "/mpi_allreduce";
+      if (RunCommand({"mpicc", "-O2", "-o", mpi_binary, src}) != 0) {
+        std::printf("mpicc failed; no MPI\n");
+        mpi_binary.clear();
+      } else {
+        std::string version;
+        const std::string vfile = dir + "/mpirun_version.txt";
+        WaitAll({Spawn({"mpirun", "--version"}, {}, vfile)}, absl::Seconds(30), "mpirun --version");
+        ReadFile(vfile, &version);
+        std::printf("MPI baseline: %s compiled with mpicc -O2\n",
+                    std::string(version.substr(0, version.find('\n'))).c_str());
+      }
+    }
+  }
+
+  // 3. glibc probe: which environment really keeps 64 MiB blocks off mmap?
+  const Env as_is = {};
+  const Env claimed = {{"MALLOC_NOMMAP", "1"}};
+  const Env real = {{"MALLOC_MMAP_MAX_", "0"}, {"MALLOC_TRIM_THRESHOLD_", "4294967296"}};
+  const std::vector<Env> probes = {as_is, claimed, real};
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const Env& e = probes[i];
+    ProbeResult p = ProbeMalloc(self, e, dir);
+    std::printf("glibc probe %-55s: 64 MiB malloc via %s, after free %s to the OS, "
+                "next 64 MiB first touch %.1f ms\n",
+                EnvToString(e).c_str(), p.how.c_str(),
+                p.freed == "kept" ? "kept, not returned" : "returned",
+                p.touch_ms);
+    if (i == 2 && p.how == "heap") nommap_env = real;
+  }
+  if (nommap_env.empty()) {
+    std::printf("MALLOC_MMAP_MAX_=0 did not keep blocks off mmap; the second MPI "
+                "run uses it anyway\n");
+    nommap_env = real;
+  }
+
+  // 4. Runs.
+  // results[system][k][bytes] = medians over repeats
+  std::map<std::string, std::map<int, std::map<int64_t, std::vector<double>>>> results;
+  const absl::Time bench_start = absl::Now();
+  for (int rep = 0; rep < repeats; ++rep) {
+    for (int64_t k64 : worlds) {
+      const int k = static_cast<int>(k64);
+      std::printf("repeat %d/%d K=%d: lockstep...", rep + 1, repeats, k);
+      std::fflush(stdout);
+      for (auto& [b, us] : RunLockstep(self, k, dir)) results["lockstep"][k][b].push_back(us);
+      if (!mpi_binary.empty()) {
+        std::printf(" MPI as is...");
+        std::fflush(stdout);
+        for (auto& [b, us] : RunMpi(mpi_binary, k, as_is, dir)) results["mpi"][k][b].push_back(us);
+        std::printf(" MPI no-mmap...");
+        std::fflush(stdout);
+        for (auto& [b, us] : RunMpi(mpi_binary, k, nommap_env, dir)) results["mpi_nommap"][k][b].push_back(us);
+      }
+      std::printf(" done (%.0f s so far)\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
+    }
+  }
+
+  // 5. Table.
+  auto med = [&](const std::string& sys, int k, int64_t b) {
+    auto& v = results[sys][k][b];
+    return v.empty() ? 0.0 : Median(v);
+  };
+  std::printf("\nMedians over %d run(s). lat = median per-call latency (rank 0); "
+              "algbw = bytes/lat; busbw = algbw*2(K-1)/K; GB/s = 1e9 B/s.\n"
+              "MPI no-mmap = %s. ratio = lockstep busbw / best MPI busbw.\n\n",
+              repeats, EnvToString(nommap_env).c_str());
+  std::printf("%2s %8s | %10s %8s %8s | %10s %8s | %10s %8s | %7s\n", "K", "size",
+              "lockstep us", "algbw", "busbw", "MPI us", "busbw", "MPInomm us",
+              "busbw", "ratio");
+  std::vector<std::string> targets;
+  int missed = 0;
+  for (int64_t k64 : worlds) {
+    const int k = static_cast<int>(k64);
+    for (int64_t b : sizes) {
+      const double l = med("lockstep", k, b);
+      const double m1 = med("mpi", k, b);
+      const double m2 = med("mpi_nommap", k, b);
+      const double best_mpi_us =
+          (m1 > 0 && m2 > 0) ? std::min(m1, m2) : std::max(m1, m2);
+      const double ratio = best_mpi_us > 0 && l > 0
+                               ? BusBw(b, k, l) / BusBw(b, k, best_mpi_us)
+                               : 0;
+      std::printf("%2d %8s | %10.1f %8.3f %8.3f | %10.1f %8.3f | %10.1f %8.3f | %6.2fx\n",
+                  k, HumanBytes(b).c_str(), l, l > 0 ? b / (l * 1e-6) / 1e9 : 0,
+                  BusBw(b, k, l) / 1e9, m1, BusBw(b, k, m1) / 1e9, m2,
+                  BusBw(b, k, m2) / 1e9, ratio);
+      if (best_mpi_us <= 0 || l <= 0) continue;
+      auto target = [&](const std::string& what, bool met) {
+        targets.push_back(absl::StrFormat("  %-6s K=%d %-7s %s", met ? "met" : "MISSED", k,
+                                          HumanBytes(b), what));
+        if (!met) ++missed;
+      };
+      if (b >= (64 << 10)) {
+        target(absl::StrFormat("busbw >= 0.5x Open MPI (%.2fx)", ratio), ratio >= 0.5);
+      }
+      if (b == (16 << 20) || b == (64 << 20)) {
+        target(absl::StrFormat("busbw >= 1.0x Open MPI (%.2fx)", ratio), ratio >= 1.0);
+      }
+      if (b == 4096) {
+        const double lat_ratio = l / best_mpi_us;
+        target(absl::StrFormat("latency <= 3x Open MPI (%.2fx: %.1f us vs %.1f us)",
+                               lat_ratio, l, best_mpi_us),
+               lat_ratio <= 3.0);
+      }
+    }
+  }
+  if (raw_bw > 0) {
+    const double l = med("lockstep", 2, 16 << 20);
+    if (l > 0) {
+      std::printf("\nK=2 16 MiB: lockstep busbw %.3f GB/s = %.0f%% of raw loopback "
+                  "TCP (%.2f GB/s per direction)\n",
+                  BusBw(16 << 20, 2, l) / 1e9, 100 * BusBw(16 << 20, 2, l) / raw_bw,
+                  raw_bw / 1e9);
+    }
+  }
+  if (!targets.empty()) {
+    std::printf("\nTargets (%d missed):\n%s\n", missed, absl::StrJoin(targets, "\n").c_str());
+  }
+  std::printf("total %.0f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_malloc_probe)) return lockstep::RunMallocProbe();
+  if (absl::GetFlag(FLAGS_worker)) return lockstep::RunWorker();
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::perror("readlink /proc/self/exe");
+    return 1;
+  }
+  self[n] = '\0';
+  return lockstep::RunParent(self);
+}

@@ -1,0 +1,80 @@
+// Conformance suite for collective transports and parameter-server clients,
+// written once and instantiated per implementation. It checks the Transport
+// contract (transport.h: FIFO, key/size mismatch errors, stale discard,
+// deadlines), the ring all-reduce on top of it (closed-form sums for K = 1..8
+// and many lengths, bit-identical results, peer failures that never hang),
+// and the parameter-server round (ps_aggregator.h) through PsClient.
+//
+// To run it against a transport, link the "conformance" target (testonly,
+// alwayslink) and instantiate, e.g.:
+//
+//   INSTANTIATE_TEST_SUITE_P(
+//       InProcess, TransportConformanceTest,
+//       ::testing::Values(TransportFactoryParam{"InProcess",
+//                                               MakeInProcessTransports}),
+//       TransportParamName);
+//   INSTANTIATE_TEST_SUITE_P(
+//       InProcess, PsConformanceTest,
+//       ::testing::Values(PsClientFactoryParam{"InProcess",
+//                                             MakeInProcessPsClients}),
+//       PsParamName);
+//
+// The suite builds at most 8 endpoints at a time and uses deadlines of a few
+// hundred milliseconds for failure cases, so factories must be able to build
+// groups quickly (e.g. OS-chosen ports for a network transport).
+#ifndef LOCKSTEP_COMMON_COLLECTIVE_COLLECTIVE_CONFORMANCE_H_
+#define LOCKSTEP_COMMON_COLLECTIVE_COLLECTIVE_CONFORMANCE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "common/collective/ps_aggregator.h"
+#include "common/collective/transport.h"
+
+namespace lockstep {
+
+// Returns world_size fresh, connected endpoints with endpoints[r]->rank() ==
+// r. The endpoints own (or share ownership of) everything they use.
+using TransportFactory =
+    std::function<std::vector<std::unique_ptr<Transport>>(int world_size)>;
+
+struct TransportFactoryParam {
+  std::string name;  // test-name suffix, [A-Za-z0-9_]
+  TransportFactory make;
+};
+
+// Returns num_shards clients; client s talks to a fresh shard s covering
+// ShardBounds(n, num_shards, s) and aggregating num_workers pushes. Clients
+// are thread-safe and shared by all workers; they own what they use.
+using PsClientFactory = std::function<std::vector<std::unique_ptr<PsClient>>(
+    int num_workers, int num_shards, int64_t n)>;
+
+struct PsClientFactoryParam {
+  std::string name;
+  PsClientFactory make;
+};
+
+class TransportConformanceTest
+    : public ::testing::TestWithParam<TransportFactoryParam> {};
+
+class PsConformanceTest
+    : public ::testing::TestWithParam<PsClientFactoryParam> {};
+
+// gtest printers (print the name).
+void PrintTo(const TransportFactoryParam& p, std::ostream* os);
+void PrintTo(const PsClientFactoryParam& p, std::ostream* os);
+
+// Name generators for INSTANTIATE_TEST_SUITE_P.
+std::string TransportParamName(
+    const ::testing::TestParamInfo<TransportFactoryParam>& info);
+std::string PsParamName(
+    const ::testing::TestParamInfo<PsClientFactoryParam>& info);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_COLLECTIVE_COLLECTIVE_CONFORMANCE_H_

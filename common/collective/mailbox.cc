@@ -1,0 +1,143 @@
+#include "common/collective/mailbox.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+
+Mailbox::Mailbox(int owner_rank, int world_size)
+    : rank_(owner_rank), world_size_(world_size) {
+  ABSL_RAW_CHECK(world_size >= 1 && owner_rank >= 0 && owner_rank < world_size,
+                 "Mailbox: owner_rank must be in [0, world_size)");
+  absl::MutexLock l(&mu_);
+  peers_.resize(world_size);
+}
+
+absl::Status Mailbox::Deliver(int from, const MessageKey& key,
+                              absl::Span<const uint8_t> data) {
+  if (from < 0 || from >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank %d: message %s from unknown peer %d: expected a peer in [0, %d)",
+        rank_, KeyToString(key), from, world_size_));
+  }
+  std::vector<uint8_t> buf;
+  {
+    absl::MutexLock l(&mu_);
+    const absl::Status& closed = peers_[from].closed;
+    if (!closed.ok()) {
+      return absl::Status(
+          closed.code(),
+          absl::StrFormat("rank %d: stream from peer %d is closed (%s); "
+                          "rejected message %s",
+                          rank_, from, closed.message(), KeyToString(key)));
+    }
+    if (!pool_.empty()) {
+      buf = std::move(pool_.back());
+      pool_.pop_back();
+    }
+  }
+  // Copy outside the lock; assign reuses the pooled capacity when it fits.
+  buf.assign(data.begin(), data.end());
+  absl::MutexLock l(&mu_);
+  peers_[from].queue.push_back(Message{key, std::move(buf)});
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status Mailbox::Receive(int from, const MessageKey& key,
+                              absl::Span<uint8_t> out, absl::Time deadline) {
+  if (from < 0 || from >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank %d: cannot receive from peer %d: expected a peer in [0, %d)",
+        rank_, from, world_size_));
+  }
+  std::vector<uint8_t> bytes;
+  mu_.Lock();
+  PeerStream& ps = peers_[from];
+  bool timed_out = false;
+  for (;;) {
+    while (!ps.queue.empty() && IsStale(ps.queue.front().key, key)) {
+      ps.last_stale = ps.queue.front().key;
+      ++ps.stale;
+      ++stale_total_;
+      RecycleLocked(std::move(ps.queue.front().bytes));
+      ps.queue.pop_front();
+    }
+    if (!ps.queue.empty()) break;
+    if (!ps.closed.ok()) {
+      absl::Status s(ps.closed.code(),
+                     absl::StrFormat("rank %d: stream from peer %d is closed "
+                                     "(%s) while waiting for message %s",
+                                     rank_, from, ps.closed.message(),
+                                     KeyToString(key)));
+      mu_.Unlock();
+      return s;
+    }
+    if (timed_out) {
+      std::string stale;
+      if (ps.stale > 0) {
+        stale = absl::StrFormat(
+            "; %d stale message(s) from peer %d discarded so far, the last %s",
+            ps.stale, from, KeyToString(ps.last_stale));
+      }
+      absl::Status s = absl::DeadlineExceededError(absl::StrFormat(
+          "rank %d: timed out waiting for message %s (%d bytes) from peer "
+          "%d%s",
+          rank_, KeyToString(key), out.size(), from, stale));
+      mu_.Unlock();
+      return s;
+    }
+    timed_out = cv_.WaitWithDeadline(&mu_, deadline);
+  }
+  const Message& front = ps.queue.front();
+  if (front.key != key) {
+    absl::Status s = absl::InternalError(absl::StrFormat(
+        "rank %d: message from peer %d has key %s (%d bytes) but key %s "
+        "(%d bytes) was expected",
+        rank_, from, KeyToString(front.key), front.bytes.size(),
+        KeyToString(key), out.size()));
+    mu_.Unlock();
+    return s;
+  }
+  if (front.bytes.size() != out.size()) {
+    absl::Status s = absl::DataLossError(absl::StrFormat(
+        "rank %d: message %s from peer %d has %d bytes but %d were expected",
+        rank_, KeyToString(key), from, front.bytes.size(), out.size()));
+    mu_.Unlock();
+    return s;
+  }
+  bytes = std::move(ps.queue.front().bytes);
+  ps.queue.pop_front();
+  mu_.Unlock();
+
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+
+  absl::MutexLock l(&mu_);
+  RecycleLocked(std::move(bytes));
+  return absl::OkStatus();
+}
+
+void Mailbox::ClosePeer(int from, absl::Status reason) {
+  ABSL_RAW_CHECK(from >= 0 && from < world_size_, "ClosePeer: bad peer");
+  ABSL_RAW_CHECK(!reason.ok(), "ClosePeer: reason must be an error");
+  absl::MutexLock l(&mu_);
+  peers_[from].closed = std::move(reason);
+  cv_.SignalAll();
+}
+
+int64_t Mailbox::stale_discarded() const {
+  absl::MutexLock l(&mu_);
+  return stale_total_;
+}
+
+void Mailbox::RecycleLocked(std::vector<uint8_t> buf) {
+  if (buf.capacity() == 0 || pool_.size() >= kMaxPooledBuffers) return;
+  buf.clear();
+  pool_.push_back(std::move(buf));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,276 @@
+#include "common/collective/ps_aggregator.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/collective/chunking.h"
+
+namespace lockstep {
+
+PsShard::PsShard(int num_workers, int64_t shard_len, int shard_index)
+    : num_workers_(num_workers),
+      shard_len_(shard_len),
+      shard_index_(shard_index) {
+  ABSL_RAW_CHECK(num_workers >= 1, "PsShard: num_workers must be >= 1");
+  ABSL_RAW_CHECK(shard_len >= 0, "PsShard: shard_len must be >= 0");
+}
+
+void PsShard::FoldLocked(Slot& slot, int worker,
+                         absl::Span<const float> data) {
+  if (worker == 0) {
+    std::copy(data.begin(), data.end(), slot.acc.begin());
+  } else {
+    float* a = slot.acc.data();
+    const float* x = data.data();
+    for (int64_t i = 0; i < shard_len_; ++i) a[i] += x[i];
+  }
+  ++slot.folded;
+}
+
+absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
+                           absl::Span<const float> shard_grad_sum,
+                           int64_t count) {
+  const std::string where =
+      absl::StrFormat("ps shard %d: push (job %d step %d) from worker %d",
+                      shard_index_, job, step, worker);
+  if (worker < 0 || worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: worker must be in [0, %d)", where, num_workers_));
+  }
+  if (static_cast<int64_t>(shard_grad_sum.size()) != shard_len_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: gradient has %d floats, expected the shard length %d", where,
+        shard_grad_sum.size(), shard_len_));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: count is %d, expected >= 0", where, count));
+  }
+  if (step < 0) {
+    return absl::InvalidArgumentError(where + ": step must be >= 0");
+  }
+
+  absl::MutexLock l(&mu_);
+  Job& js = jobs_[job];
+  if (IsGone(js, step)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: step is older than the retained steps %d and %d", where,
+        js.latest - 1, js.latest));
+  }
+  Slot& sl = js.slots[static_cast<uint64_t>(step) & 1];
+  if (!sl.active || sl.step != step) {
+    // The slot holds nothing or a step <= step - 2 (a newer one would have
+    // made `step` gone): recycle its buffers for this step.
+    sl.active = true;
+    sl.step = step;
+    sl.acc.resize(shard_len_);
+    sl.early.resize(num_workers_);
+    sl.pushed.assign(num_workers_, 0);
+    sl.counts.assign(num_workers_, 0);
+    sl.folded = 0;
+    sl.total_count = 0;
+    if (!js.has_latest || step > js.latest) {
+      js.has_latest = true;
+      js.latest = step;
+    }
+    cv_.SignalAll();  // pulls of a recycled step must notice it is gone
+  }
+  if (sl.pushed[worker]) {
+    if (sl.counts[worker] == count) return absl::OkStatus();  // duplicate
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: duplicate push with count %d, but the first push had count %d",
+        where, count, sl.counts[worker]));
+  }
+  int64_t total;
+  if (__builtin_add_overflow(sl.total_count, count, &total)) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("%s: total example count overflows int64", where));
+  }
+  sl.total_count = total;
+  sl.pushed[worker] = 1;
+  sl.counts[worker] = count;
+  if (worker == sl.folded) {
+    FoldLocked(sl, worker, shard_grad_sum);
+  } else {
+    sl.early[worker].assign(shard_grad_sum.begin(), shard_grad_sum.end());
+  }
+  while (sl.folded < num_workers_ && sl.pushed[sl.folded]) {
+    FoldLocked(sl, sl.folded, sl.early[sl.folded]);
+  }
+  if (sl.folded == num_workers_) cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
+                           absl::Span<float> out, int64_t* count,
+                           absl::Time deadline) {
+  const std::string where =
+      absl::StrFormat("ps shard %d: pull (job %d step %d) by worker %d",
+                      shard_index_, job, step, worker);
+  if (worker < 0 || worker >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: worker must be in [0, %d)", where, num_workers_));
+  }
+  if (static_cast<int64_t>(out.size()) != shard_len_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: output has %d floats, expected the shard length %d", where,
+        out.size(), shard_len_));
+  }
+  if (count == nullptr) {
+    return absl::InvalidArgumentError(where + ": count is null");
+  }
+  if (step < 0) {
+    return absl::InvalidArgumentError(where + ": step must be >= 0");
+  }
+
+  absl::MutexLock l(&mu_);
+  bool timed_out = false;
+  for (;;) {
+    auto it = jobs_.find(job);
+    const Slot* sl = nullptr;
+    if (it != jobs_.end()) {
+      const Job& js = it->second;
+      if (IsGone(js, step)) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s: step is older than the retained steps %d and %d (garbage "
+            "collected)",
+            where, js.latest - 1, js.latest));
+      }
+      const Slot& s = js.slots[static_cast<uint64_t>(step) & 1];
+      if (s.active && s.step == step) sl = &s;
+    }
+    if (sl != nullptr && sl->folded == num_workers_) {
+      std::copy(sl->acc.begin(), sl->acc.end(), out.begin());
+      *count = sl->total_count;
+      return absl::OkStatus();
+    }
+    if (timed_out) {
+      std::vector<int> missing;
+      for (int w = 0; w < num_workers_; ++w) {
+        if (sl == nullptr || !sl->pushed[w]) missing.push_back(w);
+      }
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "%s: timed out after %d of %d pushes; missing pushes from "
+          "workers [%s]",
+          where, num_workers_ - static_cast<int>(missing.size()),
+          num_workers_, absl::StrJoin(missing, ", ")));
+    }
+    timed_out = cv_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+void PsShard::ForgetJob(uint64_t job) {
+  absl::MutexLock l(&mu_);
+  jobs_.erase(job);
+  cv_.SignalAll();
+}
+
+std::vector<int64_t> PsShard::RetainedSteps(uint64_t job) const {
+  absl::MutexLock l(&mu_);
+  std::vector<int64_t> steps;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return steps;
+  for (const Slot& s : it->second.slots) {
+    if (s.active && !IsGone(it->second, s.step)) steps.push_back(s.step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+InProcessPsClient::InProcessPsClient(std::shared_ptr<PsShard> shard)
+    : shard_(std::move(shard)) {
+  ABSL_RAW_CHECK(shard_ != nullptr, "InProcessPsClient: shard is null");
+}
+
+absl::Status InProcessPsClient::Push(uint64_t job, int64_t step, int worker,
+                                     absl::Span<const float> shard_grad_sum,
+                                     int64_t count,
+                                     absl::Time /*deadline: never blocks*/) {
+  return shard_->Push(job, step, worker, shard_grad_sum, count);
+}
+
+absl::Status InProcessPsClient::Pull(uint64_t job, int64_t step, int worker,
+                                     absl::Span<float> out, int64_t* count,
+                                     absl::Time deadline) {
+  return shard_->Pull(job, step, worker, out, count, deadline);
+}
+
+std::vector<std::unique_ptr<PsClient>> MakeInProcessPsClients(int num_workers,
+                                                              int num_shards,
+                                                              int64_t n) {
+  ABSL_RAW_CHECK(num_shards >= 1, "MakeInProcessPsClients: num_shards < 1");
+  std::vector<std::unique_ptr<PsClient>> clients;
+  clients.reserve(num_shards);
+  for (int s = 0; s < num_shards; ++s) {
+    clients.push_back(std::make_unique<InProcessPsClient>(
+        std::make_shared<PsShard>(num_workers,
+                                  ShardBounds(n, num_shards, s).size(), s)));
+  }
+  return clients;
+}
+
+absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
+                         absl::Span<float> grad, int64_t* count,
+                         const PsAllReduceOptions& o) {
+  const int S = static_cast<int>(shards.size());
+  const int64_t n = static_cast<int64_t>(grad.size());
+  const std::string where =
+      absl::StrFormat("ps all-reduce (job %d step %d, worker %d, %d shards)",
+                      o.job, o.step, o.worker, S);
+  if (S == 0) return absl::InvalidArgumentError(where + ": no shards");
+  for (int s = 0; s < S; ++s) {
+    if (shards[s] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: client for shard %d is null", where, s));
+    }
+  }
+  if (count == nullptr) {
+    return absl::InvalidArgumentError(where + ": count is null");
+  }
+  if (*count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: count is %d, expected >= 0", where, *count));
+  }
+  if (o.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: timeout is %s, expected > 0", where,
+                        absl::FormatDuration(o.timeout)));
+  }
+  const absl::Time deadline = absl::Now() + o.timeout;
+  auto fail = [&](const char* what, int s, const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrFormat("%s: %s shard %d: %s", where,
+                                                   what, s, st.message()));
+  };
+  for (int s = 0; s < S; ++s) {
+    const Range rg = ShardBounds(n, S, s);
+    absl::Status st =
+        shards[s]->Push(o.job, o.step, o.worker,
+                        grad.subspan(rg.begin, rg.size()), *count, deadline);
+    if (!st.ok()) return fail("push to", s, st);
+  }
+  int64_t total = 0;
+  for (int s = 0; s < S; ++s) {
+    const Range rg = ShardBounds(n, S, s);
+    int64_t c = 0;
+    absl::Status st = shards[s]->Pull(o.job, o.step, o.worker,
+                                      grad.subspan(rg.begin, rg.size()), &c,
+                                      deadline);
+    if (!st.ok()) return fail("pull from", s, st);
+    if (s == 0) {
+      total = c;
+    } else if (c != total) {
+      return absl::InternalError(absl::StrFormat(
+          "%s: shard %d reports a total count of %d but shard 0 reports %d",
+          where, s, c, total));
+    }
+  }
+  *count = total;
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

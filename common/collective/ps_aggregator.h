@@ -1,0 +1,183 @@
+// Parameter-server aggregation, as plain classes (no RPC). The parameter
+// (and gradient) vector of n floats is split into S contiguous shards by
+// ShardBounds(n, S, s) (chunking.h). Server s runs one PsShard; each of the K
+// workers pushes its gradient SUM over shard s plus its example COUNT, and
+// pulls back the reduced shard (sum of sums, total count) once all K pushed.
+//
+// Design decision: the server only SUMS and returns the reduced shard; it
+// does not apply the optimizer. Every worker divides by the total count and
+// applies the update itself, so the optimizer state lives on the workers and
+// all replicas stay bit-identical (they all receive the same reduced bits).
+//
+// Determinism: shard s is summed in worker-rank order,
+//   ((x_0 + x_1) + x_2) + ... + x_{K-1},
+// whatever the arrival order (a push that arrives before its turn is kept
+// until the lower ranks arrived; contiguous ranks are folded eagerly). The
+// result therefore does not depend on timing.
+//
+// Memory: per job, only the two most recent steps are retained (a fast worker
+// may push step s+1 while a slow one still pulls step s; lockstep training
+// never needs more). Their buffers are recycled for later steps, so the
+// steady state allocates nothing. Pushing or pulling an older step is an
+// error. ForgetJob releases a finished job.
+//
+// The worker side talks to shard s through the abstract PsClient (an
+// in-process implementation is below; a gRPC one will live in worker/), and
+// PsAllReduce does one push/pull round over all shards.
+#ifndef LOCKSTEP_COMMON_COLLECTIVE_PS_AGGREGATOR_H_
+#define LOCKSTEP_COMMON_COLLECTIVE_PS_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace lockstep {
+
+// One server-side shard of length shard_len, aggregating K = num_workers
+// pushes per (job, step). Thread-safe: any number of threads may push and pull
+// concurrently. Pushes and pulls copy under the shard's lock (a shard is a
+// slice of the model, so the critical sections are one shard-length pass).
+class PsShard {
+ public:
+  // num_workers >= 1, shard_len >= 0 (aborts otherwise: programming error).
+  // shard_index is only used in messages.
+  PsShard(int num_workers, int64_t shard_len, int shard_index = 0);
+  PsShard(const PsShard&) = delete;
+  PsShard& operator=(const PsShard&) = delete;
+
+  int num_workers() const { return num_workers_; }
+  int64_t shard_len() const { return shard_len_; }
+
+  // Records worker's gradient sum over this shard and its example count for
+  // (job, step). Idempotent per (job, step, worker): a repeated push with the
+  // same count returns OK and is not counted again (its data is ignored).
+  // Errors (messages name the shard, job, step and worker):
+  //   InvalidArgumentError   worker not in [0, K), wrong length, count < 0,
+  //                          step < 0;
+  //   FailedPreconditionError step older than the two retained ones, or a
+  //                           duplicate push with a different count;
+  //   OutOfRangeError        total count overflows int64.
+  absl::Status Push(uint64_t job, int64_t step, int worker,
+                    absl::Span<const float> shard_grad_sum, int64_t count);
+
+  // Waits until all K workers pushed (job, step), then copies the reduced
+  // shard into `out` (length shard_len) and the total count into *count.
+  // Pulling before the first push of the step is fine (it waits).
+  // Errors:
+  //   InvalidArgumentError    bad worker, wrong out length, null count,
+  //                           step < 0;
+  //   DeadlineExceededError   not complete by `deadline`; names the workers
+  //                           whose pushes are missing;
+  //   FailedPreconditionError the step is (or became, while waiting) older
+  //                           than the two retained steps, or the job was
+  //                           forgotten.
+  absl::Status Pull(uint64_t job, int64_t step, int worker,
+                    absl::Span<float> out, int64_t* count, absl::Time deadline);
+
+  // Drops all state of `job` (waiting pulls for it then time out, unless the
+  // job is pushed again).
+  void ForgetJob(uint64_t job);
+
+  // Steps of `job` currently held (ascending; at most two), for tests.
+  std::vector<int64_t> RetainedSteps(uint64_t job) const;
+
+ private:
+  struct Slot {
+    bool active = false;
+    int64_t step = 0;
+    std::vector<float> acc;                 // sum of workers [0, folded)
+    std::vector<std::vector<float>> early;  // pushes waiting for their turn
+    std::vector<uint8_t> pushed;            // per worker
+    std::vector<int64_t> counts;            // per worker
+    int folded = 0;
+    int64_t total_count = 0;
+  };
+  struct Job {
+    bool has_latest = false;
+    int64_t latest = 0;  // newest step pushed
+    Slot slots[2];       // step s lives in slots[s & 1]
+  };
+
+  static bool IsGone(const Job& job, int64_t step) {
+    return job.has_latest && step < job.latest - 1;
+  }
+  void FoldLocked(Slot& slot, int worker, absl::Span<const float> data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int num_workers_;
+  const int64_t shard_len_;
+  const int shard_index_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled when a step completes or is recycled
+  std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+// Worker-side access to one shard. Implementations must be thread-safe (one
+// client object may be shared by all K workers of a process).
+class PsClient {
+ public:
+  virtual ~PsClient() = default;
+  // PsShard::Push semantics; may block until `deadline` (RPC), then
+  // DeadlineExceededError / UnavailableError naming the shard server.
+  virtual absl::Status Push(uint64_t job, int64_t step, int worker,
+                            absl::Span<const float> shard_grad_sum,
+                            int64_t count, absl::Time deadline) = 0;
+  // PsShard::Pull semantics.
+  virtual absl::Status Pull(uint64_t job, int64_t step, int worker,
+                            absl::Span<float> out, int64_t* count,
+                            absl::Time deadline) = 0;
+};
+
+// PsClient calling a PsShard in the same process (shares its ownership).
+class InProcessPsClient : public PsClient {
+ public:
+  explicit InProcessPsClient(std::shared_ptr<PsShard> shard);
+  absl::Status Push(uint64_t job, int64_t step, int worker,
+                    absl::Span<const float> shard_grad_sum, int64_t count,
+                    absl::Time deadline) override;
+  absl::Status Pull(uint64_t job, int64_t step, int worker,
+                    absl::Span<float> out, int64_t* count,
+                    absl::Time deadline) override;
+
+ private:
+  const std::shared_ptr<PsShard> shard_;
+};
+
+// num_shards fresh in-process shards for a vector of n floats aggregated over
+// num_workers workers (shard s covers ShardBounds(n, num_shards, s)); element
+// s of the result is the client of shard s. Aborts on num_workers < 1,
+// num_shards < 1 or n < 0 (programming errors).
+std::vector<std::unique_ptr<PsClient>> MakeInProcessPsClients(int num_workers,
+                                                              int num_shards,
+                                                              int64_t n);
+
+struct PsAllReduceOptions {
+  uint64_t job = 0;
+  int64_t step = 0;
+  int worker = 0;  // this worker's rank in [0, K)
+  // The whole round (all pushes and pulls) must finish within this time.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// One all-reduce round through S = shards.size() parameter-server shards:
+// pushes grad[ShardBounds(n, S, s)] and *count to shard s for every s, then
+// pulls every shard back into grad and sets *count to the total. Every shard
+// must report the same total count (else InternalError naming the shard).
+// Errors: InvalidArgumentError (no shards, null client/count, count < 0,
+// timeout <= 0), else the failing client's status, prefixed with the shard.
+// On error grad is unspecified and *count unchanged. Thread-compatible per
+// call; the clients are shared.
+absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
+                         absl::Span<float> grad, int64_t* count,
+                         const PsAllReduceOptions& options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_COLLECTIVE_PS_AGGREGATOR_H_

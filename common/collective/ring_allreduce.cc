@@ -1,0 +1,223 @@
+// Ring all-reduce (reduce-scatter + all-gather), gloo/baidu style.
+//
+// The buffer of n floats is cut into K chunks with ChunkBounds(n, K, c)
+// (sizes differ by at most one; some are empty when n < K). Rank r sends only
+// to its right neighbour r+1 and receives only from its left neighbour r-1
+// (mod K). There are 2(K-1) ring steps g:
+//
+//   step g:  rank r sends chunk (r - g) mod K  and receives chunk (r - g - 1)
+//
+//   g in [0, K-1)    reduce-scatter: the received chunk is ADDED into the
+//                    local copy. After step K-2, rank r holds chunk (r+1)
+//                    fully reduced.
+//   g in [K-1, 2K-2) all-gather: the received chunk is a fully reduced one;
+//                    it is COPIED over the local copy.
+//
+// Example K = 3 (x_c^r = chunk c of rank r, "a+b" = partial sums):
+//
+//            rank 0            rank 1            rank 2
+//   g=0   send c0 -> 1      send c1 -> 2      send c2 -> 0
+//         c2 = x2^0+x2^2    c0 = x0^1+x0^0    c1 = x1^2+x1^1
+//   g=1   send c2 -> 1      send c0 -> 2      send c1 -> 0
+//         c1 = full         c2 = full         c0 = full
+//   g=2   send c1 -> 1      send c2 -> 2      send c0 -> 0      (all-gather)
+//   g=3   send c0 -> 1      send c1 -> 2      send c2 -> 0
+//
+// so chunk c is summed in ring order starting at rank c, and the final sum of
+// each chunk is computed exactly once (by rank c-1) and copied bit-for-bit to
+// everybody else: every rank ends with identical bits. Each rank sends
+// 2(K-1) chunks, i.e. 2(K-1)/K of the buffer.
+//
+// Pipelining. Every chunk is further cut into segments of seg = segment_bytes
+// / 4 floats (the last one shorter; an empty chunk has none). The chunk a rank
+// sends at step g+1 is exactly the chunk it received at step g, so each
+// segment is forwarded as soon as it has been reduced (or copied):
+//
+//   send all segments of chunk r                          (step 0)
+//   for g in 0 .. 2K-3:
+//     c = (r - g - 1) mod K
+//     for each segment j of chunk c:
+//       Recv (g, j) from left; add (g < K-1) or copy (g >= K-1) into grad;
+//       if g+1 < 2K-2: Send (g+1, j) to right
+//
+// Send only copies the bytes into the transport and returns (transport.h
+// forbids rendezvous sends), so while this rank reduces segment j its left
+// neighbour is already producing segment j+1 and its right neighbour is
+// reducing the segment just forwarded: transfers and reductions of
+// consecutive segments overlap along the ring and a chunk never waits for the
+// whole previous chunk. Per-peer FIFO order holds because every rank sends
+// step g+1's segments only after all of step g's (step 0's are sent up
+// front, step g+1's during step g's loop) and receives in the same order.
+//
+// All-gather segments without a count are received straight into grad (no
+// scratch copy). The example count rides along with chunk 0 as a separate
+// 8-byte int64 message (key.chunk = kCountChunk) after chunk 0's segments: it
+// is summed by ranks 1..K-1 in reduce-scatter (rank 0 starts it) and, like
+// the data, broadcast from rank K-1 in all-gather.
+#include "common/collective/ring_allreduce.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/collective/chunking.h"
+
+namespace lockstep {
+namespace {
+
+int64_t NumSegments(int64_t len, int64_t seg) { return (len + seg - 1) / seg; }
+
+}  // namespace
+
+RingAllReducer::RingAllReducer(Transport* transport) : t_(transport) {
+  ABSL_RAW_CHECK(t_ != nullptr, "RingAllReducer: transport is null");
+}
+
+absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
+                                       const AllReduceOptions& o) {
+  const int K = t_->world_size();
+  const int r = t_->rank();
+  const int64_t n = static_cast<int64_t>(grad.size());
+  const std::string where = absl::StrFormat(
+      "ring all-reduce (job %d step %d, rank %d of %d, n=%d)", o.job, o.step,
+      r, K, n);
+  if (count == nullptr) {
+    return absl::InvalidArgumentError(where + ": count is null");
+  }
+  if (*count < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: count is %d, expected >= 0", where, *count));
+  }
+  if (o.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: timeout is %s, expected > 0", where,
+                        absl::FormatDuration(o.timeout)));
+  }
+  if (o.segment_bytes < static_cast<int64_t>(sizeof(float)) ||
+      o.segment_bytes > kMaxSegmentBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: segment_bytes is %d, expected in [%d, %d]", where,
+        o.segment_bytes, sizeof(float), kMaxSegmentBytes));
+  }
+  if (K == 1) return absl::OkStatus();
+
+  const int64_t seg = o.segment_bytes / static_cast<int64_t>(sizeof(float));
+  seg_base_.resize(K + 1);
+  int64_t total_segments = 0;
+  int64_t max_seg = 0;
+  for (int c = 0; c < K; ++c) {
+    seg_base_[c] = static_cast<int32_t>(total_segments);
+    const int64_t len = ChunkBounds(n, K, c).size();
+    total_segments += NumSegments(len, seg);
+    max_seg = std::max(max_seg, std::min(len, seg));
+    if (total_segments > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %d floats in segments of %d bytes need more than 2^31-1 "
+          "segments; use a larger segment_bytes",
+          where, n, o.segment_bytes));
+    }
+  }
+  seg_base_[K] = static_cast<int32_t>(total_segments);
+  if (static_cast<int64_t>(scratch_.size()) < max_seg) scratch_.resize(max_seg);
+
+  const absl::Time deadline = absl::Now() + o.timeout;
+  const int left = (r - 1 + K) % K;
+  const int right = (r + 1) % K;
+  const int steps = 2 * (K - 1);
+  int64_t count_acc = *count;
+
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+  };
+  auto segment = [&](int c, int64_t j) {
+    const Range cb = ChunkBounds(n, K, c);
+    const int64_t b = cb.begin + j * seg;
+    return grad.subspan(b, std::min(cb.end, b + seg) - b);
+  };
+  auto key = [&](int g, int32_t chunk) {
+    MessageKey k;
+    k.job = o.job;
+    k.step = o.step;
+    k.phase = g;
+    k.chunk = chunk;
+    return k;
+  };
+  auto send_count = [&](int g) {
+    uint8_t bytes[sizeof(int64_t)];
+    std::memcpy(bytes, &count_acc, sizeof(bytes));
+    return t_->Send(right, key(g, kCountChunk), bytes, deadline);
+  };
+
+  // Step 0: send our own chunk r (and the count if r == 0) up front.
+  for (int32_t j = 0; j < seg_base_[r + 1] - seg_base_[r]; ++j) {
+    absl::Status s = t_->Send(right, key(0, seg_base_[r] + j),
+                              AsBytes(segment(r, j)), deadline);
+    if (!s.ok()) return fail(s);
+  }
+  if (r == 0) {
+    absl::Status s = send_count(0);
+    if (!s.ok()) return fail(s);
+  }
+
+  for (int g = 0; g < steps; ++g) {
+    const int c = ((r - g - 1) % K + K) % K;
+    const bool reduce = g < K - 1;
+    const bool forward = g + 1 < steps;
+    for (int32_t j = 0; j < seg_base_[c + 1] - seg_base_[c]; ++j) {
+      const int32_t id = seg_base_[c] + j;
+      absl::Span<float> dst = segment(c, j);
+      if (reduce) {
+        absl::Span<float> in(scratch_.data(), dst.size());
+        absl::Status s = t_->Recv(left, key(g, id), AsWritableBytes(in),
+                                  deadline);
+        if (!s.ok()) return fail(s);
+        float* d = dst.data();
+        const float* x = in.data();
+        for (size_t i = 0; i < dst.size(); ++i) d[i] += x[i];
+      } else {
+        absl::Status s = t_->Recv(left, key(g, id), AsWritableBytes(dst),
+                                  deadline);
+        if (!s.ok()) return fail(s);
+      }
+      if (forward) {
+        absl::Status s = t_->Send(right, key(g + 1, id), AsBytes(dst),
+                                  deadline);
+        if (!s.ok()) return fail(s);
+      }
+    }
+    if (c == 0) {
+      uint8_t bytes[sizeof(int64_t)];
+      absl::Status s = t_->Recv(left, key(g, kCountChunk), bytes, deadline);
+      if (!s.ok()) return fail(s);
+      int64_t v;
+      std::memcpy(&v, bytes, sizeof(v));
+      if (reduce) {
+        if (__builtin_add_overflow(count_acc, v, &count_acc)) {
+          return absl::OutOfRangeError(absl::StrFormat(
+              "%s: example count overflows int64 adding %d from peer %d",
+              where, v, left));
+        }
+      } else {
+        count_acc = v;
+      }
+      if (forward) {
+        s = send_count(g + 1);
+        if (!s.ok()) return fail(s);
+      }
+    }
+  }
+  *count = count_acc;
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce(Transport& t, absl::Span<float> grad,
+                           int64_t* count, const AllReduceOptions& options) {
+  RingAllReducer reducer(&t);
+  return reducer.AllReduce(grad, count, options);
+}
+
+}  // namespace lockstep

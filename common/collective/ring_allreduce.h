@@ -1,0 +1,102 @@
+// Bandwidth-optimal ring all-reduce of a gradient SUM vector plus an example
+// COUNT over a Transport (transport.h). After a successful call every rank
+// holds the element-wise sum of all ranks' vectors and the sum of all counts,
+// with bit-identical floats on every rank; the caller divides by the count
+// once (exact full-batch mean even with uneven slices or a rank with 0
+// examples).
+//
+// Algorithm and message layout: see the comment at the top of
+// ring_allreduce.cc. In short: reduce-scatter then all-gather over K chunks
+// (ChunkBounds from chunking.h), each chunk split into segments of at most
+// segment_bytes, pipelined (a segment is forwarded as soon as it is reduced).
+// Each rank sends about 2(K-1)/K of the buffer per call.
+//
+// Determinism: chunk c is summed in the fixed ring order
+//   ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c-1}        (indices mod K)
+// by the ranks it passes through, and the fully reduced chunk is then copied
+// bit-for-bit to every rank. The result is independent of timing and
+// identical on every rank (it may differ in the last bits from another
+// summation order, e.g. the parameter-server path's rank order).
+//
+// Count: travels exactly, as its native int64 bytes, in a separate 8-byte
+// message with key.chunk = kCountChunk, sent right after the segments of
+// chunk 0 in every ring step that carries chunk 0; it is summed along chunk
+// 0's path and broadcast with it.
+//
+// Message keys: job and step from the options; phase = ring step g in
+// [0, 2K-2) (g < K-1: reduce-scatter, else all-gather); chunk = global segment
+// index (segments numbered through chunks 0..K-1), or kCountChunk.
+//
+// All ranks must call with the same job, step, n (= grad.size()) and
+// segment_bytes; a disagreement shows up as a key or size mismatch error.
+#ifndef LOCKSTEP_COMMON_COLLECTIVE_RING_ALLREDUCE_H_
+#define LOCKSTEP_COMMON_COLLECTIVE_RING_ALLREDUCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/collective/transport.h"
+
+namespace lockstep {
+
+inline constexpr int64_t kDefaultSegmentBytes = 256 << 10;
+// The gRPC transport caps messages at 4 MiB; stay well below.
+inline constexpr int64_t kMaxSegmentBytes = 2 << 20;
+inline constexpr int32_t kCountChunk = -1;
+
+struct AllReduceOptions {
+  uint64_t job = 0;
+  int64_t step = 0;
+  // The whole call (every Send and Recv) must finish within this time.
+  absl::Duration timeout = absl::Seconds(60);
+  // Pipelining granularity, in [sizeof(float), kMaxSegmentBytes]; rounded
+  // down to whole floats.
+  int64_t segment_bytes = kDefaultSegmentBytes;
+};
+
+// Reusable all-reducer for one transport endpoint. Owns the scratch buffer
+// (one segment), sized on first use and reused by later calls, so steady-state
+// calls allocate nothing.
+//
+// Thread-compatible: one call at a time per object; the transport must not be
+// used by anyone else during a call. `transport` is not owned and must outlive
+// the object.
+class RingAllReducer {
+ public:
+  explicit RingAllReducer(Transport* transport);
+
+  // In place: `grad` becomes the sum over ranks and *count the sum of counts.
+  // K = 1 is a no-op. n = 0 and n < K (empty chunks) are fine.
+  //
+  // Errors (the message names this rank, the job/step and, for transport
+  // failures, the peer):
+  //   InvalidArgumentError  count null or negative, timeout <= 0,
+  //                         segment_bytes out of range, too many segments;
+  //                         returned before any communication;
+  //   OutOfRangeError       the total count overflows int64;
+  //   any Transport error   (DeadlineExceeded, Unavailable, Internal,
+  //                         DataLoss): a peer is slow, gone or disagrees.
+  // On error `grad` is unspecified (partially reduced) and *count unchanged.
+  // Every Send and Recv of the call shares one deadline (start + timeout), so
+  // a call never outlives it by more than scheduling delays, whatever the
+  // peers do.
+  absl::Status AllReduce(absl::Span<float> grad, int64_t* count,
+                         const AllReduceOptions& options);
+
+ private:
+  Transport* const t_;
+  std::vector<float> scratch_;     // receive buffer for one segment
+  std::vector<int32_t> seg_base_;  // first global segment index of chunk c
+};
+
+// One-shot convenience: RingAllReducer(&t).AllReduce(...). Allocates a fresh
+// scratch segment per call; prefer a long-lived RingAllReducer.
+absl::Status RingAllReduce(Transport& t, absl::Span<float> grad,
+                           int64_t* count, const AllReduceOptions& options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_COLLECTIVE_RING_ALLREDUCE_H_

@@ -1,0 +1,328 @@
+// Coordinator: the logic of the lockstep coordinator (worker registry, job
+// queue, rank assignment, per-step replica hash checks, sync history, final
+// weights). Plain C++: no gRPC here; the lockstep.v1 protobuf messages are
+// used as data types. server/coordinator_service.h adapts it to gRPC.
+//
+// Thread-safety: every public method is thread-safe (one absl::Mutex).
+// Time: decisions ("worker lost", throughput, timestamps) read the injected
+// Clock; only WaitForJobChange blocks, against real time.
+//
+// ---- Worker protocol -----------------------------------------------------
+// RegisterWorker(address) -> worker id "w-1", "w-2", ... in registration
+//   order, state IDLE. Registering an address that is already registered
+//   drops the old worker id (its heartbeats then get reregister=true); if it
+//   was bound to a RUNNING job, that job FAILS naming the old worker.
+// Heartbeat(worker_id, job_id, step):
+//   * unknown worker id -> reregister = true (status OK).
+//   * refreshes the worker's last-seen time (Clock); a LOST worker that
+//     heartbeats again is back: BUSY if still bound to a job, else IDLE.
+//   * job_id == 0 (worker runs nothing):
+//       - bound to a RUNNING job whose assignment it has not acknowledged
+//         -> reply.assignment (rank, spec, peer_addresses in rank = ring
+//         order, ps_addresses shard order). Re-sent on every such heartbeat
+//         until acknowledged, so a lost reply is harmless.
+//       - bound to a RUNNING job it had acknowledged (heartbeat with that
+//         job id, or a ReportStep) and not finished with ReportDone ->
+//         the worker abandoned the job: the job FAILS naming the rank and
+//         worker. Contract: a worker sends ReportDone before it heartbeats
+//         with job_id 0 again.
+//       - bound to a RUNNING job it finished (ReportDone ok) -> nothing;
+//         stays BUSY until the job ends.
+//       - bound to a job that is no longer RUNNING -> unbound, IDLE; the
+//         scheduler runs and, if it binds this worker to a new job, the same
+//         reply already carries that assignment.
+//   * job_id == J != 0: acknowledges the assignment when J is the bound job
+//     and RUNNING; otherwise (J ended, or J is not this worker's job)
+//     reply.stop_job = true.
+//   A worker is BUSY from the moment the scheduler binds it until it
+//   heartbeats with job_id 0 after its job ended, so a worker still winding
+//   down is never handed a new job.
+// Tick(): workers not heard from for more than options.lost_after become
+//   LOST; a RUNNING job with a LOST rank FAILS with
+//   "worker w-3 (rank 2, 127.0.0.1:4567) lost: no heartbeat for 3.2s".
+//   Then PENDING jobs are scheduled. Scheduling also runs on submit and
+//   whenever a worker becomes IDLE.
+//
+// ---- Jobs ----------------------------------------------------------------
+// SubmitJob validates (ValidateJobSpec: errors name the field), assigns ids
+// 1, 2, 3, ... and queues the job PENDING. Scheduling is strict FIFO (no
+// back-filling: a job waits behind an earlier PENDING job even if it would
+// fit): the head job starts when at least K workers are IDLE, on the K idle
+// workers with the lowest ids (by number: w-2 < w-10); rank r = r-th of
+// them; ring order = rank order. The job is RUNNING from that moment.
+// no_wait: fail with RESOURCE_EXHAUSTED ("job needs 4 idle workers, 2 are
+// idle (w-1, w-2)") instead of queueing when the job cannot start at once;
+// nothing is created and no id is used.
+// PS mode: ps_addresses = options.ps_addresses, or, when none are
+// configured, the advertised address of this coordinator (main hosts the
+// ParameterServer service then). A job uses the first S = PsShards(spec)
+// of them; S larger than the number available -> FAILED_PRECONDITION naming
+// spec.ps_shards.
+//
+// ReportStep(job, rank, step t, hash, loss, examples, ...):
+//   NOT_FOUND "job 42 not found"; INVALID_ARGUMENT for a rank outside
+//   [0, K), a negative step or a hash that is not 32 hex digits (hashes
+//   are compared and shown in lower case);
+//   FAILED_PRECONDITION naming the worker and rank when the sender is not
+//   the job's worker at that rank. When the job is not RUNNING the report
+//   is not recorded and reply.stop = true with the reason
+//   ("job 3 is CANCELLED: cancelled by user").
+//   Idempotent: each rank's steps must arrive in increasing order; a report
+//   for a step <= the last one recorded for that rank is a duplicate (or
+//   stale) and ignored (the first report wins).
+//   When all K ranks reported step t: the majority hash is the most common
+//   one (ties: the one of the lowest rank); ranks with another hash differ.
+//   A SyncCheck is appended to the history; a mismatch marks the job
+//   out_of_sync and FAILED with "replicas diverged at step t: rank(s) 2
+//   differ from the majority hash <hex>" (halting; no repair yet).
+//   Progress at a completed step t:
+//     step    = t + 1 (steps every rank completed)
+//     epoch   = the largest epoch the ranks reported for t
+//     loss    = examples-weighted mean of the ranks' reported losses,
+//               sum(loss_r * examples_r) / sum(examples_r) (plain mean when
+//               every rank reports 0 examples). Equals the global-batch mean
+//               whether ranks report their slice's mean or the global one.
+//     examples_per_second = examples of all completed steps (sum over ranks)
+//               / (Clock time of the latest completion - job start); 0 while
+//               no Clock time has passed.
+//     total_steps = spec.steps if > 0, else the largest total_steps a rank
+//               reported (ReportStep.total_steps / ReportDone.steps).
+// ReportEval: records the latest test accuracy / loss (any rank; all ranks
+//   hold the same model). Ignored (OK) when the job is not RUNNING.
+// ReportDone: ok = false -> job FAILED "rank r (w-3): <error>"; when all K
+//   ranks reported ok -> SUCCEEDED with final test accuracy / loss from
+//   rank 0 and final_hash = the common hash; if the final hashes disagree the
+//   job FAILS ("replicas finished with different weights: rank(s) 1 differ
+//   from the majority hash <hex>"). Ignored (OK) when the job already ended.
+// UploadWeightsChunk / FinishWeightsUpload: rank 0 uploads the final weights
+//   (float32 LE) in chunks in offset order (offset 0 restarts the upload),
+//   while the job is RUNNING or SUCCEEDED. Complete when total floats
+//   arrived; then has_weights = true. The final weights of at most
+//   options.max_jobs_with_weights jobs are kept (oldest evicted first).
+// CancelJob: PENDING/RUNNING -> CANCELLED, reason "cancelled by user";
+//   already terminal jobs are returned unchanged with OK (idempotent cancel).
+//   Unknown id -> NOT_FOUND "job 42 not found".
+// Sync history keeps the last options.max_sync_history checks per job; the
+// counters (checked_steps, mismatched_steps, first_mismatch_step) are exact.
+// Jobs are kept for the life of the coordinator.
+#ifndef LOCKSTEP_SERVER_COORDINATOR_H_
+#define LOCKSTEP_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+
+namespace lockstep {
+
+struct CoordinatorOptions {
+  // Returned to workers by RegisterWorker (heartbeat_interval_ms).
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // A worker not heard from for longer than this is LOST (checked by Tick).
+  absl::Duration lost_after = absl::Seconds(3);
+  // Parameter-server addresses (shard s at index s). Empty: the
+  // coordinator's own advertised address is the only one.
+  std::vector<std::string> ps_addresses;
+  // This coordinator's address as workers reach it (see SetAdvertiseAddress).
+  std::string advertise_address;
+  // Final weights are kept for at most this many jobs (>= 0).
+  int max_jobs_with_weights = 8;
+  // Sync checks kept per job (>= 1); counters stay exact beyond it.
+  int64_t max_sync_history = 100000;
+};
+
+// Final weights of a job, as uploaded by rank 0. Immutable once published.
+struct FinalWeights {
+  uint64_t job_id = 0;
+  int64_t total = 0;       // floats
+  std::string data;        // total * 4 bytes, float32 little-endian
+  std::vector<std::string> block_names;
+  std::vector<int64_t> block_shapes;  // flattened dims, -1 separates blocks
+};
+
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminalJobState(lockstep::v1::JobState state);
+
+// Chunk of `w` starting at float `offset` with at most `max_floats` floats
+// (>= 1). The chunk at offset 0 also carries block_names / block_shapes.
+// Precondition: 0 <= offset < w.total (or offset == 0 for an empty w).
+lockstep::v1::WeightsChunk MakeWeightsChunk(const FinalWeights& w, int64_t offset,
+                                            int64_t max_floats);
+
+class Coordinator {
+ public:
+  // `clock` is not owned and must outlive the Coordinator.
+  Coordinator(CoordinatorOptions options, Clock* clock);
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Sets the advertised address (used as the PS address when
+  // options.ps_addresses is empty), e.g. once the real port is known.
+  void SetAdvertiseAddress(std::string address);
+
+  // ---- worker-facing ----
+  // INVALID_ARGUMENT when address is empty.
+  absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
+      const lockstep::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<lockstep::v1::HeartbeatReply> Heartbeat(
+      const lockstep::v1::HeartbeatRequest& request);
+  absl::StatusOr<lockstep::v1::ReportStepReply> ReportStep(
+      const lockstep::v1::ReportStepRequest& request);
+  absl::Status ReportEval(const lockstep::v1::ReportEvalRequest& request);
+  absl::Status ReportDone(const lockstep::v1::ReportDoneRequest& request);
+  // One chunk of an upload. NOT_FOUND (job), FAILED_PRECONDITION (not rank
+  // 0 of the job, job CANCELLED/FAILED/PENDING, chunk out of order),
+  // INVALID_ARGUMENT (data not a multiple of 4 bytes, total < 1, chunk past
+  // total, total changed mid-upload).
+  absl::Status UploadWeightsChunk(const lockstep::v1::WeightsChunk& chunk);
+  // End of an upload stream: FAILED_PRECONDITION (and the partial upload is
+  // discarded) when an upload of `job_id` by `worker_id` is still
+  // incomplete; OK otherwise. NOT_FOUND for an unknown job.
+  absl::Status FinishWeightsUpload(const std::string& worker_id, uint64_t job_id);
+
+  // Marks overdue workers LOST (failing their jobs) and schedules PENDING
+  // jobs. Called periodically by main and directly by tests.
+  void Tick();
+
+  // ---- user-facing ----
+  absl::StatusOr<lockstep::v1::SubmitJobReply> SubmitJob(
+      const lockstep::v1::SubmitJobRequest& request);
+  absl::StatusOr<lockstep::v1::JobStatus> GetJob(uint64_t job_id);
+  lockstep::v1::JobList ListJobs();        // ascending job id
+  lockstep::v1::WorkerList ListWorkers();  // registration order
+  absl::StatusOr<lockstep::v1::JobStatus> CancelJob(uint64_t job_id);
+  // max_entries: 0 = every kept check, else the most recent max_entries
+  // (INVALID_ARGUMENT when negative).
+  absl::StatusOr<lockstep::v1::SyncHistory> GetSyncHistory(uint64_t job_id,
+                                                           int64_t max_entries);
+  // NOT_FOUND, or FAILED_PRECONDITION when the job has no (or no longer
+  // has) final weights. The result stays valid after eviction.
+  absl::StatusOr<std::shared_ptr<const FinalWeights>> GetWeights(uint64_t job_id);
+
+  // Watch support. Every change of a job stamps it with a new value of a
+  // global version counter (>= 1, increasing). Returns the job's snapshot
+  // and version as soon as its version is > seen_version, or at `deadline`
+  // (real time) with the current snapshot and version (== seen_version when
+  // nothing changed). Pass seen_version 0 to get the current state at once.
+  // NOT_FOUND for an unknown job.
+  absl::StatusOr<std::pair<lockstep::v1::JobStatus, uint64_t>> WaitForJobChange(
+      uint64_t job_id, uint64_t seen_version, absl::Time deadline);
+
+ private:
+  struct Worker {
+    int64_t seq = 0;  // N of "w-N"
+    std::string id, address, hostname;
+    int64_t pid = 0;
+    lockstep::v1::WorkerState state = lockstep::v1::IDLE;
+    uint64_t job_id = 0;  // bound job (0 = none)
+    int rank = -1;
+    absl::Time last_seen;
+  };
+  struct StepReport {
+    std::string hash;
+    double loss = 0;
+    int64_t examples = 0;
+    int64_t epoch = 0;
+  };
+  struct PendingStep {
+    std::vector<std::optional<StepReport>> reports;  // index = rank
+    int count = 0;
+  };
+  struct Rank {
+    std::string worker_id, address, hostname;
+    int64_t last_step = -1;  // last 0-based step recorded
+    std::string last_hash;
+    bool in_sync = true;
+    absl::Time last_heartbeat;
+    bool acknowledged = false;  // the worker started the job
+    bool done = false;          // ReportDone ok
+    std::string done_hash;
+    double done_test_accuracy = 0, done_test_loss = 0;
+  };
+  struct StoredCheck {
+    int64_t step = 0;
+    std::string majority;
+    std::vector<int32_t> differing;
+    std::vector<std::string> rank_hashes;  // empty when all ranks matched
+  };
+  struct Upload {
+    std::string worker_id;
+    int64_t total = 0, received = 0;
+    std::shared_ptr<FinalWeights> weights;
+  };
+  struct Job {
+    uint64_t id = 0;
+    lockstep::v1::JobSpec spec;
+    lockstep::v1::JobState state = lockstep::v1::PENDING;
+    std::string reason;
+    int k = 0;
+    std::vector<std::string> ps_addresses;
+    std::vector<Rank> ranks;
+    std::map<int64_t, PendingStep> pending_steps;
+    int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;
+    double loss = 0, examples_per_second = 0;
+    double test_accuracy = 0, test_loss = 0;
+    bool out_of_sync = false;
+    int64_t checked = 0, mismatched = 0, first_mismatch = -1;
+    std::deque<StoredCheck> history;
+    absl::Time submitted, started = absl::InfinitePast(),
+                          finished = absl::InfinitePast();
+    std::string final_hash;
+    std::shared_ptr<const FinalWeights> weights;
+    std::optional<Upload> upload;
+    uint64_t version = 0;
+  };
+
+  Worker* FindWorkerLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* FindJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Job*> JobOrNotFoundLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's rank `rank` must be `worker_id`.
+  absl::Status CheckRankLocked(const Job& job, const std::string& worker_id, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BumpLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RUNNING/PENDING -> `state` with `reason`; workers stay bound.
+  void EndJobLocked(Job* job, lockstep::v1::JobState state, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobLocked(Job* job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<Worker*> IdleWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> PsAddressesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteStepLocked(Job* job, int64_t step, const PendingStep& ps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishWeightsLocked(Job* job, std::shared_ptr<const FinalWeights> w)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  lockstep::v1::JobStatus StatusLocked(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  Clock* const clock_;
+
+  absl::Mutex mu_;
+  std::string advertise_ ABSL_GUARDED_BY(mu_);
+  int64_t next_worker_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, Worker> workers_ ABSL_GUARDED_BY(mu_);  // by seq
+  std::map<uint64_t, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> pending_ ABSL_GUARDED_BY(mu_);  // FIFO of PENDING ids
+  std::deque<uint64_t> weights_order_ ABSL_GUARDED_BY(mu_);  // jobs holding weights
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_COORDINATOR_H_

@@ -1,0 +1,275 @@
+// lockstep-coordinator: serves lockstep.v1.Coordinator. Flags and wiring
+// only; the logic lives in server/coordinator.h.
+//
+// Exit codes: 0 after SIGTERM/SIGINT (graceful shutdown: Watch streams end,
+// in-flight calls get up to 5 s), 1 when the listen address cannot be bound,
+// 2 for bad flags or arguments. --help prints the flags (Abseil exits 1
+// after --help in this Abseil version).
+//
+// gRPC keepalive (server side; a client helper must match): the server
+// pings an idle connection every 60 s and drops it after 20 s without an
+// answer (detects dead watchers), and it accepts client keepalive pings as
+// often as every 10 s, with or without calls in flight. Clients that enable
+// keepalive must use keepalive_time_ms >= 10000. SO_REUSEPORT is off, so
+// two coordinators cannot silently share a port.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpc/grpc.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/shutdown_signal.h"
+#include "server/coordinator.h"
+#include "server/coordinator_service.h"
+#include "server/ps/ps_service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to listen on; port 0 lets the OS choose");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port workers and clients use to reach this coordinator (default: the "
+          "listen host, or this machine's hostname for a wildcard host, with the bound "
+          "port); also the parameter-server address when --ps_addresses is empty");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written to this file (atomically) once listening");
+ABSL_FLAG(int64_t, heartbeat_ms, 200, "heartbeat interval told to workers, ms (> 0)");
+ABSL_FLAG(int64_t, lost_after_ms, 3000,
+          "a worker without a heartbeat for longer than this is LOST and its job fails, "
+          "ms (> 0)");
+ABSL_FLAG(std::vector<std::string>, ps_addresses, {},
+          "comma-separated parameter-server addresses, shard s at index s (default: "
+          "the advertised address)");
+ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many jobs (>= 0)");
+
+namespace lockstep {
+namespace {
+
+constexpr char kProg[] = "lockstep-coordinator";
+constexpr int kExitBadFlags = 2;
+constexpr int kExitBindFailed = 1;
+
+bool IsHelpFlag(absl::string_view name) {
+  return name == "help" || name == "helpfull" || name == "helpshort" ||
+         name == "helppackage" || name == "version" || name == "only_check_args" ||
+         name == "helpon" || name == "helpmatch";
+}
+
+// Checks every --flag before absl::ParseCommandLine (which exits 1 on an
+// error) so bad flags exit 2. Sets nothing the real parse does not set again.
+bool PrevalidateFlags(int argc, char** argv, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.empty() || arg[0] != '-') continue;  // positional: checked later
+    arg.remove_prefix(arg.size() > 1 && arg[1] == '-' ? 2 : 1);
+    const size_t eq = arg.find('=');
+    const bool has_value = eq != absl::string_view::npos;
+    const absl::string_view name = has_value ? arg.substr(0, eq) : arg;
+    absl::string_view value = has_value ? arg.substr(eq + 1) : absl::string_view();
+    if (IsHelpFlag(name)) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && !has_value && name.size() > 2 && name.substr(0, 2) == "no") {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;
+    }
+    if (flag == nullptr) {
+      *error = absl::StrCat("unknown flag --", name, " (see --help)");
+      return false;
+    }
+    if (!has_value) {
+      if (flag->IsOfType<bool>()) continue;
+      if (i + 1 >= argc) {
+        *error = absl::StrCat("flag --", name, " is missing its value");
+        return false;
+      }
+      value = argv[++i];
+    }
+    std::string why;
+    if (!flag->ParseFrom(value, &why)) {
+      *error = absl::StrCat("invalid value \"", value, "\" for --", name, ": ", why);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Splits "host:port" / "[v6]:port" into host (brackets kept) and port.
+bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon + 1 == addr.size()) return false;
+  *host = addr.substr(0, colon);
+  return absl::SimpleAtoi(absl::string_view(addr).substr(colon + 1), port) && *port >= 0 &&
+         *port <= 65535;
+}
+
+bool WritePortFile(const std::string& path, int port, std::string* error) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) {
+    *error = absl::StrCat("cannot create ", tmp);
+    return false;
+  }
+  const bool ok = std::fprintf(f, "%d\n", port) > 0;
+  if (std::fclose(f) != 0 || !ok) {
+    *error = absl::StrCat("cannot write ", tmp);
+    return false;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = absl::StrCat("cannot rename ", tmp, " to ", path);
+    return false;
+  }
+  return true;
+}
+
+int Run(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "serves lockstep.v1.Coordinator (worker registry, jobs, "
+      "replica hash checks).\nUsage: lockstep-coordinator [--listen=HOST:PORT] "
+      "[--advertise=HOST:PORT] [--port_file=PATH] [--heartbeat_ms=N] "
+      "[--lost_after_ms=N] [--ps_addresses=A,B,...]");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "coordinator_main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  std::string error;
+  if (!PrevalidateFlags(argc, argv, &error)) {
+    std::fprintf(stderr, "%s: %s\n", kProg, error.c_str());
+    return kExitBadFlags;
+  }
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument \"%s\" (all options are --flags)\n", kProg,
+                 rest[1]);
+    return kExitBadFlags;
+  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  std::string listen_host;
+  int listen_port = 0;
+  if (!SplitHostPort(listen, &listen_host, &listen_port)) {
+    std::fprintf(stderr, "%s: --listen: expected HOST:PORT with PORT in [0, 65535], got \"%s\"\n",
+                 kProg, listen.c_str());
+    return kExitBadFlags;
+  }
+  const int64_t heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  const int64_t lost_after_ms = absl::GetFlag(FLAGS_lost_after_ms);
+  if (heartbeat_ms <= 0 || lost_after_ms <= 0) {
+    std::fprintf(stderr, "%s: --heartbeat_ms and --lost_after_ms: expected > 0, got %lld and %lld\n",
+                 kProg, static_cast<long long>(heartbeat_ms),
+                 static_cast<long long>(lost_after_ms));
+    return kExitBadFlags;
+  }
+  if (absl::GetFlag(FLAGS_max_weights_jobs) < 0) {
+    std::fprintf(stderr, "%s: --max_weights_jobs: expected >= 0, got %d\n", kProg,
+                 absl::GetFlag(FLAGS_max_weights_jobs));
+    return kExitBadFlags;
+  }
+  for (const std::string& ps : absl::GetFlag(FLAGS_ps_addresses)) {
+    std::string h;
+    int p = 0;
+    if (!SplitHostPort(ps, &h, &p) || p == 0) {
+      std::fprintf(stderr, "%s: --ps_addresses: expected HOST:PORT entries, got \"%s\"\n", kProg,
+                   ps.c_str());
+      return kExitBadFlags;
+    }
+  }
+
+  // Shutdown signals go through a self-pipe (common/shutdown_signal.h).
+  if (absl::Status s = InstallShutdownSignalHandlers(); !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, std::string(s.message()).c_str());
+    return kExitBindFailed;
+  }
+
+  RealClock clock;
+  CoordinatorOptions options;
+  options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  options.lost_after = absl::Milliseconds(lost_after_ms);
+  options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
+  options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
+  Coordinator coordinator(options, &clock);
+  CoordinatorService service(&coordinator);
+  // The coordinator also hosts a parameter-server shard: ps-mode jobs use it
+  // when no --ps_addresses are given.
+  PsService ps_service;
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.RegisterService(&service);
+  builder.RegisterService(&ps_service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "%s: cannot listen on %s: the address is in use or not available\n",
+                 kProg, listen.c_str());
+    if (server != nullptr) server->Shutdown();
+    return kExitBindFailed;
+  }
+
+  std::string advertise = absl::GetFlag(FLAGS_advertise);
+  if (advertise.empty()) {
+    std::string host = listen_host;
+    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+      char name[256] = {};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+    }
+    advertise = absl::StrCat(host, ":", port);
+  }
+  coordinator.SetAdvertiseAddress(advertise);
+
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, port, &error)) {
+    std::fprintf(stderr, "%s: --port_file: %s\n", kProg, error.c_str());
+    server->Shutdown();
+    return kExitBadFlags;
+  }
+  std::fprintf(stderr, "%s: advertised address %s\n", kProg, advertise.c_str());
+  std::fprintf(stderr, "%s listening on %s:%d\n", kProg, listen_host.c_str(), port);
+
+  absl::Notification stop_ticking;
+  std::thread ticker([&coordinator, &stop_ticking] {
+    while (!stop_ticking.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      coordinator.Tick();
+    }
+  });
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "%s: caught %s, shutting down\n", kProg, ShutdownSignalName(sig));
+  service.BeginShutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  stop_ticking.Notify();
+  ticker.join();
+  server->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) { return lockstep::Run(argc, argv); }

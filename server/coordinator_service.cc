@@ -1,0 +1,177 @@
+#include "server/coordinator_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/grpc_status.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+constexpr absl::Duration kWatchSlice = absl::Milliseconds(100);
+
+// Copies *result into *reply and converts the status.
+template <typename T>
+grpc::Status Reply(absl::StatusOr<T> result, T* reply) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *reply = *std::move(result);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(lockstep::Coordinator* coordinator)
+    : coordinator_(coordinator) {}
+
+void CoordinatorService::BeginShutdown() { shutting_down_.store(true); }
+
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+                                                const v1::RegisterWorkerRequest* request,
+                                                v1::RegisterWorkerReply* reply) {
+  return Reply(coordinator_->RegisterWorker(*request), reply);
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+                                           const v1::HeartbeatRequest* request,
+                                           v1::HeartbeatReply* reply) {
+  return Reply(coordinator_->Heartbeat(*request), reply);
+}
+
+grpc::Status CoordinatorService::ReportStep(grpc::ServerContext*,
+                                            const v1::ReportStepRequest* request,
+                                            v1::ReportStepReply* reply) {
+  return Reply(coordinator_->ReportStep(*request), reply);
+}
+
+grpc::Status CoordinatorService::ReportEval(grpc::ServerContext*,
+                                            const v1::ReportEvalRequest* request,
+                                            v1::ReportEvalReply*) {
+  return ToGrpcStatus(coordinator_->ReportEval(*request));
+}
+
+grpc::Status CoordinatorService::ReportDone(grpc::ServerContext*,
+                                            const v1::ReportDoneRequest* request,
+                                            v1::ReportDoneReply*) {
+  return ToGrpcStatus(coordinator_->ReportDone(*request));
+}
+
+grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext*,
+                                               grpc::ServerReader<v1::WeightsChunk>* reader,
+                                               v1::UploadWeightsReply*) {
+  v1::WeightsChunk chunk;
+  bool any = false;
+  std::string worker_id;
+  uint64_t job_id = 0;
+  while (reader->Read(&chunk)) {
+    if (!any) {
+      any = true;
+      worker_id = chunk.worker_id();
+      job_id = chunk.job_id();
+    } else if (chunk.worker_id() != worker_id || chunk.job_id() != job_id) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("UploadWeights: chunk at offset ", chunk.offset(),
+                                       " is for job ", chunk.job_id(), " from ",
+                                       chunk.worker_id(), ", the stream started with job ",
+                                       job_id, " from ", worker_id));
+    }
+    if (absl::Status s = coordinator_->UploadWeightsChunk(chunk); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  if (!any) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "UploadWeights: the stream carried no chunks");
+  }
+  return ToGrpcStatus(coordinator_->FinishWeightsUpload(worker_id, job_id));
+}
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*,
+                                           const v1::SubmitJobRequest* request,
+                                           v1::SubmitJobReply* reply) {
+  return Reply(coordinator_->SubmitJob(*request), reply);
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::JobRef* request,
+                                        v1::JobStatus* reply) {
+  return Reply(coordinator_->GetJob(request->job_id()), reply);
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListRequest*,
+                                          v1::JobList* reply) {
+  *reply = coordinator_->ListJobs();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListRequest*,
+                                             v1::WorkerList* reply) {
+  *reply = coordinator_->ListWorkers();
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::JobRef* request,
+                                           v1::JobStatus* reply) {
+  return Reply(coordinator_->CancelJob(request->job_id()), reply);
+}
+
+grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
+                                                const v1::SyncHistoryRequest* request,
+                                                v1::SyncHistory* reply) {
+  return Reply(coordinator_->GetSyncHistory(request->job_id(), request->max_entries()), reply);
+}
+
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::JobRef* request,
+                                          grpc::ServerWriter<v1::JobEvent>* writer) {
+  uint64_t seen = 0;
+  while (true) {
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "WatchJob: cancelled by the client");
+    }
+    if (shutting_down_.load()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "WatchJob: the coordinator is shutting down");
+    }
+    absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> change =
+        coordinator_->WaitForJobChange(request->job_id(), seen, absl::Now() + kWatchSlice);
+    if (!change.ok()) return ToGrpcStatus(change.status());
+    if (change->second == seen) continue;  // slice ended without a change
+    seen = change->second;
+    v1::JobEvent event;
+    *event.mutable_status() = std::move(change->first);
+    const bool terminal = IsTerminalJobState(event.status().state());
+    if (!writer->Write(event)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "WatchJob: the client went away");
+    }
+    if (terminal) return grpc::Status::OK;
+  }
+}
+
+grpc::Status CoordinatorService::GetWeights(grpc::ServerContext* context,
+                                            const v1::WeightsRequest* request,
+                                            grpc::ServerWriter<v1::WeightsChunk>* writer) {
+  absl::StatusOr<std::shared_ptr<const FinalWeights>> weights =
+      coordinator_->GetWeights(request->job_id());
+  if (!weights.ok()) return ToGrpcStatus(weights.status());
+  const FinalWeights& w = **weights;
+  const int64_t max_floats = kMaxWeightsChunkBytes / 4;
+  int64_t offset = 0;
+  do {
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "GetWeights: cancelled by the client");
+    }
+    v1::WeightsChunk chunk = MakeWeightsChunk(w, offset, max_floats);
+    offset += static_cast<int64_t>(chunk.data().size() / 4);
+    if (!writer->Write(chunk)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "GetWeights: the client went away");
+    }
+  } while (offset < w.total);
+  return grpc::Status::OK;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,86 @@
+// CoordinatorService: the gRPC face of lockstep::Coordinator
+// (lockstep.v1.Coordinator, synchronous API). A thin adapter: every method
+// forwards to the Coordinator and converts the status with grpc_status.h;
+// the only behaviour of its own is streaming:
+//   * WatchJob sends a JobEvent with the current status at once and then
+//     one per job change, until the job is terminal (the stream then ends
+//     OK after the final snapshot), the client cancels, or BeginShutdown()
+//     is called (UNAVAILABLE). It waits in slices of at most 100 ms so a
+//     cancelled client is noticed quickly; no polling of job state.
+//   * GetWeights streams the final weights in chunks of at most 1 MiB of
+//     data (kMaxWeightsChunkBytes), the first carrying the block layout.
+//   * UploadWeights feeds every chunk to Coordinator::UploadWeightsChunk and
+//     ends with FinishWeightsUpload; INVALID_ARGUMENT for an empty stream or
+//     a stream whose chunks name different jobs or workers.
+//
+// Thread-safety: safe for gRPC's concurrent calls. `coordinator` is not
+// owned and must outlive the service (and the server it is registered on).
+#ifndef LOCKSTEP_SERVER_COORDINATOR_SERVICE_H_
+#define LOCKSTEP_SERVER_COORDINATOR_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator.h"
+
+namespace lockstep {
+
+// Data bytes per streamed weights chunk (the gRPC message limit is 4 MiB).
+constexpr int64_t kMaxWeightsChunkBytes = int64_t{1} << 20;
+
+class CoordinatorService final : public lockstep::v1::Coordinator::Service {
+ public:
+  explicit CoordinatorService(lockstep::Coordinator* coordinator);
+
+  // Makes running and future WatchJob streams end with UNAVAILABLE, so a
+  // server Shutdown does not wait for them. Call before Server::Shutdown.
+  void BeginShutdown();
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const lockstep::v1::RegisterWorkerRequest* request,
+                              lockstep::v1::RegisterWorkerReply* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const lockstep::v1::HeartbeatRequest* request,
+                         lockstep::v1::HeartbeatReply* reply) override;
+  grpc::Status ReportStep(grpc::ServerContext* context,
+                          const lockstep::v1::ReportStepRequest* request,
+                          lockstep::v1::ReportStepReply* reply) override;
+  grpc::Status ReportEval(grpc::ServerContext* context,
+                          const lockstep::v1::ReportEvalRequest* request,
+                          lockstep::v1::ReportEvalReply* reply) override;
+  grpc::Status ReportDone(grpc::ServerContext* context,
+                          const lockstep::v1::ReportDoneRequest* request,
+                          lockstep::v1::ReportDoneReply* reply) override;
+  grpc::Status UploadWeights(grpc::ServerContext* context,
+                             grpc::ServerReader<lockstep::v1::WeightsChunk>* reader,
+                             lockstep::v1::UploadWeightsReply* reply) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context,
+                         const lockstep::v1::SubmitJobRequest* request,
+                         lockstep::v1::SubmitJobReply* reply) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const lockstep::v1::JobRef* request,
+                      lockstep::v1::JobStatus* reply) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const lockstep::v1::ListRequest* request,
+                        lockstep::v1::JobList* reply) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context,
+                           const lockstep::v1::ListRequest* request,
+                           lockstep::v1::WorkerList* reply) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const lockstep::v1::JobRef* request,
+                         lockstep::v1::JobStatus* reply) override;
+  grpc::Status GetSyncHistory(grpc::ServerContext* context,
+                              const lockstep::v1::SyncHistoryRequest* request,
+                              lockstep::v1::SyncHistory* reply) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const lockstep::v1::JobRef* request,
+                        grpc::ServerWriter<lockstep::v1::JobEvent>* writer) override;
+  grpc::Status GetWeights(grpc::ServerContext* context,
+                          const lockstep::v1::WeightsRequest* request,
+                          grpc::ServerWriter<lockstep::v1::WeightsChunk>* writer) override;
+
+ private:
+  lockstep::Coordinator* const coordinator_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_COORDINATOR_SERVICE_H_

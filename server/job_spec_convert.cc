@@ -1,0 +1,159 @@
+#include "server/job_spec_convert.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/model.h"
+
+namespace lockstep {
+namespace {
+
+using lockstep::v1::JobSpec;
+
+// Rewrites a TrainSpec validation message to the JobSpec field path:
+// "lr_schedule.x: ..." -> "spec.lr.x: ...", "optimizer.x" -> "spec.optimizer.x",
+// "global_batch: ..." -> "spec.global_batch: ...".
+absl::Status ToSpecFieldError(const absl::Status& s) {
+  if (s.ok()) return s;
+  absl::string_view msg = s.message();
+  std::string out;
+  if (absl::ConsumePrefix(&msg, "lr_schedule.")) {
+    out = absl::StrCat("spec.lr.", msg);
+  } else {
+    out = absl::StrCat("spec.", msg);
+  }
+  return absl::Status(s.code(), out);
+}
+
+constexpr char kDatasetForms[] =
+    "expected \"fashion-mnist\", \"mnist-dir:<dir>\", "
+    "\"idx:<images>,<labels>[;<test images>,<test labels>]\", "
+    "\"csv:<train>[;<test>]\" or \"libsvm:<train>[;<test>]\"";
+
+}  // namespace
+
+int PsShards(const JobSpec& spec) { return spec.ps_shards() == 0 ? 1 : spec.ps_shards(); }
+
+absl::StatusOr<TrainSpec> ToTrainSpec(const JobSpec& spec) {
+  TrainSpec t;
+  t.model = spec.model();
+  t.global_batch = spec.global_batch();
+  t.epochs = spec.epochs();
+  t.steps = spec.steps();
+  t.seed = spec.seed();
+
+  const lockstep::v1::OptimizerSpec& o = spec.optimizer();
+  t.optimizer.kind = o.kind().empty() ? "sgd" : o.kind();
+  t.optimizer.momentum = o.momentum();
+  t.optimizer.nesterov = o.nesterov();
+  t.optimizer.weight_decay = o.weight_decay();
+  t.optimizer.beta1 = o.beta1() == 0.0f ? 0.9f : o.beta1();
+  t.optimizer.beta2 = o.beta2() == 0.0f ? 0.999f : o.beta2();
+  t.optimizer.eps = o.eps() == 0.0f ? 1e-8f : o.eps();
+
+  const lockstep::v1::LrScheduleSpec& l = spec.lr();
+  t.lr.base_lr = l.base_lr();
+  t.lr.linear_scaling = l.linear_scaling();
+  t.lr.reference_batch = l.reference_batch() == 0 ? 256 : l.reference_batch();
+  t.lr.warmup_steps = l.warmup_steps();
+  t.lr.warmup_start_factor = l.warmup_start_factor();
+  t.lr.decay = l.decay().empty() ? "constant" : l.decay();
+  t.lr.step_size = l.step_size();
+  t.lr.gamma = l.gamma() == 0.0f ? 0.1f : l.gamma();
+  t.lr.min_lr = l.min_lr();
+  const bool cosine = t.lr.decay == "cosine";
+  t.lr.total_steps = cosine && t.steps > 0 ? t.steps : 0;
+
+  // Epoch-based cosine: total_steps is filled in by the worker; validate
+  // every other field with a placeholder that satisfies total > warmup.
+  TrainSpec check = t;
+  if (cosine && t.steps == 0) check.lr.total_steps = check.lr.warmup_steps + 1;
+  if (absl::Status s = ValidateTrainSpec(check, spec.num_workers()); !s.ok()) {
+    return ToSpecFieldError(s);
+  }
+  return t;
+}
+
+absl::Status CheckModelSyntax(absl::string_view model) {
+  // Only the syntax matters here: a 1-feature input and a class count that
+  // suits the model kind (logistic is binary).
+  const int classes = model == "logistic" ? 2 : 10;
+  absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(model, 1, classes);
+  if (m.ok()) return absl::OkStatus();
+  // CreateModel's messages start with "model" ("model: unknown model ...",
+  // "model \"mlp:x\": ..."); name the JobSpec field.
+  absl::string_view msg = m.status().message();
+  if (absl::StartsWith(msg, "model")) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", msg));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("spec.model: ", msg));
+}
+
+absl::Status CheckDatasetSyntax(absl::string_view dataset) {
+  if (dataset.empty() || dataset == "fashion-mnist") return absl::OkStatus();
+  for (absl::string_view prefix : {"mnist-dir:", "idx:", "csv:", "libsvm:"}) {
+    if (absl::StartsWith(dataset, prefix)) {
+      if (dataset.size() == prefix.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "spec.data.dataset: \"", dataset, "\" has no path after \"", prefix,
+            "\" (", kDatasetForms, ")"));
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec.data.dataset: unknown dataset \"", dataset, "\" (", kDatasetForms, ")"));
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  if (spec.sync_mode() != lockstep::v1::RING && spec.sync_mode() != lockstep::v1::PS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.sync_mode: expected RING or PS, got ",
+        lockstep::v1::SyncMode_Name(spec.sync_mode()).empty()
+            ? absl::StrCat(static_cast<int>(spec.sync_mode()))
+            : lockstep::v1::SyncMode_Name(spec.sync_mode())));
+  }
+  if (spec.num_workers() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.num_workers: expected >= 1, got ", spec.num_workers()));
+  }
+  if (spec.global_batch() < spec.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.global_batch: expected >= spec.num_workers (", spec.num_workers(),
+        "), got ", spec.global_batch()));
+  }
+  const float lr = spec.lr().base_lr();
+  if (!(std::isfinite(lr) && lr > 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.lr.base_lr: expected finite and > 0, got ", lr));
+  }
+  if (absl::Status s = CheckModelSyntax(spec.model()); !s.ok()) return s;
+  if (absl::Status s = CheckDatasetSyntax(spec.data().dataset()); !s.ok()) return s;
+  const std::string& norm = spec.data().normalize();
+  if (!norm.empty() && norm != "scale255" && norm != "none" && norm != "minmax" &&
+      norm != "standardize") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.data.normalize: expected \"scale255\", \"none\", \"minmax\" or "
+        "\"standardize\", got \"",
+        norm, "\""));
+  }
+  if (spec.data().num_classes() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.data.num_classes: expected >= -1 (0 = infer, -1 = regression), got ",
+        spec.data().num_classes()));
+  }
+  if (spec.data().dim() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.data.dim: expected >= 0 (0 = max index seen), got ", spec.data().dim()));
+  }
+  if (spec.ps_shards() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.ps_shards: expected >= 0 (0 = 1 shard), got ", spec.ps_shards()));
+  }
+  return ToTrainSpec(spec).status();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,540 @@
+#include "worker/net/grpc_transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/net/peer_wire.h"
+
+namespace lockstep {
+namespace {
+
+constexpr char kStreamMethod[] = "/lockstep.v1.PeerService/Stream";
+// Payloads up to this size are copied into a plain gRPC slice; larger ones
+// into a pooled buffer.
+constexpr size_t kPoolThreshold = 4096;
+
+}  // namespace
+
+// Recycles the send buffers that back gRPC slices: gRPC releases a slice
+// (possibly on another thread, possibly after the transport is gone) through
+// DestroySlice, which returns the buffer here. Fresh memory is slow on these
+// machines (page faults), so steady-state sends allocate nothing.
+class SendBufferPool : public std::enable_shared_from_this<SendBufferPool> {
+ public:
+  static constexpr size_t kMaxPooled = 64;
+
+  grpc::Slice Copy(const uint8_t* header, size_t header_len,
+                   absl::Span<const uint8_t> data) {
+    const size_t n = header_len + data.size();
+    Buffer b = Get(n);
+    std::memcpy(b.data, header, header_len);
+    if (!data.empty()) std::memcpy(b.data + header_len, data.data(), data.size());
+    auto* token = new Token{shared_from_this(), b};
+    return grpc::Slice(b.data, n, &SendBufferPool::DestroySlice, token);
+  }
+
+ private:
+  struct Buffer {
+    uint8_t* data = nullptr;
+    size_t capacity = 0;
+  };
+  struct Token {
+    std::shared_ptr<SendBufferPool> pool;
+    Buffer buffer;
+  };
+
+  static void DestroySlice(void* user_data) {
+    auto* token = static_cast<Token*>(user_data);
+    token->pool->Put(token->buffer);
+    delete token;
+  }
+
+  Buffer Get(size_t n) {
+    {
+      absl::MutexLock l(&mu_);
+      for (size_t i = free_.size(); i-- > 0;) {
+        if (free_[i].capacity >= n) {
+          Buffer b = free_[i];
+          free_.erase(free_.begin() + i);
+          return b;
+        }
+      }
+    }
+    Buffer b;
+    b.capacity = (n + 4095) / 4096 * 4096;
+    b.data = new uint8_t[b.capacity];
+    return b;
+  }
+
+  void Put(Buffer b) {
+    {
+      absl::MutexLock l(&mu_);
+      if (free_.size() < kMaxPooled) {
+        free_.push_back(b);
+        return;
+      }
+      // Full: keep the larger buffers.
+      auto smallest = std::min_element(
+          free_.begin(), free_.end(),
+          [](const Buffer& x, const Buffer& y) { return x.capacity < y.capacity; });
+      if (smallest->capacity < b.capacity) std::swap(*smallest, b);
+    }
+    delete[] b.data;
+  }
+
+ public:
+  ~SendBufferPool() {
+    for (Buffer& b : free_) delete[] b.data;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Buffer> free_ ABSL_GUARDED_BY(mu_);
+};
+
+// One long-lived client stream (PeerService.Stream, driven as a raw bidi
+// call through grpc::GenericStub) to one peer. Owns itself from Start until
+// gRPC calls OnDone; the transport holds further references.
+//
+// Writes: one in flight (gRPC's rule), the rest queued in order. A hold
+// keeps the call alive while Send may still start writes; it is released
+// once the stream is broken or half-closed and no write is pending.
+class OutboundStream final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public std::enable_shared_from_this<OutboundStream> {
+ public:
+  OutboundStream(std::string peer_name, int64_t max_queued_bytes)
+      : peer_name_(std::move(peer_name)), max_queued_(max_queued_bytes) {}
+
+  static std::shared_ptr<OutboundStream> Start(grpc::GenericStub* stub,
+                                               std::string peer_name,
+                                               int64_t max_queued_bytes) {
+    auto s = std::make_shared<OutboundStream>(std::move(peer_name),
+                                              max_queued_bytes);
+    s->self_ = s;
+    stub->PrepareBidiStreamingCall(&s->ctx_, kStreamMethod,
+                                   grpc::StubOptions(), s.get());
+    s->AddHold();
+    s->StartRead(&s->reply_);
+    s->StartCall();
+    return s;
+  }
+
+  // Queues `msg` (`bytes` long) for writing. Waits while the queue is full.
+  absl::Status Enqueue(grpc::ByteBuffer msg, size_t bytes,
+                       const MessageKey& key, absl::Time deadline) {
+    bool start = false;
+    {
+      absl::MutexLock l(&mu_);
+      while (!broken_ && !closing_ && queued_bytes_ > 0 &&
+             queued_bytes_ + static_cast<int64_t>(bytes) > max_queued_) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) {
+          if (broken_ || closing_ || queued_bytes_ == 0 ||
+              queued_bytes_ + static_cast<int64_t>(bytes) <= max_queued_) {
+            break;
+          }
+          return absl::DeadlineExceededError(absl::StrFormat(
+              "send of message %s (%d bytes) timed out: %d bytes still "
+              "queued for this peer (it is not reading fast enough or the "
+              "network is stuck)",
+              KeyToString(key), bytes, queued_bytes_));
+        }
+      }
+      if (broken_) return BrokenStatusLocked(deadline);
+      if (closing_) {
+        return absl::CancelledError(absl::StrFormat(
+            "send of message %s: transport shut down", KeyToString(key)));
+      }
+      queued_bytes_ += static_cast<int64_t>(bytes);
+      queue_.emplace_back(std::move(msg), bytes);
+      if (!writing_) start = NextWriteLocked();
+    }
+    if (start) StartWrite(&current_);
+    return absl::OkStatus();
+  }
+
+  bool broken() const {
+    absl::MutexLock l(&mu_);
+    return broken_;
+  }
+
+  // Status to report for a broken stream (waits up to 1 s, bounded by
+  // `deadline`, for gRPC's final status so the message says why).
+  absl::Status BrokenStatus(absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    return BrokenStatusLocked(deadline);
+  }
+
+  // Half-closes once the queue is drained; wakes waiting Enqueue calls.
+  void Close() {
+    bool writes_done = false;
+    bool release = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (closing_) return;
+      closing_ = true;
+      cv_.SignalAll();
+      if (!writing_ && !broken_) {
+        writes_done = writes_done_started_ = true;
+      }
+      release = ReleaseHoldLocked();
+    }
+    if (writes_done) StartWritesDone();
+    if (release) RemoveHold();
+  }
+
+  void Cancel() { ctx_.TryCancel(); }
+
+  // Waits until gRPC called OnDone; false at the deadline.
+  bool WaitDone(absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    while (!done_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) return done_;
+    }
+    return true;
+  }
+
+  void OnWriteDone(bool ok) override {
+    auto keep = shared_from_this();
+    bool start = false, writes_done = false, release = false;
+    {
+      absl::MutexLock l(&mu_);
+      writing_ = false;
+      queued_bytes_ -= static_cast<int64_t>(current_bytes_);
+      current_.Clear();
+      current_bytes_ = 0;
+      if (!ok) {
+        MarkBrokenLocked("a write failed");
+      } else if (!queue_.empty() && !broken_) {
+        start = NextWriteLocked();
+      } else if (closing_ && !writes_done_started_ && !broken_) {
+        writes_done = writes_done_started_ = true;
+      }
+      release = ReleaseHoldLocked();
+      cv_.SignalAll();
+    }
+    if (start) StartWrite(&current_);
+    if (writes_done) StartWritesDone();
+    if (release) RemoveHold();
+  }
+
+  void OnWritesDoneDone(bool ok) override {
+    auto keep = shared_from_this();
+    bool release = false;
+    {
+      absl::MutexLock l(&mu_);
+      writes_done_finished_ = true;
+      if (!ok) MarkBrokenLocked("half-close failed");
+      release = ReleaseHoldLocked();
+    }
+    if (release) RemoveHold();
+  }
+
+  void OnReadDone(bool ok) override {
+    auto keep = shared_from_this();
+    bool release = false;
+    {
+      absl::MutexLock l(&mu_);
+      // The peer answers only after our half-close; anything else means it
+      // ended the stream.
+      if (!writes_done_started_) {
+        MarkBrokenLocked(ok ? "the peer ended the stream early"
+                            : "the peer ended the stream");
+      }
+      release = ReleaseHoldLocked();
+    }
+    if (release) RemoveHold();
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    std::shared_ptr<OutboundStream> keep;
+    absl::MutexLock l(&mu_);
+    keep = std::move(self_);  // released after the lock (declared first)
+    done_ = true;
+    final_ = s;
+    if (!s.ok() && !broken_) MarkBrokenLocked("the call failed");
+    cv_.SignalAll();
+  }
+
+ private:
+  bool NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    current_ = std::move(queue_.front().first);
+    current_bytes_ = queue_.front().second;
+    queue_.pop_front();
+    writing_ = true;
+    return true;
+  }
+
+  void MarkBrokenLocked(const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (broken_) return;
+    broken_ = true;
+    why_ = why;
+    for (auto& m : queue_) queued_bytes_ -= static_cast<int64_t>(m.second);
+    queue_.clear();
+    cv_.SignalAll();
+  }
+
+  // True (once) when the hold can go: no write pending or about to start,
+  // and no more writes will be started.
+  bool ReleaseHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (hold_released_ || writing_) return false;
+    const bool finished_writing =
+        broken_ || (writes_done_started_ && writes_done_finished_);
+    if (!finished_writing) return false;
+    hold_released_ = true;
+    return true;
+  }
+
+  absl::Status BrokenStatusLocked(absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time wait_until = std::min(deadline, absl::Now() + absl::Seconds(1));
+    while (!done_) {
+      if (cv_.WaitWithDeadline(&mu_, wait_until)) break;
+    }
+    std::string detail = why_;
+    if (done_ && !final_.ok()) {
+      absl::StrAppend(&detail, ": gRPC status ",
+                      absl::StatusCodeToString(
+                          static_cast<absl::StatusCode>(final_.error_code())),
+                      ": ", final_.error_message());
+    }
+    return absl::UnavailableError(
+        absl::StrCat("stream to ", peer_name_, " broke (", detail, ")"));
+  }
+
+  const std::string peer_name_;
+  const int64_t max_queued_;
+  grpc::ClientContext ctx_;
+  grpc::ByteBuffer reply_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::shared_ptr<OutboundStream> self_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<grpc::ByteBuffer, size_t>> queue_ ABSL_GUARDED_BY(mu_);
+  // The message being written; only touched by whoever set writing_.
+  grpc::ByteBuffer current_;
+  size_t current_bytes_ = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // queued + in flight
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_done_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_done_finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+};
+
+struct GrpcTransport::PeerLink {
+  absl::Mutex mu;  // serializes Sends to this peer (FIFO) and connecting
+  std::shared_ptr<grpc::Channel> channel ABSL_GUARDED_BY(mu);
+  std::unique_ptr<grpc::GenericStub> stub ABSL_GUARDED_BY(mu);
+  std::shared_ptr<OutboundStream> stream ABSL_GUARDED_BY(mu);
+};
+
+absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
+    PeerServiceImpl* service, uint64_t group, int rank,
+    std::vector<std::string> peer_addresses, GrpcTransportOptions options) {
+  if (service == nullptr) {
+    return absl::InvalidArgumentError("GrpcTransport: service is null");
+  }
+  absl::StatusOr<std::shared_ptr<GroupInbox>> inbox =
+      service->Attach(group, rank, std::move(peer_addresses));
+  if (!inbox.ok()) return inbox.status();
+  return std::unique_ptr<GrpcTransport>(
+      new GrpcTransport(service, *std::move(inbox), std::move(options)));
+}
+
+GrpcTransport::GrpcTransport(PeerServiceImpl* service,
+                             std::shared_ptr<GroupInbox> inbox,
+                             GrpcTransportOptions options)
+    : service_(service),
+      inbox_(std::move(inbox)),
+      options_(std::move(options)),
+      pool_(std::make_shared<SendBufferPool>()) {
+  for (int r = 0; r < inbox_->world_size(); ++r) {
+    links_.push_back(std::make_unique<PeerLink>());
+  }
+}
+
+GrpcTransport::~GrpcTransport() { Shutdown(); }
+
+bool GrpcTransport::shut_down() const {
+  absl::MutexLock l(&mu_);
+  return shut_down_;
+}
+
+absl::Status GrpcTransport::Named(int peer, const absl::Status& s) const {
+  return absl::Status(s.code(),
+                      absl::StrCat(inbox_->PeerName(peer), ": ", s.message()));
+}
+
+absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
+    int to, PeerLink& link, absl::Time deadline) {
+  if (link.stream != nullptr) {
+    if (!link.stream->broken()) return link.stream;
+    // It broke after an earlier Send returned: report it once; the next Send
+    // opens a fresh stream.
+    absl::Status s = link.stream->BrokenStatus(deadline);
+    link.stream.reset();
+    return s;
+  }
+  if (link.channel == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive.time_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive.timeout_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // One connection per (transport, peer), never shared with other jobs.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    for (const auto& [name, value] : options_.channel_args) {
+      args.SetInt(name, value);
+    }
+    link.channel = grpc::CreateCustomChannel(
+        inbox_->peer_addresses[to], grpc::InsecureChannelCredentials(), args);
+    link.stub = std::make_unique<grpc::GenericStub>(link.channel);
+  }
+  // Connect (the peer may still be starting); poll in short slices so
+  // Shutdown is noticed.
+  const absl::Time connect_deadline =
+      std::min(deadline, absl::Now() + options_.connect_timeout);
+  while (true) {
+    if (shut_down()) {
+      return absl::CancelledError("transport shut down while connecting");
+    }
+    const absl::Time now = absl::Now();
+    if (now >= connect_deadline) {
+      return absl::UnavailableError(absl::StrFormat(
+          "cannot connect (channel state %d) before the %s",
+          static_cast<int>(link.channel->GetState(false)),
+          connect_deadline == deadline ? "send deadline" : "connect timeout"));
+    }
+    const absl::Time slice = std::min(connect_deadline, now + absl::Milliseconds(50));
+    if (link.channel->WaitForConnected(absl::ToChronoTime(slice))) break;
+  }
+  std::shared_ptr<OutboundStream> s = OutboundStream::Start(
+      link.stub.get(), inbox_->PeerName(to), options_.max_queued_bytes);
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) {
+      s->Close();
+      s->Cancel();
+      return absl::CancelledError("transport shut down while connecting");
+    }
+    streams_.push_back(s);
+  }
+  link.stream = s;
+  return s;
+}
+
+absl::Status GrpcTransport::Send(int to, const MessageKey& key,
+                                 absl::Span<const uint8_t> data,
+                                 absl::Time deadline) {
+  absl::Status s = CheckPeer(rank(), world_size(), to, "send to");
+  if (!s.ok()) return s;
+  if (static_cast<int64_t>(data.size()) > kMaxPeerMessageBytes) {
+    return Named(to, absl::InvalidArgumentError(absl::StrFormat(
+                         "message %s has %d bytes; the gRPC transport carries "
+                         "at most %d per message",
+                         KeyToString(key), data.size(), kMaxPeerMessageBytes)));
+  }
+  if (shut_down()) {
+    return Named(to, absl::CancelledError(absl::StrFormat(
+                         "send of message %s: transport shut down",
+                         KeyToString(key))));
+  }
+  PeerHeader h;
+  h.group = inbox_->group;
+  h.from_rank = inbox_->rank;
+  h.key = key;
+  uint8_t header[kMaxPeerHeaderBytes];
+  const size_t header_len = EncodePeerHeader(h, data.size(), header);
+  grpc::ByteBuffer msg;
+  if (data.size() <= kPoolThreshold) {
+    uint8_t small[kMaxPeerHeaderBytes + kPoolThreshold];
+    std::memcpy(small, header, header_len);
+    if (!data.empty()) std::memcpy(small + header_len, data.data(), data.size());
+    grpc::Slice slice(small, header_len + data.size());
+    msg = grpc::ByteBuffer(&slice, 1);
+  } else {
+    grpc::Slice slice = pool_->Copy(header, header_len, data);
+    msg = grpc::ByteBuffer(&slice, 1);
+  }
+
+  PeerLink& link = *links_[to];
+  absl::MutexLock l(&link.mu);
+  absl::StatusOr<std::shared_ptr<OutboundStream>> stream =
+      StreamTo(to, link, deadline);
+  if (!stream.ok()) return Named(to, stream.status());
+  s = (*stream)->Enqueue(std::move(msg), header_len + data.size(), key,
+                         deadline);
+  if (!s.ok() && (*stream)->broken()) link.stream.reset();
+  return s.ok() ? s : Named(to, s);
+}
+
+absl::Status GrpcTransport::Recv(int from, const MessageKey& key,
+                                 absl::Span<uint8_t> out,
+                                 absl::Time deadline) {
+  absl::Status s = CheckPeer(rank(), world_size(), from, "receive from");
+  if (!s.ok()) return s;
+  if (options_.recv_spin > absl::ZeroDuration()) {
+    const absl::Time spin_end =
+        std::min(deadline, absl::Now() + options_.recv_spin);
+    while (true) {
+      // A deadline in the past: take the message if it is there, else
+      // DeadlineExceeded at once.
+      s = inbox_->mailbox.Receive(from, key, out, absl::InfinitePast());
+      if (s.code() != absl::StatusCode::kDeadlineExceeded) {
+        return s.ok() ? s : Named(from, s);
+      }
+      if (absl::Now() >= spin_end) break;
+      sched_yield();
+    }
+  }
+  s = inbox_->mailbox.Receive(from, key, out, deadline);
+  return s.ok() ? s : Named(from, s);
+}
+
+void GrpcTransport::Shutdown() {
+  std::vector<std::shared_ptr<OutboundStream>> streams;
+  {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    streams = streams_;
+  }
+  service_->Detach(inbox_->group,
+                   absl::CancelledError(absl::StrFormat(
+                       "rank %d: transport of group %d shut down",
+                       inbox_->rank, inbox_->group)));
+  for (auto& s : streams) s->Close();
+  const absl::Time drain = absl::Now() + options_.close_timeout;
+  for (auto& s : streams) {
+    if (!s->WaitDone(drain)) s->Cancel();
+  }
+  const absl::Time last = absl::Now() + absl::Seconds(5);
+  for (auto& s : streams) {
+    if (!s->WaitDone(last)) {
+      std::fprintf(stderr,
+                   "grpc transport: rank %d group %llu: a peer stream did "
+                   "not finish 5 s after cancellation\n",
+                   inbox_->rank,
+                   static_cast<unsigned long long>(inbox_->group));
+    }
+  }
+}
+
+}  // namespace lockstep
