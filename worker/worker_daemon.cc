@@ -277,6 +277,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.rank = a.rank();
     o.world = k;
     o.worker_id = wid;
+    o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);
     {

@@ -27,6 +27,8 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
+ABSL_FLAG(std::string, data_dir, "",
+          "Relative dataset paths in jobs resolve against this directory (this machine's data)");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
 ABSL_FLAG(int32_t, combine_timeout_ms, 30000,
           "Deadline of one gradient combine (a silent peer fails the job after this)");
@@ -61,6 +63,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (!data_dir.empty() && chdir(data_dir.c_str()) != 0) {
+    std::fprintf(stderr, "lockstep-worker: --data_dir: cannot enter %s\n", data_dir.c_str());
+    return 2;
+  }
   lockstep::PeerServiceImpl peers;
   grpc::ServerBuilder builder;
   int port = 0;
