@@ -402,8 +402,20 @@ void Coordinator::CompleteStepLocked(Job* job, int64_t step, const PendingStep& 
                              : loss_plain / static_cast<double>(job->k);
   }
   job->examples += examples;
-  const double elapsed = absl::ToDoubleSeconds(clock_->Now() - job->started);
-  job->examples_per_second = elapsed > 0 ? static_cast<double>(job->examples) / elapsed : 0.0;
+  const absl::Time now = clock_->Now();
+  if (job->first_step_time == absl::InfinitePast()) {
+    job->first_step_time = now;
+    job->first_step_examples = job->examples;
+  }
+  const double since_first = absl::ToDoubleSeconds(now - job->first_step_time);
+  const double since_start = absl::ToDoubleSeconds(now - job->started);
+  if (since_first > 0 && job->examples > job->first_step_examples) {
+    job->examples_per_second =
+        static_cast<double>(job->examples - job->first_step_examples) / since_first;
+  } else {
+    job->examples_per_second =
+        since_start > 0 ? static_cast<double>(job->examples) / since_start : 0.0;
+  }
 
   if (!differing.empty()) {
     job->out_of_sync = true;

@@ -82,9 +82,11 @@
 //               sum(loss_r * examples_r) / sum(examples_r) (plain mean when
 //               every rank reports 0 examples). Equals the global-batch mean
 //               whether ranks report their slice's mean or the global one.
-//     examples_per_second = examples of all completed steps (sum over ranks)
-//               / (Clock time of the latest completion - job start); 0 while
-//               no Clock time has passed.
+//     examples_per_second = examples of the steps completed after the first
+//               one / (Clock time of the latest completion - Clock time of
+//               the first completion), so start-up (dataset loading,
+//               connecting) does not count; until a second step completes,
+//               examples / (time since job start). 0 while no time passed.
 //     total_steps = spec.steps if > 0, else the largest total_steps a rank
 //               reported (ReportStep.total_steps / ReportDone.steps).
 // ReportEval: records the latest test accuracy / loss (any rank; all ranks
@@ -273,6 +275,10 @@ class Coordinator {
     std::vector<Rank> ranks;
     std::map<int64_t, PendingStep> pending_steps;
     int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;
+    // When the first step completed and the examples done by then: the
+    // throughput excludes start-up (data loading, connecting).
+    absl::Time first_step_time = absl::InfinitePast();
+    int64_t first_step_examples = 0;
     double loss = 0, examples_per_second = 0;
     double test_accuracy = 0, test_loss = 0;
     bool out_of_sync = false;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   int bytes = argc > 1 ? atoi(argv[1]) : 4096;
   int spin = argc > 2 ? atoi(argv[2]) : 0;
+  int burst = argc > 3 ? atoi(argv[3]) : 1;
   std::vector<std::unique_ptr<PeerServiceImpl>> svc;
   std::vector<std::unique_ptr<grpc::Server>> srv;
   std::vector<std::string> addr;
@@ -34,9 +35,11 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> b(bytes);
     for (int i = 0; i < iters; ++i) {
       MessageKey k; k.job = 1; k.step = i;
+      for (int j = 0; j < burst; ++j) { k.chunk = j;
       auto s = t1->Recv(0, k, absl::MakeSpan(b), absl::Now() + absl::Seconds(10));
-      if (!s.ok()) { fprintf(stderr, "%s\n", s.ToString().c_str()); exit(1); }
-      s = t1->Send(0, k, b, absl::Now() + absl::Seconds(10));
+      if (!s.ok()) { fprintf(stderr, "%s\n", s.ToString().c_str()); exit(1); } }
+      for (int j = 0; j < burst; ++j) { k.chunk = j;
+      auto s = t1->Send(0, k, b, absl::Now() + absl::Seconds(10)); }
     }
   });
   std::vector<uint8_t> b(bytes);
@@ -44,14 +47,14 @@ int main(int argc, char** argv) {
   for (int i = 0; i < iters; ++i) {
     MessageKey k; k.job = 1; k.step = i;
     absl::Time a = absl::Now();
-    auto s = t0->Send(1, k, b, absl::Now() + absl::Seconds(10));
-    s = t0->Recv(1, k, absl::MakeSpan(b), absl::Now() + absl::Seconds(10));
-    if (!s.ok()) { fprintf(stderr, "%s\n", s.ToString().c_str()); exit(1); }
+    for (int j = 0; j < burst; ++j) { k.chunk = j; auto s = t0->Send(1, k, b, absl::Now() + absl::Seconds(10)); }
+    for (int j = 0; j < burst; ++j) { k.chunk = j; auto s = t0->Recv(1, k, absl::MakeSpan(b), absl::Now() + absl::Seconds(10));
+    if (!s.ok()) { fprintf(stderr, "%s\n", s.ToString().c_str()); exit(1); } }
     rtt.push_back(absl::ToDoubleMicroseconds(absl::Now() - a));
   }
   echo.join();
   std::sort(rtt.begin(), rtt.end());
-  printf("bytes %d spin %d: rtt median %.1f us p10 %.1f p90 %.1f\n", bytes, spin, rtt[iters/2], rtt[iters/10], rtt[iters*9/10]);
+  printf("bytes %d spin %d burst %d: rtt median %.1f us p10 %.1f p90 %.1f\n", bytes, spin, burst, rtt[iters/2], rtt[iters/10], rtt[iters*9/10]);
   t0.reset(); t1.reset();
   for (int r = 0; r < 2; ++r) { svc[r]->Shutdown(); srv[r]->Shutdown(absl::ToChronoTime(absl::Now())); }
   return 0;
