@@ -249,7 +249,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       const int shards = a.ps_addresses_size();
       if (shards < 1) return absl::FailedPreconditionError("assignment has no ps_addresses");
       combiner = std::make_unique<PsCombiner>(
-          [&](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
+          [&, shards](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
             ps_clients.clear();
             ps_ptrs.clear();
             for (int s = 0; s < shards; ++s) {
