@@ -77,8 +77,8 @@ std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv) {
     if (a == "--") break;
     if (!absl::ConsumePrefix(&a, "--") && !absl::ConsumePrefix(&a, "-")) continue;
     a = a.substr(0, a.find('='));
-    if (absl::FindCommandLineFlag(a) == nullptr && absl::ConsumePrefix(&a, "no")) {
-      // --noflag form of a boolean flag.
+    if (absl::FindCommandLineFlag(a) == nullptr) {
+      absl::ConsumePrefix(&a, "no");  // the --noflag form of a boolean flag
     }
     given.insert(std::string(a));
   }

@@ -13,6 +13,11 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 
+#include "absl/flags/declare.h"
+
+ABSL_DECLARE_FLAG(std::string, job_file);
+ABSL_DECLARE_FLAG(std::string, sync);
+
 namespace lockstep {
 
 // Names of the flags given on a command line ("--lr=0.1" and "--lr 0.1"

@@ -1,0 +1,88 @@
+#include "client/job_flags.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+std::string TmpFile(const std::string& name, const std::string& text) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Parses a command line the way main() does.
+absl::StatusOr<v1::JobSpec> FromArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), "lockstep");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  absl::ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+  return JobSpecFromFlags(FlagsGivenOnCommandLine(static_cast<int>(argv.size()), argv.data()));
+}
+
+TEST(JobFlagsTest, DefaultsAreTheMainJob) {
+  auto spec = FromArgs({});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model(), "mlp:256");
+  EXPECT_EQ(spec->data().dataset(), "fashion-mnist");
+  EXPECT_EQ(spec->sync_mode(), v1::RING);
+  EXPECT_EQ(spec->num_workers(), 4);
+  EXPECT_EQ(spec->global_batch(), 128);
+  EXPECT_EQ(spec->lr().decay(), "cosine");
+}
+
+TEST(JobFlagsTest, JobFileWithCommandLineOverrides) {
+  const std::string file = TmpFile("job.txt", R"(
+    name: "from-file"
+    model: "softmax"
+    sync_mode: PS
+    num_workers: 3
+    global_batch: 96
+    lr { base_lr: 0.2 decay: "step" step_size: 100 }
+  )");
+  auto spec = FromArgs({"--job_file=" + file, "--workers=2", "--lr=0.3"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "from-file");
+  EXPECT_EQ(spec->model(), "softmax");          // from the file
+  EXPECT_EQ(spec->sync_mode(), v1::PS);         // from the file
+  EXPECT_EQ(spec->global_batch(), 96);          // from the file, not the flag default
+  EXPECT_EQ(spec->num_workers(), 2);            // overridden
+  EXPECT_FLOAT_EQ(spec->lr().base_lr(), 0.3f);  // overridden
+  EXPECT_EQ(spec->lr().decay(), "step");        // from the file
+  absl::SetFlag(&FLAGS_job_file, "");
+}
+
+TEST(JobFlagsTest, BadJobFileNamesFileAndLine) {
+  const std::string file = TmpFile("bad.txt", "model: \"softmax\"\nnum_workerz: 3\n");
+  auto spec = FromArgs({"--job_file=" + file});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find(file + ": line 2"), std::string::npos) << spec.status();
+  spec = FromArgs({"--job_file=/nonexistent/job.txt"});
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  absl::SetFlag(&FLAGS_job_file, "");
+}
+
+TEST(JobFlagsTest, BadSyncModeNamesTheFlag) {
+  auto spec = FromArgs({"--sync=tree"});
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("--sync"), std::string::npos);
+  absl::SetFlag(&FLAGS_sync, "ring");
+}
+
+TEST(JobFlagsTest, GivenFlagsAreFound) {
+  std::vector<std::string> args = {"lockstep", "--lr=0.1", "--nonesterov", "--batch", "64",
+                                   "submit"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  auto given = FlagsGivenOnCommandLine(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(given, (std::set<std::string>{"lr", "nesterov", "batch"}));
+}
+
+}  // namespace
+}  // namespace lockstep
