@@ -14,14 +14,14 @@
 
 /* Must match IterationsFor/WarmupFor in allreduce.cc. */
 static int iterations_for(long bytes) {
-  long it = (256L << 20) / bytes;
-  if (it < 10) it = 10;
-  if (it > 1000) it = 1000;
+  long it = (128L << 20) / bytes;
+  if (it < 6) it = 6;
+  if (it > 500) it = 500;
   return (int)it;
 }
 static int warmup_for(long bytes) {
   int it = iterations_for(bytes) / 10;
-  return it < 3 ? 3 : it;
+  return it < 2 ? 2 : it;
 }
 
 static int cmp_double(const void* a, const void* b) {

@@ -85,14 +85,18 @@ struct WorkerDaemon::RunningJob {
   std::atomic<bool> finished{false};  // ReportDone sent; safe to heartbeat idle
   absl::Mutex mu;
   std::unique_ptr<JobTransport> transport ABSL_GUARDED_BY(mu);
+  std::vector<GrpcPsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
   JobRunner* runner ABSL_GUARDED_BY(mu) = nullptr;
   std::thread thread;
 
+  // Stops the runner at its next step boundary and interrupts a combine
+  // that waits on a peer (ring) or a shard (ps).
   void RequestStop() {
     stop.store(true);
     absl::MutexLock l(&mu);
     if (runner != nullptr) runner->RequestStop();
     if (transport != nullptr) transport->Shutdown();
+    for (GrpcPsClient* c : ps_clients) c->Cancel();
   }
 };
 
@@ -243,13 +247,27 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       data_ = data;
     }
     std::unique_ptr<GradientCombiner> combiner;
-    std::vector<std::unique_ptr<PsClient>> ps_clients;
+    std::vector<std::unique_ptr<GrpcPsClient>> ps_clients;
     std::vector<PsClient*> ps_ptrs;
+    // The ps clients are replaced when the buffer length changes; the job's
+    // stop hook must never see a destroyed one.
+    auto publish_ps = [&] {
+      absl::MutexLock l(&job->mu);
+      job->ps_clients.clear();
+      for (auto& c : ps_clients) {
+        job->ps_clients.push_back(c.get());
+        if (job->stop.load()) c->Cancel();
+      }
+    };
     if (a.spec().sync_mode() == v1::PS) {
       const int shards = a.ps_addresses_size();
       if (shards < 1) return absl::FailedPreconditionError("assignment has no ps_addresses");
       combiner = std::make_unique<PsCombiner>(
           [&, shards](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
+            {
+              absl::MutexLock l(&job->mu);
+              job->ps_clients.clear();
+            }
             ps_clients.clear();
             ps_ptrs.clear();
             for (int s = 0; s < shards; ++s) {
@@ -260,6 +278,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                   e - b));
               ps_ptrs.push_back(ps_clients.back().get());
             }
+            publish_ps();
             return ps_ptrs;
           },
           a.rank());
@@ -288,6 +307,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     auto out = runner.Run();
     absl::MutexLock l(&job->mu);
     job->runner = nullptr;
+    job->ps_clients.clear();
     if (job->transport != nullptr) job->transport->Shutdown();
     return out;
   };

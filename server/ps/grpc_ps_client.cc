@@ -27,6 +27,24 @@ absl::Status GrpcPsClient::Named(const grpc::Status& s) const {
                                               st.message()));
 }
 
+bool GrpcPsClient::Begin(grpc::ClientContext* ctx) {
+  absl::MutexLock l(&mu_);
+  if (cancelled_) return false;
+  active_.insert(ctx);
+  return true;
+}
+
+void GrpcPsClient::End(grpc::ClientContext* ctx) {
+  absl::MutexLock l(&mu_);
+  active_.erase(ctx);
+}
+
+void GrpcPsClient::Cancel() {
+  absl::MutexLock l(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+}
+
 absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
                                 absl::Span<const float> shard_grad_sum, int64_t count,
                                 absl::Time deadline) {
@@ -44,7 +62,10 @@ absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   ctx.set_wait_for_ready(true);  // a server still starting is not an error
-  return Named(stub_->Push(&ctx, req, &reply));
+  if (!Begin(&ctx)) return Named(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  grpc::Status s = stub_->Push(&ctx, req, &reply);
+  End(&ctx);
+  return Named(s);
 }
 
 absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
@@ -63,7 +84,10 @@ absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Sp
   // that answer time to arrive before the RPC itself gives up.
   ctx.set_deadline(absl::ToChronoTime(deadline + kPullGrace));
   ctx.set_wait_for_ready(true);
-  if (absl::Status s = Named(stub_->Pull(&ctx, req, &reply)); !s.ok()) return s;
+  if (!Begin(&ctx)) return Named(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  grpc::Status rpc = stub_->Pull(&ctx, req, &reply);
+  End(&ctx);
+  if (absl::Status s = Named(rpc); !s.ok()) return s;
   if (reply.grad_sum().size() != out.size() * sizeof(float)) {
     return absl::DataLossError(absl::StrCat("ps shard ", shard_, " (", address_, "): pulled ",
                                             reply.grad_sum().size(), " bytes, expected ",

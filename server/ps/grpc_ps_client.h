@@ -4,10 +4,13 @@
 #define LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/collective/ps_aggregator.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -27,8 +30,21 @@ class GrpcPsClient : public PsClient {
   absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                     int64_t* count, absl::Time deadline) override;
 
+  // Cancels the calls in flight and makes every later call return
+  // CANCELLED at once (a worker whose job was ended must not wait out a
+  // pull's deadline). Any thread.
+  void Cancel();
+
  private:
   absl::Status Named(const grpc::Status& s) const;
+  // Registers a call's context so Cancel() can reach it; false when
+  // already cancelled.
+  bool Begin(grpc::ClientContext* ctx);
+  void End(grpc::ClientContext* ctx);
+
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
 
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
   const std::string address_;
