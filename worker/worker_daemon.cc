@@ -120,6 +120,7 @@ std::string WorkerDaemon::worker_id() const {
 void WorkerDaemon::Shutdown() {
   if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
   absl::MutexLock l(&mu_);
+  wake_ = true;
   if (job_ != nullptr) job_->RequestStop();
 }
 
@@ -160,12 +161,10 @@ absl::Status WorkerDaemon::Run() {
     }
     Heartbeat();
     ReapJob(/*wait=*/false);
-    absl::Duration interval;
-    {
-      absl::MutexLock l(&mu_);
-      interval = heartbeat_interval_;
-    }
-    shutdown_.WaitForNotificationWithTimeout(interval);
+    // Sleep one heartbeat interval, or less when woken.
+    absl::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&wake_), heartbeat_interval_);
+    wake_ = false;
   }
   {
     absl::MutexLock l(&mu_);
@@ -335,6 +334,9 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
   if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
   job->finished.store(true);
+  absl::MutexLock l(&mu_);
+  wake_ = true;  // heartbeat as idle now
+
 }
 
 }  // namespace lockstep
