@@ -22,6 +22,30 @@ absl::Status FieldError(const char* field, const char* expected, double got) {
 // Half-open unit interval [0, 1); false for NaN.
 bool InUnitInterval(float x) { return x >= 0.0f && x < 1.0f; }
 
+// w -= lr * (g [+ wd * w])
+template <bool kDecay>
+void PlainSgd(float* w, const float* grad, size_t n, float wd, float lr) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    if (kDecay) g = g + wd * w[i];
+    w[i] = w[i] - lr * g;
+  }
+}
+
+// v = first ? g : mu * v + g;  w -= lr * (nesterov ? g + mu * v : v)
+template <bool kDecay, bool kFirst, bool kNesterov>
+void MomentumSgd(float* w, float* v, const float* grad, size_t n, float wd, float mu,
+                 float lr) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    if (kDecay) g = g + wd * w[i];
+    const float vi = kFirst ? g : mu * v[i] + g;
+    v[i] = vi;
+    g = kNesterov ? g + mu * vi : vi;
+    w[i] = w[i] - lr * g;
+  }
+}
+
 class SgdOptimizer final : public Optimizer {
  public:
   SgdOptimizer(const OptimizerConfig& config, int64_t num_params)
@@ -35,24 +59,31 @@ class SgdOptimizer final : public Optimizer {
     const float mu = config_.momentum;
     const bool nesterov = config_.nesterov;
     const bool first = (steps_ == 0);
-    const size_t n = params.size();
     float* w = params.data();
     const float* grad = mean_grad.data();
+    const size_t n = params.size();
+    // The flags pick one branch-free loop (so -O2 vectorises it); every
+    // instantiation performs exactly the scalar operations of the formula.
     if (mu == 0.0f) {
-      for (size_t i = 0; i < n; ++i) {
-        float g = grad[i];
-        if (wd != 0.0f) g = g + wd * w[i];
-        w[i] = w[i] - lr * g;
+      if (wd != 0.0f) {
+        PlainSgd<true>(w, grad, n, wd, lr);
+      } else {
+        PlainSgd<false>(w, grad, n, wd, lr);
       }
-    } else {
-      float* v = slots_.data();
-      for (size_t i = 0; i < n; ++i) {
-        float g = grad[i];
-        if (wd != 0.0f) g = g + wd * w[i];
-        v[i] = first ? g : mu * v[i] + g;
-        g = nesterov ? g + mu * v[i] : v[i];
-        w[i] = w[i] - lr * g;
-      }
+      ++steps_;
+      return;
+    }
+    float* v = slots_.data();
+    const int variant = (wd != 0.0f ? 4 : 0) | (first ? 2 : 0) | (nesterov ? 1 : 0);
+    switch (variant) {
+      case 0: MomentumSgd<false, false, false>(w, v, grad, n, wd, mu, lr); break;
+      case 1: MomentumSgd<false, false, true>(w, v, grad, n, wd, mu, lr); break;
+      case 2: MomentumSgd<false, true, false>(w, v, grad, n, wd, mu, lr); break;
+      case 3: MomentumSgd<false, true, true>(w, v, grad, n, wd, mu, lr); break;
+      case 4: MomentumSgd<true, false, false>(w, v, grad, n, wd, mu, lr); break;
+      case 5: MomentumSgd<true, false, true>(w, v, grad, n, wd, mu, lr); break;
+      case 6: MomentumSgd<true, true, false>(w, v, grad, n, wd, mu, lr); break;
+      default: MomentumSgd<true, true, true>(w, v, grad, n, wd, mu, lr); break;
     }
     ++steps_;
   }
