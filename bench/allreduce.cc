@@ -59,6 +59,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/collective/ring_allreduce.h"
+#include "common/process_tuning.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
 
@@ -72,6 +73,7 @@ ABSL_FLAG(int64_t, segment_bytes, lockstep::kDefaultSegmentBytes,
           "ring all-reduce segment size");
 ABSL_FLAG(int64_t, max_queued_bytes, 16 << 20,
           "GrpcTransportOptions.max_queued_bytes");
+ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
 ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
 ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
 ABSL_FLAG(std::string, grpc_args, "",
@@ -243,17 +245,8 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
 }
 
 int RunWorker() {
-  // Process-wide settings a lockstep worker daemon makes at startup (this
-  // machine's fresh pages cost 10-20 us each, and glibc otherwise returns
-  // freed gRPC buffers to the kernel with madvise/munmap on every cycle):
-  // keep freed memory in the heap, serve blocks up to 32 MiB from it, and
-  // use one arena (per-thread arenas unmap whole heaps when they empty).
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  // Abseil's debug deadlock detection (on in Debian's build) costs a graph
-  // update per lock acquisition.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // The same process-wide settings the worker daemon makes at startup.
+  TuneProcessForThroughput();
 
   const int rank = absl::GetFlag(FLAGS_rank);
   const int k = absl::GetFlag(FLAGS_world);
@@ -299,6 +292,7 @@ int RunWorker() {
   options.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
   options.channel_args = grpc_args;
   options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+  options.streams_per_peer = absl::GetFlag(FLAGS_streams_per_peer);
   absl::StatusOr<std::unique_ptr<GrpcTransport>> transport =
       GrpcTransport::Create(&service, /*group=*/1, rank, addresses, options);
   if (!transport.ok()) {
@@ -551,6 +545,7 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
         absl::StrCat("--max_queued_bytes=", absl::GetFlag(FLAGS_max_queued_bytes)),
         absl::StrCat("--grpc_args=", absl::GetFlag(FLAGS_grpc_args)),
         absl::StrCat("--recv_spin_us=", absl::GetFlag(FLAGS_recv_spin_us)),
+        absl::StrCat("--streams_per_peer=", absl::GetFlag(FLAGS_streams_per_peer)),
         absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};
     pids.push_back(Spawn(argv, {}, r == 0 ? run_dir + "/out.0" : ""));
   }
@@ -728,10 +723,10 @@ int RunParent(const std::string& self) {
         if (!met) ++missed;
       };
       if (b >= (64 << 10)) {
-        target(absl::StrFormat("busbw >= 0.5x Open MPI (%.2fx)", ratio), ratio >= 0.5);
+        target(absl::StrFormat("busbw >= 0.5x Open MPI (%.3fx)", ratio), ratio >= 0.5);
       }
       if (b == (16 << 20) || b == (64 << 20)) {
-        target(absl::StrFormat("busbw >= 1.0x Open MPI (%.2fx)", ratio), ratio >= 1.0);
+        target(absl::StrFormat("busbw >= 1.0x Open MPI (%.3fx)", ratio), ratio >= 1.0);
       }
       if (b == 4096) {
         const double lat_ratio = l / best_mpi_us;

@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
       "lockstep worker daemon.\n"
       "  lockstep-worker --coordinator=HOST:PORT [--listen=HOST:PORT] [--port_file=F]");
   absl::ParseCommandLine(argc, argv);
+  lockstep::TuneProcessForThroughput();
 
   if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
     std::fprintf(stderr, "lockstep-worker: %s\n", std::string(s.message()).c_str());

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "server/ps/ps_service.h"
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
       "lockstep parameter-server shard.\n"
       "  lockstep-server --role=ps --listen=HOST:PORT");
   absl::ParseCommandLine(argc, argv);
+  lockstep::TuneProcessForThroughput();
   if (absl::GetFlag(FLAGS_role) != "ps") {
     std::fprintf(stderr, "lockstep-server: --role: expected ps, got \"%s\"\n",
                  absl::GetFlag(FLAGS_role).c_str());

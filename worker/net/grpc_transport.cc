@@ -174,20 +174,40 @@ class OutboundStream final
     return BrokenStatusLocked(deadline);
   }
 
-  // Half-closes once the queue is drained; wakes waiting Enqueue calls.
-  void Close() {
-    bool writes_done = false;
-    bool release = false;
+  // Shutdown, step 1: no more Enqueue (waiting ones return CancelledError).
+  void BeginClose() {
+    absl::MutexLock l(&mu_);
+    closing_ = true;
+    cv_.SignalAll();
+  }
+
+  // Shutdown, step 2: queues `fin` (if given) after the messages already
+  // queued and half-closes the stream once everything is written.
+  // Idempotent.
+  void EndClose(const grpc::ByteBuffer* fin, size_t fin_bytes) {
+    bool start = false, writes_done = false, release = false;
     {
       absl::MutexLock l(&mu_);
-      if (closing_) return;
       closing_ = true;
+      if (half_close_) return;
+      half_close_ = true;
       cv_.SignalAll();
-      if (!writing_ && !broken_) {
-        writes_done = writes_done_started_ = true;
+      if (!broken_) {
+        if (fin != nullptr) {
+          queued_bytes_ += static_cast<int64_t>(fin_bytes);
+          queue_.emplace_back(*fin, fin_bytes);
+        }
+        if (!writing_) {
+          if (!queue_.empty()) {
+            start = NextWriteLocked();
+          } else {
+            writes_done = writes_done_started_ = true;
+          }
+        }
       }
       release = ReleaseHoldLocked();
     }
+    if (start) StartWrite(&current_);
     if (writes_done) StartWritesDone();
     if (release) RemoveHold();
   }
@@ -216,7 +236,7 @@ class OutboundStream final
         MarkBrokenLocked("a write failed");
       } else if (!queue_.empty() && !broken_) {
         start = NextWriteLocked();
-      } else if (closing_ && !writes_done_started_ && !broken_) {
+      } else if (half_close_ && !writes_done_started_ && !broken_) {
         writes_done = writes_done_started_ = true;
       }
       release = ReleaseHoldLocked();
@@ -325,7 +345,8 @@ class OutboundStream final
   size_t current_bytes_ = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // queued + in flight
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;     // Enqueue refused
+  bool half_close_ ABSL_GUARDED_BY(mu_) = false;  // WritesDone once drained
   bool writes_done_started_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_finished_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
@@ -336,10 +357,14 @@ class OutboundStream final
 };
 
 struct GrpcTransport::PeerLink {
+  explicit PeerLink(int streams)
+      : channels(streams), stubs(streams), streams(streams) {}
   absl::Mutex mu;  // serializes Sends to this peer (FIFO) and connecting
-  std::shared_ptr<grpc::Channel> channel ABSL_GUARDED_BY(mu);
-  std::unique_ptr<grpc::GenericStub> stub ABSL_GUARDED_BY(mu);
-  std::shared_ptr<OutboundStream> stream ABSL_GUARDED_BY(mu);
+  // One channel (TCP connection), stub and stream per parallel stream.
+  std::vector<std::shared_ptr<grpc::Channel>> channels ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs ABSL_GUARDED_BY(mu);
+  std::vector<std::shared_ptr<OutboundStream>> streams ABSL_GUARDED_BY(mu);
+  uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;  // of the next message
 };
 
 absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
@@ -362,8 +387,9 @@ GrpcTransport::GrpcTransport(PeerServiceImpl* service,
       inbox_(std::move(inbox)),
       options_(std::move(options)),
       pool_(std::make_shared<SendBufferPool>()) {
+  const int streams = std::max(1, options_.streams_per_peer);
   for (int r = 0; r < inbox_->world_size(); ++r) {
-    links_.push_back(std::make_unique<PeerLink>());
+    links_.push_back(std::make_unique<PeerLink>(streams));
   }
 }
 
@@ -380,16 +406,18 @@ absl::Status GrpcTransport::Named(int peer, const absl::Status& s) const {
 }
 
 absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
-    int to, PeerLink& link, absl::Time deadline) {
-  if (link.stream != nullptr) {
-    if (!link.stream->broken()) return link.stream;
+    int to, PeerLink& link, int index, absl::Time deadline) {
+  std::shared_ptr<OutboundStream>& stream = link.streams[index];
+  std::shared_ptr<grpc::Channel>& channel = link.channels[index];
+  if (stream != nullptr) {
+    if (!stream->broken()) return stream;
     // It broke after an earlier Send returned: report it once; the next Send
     // opens a fresh stream.
-    absl::Status s = link.stream->BrokenStatus(deadline);
-    link.stream.reset();
+    absl::Status s = stream->BrokenStatus(deadline);
+    stream.reset();
     return s;
   }
-  if (link.channel == nullptr) {
+  if (channel == nullptr) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive.time_ms);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive.timeout_ms);
@@ -403,9 +431,9 @@ absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
     for (const auto& [name, value] : options_.channel_args) {
       args.SetInt(name, value);
     }
-    link.channel = grpc::CreateCustomChannel(
+    channel = grpc::CreateCustomChannel(
         inbox_->peer_addresses[to], grpc::InsecureChannelCredentials(), args);
-    link.stub = std::make_unique<grpc::GenericStub>(link.channel);
+    link.stubs[index] = std::make_unique<grpc::GenericStub>(channel);
   }
   // Connect (the peer may still be starting); poll in short slices so
   // Shutdown is noticed.
@@ -419,24 +447,24 @@ absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
     if (now >= connect_deadline) {
       return absl::UnavailableError(absl::StrFormat(
           "cannot connect (channel state %d) before the %s",
-          static_cast<int>(link.channel->GetState(false)),
+          static_cast<int>(channel->GetState(false)),
           connect_deadline == deadline ? "send deadline" : "connect timeout"));
     }
     const absl::Time slice = std::min(connect_deadline, now + absl::Milliseconds(50));
-    if (link.channel->WaitForConnected(absl::ToChronoTime(slice))) break;
+    if (channel->WaitForConnected(absl::ToChronoTime(slice))) break;
   }
   std::shared_ptr<OutboundStream> s = OutboundStream::Start(
-      link.stub.get(), inbox_->PeerName(to), options_.max_queued_bytes);
+      link.stubs[index].get(), inbox_->PeerName(to), options_.max_queued_bytes);
   {
     absl::MutexLock l(&mu_);
     if (shut_down_) {
-      s->Close();
+      s->EndClose(nullptr, 0);
       s->Cancel();
       return absl::CancelledError("transport shut down while connecting");
     }
     streams_.push_back(s);
   }
-  link.stream = s;
+  stream = s;
   return s;
 }
 
@@ -456,10 +484,15 @@ absl::Status GrpcTransport::Send(int to, const MessageKey& key,
                          "send of message %s: transport shut down",
                          KeyToString(key))));
   }
+  PeerLink& link = *links_[to];
+  absl::MutexLock l(&link.mu);
+  const int streams = static_cast<int>(link.streams.size());
   PeerHeader h;
   h.group = inbox_->group;
   h.from_rank = inbox_->rank;
   h.key = key;
+  h.seq = link.next_seq;
+  h.streams = static_cast<uint32_t>(streams);
   uint8_t header[kMaxPeerHeaderBytes];
   const size_t header_len = EncodePeerHeader(h, data.size(), header);
   grpc::ByteBuffer msg;
@@ -474,15 +507,18 @@ absl::Status GrpcTransport::Send(int to, const MessageKey& key,
     msg = grpc::ByteBuffer(&slice, 1);
   }
 
-  PeerLink& link = *links_[to];
-  absl::MutexLock l(&link.mu);
+  const int index = static_cast<int>(h.seq % static_cast<uint64_t>(streams));
   absl::StatusOr<std::shared_ptr<OutboundStream>> stream =
-      StreamTo(to, link, deadline);
+      StreamTo(to, link, index, deadline);
   if (!stream.ok()) return Named(to, stream.status());
   s = (*stream)->Enqueue(std::move(msg), header_len + data.size(), key,
                          deadline);
-  if (!s.ok() && (*stream)->broken()) link.stream.reset();
-  return s.ok() ? s : Named(to, s);
+  if (!s.ok()) {
+    if ((*stream)->broken()) link.streams[index].reset();
+    return Named(to, s);
+  }
+  ++link.next_seq;  // a message that was not queued uses no number
+  return s;
 }
 
 absl::Status GrpcTransport::Recv(int from, const MessageKey& key,
@@ -520,7 +556,30 @@ void GrpcTransport::Shutdown() {
                    absl::CancelledError(absl::StrFormat(
                        "rank %d: transport of group %d shut down",
                        inbox_->rank, inbox_->group)));
-  for (auto& s : streams) s->Close();
+  // Refuse new messages (waiting Sends return), then end every current
+  // stream with a fin message telling the peer how many messages it must
+  // expect on the link, so its Recv fails fast once they are consumed.
+  for (auto& s : streams) s->BeginClose();
+  for (int to = 0; to < world_size(); ++to) {
+    if (to == rank()) continue;
+    PeerLink& link = *links_[to];
+    absl::MutexLock l(&link.mu);  // a Send holding it returns promptly now
+    if (link.next_seq == 0) continue;
+    PeerHeader h;
+    h.group = inbox_->group;
+    h.from_rank = inbox_->rank;
+    h.seq = link.next_seq;
+    h.streams = static_cast<uint32_t>(link.streams.size());
+    h.fin_total = link.next_seq;
+    uint8_t header[kMaxPeerHeaderBytes];
+    const size_t n = EncodePeerHeader(h, 0, header);
+    grpc::Slice slice(header, n);
+    const grpc::ByteBuffer fin(&slice, 1);
+    for (auto& s : link.streams) {
+      if (s != nullptr) s->EndClose(&fin, n);
+    }
+  }
+  for (auto& s : streams) s->EndClose(nullptr, 0);  // the rest (broken ones)
   const absl::Time drain = absl::Now() + options_.close_timeout;
   for (auto& s : streams) {
     if (!s->WaitDone(drain)) s->Cancel();

@@ -24,11 +24,12 @@
 // Sending: Send encodes the PeerMessage header (peer_wire.h) and copies the
 // payload ONCE, into a pooled buffer that becomes the single gRPC slice of
 // the message (no protobuf object, no per-element encoding), then queues it
-// on the peer's stream and returns; gRPC writes it asynchronously (one write
-// in flight per stream, the rest queued). Send never waits for the peer's
-// Recv; it waits only while more than max_queued_bytes are queued for that
-// peer (flow control) or while the first connection is being made, both
-// bounded by its deadline.
+// on one of the peer's streams_per_peer streams (round robin by message
+// number, peer.proto `seq`) and returns; gRPC writes it asynchronously (one
+// write in flight per stream, the rest queued); the receiver restores the
+// order. Send never waits for the peer's Recv; it waits only while more than
+// max_queued_bytes are queued on the stream (flow control) or while the
+// first connection is being made, both bounded by its deadline.
 //
 // Receiving: see peer_service.h; Recv is Mailbox::Receive with the error
 // prefixed by the peer's rank and address.
@@ -48,11 +49,19 @@
 // with UnavailableError instead of waiting for the deadline.
 //
 // Threading: all methods are thread-safe; Sends to one peer are serialized
-// (FIFO in the order their Send calls return). gRPC callback threads do the
-// writing and reading; this class starts no threads of its own.
+// (FIFO in the order their Send calls return; a Send waits for a concurrent
+// Send to the same peer, itself bounded by its deadline). gRPC's callback
+// threads do the writing and reading; this class starts no threads.
 // Shutdown() (or the destructor) wakes every waiting Send / Recv (they
 // return CancelledError), lets already-queued messages drain for up to
-// close_timeout, half-closes the streams, and cancels what is left.
+// close_timeout, ends each stream with a fin message (peer.proto
+// `fin_total`, so the peer's Recv fails fast once it has consumed
+// everything), half-closes the streams, and cancels what is left.
+//
+// Process settings: on hosts where fresh pages are expensive, the worker's
+// main() should keep glibc from returning freed gRPC buffers to the kernel
+// (mallopt M_ARENA_MAX 1, M_TRIM_THRESHOLD large, M_MMAP_THRESHOLD 32 MiB;
+// see bench/allreduce.cc): without it a 16 MiB all-reduce was 7x slower.
 #ifndef LOCKSTEP_WORKER_NET_GRPC_TRANSPORT_H_
 #define LOCKSTEP_WORKER_NET_GRPC_TRANSPORT_H_
 
@@ -74,8 +83,9 @@
 namespace lockstep {
 
 struct GrpcTransportOptions {
-  // Bytes handed to Send but not yet written to the network, per peer,
-  // above which Send waits (one message is always accepted).
+  // Bytes handed to Send but not yet written to the network, per stream
+  // (so up to streams_per_peer times this per peer), above which Send waits
+  // (one message is always accepted).
   int64_t max_queued_bytes = 16 << 20;
   // Longest time a Send waits for the first connection to a peer (also
   // bounded by the Send deadline).
@@ -83,11 +93,18 @@ struct GrpcTransportOptions {
   // Shutdown: how long queued messages may take to drain before the streams
   // are cancelled.
   absl::Duration close_timeout = absl::Seconds(5);
+  // Parallel streams (each on its own channel, i.e. TCP connection) per
+  // peer. Consecutive messages go round robin over them and the receiver
+  // restores their order (peer.proto seq), so a message does not wait for
+  // the previous one's write to complete: gRPC allows one write in flight
+  // per stream, and its completion costs a thread hop.
+  int streams_per_peer = 2;
   // Recv first polls its mailbox for up to this long, yielding the CPU
   // between polls (sched_yield), before it blocks on a condition variable.
-  // Trades CPU for latency: a blocked thread costs a futex wake-up per
-  // message, which is tens of microseconds on virtualised hosts. Zero: block
-  // at once.
+  // Trades CPU for latency (a blocked thread costs a futex wake-up per
+  // message); on the 2-core benchmark host it made things worse, because
+  // the spinning thread competes with gRPC's own threads. Zero (default):
+  // block at once.
   absl::Duration recv_spin = absl::ZeroDuration();
   // Must match the peers' PeerServiceImpl settings.
   PeerKeepalive keepalive;
@@ -138,10 +155,10 @@ class GrpcTransport final : public Transport {
   GrpcTransport(PeerServiceImpl* service, std::shared_ptr<GroupInbox> inbox,
                 GrpcTransportOptions options);
 
-  // Returns the open stream to `to`, connecting first if needed. Called with
-  // link.mu held.
+  // Returns open stream `index` to `to`, connecting first if needed. Called
+  // with link.mu held.
   absl::StatusOr<std::shared_ptr<OutboundStream>> StreamTo(
-      int to, PeerLink& link, absl::Time deadline);
+      int to, PeerLink& link, int index, absl::Time deadline);
   absl::Status Named(int peer, const absl::Status& s) const;
   bool shut_down() const;
 

@@ -273,10 +273,11 @@ class RawPeerClient {
         writer_(stub_->Stream(&ctx_, &reply_)) {}
 
   bool Write(uint64_t group, int from, const MessageKey& k,
-             const std::string& data) {
+             const std::string& data, uint64_t seq = 0) {
     lockstep::v1::PeerMessage m;
     m.set_group(group);
     m.set_from_rank(from);
+    m.set_seq(seq);
     m.set_job(k.job);
     m.set_step(k.step);
     m.set_phase(k.phase);
@@ -331,6 +332,33 @@ TEST(GrpcTransportTest, StreamClaimingAnotherRankMidStreamIsRejected) {
   EXPECT_TRUE(ts[1]->Recv(0, Key(1, 0, 0, 0), absl::MakeSpan(out),
                           absl::Now() + absl::Seconds(30))
                   .ok());
+}
+
+// A sender's messages may arrive on different streams in any order; the
+// receiver delivers them in seq order and rejects a repeated seq.
+TEST(GrpcTransportTest, MessagesAreDeliveredInSeqOrderAcrossStreams) {
+  Cluster c(2);
+  auto ts = c.MakeGroup(8);
+  RawPeerClient late(c.nodes[1]->address()), early(c.nodes[1]->address());
+  ASSERT_TRUE(late.Write(8, 0, Key(1, 0, 0, 2), "two", /*seq=*/2));
+  ASSERT_TRUE(late.Write(8, 0, Key(1, 0, 0, 3), "three", /*seq=*/3));
+  ASSERT_TRUE(early.Write(8, 0, Key(1, 0, 0, 0), "zero", /*seq=*/0));
+  ASSERT_TRUE(early.Write(8, 0, Key(1, 0, 0, 1), "one", /*seq=*/1));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const std::vector<std::string> want = {"zero", "one", "two", "three"};
+  for (int j = 0; j < 4; ++j) {
+    std::vector<uint8_t> out(want[j].size());
+    absl::Status s = ts[1]->Recv(0, Key(1, 0, 0, j), absl::MakeSpan(out), deadline);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(std::string(out.begin(), out.end()), want[j]);
+  }
+  // seq 1 again: rejected, the stream ends with an error.
+  early.Write(8, 0, Key(1, 0, 0, 9), "dup", /*seq=*/1);
+  grpc::Status fin = early.Finish();
+  EXPECT_EQ(fin.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << fin.error_message();
+  EXPECT_THAT(fin.error_message(), HasSubstr("seq 1"));
+  EXPECT_TRUE(late.Finish().ok());
 }
 
 TEST(GrpcTransportTest, TwoConsecutiveJobsOnTheSameServices) {

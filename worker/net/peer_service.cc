@@ -1,5 +1,6 @@
 #include "worker/net/peer_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <cstdio>
@@ -75,14 +76,15 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     absl::MutexLock l(&mu_);
     if (finished_) return;
     if (!ok) {
-      // Half-close or cancellation: no more messages from this sender.
-      if (inbox_ != nullptr && from_ >= 0 && from_ < inbox_->world_size()) {
+      // Half-close or cancellation: no more messages on this stream.
+      // A normal end after the fin message is handled by the fin.
+      if (inbox_ != nullptr && from_ >= 0 && from_ < inbox_->world_size() &&
+          ctx_->IsCancelled()) {
         inbox_->mailbox.ClosePeer(
             from_, absl::UnavailableError(absl::StrFormat(
-                       "%s ended its stream to rank %d of group %d (%s)",
-                       inbox_->PeerName(from_), inbox_->rank, group_,
-                       ctx_->IsCancelled() ? "cancelled or connection lost"
-                                           : "sender shut down")));
+                       "%s: its stream to rank %d of group %d broke "
+                       "(cancelled or connection lost)",
+                       inbox_->PeerName(from_), inbox_->rank, group_)));
       }
       FinishLocked(absl::OkStatus());
       return;
@@ -165,23 +167,75 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return false;
   }
 
-  void DeliverAndReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Hands one message to the mailbox (gathering it first if it spans
+  // several slices).
+  absl::Status DeliverOneLocked(
+      const MessageKey& key,
+      const std::vector<absl::Span<const uint8_t>>& payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::Span<const uint8_t> data;
-    if (payload_.size() == 1) {
-      data = payload_[0];
-    } else if (payload_.size() > 1) {
+    if (payload.size() == 1) {
+      data = payload[0];
+    } else if (payload.size() > 1) {
       size_t n = 0;
-      for (const auto& p : payload_) n += p.size();
+      for (const auto& p : payload) n += p.size();
       if (gather_.size() < n) gather_.resize(n);
       size_t at = 0;
-      for (const auto& p : payload_) {
+      for (const auto& p : payload) {
         std::memcpy(gather_.data() + at, p.data(), p.size());
         at += p.size();
       }
       data = absl::Span<const uint8_t>(gather_.data(), n);
       service_->gathered_.fetch_add(1, std::memory_order_relaxed);
     }
-    absl::Status st = inbox_->mailbox.Deliver(from_, header_.key, data);
+    absl::Status st = inbox_->mailbox.Deliver(from_, key, data);
+    if (st.ok()) service_->delivered_.fetch_add(1, std::memory_order_relaxed);
+    return st;
+  }
+
+  // Delivers the current message in seq order (holding it if it overtook a
+  // predecessor sent on another stream), then reads the next one.
+  void DeliverAndReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    LinkIn& link = *inbox_->links[from_];
+    absl::Status st;
+    {
+      absl::MutexLock ll(&link.mu);
+      if (header_.fin_total > 0) {
+        link.fin_total = header_.fin_total;
+      } else if (header_.seq < link.next_seq) {
+        st = absl::InvalidArgumentError(absl::StrFormat(
+            "%s sent message %s with seq %d, but every seq below %d was "
+            "already delivered",
+            inbox_->PeerName(from_), KeyToString(header_.key), header_.seq,
+            link.next_seq));
+      } else if (header_.seq > link.next_seq) {
+        LinkIn::Held& held = link.held[header_.seq];
+        held.key = header_.key;
+        held.slices = std::move(slices_);
+        held.payload = std::move(payload_);
+        slices_ = {};
+        payload_ = {};
+      } else {
+        st = DeliverOneLocked(header_.key, payload_);
+        if (st.ok()) ++link.next_seq;
+        while (st.ok() && !link.held.empty() &&
+               link.held.begin()->first == link.next_seq) {
+          auto it = link.held.begin();
+          st = DeliverOneLocked(it->second.key, it->second.payload);
+          link.held.erase(it);
+          if (st.ok()) ++link.next_seq;
+        }
+      }
+      if (st.ok() && link.fin_total > 0 && link.next_seq >= link.fin_total) {
+        // Everything the sender sent is delivered and it has shut down.
+        inbox_->mailbox.ClosePeer(
+            from_, absl::UnavailableError(absl::StrFormat(
+                       "%s shut its transport down after sending %d "
+                       "message(s) to rank %d of group %d",
+                       inbox_->PeerName(from_), link.fin_total, inbox_->rank,
+                       group_)));
+      }
+    }
     payload_.clear();
     frags_.clear();
     slices_.clear();
@@ -191,7 +245,6 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     ++messages_;
-    service_->delivered_.fetch_add(1, std::memory_order_relaxed);
     StartRead(&buf_);
   }
 

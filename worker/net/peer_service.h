@@ -7,7 +7,10 @@
 // (common/collective/mailbox.h) implements the matching semantics of
 // transport.h. Incoming streams are routed by their first message's
 // (group, from_rank) (peer.proto field 7 and 5); every message is handed to
-// the group's Mailbox with Mailbox::Deliver.
+// the group's Mailbox with Mailbox::Deliver, in the order of its seq (field
+// 8): a sender spreads its messages over several streams, and a message that
+// overtakes its predecessors is held (no copy: its gRPC slices are kept)
+// until they have been delivered.
 //
 // Messages for a group that is not attached:
 //   * a group detached recently (the last kRetiredGroupsRemembered): the
@@ -18,11 +21,13 @@
 //     sender cancels (its Send deadline / transport shutdown), or Shutdown().
 //     This absorbs the start-up race of a job whose ranks attach at slightly
 //     different times; a line is logged to stderr.
-// A stream that ends (sender half-closed, cancelled, or the connection
-// dropped) closes its peer in the group's Mailbox with UnavailableError:
-// queued messages stay receivable, then Recv from that peer fails at once
-// instead of waiting for its deadline. A broken link stays broken for the
-// group (messages may have been lost); jobs restart with fresh transports.
+// A stream that breaks (cancelled, connection dropped) closes its peer in
+// the group's Mailbox with UnavailableError, and so does the sender's fin
+// message (field 10, sent when its transport shuts down) once every message
+// it announces has been delivered: queued messages stay receivable, then
+// Recv from that peer fails at once instead of waiting for its deadline. A broken link stays
+// broken for the group (messages may have been lost); jobs restart with
+// fresh transports.
 //
 // Copies: the payload arrives as gRPC slices; if it lies in one slice it is
 // handed to Mailbox::Deliver directly (one copy); otherwise it is first
@@ -50,11 +55,15 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/support/slice.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/collective/mailbox.h"
+#include "common/collective/transport.h"
 #include "proto/peer.grpc.pb.h"
 
 namespace grpc {
@@ -72,6 +81,21 @@ struct PeerKeepalive {
   int min_recv_ping_interval_ms = 1000;
 };
 
+// Receive side of the link from one peer: puts the messages of the sender's
+// parallel streams back into seq order (peer.proto fields 8 and 9).
+struct LinkIn {
+  struct Held {  // a message that arrived before its predecessors
+    MessageKey key;
+    std::vector<grpc::Slice> slices;  // keep the payload's memory alive
+    std::vector<absl::Span<const uint8_t>> payload;
+  };
+  absl::Mutex mu;
+  uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;
+  std::map<uint64_t, Held> held ABSL_GUARDED_BY(mu);
+  // From the sender's fin message (0: none yet): how many it sent in all.
+  uint64_t fin_total ABSL_GUARDED_BY(mu) = 0;
+};
+
 // The receive state of one attached group. Created by Attach, shared by the
 // service (routing) and the group's transport.
 struct GroupInbox {
@@ -79,13 +103,18 @@ struct GroupInbox {
       : group(group),
         rank(rank),
         peer_addresses(std::move(peer_addresses)),
-        mailbox(rank, static_cast<int>(this->peer_addresses.size())) {}
+        mailbox(rank, static_cast<int>(this->peer_addresses.size())) {
+    for (size_t r = 0; r < this->peer_addresses.size(); ++r) {
+      links.push_back(std::make_unique<LinkIn>());
+    }
+  }
 
   const uint64_t group;
   const int rank;
   // peer_addresses[r] is rank r's PeerService address (entry `rank` is ours).
   const std::vector<std::string> peer_addresses;
   Mailbox mailbox;
+  std::vector<std::unique_ptr<LinkIn>> links;  // links[r]: from rank r
 
   int world_size() const { return static_cast<int>(peer_addresses.size()); }
   // "peer rank 2 (127.0.0.1:4567)" for error messages.

@@ -9,7 +9,8 @@ namespace {
 
 // Field numbers of lockstep.v1.PeerMessage.
 constexpr uint32_t kJob = 1, kStep = 2, kPhase = 3, kChunk = 4, kFromRank = 5,
-                   kData = 6, kGroup = 7;
+                   kData = 6, kGroup = 7, kSeq = 8, kStreams = 9,
+                   kFinTotal = 10;
 constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2,
                    kFixed32 = 5;
 
@@ -104,6 +105,9 @@ size_t EncodePeerHeader(const PeerHeader& h, size_t data_len, uint8_t* out) {
   p = PutVarintField(kFromRank, static_cast<uint64_t>(int64_t{h.from_rank}),
                      p);
   p = PutVarintField(kGroup, h.group, p);
+  p = PutVarintField(kSeq, h.seq, p);
+  p = PutVarintField(kStreams, h.streams, p);
+  p = PutVarintField(kFinTotal, h.fin_total, p);
   p = PutVarint((kData << 3) | kLengthDelimited, p);
   p = PutVarint(data_len, p);
   return static_cast<size_t>(p - out);
@@ -143,6 +147,9 @@ absl::Status DecodePeerMessage(
           case kChunk: header->key.chunk = static_cast<int32_t>(v); break;
           case kFromRank: header->from_rank = static_cast<int32_t>(v); break;
           case kGroup: header->group = v; break;
+          case kSeq: header->seq = v; break;
+          case kStreams: header->streams = static_cast<uint32_t>(v); break;
+          case kFinTotal: header->fin_total = v; break;
           default: break;  // unknown field: skipped
         }
         break;

@@ -5,7 +5,7 @@
 // Sending: EncodePeerHeader writes every field EXCEPT the payload bytes and
 // ends with the tag and length of field 6 (data), so `header ++ payload` is a
 // valid serialized PeerMessage that any protobuf parser accepts (fields are
-// written in the order 1,2,3,4,5,7,6; all fields are always present, even
+// written in the order 1,2,3,4,5,7,8,9,10,6; all fields are always present, even
 // zeros, which proto3 parsers accept).
 //
 // Receiving: DecodePeerMessage parses a serialized PeerMessage given as the
@@ -29,13 +29,16 @@ namespace lockstep {
 
 // Routing and matching fields of one PeerMessage.
 struct PeerHeader {
-  uint64_t group = 0;  // field 7: transport group (see peer.proto)
+  uint64_t group = 0;     // field 7: transport group (see peer.proto)
   int32_t from_rank = 0;  // field 5
   MessageKey key;         // fields 1-4
+  uint64_t seq = 0;       // field 8: message number on the link
+  uint32_t streams = 0;   // field 9: parallel streams of the link
+  uint64_t fin_total = 0; // field 10: non-zero on a stream's final message
 };
 
 // Upper bound of EncodePeerHeader's output.
-inline constexpr size_t kMaxPeerHeaderBytes = 80;
+inline constexpr size_t kMaxPeerHeaderBytes = 112;
 
 // Writes the header fields and the data field's tag + length for a payload
 // of `data_len` bytes into `out` (at least kMaxPeerHeaderBytes long);

@@ -27,6 +27,9 @@ PeerHeader SampleHeader() {
   h.key.step = -7;  // negative values use 10-byte varints
   h.key.phase = 5;
   h.key.chunk = -1;  // kCountChunk
+  h.seq = 1234567;
+  h.streams = 2;
+  h.fin_total = 99;
   return h;
 }
 
@@ -47,6 +50,9 @@ TEST(PeerWireTest, EncodedHeaderPlusPayloadIsAValidPeerMessage) {
   EXPECT_EQ(m.step(), -7);
   EXPECT_EQ(m.phase(), 5);
   EXPECT_EQ(m.chunk(), -1);
+  EXPECT_EQ(m.seq(), 1234567u);
+  EXPECT_EQ(m.streams(), 2u);
+  EXPECT_EQ(m.fin_total(), 99u);
   EXPECT_EQ(m.data(), payload);
 }
 
@@ -58,8 +64,13 @@ TEST(PeerWireTest, LargestHeaderFitsTheBound) {
   h.key.step = -1;
   h.key.phase = -1;
   h.key.chunk = -1;
+  h.seq = ~0ull;
+  h.streams = ~0u;
+  h.fin_total = ~0ull;
   uint8_t buf[kMaxPeerHeaderBytes];
-  EXPECT_EQ(EncodePeerHeader(h, ~size_t{0}, buf), 77u);
+  // 6 varint fields of 1 + 10 bytes, seq and fin_total 1 + 10, streams
+  // 1 + 5, data tag and a 10-byte length.
+  EXPECT_EQ(EncodePeerHeader(h, ~size_t{0}, buf), 105u);
 }
 
 // A protobuf-serialized message (field order 1..7, data before group) split
@@ -72,6 +83,8 @@ TEST(PeerWireTest, DecodesProtobufSerializationAcrossAnyFragmentation) {
   m.set_chunk(-1);
   m.set_from_rank(1);
   m.set_group(77);
+  m.set_seq(5);
+  m.set_streams(3);
   m.set_data(std::string(300, 'x') + "tail");
   const std::vector<uint8_t> wire = Bytes(m.SerializeAsString());
   for (size_t a = 0; a <= wire.size(); a += 7) {
@@ -89,6 +102,8 @@ TEST(PeerWireTest, DecodesProtobufSerializationAcrossAnyFragmentation) {
       EXPECT_EQ(h.key.step, 123456789012345);
       EXPECT_EQ(h.key.phase, 2);
       EXPECT_EQ(h.key.chunk, -1);
+      EXPECT_EQ(h.seq, 5u);
+      EXPECT_EQ(h.streams, 3u);
       EXPECT_EQ(Joined(payload), m.data());
       for (const auto& p : payload) EXPECT_FALSE(p.empty());
     }
@@ -107,8 +122,8 @@ TEST(PeerWireTest, EmptyMessageAndUnknownFields) {
   const std::vector<uint8_t> wire = {
       0x78, 0x05,                    // field 15 varint 5
       0x82, 0x01, 0x02, 0xaa, 0xbb,  // field 16, 2 bytes
-      0x45, 1, 2, 3, 4,              // field 8 fixed32
-      0x49, 1, 2, 3, 4, 5, 6, 7, 8,  // field 9 fixed64
+      0x55, 1, 2, 3, 4,              // field 10 fixed32
+      0x59, 1, 2, 3, 4, 5, 6, 7, 8,  // field 11 fixed64
       0x20, 0x04,                    // chunk = 4
       0x32, 0x01, 0x7f};             // data = {0x7f}
   std::vector<absl::Span<const uint8_t>> frags = {absl::MakeConstSpan(wire)};
