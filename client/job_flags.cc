@@ -35,7 +35,7 @@ ABSL_FLAG(int64_t, epochs, 10, "Passes over the training set (when --steps is 0)
 ABSL_FLAG(int64_t, steps, 0, "Exact number of steps (0 = use --epochs)");
 ABSL_FLAG(uint64_t, seed, 1, "Initialisation and sampling seed");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
-ABSL_FLAG(float, momentum, 0.9f, "sgd momentum in [0,1)");
+ABSL_FLAG(float, momentum, 0.9f, "sgd momentum in [0,1) (not applied to adam/adamw)");
 ABSL_FLAG(bool, nesterov, false, "sgd: Nesterov momentum");
 ABSL_FLAG(float, weight_decay, 0.0f, "Weight decay (L2; decoupled for adamw)");
 ABSL_FLAG(float, beta1, 0.9f, "adam beta1");
@@ -145,7 +145,12 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
   if (use("seed")) spec.set_seed(absl::GetFlag(FLAGS_seed));
   if (use("eval_each_epoch")) spec.set_eval_each_epoch(absl::GetFlag(FLAGS_eval_each_epoch));
   if (use("optimizer")) o->set_kind(absl::GetFlag(FLAGS_optimizer));
-  if (use("momentum")) o->set_momentum(absl::GetFlag(FLAGS_momentum));
+  // --momentum's default (0.9) is for sgd: adam/adamw take it only when
+  // given explicitly (and then reject it, naming the field).
+  const bool sgd = o->kind().empty() || o->kind() == "sgd";
+  if (use("momentum") && (sgd || given.count("momentum") > 0)) {
+    o->set_momentum(absl::GetFlag(FLAGS_momentum));
+  }
   if (use("nesterov")) o->set_nesterov(absl::GetFlag(FLAGS_nesterov));
   if (use("weight_decay")) o->set_weight_decay(absl::GetFlag(FLAGS_weight_decay));
   if (use("beta1")) o->set_beta1(absl::GetFlag(FLAGS_beta1));

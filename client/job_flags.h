@@ -17,6 +17,8 @@
 
 ABSL_DECLARE_FLAG(std::string, job_file);
 ABSL_DECLARE_FLAG(std::string, sync);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(float, momentum);
 
 namespace lockstep {
 

@@ -68,6 +68,18 @@ TEST(JobFlagsTest, BadJobFileNamesFileAndLine) {
   absl::SetFlag(&FLAGS_job_file, "");
 }
 
+TEST(JobFlagsTest, AdamDoesNotInheritTheSgdMomentumDefault) {
+  auto spec = FromArgs({"--optimizer=adam", "--lr=0.001"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), "adam");
+  EXPECT_EQ(spec->optimizer().momentum(), 0.0f);
+  spec = FromArgs({"--optimizer=adam", "--momentum=0.5"});
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->optimizer().momentum(), 0.5f);  // given: kept, rejected later by validation
+  absl::SetFlag(&FLAGS_optimizer, "sgd");
+  absl::SetFlag(&FLAGS_momentum, 0.9f);
+}
+
 TEST(JobFlagsTest, BadSyncModeNamesTheFlag) {
   auto spec = FromArgs({"--sync=tree"});
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
