@@ -115,4 +115,24 @@ grep -q "binary" <<<"$out" || fail "logistic on 3 classes: $out"
 out=$(cli submit --workers=2 --model=softmax --dataset="$ABS" --batch=16 --steps=15 --follow --json) || fail "last job"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "last job: $out"
 n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 7 ] || fail "jobs: $n"
+
+echo "== a replica that drifts is caught at that step and named"
+"$WORKER" --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \
+  --port_file="$T/w4.port" 2>"$T/w4.log" & pids+=($!)
+wait_file "$T/w4.port"
+for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 4 ] && break; sleep 0.05; done
+out=$(cli submit --workers=4 --model=softmax --dataset="$ABS" --batch=16 --steps=20 --follow --json)
+[ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "drift job: $out"
+[ "$(json "d['out_of_sync']" <<<"$out")" = True ] || fail "drift job not out of sync: $out"
+reason=$(json "d['reason']" <<<"$out"); echo "  $reason"
+grep -q "replicas diverged at step 3: rank(s) 3 differ" <<<"$reason" || fail "reason: $reason"
+id=$(json "d['job_id']" <<<"$out")
+sy=$(cli sync "$id" --json --max_entries=0)
+[ "$(json "int(d['checked_steps'])" <<<"$sy")" = 4 ] || fail "sync: $sy"
+[ "$(json "int(d['first_mismatch_step'])" <<<"$sy")" = 3 ] || fail "sync: $sy"
+[ "$(json "d['checks'][-1]['differing_ranks']" <<<"$sy")" = "[3]" ] || fail "sync: $sy"
+cli sync "$id" | tail -2
+st=$(cli status "$id" --json)
+[ "$(json "d['ranks'][3]['in_sync']" <<<"$st")" = False ] || fail "status: $st"
+[ "$(json "d['ranks'][0]['in_sync']" <<<"$st")" = True ] || fail "status: $st"
 echo "PASS"

@@ -1,6 +1,8 @@
 #include "worker/job_runner.h"
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/data/sampler.h"
@@ -118,6 +120,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     }
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
     const float lr = r.Apply(step, count);
+    if (step == options_.perturb_at_step && r.num_params() > 0) {
+      float& w0 = r.mutable_params()[0];
+      w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
+    }
     const double step_seconds = SecondsSince(t0);
 
     v1::ReportStepRequest report;

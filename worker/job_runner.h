@@ -53,6 +53,9 @@ struct JobRunnerOptions {
   // How peers are named in errors (index = rank); may be empty.
   std::vector<std::string> peer_names;
   absl::Duration combine_timeout = absl::Seconds(30);
+  // Fault injection for tests: after applying this step's update, nudge
+  // this replica's first weight by one ulp, so its hash drifts (-1 = off).
+  int64_t perturb_at_step = -1;
 };
 
 struct JobOutcome {

@@ -218,6 +218,37 @@ INSTANTIATE_TEST_SUITE_P(RingAndPs, EquivalenceTest,
                                   std::to_string(std::get<0>(info.param));
                          });
 
+TEST(JobRunnerTest, APerturbedReplicaShowsUpInItsHashFromThatStepOn) {
+  TrainTest data = Blobs(100, 0);
+  v1::JobSpec spec = MlpSpec();
+  spec.set_steps(6);
+  spec.set_num_workers(3);
+  InProcessHub hub(3);
+  FakeReporter reporter;
+  std::vector<std::unique_ptr<RingCombiner>> combiners;
+  std::vector<std::unique_ptr<JobRunner>> runners;
+  for (int r = 0; r < 3; ++r) {
+    JobRunnerOptions o;
+    o.spec = spec;
+    o.rank = r;
+    o.world = 3;
+    o.perturb_at_step = r == 1 ? 2 : -1;
+    combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r)));
+    runners.push_back(std::make_unique<JobRunner>(o, &data, combiners.back().get(), &reporter));
+  }
+  std::vector<std::thread> threads;
+  for (auto& runner : runners) threads.emplace_back([&runner] { ASSERT_TRUE(runner->Run().ok()); });
+  for (auto& t : threads) t.join();
+  for (const auto& [step, by_rank] : reporter.hashes()) {
+    EXPECT_EQ(by_rank.at(0), by_rank.at(2)) << "step " << step;
+    if (step < 2) {
+      EXPECT_EQ(by_rank.at(1), by_rank.at(0)) << "step " << step;
+    } else {
+      EXPECT_NE(by_rank.at(1), by_rank.at(0)) << "step " << step;
+    }
+  }
+}
+
 TEST(JobRunnerTest, CoordinatorStopEndsEveryRankAtTheSameStep) {
   TrainTest data = Blobs(100, 0);
   FakeReporter reporter(/*stop_after=*/4);

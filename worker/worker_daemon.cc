@@ -297,6 +297,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.worker_id = wid;
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
+    o.perturb_at_step = options_.perturb_at_step;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);
     {
       absl::MutexLock l(&job->mu);

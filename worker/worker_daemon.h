@@ -56,6 +56,8 @@ struct WorkerDaemonOptions {
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration combine_timeout = absl::Seconds(30);
   int blas_threads = 1;
+  // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
+  int64_t perturb_at_step = -1;
 };
 
 class WorkerDaemon {

@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
+ABSL_FLAG(int64_t, fault_perturb_step, -1,
+          "Testing only: after this step of every job, nudge this replica's first weight by "
+          "one ulp so the coordinator's hash check catches the drift (-1 = off)");
 ABSL_FLAG(std::string, data_dir, "",
           "Relative dataset paths in jobs resolve against this directory (this machine's data)");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
+  options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
   auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
   lockstep::WorkerDaemon daemon(
       options, channel,
