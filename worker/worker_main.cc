@@ -24,7 +24,8 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "Address of this worker's peer service (port 0 = chosen by the OS)");
 ABSL_FLAG(std::string, advertise, "",
-          "Address peers use to reach this worker (default: --listen host with the bound port)");
+          "Address peers use to reach this worker (default: the --listen host, or this "
+          "machine's host name for a wildcard listen address, with the bound port)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
@@ -85,7 +86,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string advertise = absl::GetFlag(FLAGS_advertise);
-  if (advertise.empty()) advertise = absl::StrCat(HostOf(listen), ":", port);
+  if (advertise.empty()) {
+    // A wildcard listen address is no address for peers: use the host name.
+    std::string host = HostOf(listen);
+    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+      char name[256] = {0};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+    }
+    advertise = absl::StrCat(host, ":", port);
+  }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
     std::ofstream(tmp) << port << "\n";
