@@ -14,7 +14,6 @@
 // two coordinators cannot silently share a port.
 #include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <cerrno>
 
@@ -40,6 +39,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/daemon_util.h"
 #include "common/shutdown_signal.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
@@ -121,25 +121,6 @@ bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
   *host = addr.substr(0, colon);
   return absl::SimpleAtoi(absl::string_view(addr).substr(colon + 1), port) && *port >= 0 &&
          *port <= 65535;
-}
-
-bool WritePortFile(const std::string& path, int port, std::string* error) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    *error = absl::StrCat("cannot create ", tmp);
-    return false;
-  }
-  const bool ok = std::fprintf(f, "%d\n", port) > 0;
-  if (std::fclose(f) != 0 || !ok) {
-    *error = absl::StrCat("cannot write ", tmp);
-    return false;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = absl::StrCat("cannot rename ", tmp, " to ", path);
-    return false;
-  }
-  return true;
 }
 
 int Run(int argc, char** argv) {
@@ -233,21 +214,16 @@ int Run(int argc, char** argv) {
   }
 
   std::string advertise = absl::GetFlag(FLAGS_advertise);
-  if (advertise.empty()) {
-    std::string host = listen_host;
-    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-      char name[256] = {};
-      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-    }
-    advertise = absl::StrCat(host, ":", port);
-  }
+  if (advertise.empty()) advertise = AdvertisedAddress(listen_host, port);
   coordinator.SetAdvertiseAddress(advertise);
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, port, &error)) {
-    std::fprintf(stderr, "%s: --port_file: %s\n", kProg, error.c_str());
-    server->Shutdown();
-    return kExitBadFlags;
+  if (!port_file.empty()) {
+    if (absl::Status s = WritePortFile(port_file, port); !s.ok()) {
+      std::fprintf(stderr, "%s: --port_file: %s\n", kProg, std::string(s.message()).c_str());
+      server->Shutdown();
+      return kExitBadFlags;
+    }
   }
   std::fprintf(stderr, "%s: advertised address %s\n", kProg, advertise.c_str());
   std::fprintf(stderr, "%s listening on %s:%d\n", kProg, listen_host.c_str(), port);

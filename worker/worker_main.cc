@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <thread>
 
@@ -13,7 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
+#include "common/daemon_util.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
@@ -86,19 +85,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string advertise = absl::GetFlag(FLAGS_advertise);
-  if (advertise.empty()) {
-    // A wildcard listen address is no address for peers: use the host name.
-    std::string host = HostOf(listen);
-    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-      char name[256] = {0};
-      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-    }
-    advertise = absl::StrCat(host, ":", port);
-  }
+  // A wildcard listen address is no address for peers: use the host name.
+  if (advertise.empty()) advertise = lockstep::AdvertisedAddress(HostOf(listen), port);
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str());
+    if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
+      std::fprintf(stderr, "lockstep-worker: --port_file: %s\n", std::string(s.message()).c_str());
+      server->Shutdown();
+      return 2;
+    }
   }
   std::string hostname = absl::GetFlag(FLAGS_hostname);
   if (hostname.empty()) {

@@ -1,7 +1,6 @@
 // lockstep-server --role=ps: a parameter-server shard process. Flags and
 // wiring only; the logic is PsService / PsShard. SIGINT/SIGTERM: exit 0.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -9,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/daemon_util.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "server/ps/ps_service.h"
@@ -50,9 +50,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    const std::string tmp = absl::GetFlag(FLAGS_port_file) + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), absl::GetFlag(FLAGS_port_file).c_str());
+    if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
+      std::fprintf(stderr, "lockstep-server: --port_file: %s\n", std::string(s.message()).c_str());
+      server->Shutdown();
+      return 2;
+    }
   }
   std::fprintf(stderr, "lockstep-server --role=ps listening on port %d\n", port);
   const int sig = lockstep::WaitForShutdownSignal();
