@@ -73,6 +73,10 @@ ABSL_FLAG(int64_t, segment_bytes, lockstep::kDefaultSegmentBytes,
           "ring all-reduce segment size");
 ABSL_FLAG(int64_t, max_queued_bytes, 16 << 20,
           "GrpcTransportOptions.max_queued_bytes");
+ABSL_FLAG(int64_t, direct_max_bytes, lockstep::kDefaultDirectMaxBytes,
+          "AllReduceOptions.direct_max_bytes: the one-round direct exchange "
+          "is used while (K-1) x buffer bytes stay within this, else the ring "
+          "(0: ring only)");
 ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
 ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
 ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
@@ -324,6 +328,7 @@ int RunWorker() {
       o.step = step++;
       o.timeout = absl::Seconds(120);
       o.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
+      o.direct_max_bytes = absl::GetFlag(FLAGS_direct_max_bytes);
       const absl::Time t0 = absl::Now();
       absl::Status s = reducer.AllReduce(v, &count, o);
       const absl::Time t1 = absl::Now();
@@ -546,6 +551,7 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
         absl::StrCat("--grpc_args=", absl::GetFlag(FLAGS_grpc_args)),
         absl::StrCat("--recv_spin_us=", absl::GetFlag(FLAGS_recv_spin_us)),
         absl::StrCat("--streams_per_peer=", absl::GetFlag(FLAGS_streams_per_peer)),
+        absl::StrCat("--direct_max_bytes=", absl::GetFlag(FLAGS_direct_max_bytes)),
         absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};
     pids.push_back(Spawn(argv, {}, r == 0 ? run_dir + "/out.0" : ""));
   }

@@ -112,8 +112,11 @@ std::string CheckClosedForm(int k, absl::Span<const float> v) {
   return "";
 }
 
-std::vector<int64_t> Lengths(int k) {
-  std::vector<int64_t> v = {0, 1, k - 1, k, k + 1, kBig};
+// The largest buffer the direct algorithm takes in one message (2 MiB).
+constexpr int64_t kDirectBig = kMaxSegmentBytes / 4 - 2;
+
+std::vector<int64_t> Lengths(int k, int64_t big = kBig) {
+  std::vector<int64_t> v = {0, 1, k - 1, k, k + 1, big};
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;
@@ -123,6 +126,34 @@ bool IsTransportFailure(absl::StatusCode c) {
   return c == absl::StatusCode::kDeadlineExceeded ||
          c == absl::StatusCode::kUnavailable ||
          c == absl::StatusCode::kInternal || c == absl::StatusCode::kDataLoss;
+}
+
+// k non-integer inputs of n floats (rank r scaled by r+1), so that sums
+// depend on their order.
+std::vector<std::vector<float>> RandomInputs(int k, int64_t n, int seed) {
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; ++r) {
+    std::mt19937 gen(seed + r);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : in[r]) x = dist(gen) * (r + 1) * 1e3f;
+  }
+  return in;
+}
+
+// The ring's documented order: chunk c summed from rank c around the ring.
+std::vector<float> RingOrderSum(const std::vector<std::vector<float>>& in) {
+  const int k = static_cast<int>(in.size());
+  const int64_t n = static_cast<int64_t>(in[0].size());
+  std::vector<float> out(n);
+  for (int c = 0; c < k; ++c) {
+    const Range cb = ChunkBounds(n, k, c);
+    for (int64_t i = cb.begin; i < cb.end; ++i) {
+      float acc = in[c][i];
+      for (int j = 1; j < k; ++j) acc = acc + in[(c + j) % k][i];
+      out[i] = acc;
+    }
+  }
+  return out;
 }
 
 // ---- Transport contract ----
@@ -298,18 +329,22 @@ TEST_P(TransportConformanceTest, ConcurrentSendAndRecv) {
 
 // ---- Ring all-reduce over the transport ----
 
-TEST_P(TransportConformanceTest, RingClosedFormForAllWorldSizesAndLengths) {
+// Every K in 1..kMaxWorld and every length in Lengths(k, big) with `alg`:
+// closed-form sums and counts, identical bits on every rank.
+void ClosedFormForAllWorldSizesAndLengths(const TransportFactory& make,
+                                          AllReduceAlgorithm alg,
+                                          int64_t big) {
   // Buffers allocated (and first touched) once, reused for every case.
-  std::vector<std::vector<float>> bufs(kMaxWorld, std::vector<float>(kBig));
+  std::vector<std::vector<float>> bufs(kMaxWorld, std::vector<float>(big));
   for (int k = 1; k <= kMaxWorld; ++k) {
-    auto ts = GetParam().make(k);
+    auto ts = make(k);
     ASSERT_EQ(ts.size(), static_cast<size_t>(k));
     std::vector<std::unique_ptr<RingAllReducer>> reducers;
     for (int r = 0; r < k; ++r) {
       reducers.push_back(std::make_unique<RingAllReducer>(ts[r].get()));
     }
     int64_t step = 0;
-    for (int64_t n : Lengths(k)) {
+    for (int64_t n : Lengths(k, big)) {
       SCOPED_TRACE(absl::StrFormat("K=%d n=%d", k, n));
       std::vector<absl::Status> st(k);
       std::vector<int64_t> counts(k);
@@ -320,6 +355,7 @@ TEST_P(TransportConformanceTest, RingClosedFormForAllWorldSizesAndLengths) {
         o.job = 11;
         o.step = step;
         o.timeout = kLong;
+        o.algorithm = alg;
         st[r] = reducers[r]->AllReduce(v, &counts[r], o);
       });
       ++step;
@@ -335,6 +371,81 @@ TEST_P(TransportConformanceTest, RingClosedFormForAllWorldSizesAndLengths) {
       }
     }
   }
+}
+
+TEST_P(TransportConformanceTest, RingClosedFormForAllWorldSizesAndLengths) {
+  ClosedFormForAllWorldSizesAndLengths(GetParam().make,
+                                       AllReduceAlgorithm::kRing, kBig);
+}
+
+TEST_P(TransportConformanceTest, DirectClosedFormForAllWorldSizesAndLengths) {
+  ClosedFormForAllWorldSizesAndLengths(GetParam().make,
+                                       AllReduceAlgorithm::kDirect, kDirectBig);
+}
+
+// The direct algorithm sums in rank order 0..K-1 on every rank; kAuto takes
+// it while (K-1) x buffer bytes <= direct_max_bytes and the ring above
+// (distinguishable by the bits of a non-integer sum).
+TEST_P(TransportConformanceTest, DirectBitsAreRankOrderAndAutoSwitchesToRing) {
+  constexpr int k = 5;
+  constexpr int64_t n = 3001;
+  const std::vector<std::vector<float>> in = RandomInputs(k, n, 4321);
+  std::vector<float> rank_order(n);
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = in[0][i];
+    for (int j = 1; j < k; ++j) acc = acc + in[j][i];
+    rank_order[i] = acc;
+  }
+  const std::vector<float> ring_order = RingOrderSum(in);
+  ASSERT_NE(std::memcmp(rank_order.data(), ring_order.data(), n * 4), 0)
+      << "test data does not distinguish the two orders";
+  auto ts = GetParam().make(k);
+  struct Case {
+    AllReduceAlgorithm alg;
+    int64_t direct_max_bytes;
+    const std::vector<float>* want;
+  };
+  const Case cases[] = {
+      {AllReduceAlgorithm::kDirect, 0, &rank_order},
+      {AllReduceAlgorithm::kAuto, (k - 1) * n * 4, &rank_order},
+      {AllReduceAlgorithm::kAuto, (k - 1) * n * 4 - 1, &ring_order},
+  };
+  int64_t step = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrFormat("direct_max_bytes=%d", c.direct_max_bytes));
+    std::vector<std::vector<float>> bufs = in;
+    std::vector<absl::Status> st(k);
+    std::vector<int64_t> counts(k);
+    RunRanks(k, [&](int r) {
+      counts[r] = r;  // includes a rank with zero examples
+      AllReduceOptions o;
+      o.job = 14;
+      o.step = step;
+      o.timeout = kLong;
+      o.algorithm = c.alg;
+      o.direct_max_bytes = c.direct_max_bytes;
+      st[r] = RingAllReduce(*ts[r], absl::MakeSpan(bufs[r]), &counts[r], o);
+    });
+    ++step;
+    for (int r = 0; r < k; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      EXPECT_EQ(counts[r], k * (k - 1) / 2);
+      EXPECT_EQ(std::memcmp(bufs[r].data(), c.want->data(), n * 4), 0)
+          << "rank " << r;
+    }
+  }
+}
+
+TEST_P(TransportConformanceTest, DirectRejectsABufferOverOneMessage) {
+  auto ts = GetParam().make(2);
+  std::vector<float> v(kDirectBig + 1);
+  int64_t count = 1;
+  AllReduceOptions o;
+  o.algorithm = AllReduceAlgorithm::kDirect;
+  o.timeout = kShort;
+  absl::Status s = RingAllReduce(*ts[0], absl::MakeSpan(v), &count, o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("use the ring"));
 }
 
 TEST_P(TransportConformanceTest, RingClosedFormWithSmallSegments) {
@@ -356,6 +467,7 @@ TEST_P(TransportConformanceTest, RingClosedFormWithSmallSegments) {
           o.step = step;
           o.timeout = kLong;
           o.segment_bytes = seg_bytes;
+          o.algorithm = AllReduceAlgorithm::kRing;
           st[r] = RingAllReduce(*ts[r], absl::MakeSpan(bufs[r]), &counts[r], o);
         });
         ++step;
@@ -376,21 +488,8 @@ TEST_P(TransportConformanceTest, RingClosedFormWithSmallSegments) {
 TEST_P(TransportConformanceTest, RingBitsAreIdenticalAndInRingOrder) {
   constexpr int k = 5;
   constexpr int64_t n = 10007;
-  std::vector<std::vector<float>> in(k, std::vector<float>(n));
-  for (int r = 0; r < k; ++r) {
-    std::mt19937 gen(1234 + r);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (float& x : in[r]) x = dist(gen) * (r + 1) * 1e3f;
-  }
-  std::vector<float> want(n);
-  for (int c = 0; c < k; ++c) {
-    const Range cb = ChunkBounds(n, k, c);
-    for (int64_t i = cb.begin; i < cb.end; ++i) {
-      float acc = in[c][i];
-      for (int j = 1; j < k; ++j) acc = acc + in[(c + j) % k][i];
-      want[i] = acc;
-    }
-  }
+  const std::vector<std::vector<float>> in = RandomInputs(k, n, 1234);
+  const std::vector<float> want = RingOrderSum(in);
   auto ts = GetParam().make(k);
   std::vector<std::vector<float>> bufs = in;
   std::vector<absl::Status> st(k);
@@ -400,6 +499,7 @@ TEST_P(TransportConformanceTest, RingBitsAreIdenticalAndInRingOrder) {
     o.job = 13;
     o.timeout = kLong;
     o.segment_bytes = 1024;
+    o.algorithm = AllReduceAlgorithm::kRing;
     st[r] = RingAllReduce(*ts[r], absl::MakeSpan(bufs[r]), &counts[r], o);
   });
   for (int r = 0; r < k; ++r) {
@@ -422,7 +522,8 @@ struct RingRun {
 RingRun RunRing(const std::vector<Transport*>& group, int64_t step,
                 absl::Duration timeout, int64_t segment_bytes,
                 const std::function<int64_t(int)>& len_of,
-                const std::function<uint64_t(int)>& job_of) {
+                const std::function<uint64_t(int)>& job_of,
+                AllReduceAlgorithm algorithm = AllReduceAlgorithm::kRing) {
   const int k = static_cast<int>(group.size());
   RingRun run;
   run.status.resize(k);
@@ -437,6 +538,7 @@ RingRun RunRing(const std::vector<Transport*>& group, int64_t step,
     o.step = step;
     o.timeout = timeout;
     o.segment_bytes = segment_bytes;
+    o.algorithm = algorithm;
     const absl::Time start = absl::Now();
     run.status[r] = RingAllReduce(*group[r], absl::MakeSpan(run.bufs[r]),
                                   &run.counts[r], o);
@@ -565,6 +667,32 @@ TEST_P(TransportConformanceTest, RingRecoversOnTheNextStepAfterAnAbort) {
     EXPECT_EQ(good.counts[r], ExpectedCount(3));
     EXPECT_EQ(CheckClosedForm(3, good.bufs[r]), "");
   }
+}
+
+TEST_P(TransportConformanceTest, DirectPeerFailingMidCallNeverHangs) {
+  // K=4: rank 1's second send (to rank 3) fails; rank 3 never hears from it.
+  FaultyGroup g = MakeFaultyGroup(
+      GetParam().make, 4, 1,
+      {FaultRule::FromNth(FaultDirection::kSend, 1, FaultAction::kFail)});
+  RingRun run = RunRing(
+      g.group, 0, kShort, kDefaultSegmentBytes, [](int) { return 1000; },
+      [](int) { return 1; }, AllReduceAlgorithm::kDirect);
+  EXPECT_EQ(run.status[1].code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(run.status[3].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(run.status[3].message()), HasSubstr("peer 1"));
+  for (int r = 0; r < 4; ++r) EXPECT_LE(run.elapsed[r], kShort + kSlack);
+}
+
+TEST_P(TransportConformanceTest, DirectMismatchedLengthIsReported) {
+  auto ts = GetParam().make(3);
+  std::vector<Transport*> group = {ts[0].get(), ts[1].get(), ts[2].get()};
+  RingRun run = RunRing(
+      group, 0, kShort, kDefaultSegmentBytes,
+      [](int r) { return r == 0 ? 1001 : 1000; }, [](int) { return 1; },
+      AllReduceAlgorithm::kDirect);
+  ExpectAllFailedInTime(run, kShort);
+  EXPECT_EQ(run.status[1].code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(run.status[1].message()), HasSubstr("peer 0"));
 }
 
 // ---- Parameter-server round through PsClient ----

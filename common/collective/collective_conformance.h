@@ -2,7 +2,8 @@
 // written once and instantiated per implementation. It checks the Transport
 // contract (transport.h: FIFO, key/size mismatch errors, stale discard,
 // deadlines), the ring all-reduce on top of it (closed-form sums for K = 1..8
-// and many lengths, bit-identical results, peer failures that never hang),
+// and many lengths, bit-identical results, peer failures that never hang;
+// the same for the small-buffer direct exchange and the kAuto switch),
 // and the parameter-server round (ps_aggregator.h) through PsClient.
 //
 // To run it against a transport, link the "conformance" target (testonly,

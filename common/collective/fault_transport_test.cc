@@ -179,6 +179,7 @@ TEST(FaultTransportTest, CorruptionInsideARingIsVisible) {
   absl::Status sa, sb;
   AllReduceOptions o;
   o.timeout = absl::Seconds(120);
+  o.algorithm = AllReduceAlgorithm::kRing;
   std::thread t([&] { sb = RingAllReduce(*hub.endpoint(1), absl::MakeSpan(b),
                                          &cb, o); });
   sa = RingAllReduce(ft, absl::MakeSpan(a), &ca, o);

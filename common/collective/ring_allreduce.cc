@@ -54,6 +54,15 @@
 // 8-byte int64 message (key.chunk = kCountChunk) after chunk 0's segments: it
 // is summed by ranks 1..K-1 in reduce-scatter (rank 0 starts it) and, like
 // the data, broadcast from rank K-1 in all-gather.
+//
+// Direct exchange (small buffers). The ring needs 2(K-1) message latencies
+// one after another; for a few KiB that latency is the whole cost. Instead
+// every rank sends one message [int64 count][n floats] to each peer (key:
+// phase 0, chunk kDirectChunk), receives one from each, and computes
+//   grad = ((x_0 + x_1) + x_2) + ... + x_{K-1},  count = c_0 + ... + c_{K-1}
+// in rank order, from the same K inputs on every rank: identical bits
+// everywhere. One latency, (K-1)·n floats sent per rank. Messages go to
+// r+1, r+2, ... so the K ranks do not all hit rank 0 first.
 #include "common/collective/ring_allreduce.h"
 
 #include <algorithm>
@@ -103,7 +112,18 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
         "%s: segment_bytes is %d, expected in [%d, %d]", where,
         o.segment_bytes, sizeof(float), kMaxSegmentBytes));
   }
+  if (o.direct_max_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: direct_max_bytes is %d, expected >= 0", where,
+        o.direct_max_bytes));
+  }
   if (K == 1) return absl::OkStatus();
+  const bool direct =
+      o.algorithm == AllReduceAlgorithm::kDirect ||
+      (o.algorithm == AllReduceAlgorithm::kAuto &&
+       (n + 2) * static_cast<int64_t>(sizeof(float)) <= kMaxSegmentBytes &&
+       (K - 1) * n * static_cast<int64_t>(sizeof(float)) <= o.direct_max_bytes);
+  if (direct) return Direct(grad, count, o, where, absl::Now() + o.timeout);
 
   const int64_t seg = o.segment_bytes / static_cast<int64_t>(sizeof(float));
   seg_base_.resize(K + 1);
@@ -211,6 +231,68 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
     }
   }
   *count = count_acc;
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
+                                    const AllReduceOptions& o,
+                                    const std::string& where,
+                                    absl::Time deadline) {
+  const int K = t_->world_size();
+  const int r = t_->rank();
+  const size_t n = grad.size();
+  // One slot per rank: 2 floats' room for the int64 count, then n floats.
+  const size_t stride = n + 2;
+  const size_t msg_bytes = stride * sizeof(float);
+  if (msg_bytes > static_cast<size_t>(kMaxSegmentBytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the direct algorithm sends the whole buffer in one message; %d "
+        "floats exceed the %d-byte limit (use the ring)",
+        where, n, kMaxSegmentBytes));
+  }
+  if (direct_.size() < stride * K) direct_.resize(stride * K);
+  auto slot = [&](int p) { return direct_.data() + stride * p; };
+  std::memcpy(slot(r), count, sizeof(int64_t));
+  if (n > 0) std::memcpy(slot(r) + 2, grad.data(), n * sizeof(float));
+  MessageKey k;
+  k.job = o.job;
+  k.step = o.step;
+  k.phase = 0;
+  k.chunk = kDirectChunk;
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat(where, " (direct): ", s.message()));
+  };
+  auto bytes = [&](int p) {
+    return absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(slot(p)), msg_bytes);
+  };
+  for (int d = 1; d < K; ++d) {
+    absl::Status s = t_->Send((r + d) % K, k, bytes(r), deadline);
+    if (!s.ok()) return fail(s);
+  }
+  for (int d = 1; d < K; ++d) {
+    const int from = (r - d + K) % K;
+    absl::Status s = t_->Recv(from, k, bytes(from), deadline);
+    if (!s.ok()) return fail(s);
+  }
+  int64_t total = 0;
+  for (int p = 0; p < K; ++p) {
+    int64_t c;
+    std::memcpy(&c, slot(p), sizeof(c));
+    if (c < 0 || __builtin_add_overflow(total, c, &total)) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "%s (direct): example count %d from rank %d is negative or "
+          "overflows the int64 total",
+          where, c, p));
+    }
+  }
+  float* d = grad.data();
+  if (n > 0) std::memcpy(d, slot(0) + 2, n * sizeof(float));
+  for (int p = 1; p < K; ++p) {
+    const float* x = slot(p) + 2;
+    for (size_t i = 0; i < n; ++i) d[i] += x[i];
+  }
+  *count = total;
   return absl::OkStatus();
 }
 

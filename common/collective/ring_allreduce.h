@@ -11,7 +11,10 @@
 // segment_bytes, pipelined (a segment is forwarded as soon as it is reduced).
 // Each rank sends about 2(K-1)/K of the buffer per call.
 //
-// Determinism: chunk c is summed in the fixed ring order
+// Small buffers (AllReduceAlgorithm, below) instead take a one-round direct
+// exchange whose sum is in rank order ((x_0 + x_1) + x_2) + ... + x_{K-1}.
+//
+// Determinism (ring): chunk c is summed in the fixed ring order
 //   ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c-1}        (indices mod K)
 // by the ranks it passes through, and the fully reduced chunk is then copied
 // bit-for-bit to every rank. The result is independent of timing and
@@ -33,6 +36,7 @@
 #define LOCKSTEP_COMMON_COLLECTIVE_RING_ALLREDUCE_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +50,23 @@ inline constexpr int64_t kDefaultSegmentBytes = 256 << 10;
 // The gRPC transport caps messages at 4 MiB; stay well below.
 inline constexpr int64_t kMaxSegmentBytes = 2 << 20;
 inline constexpr int32_t kCountChunk = -1;
+// key.chunk of the direct algorithm's single message per peer.
+inline constexpr int32_t kDirectChunk = -2;
+// kAuto uses the direct exchange while the bytes it makes each rank send,
+// (K-1) x buffer, stay within this (measured with //bench:allreduce on
+// loopback: at K = 2 direct wins up to 1 MiB, at K = 4 up to ~256 KiB; see
+// the README).
+inline constexpr int64_t kDefaultDirectMaxBytes = 1 << 20;
+
+// kRing: reduce-scatter + all-gather, bandwidth-optimal (each rank sends
+// 2(K-1)/K of the buffer) but 2(K-1) message latencies in sequence.
+// kDirect: every rank sends its whole buffer (and count) to every other rank
+// in one message and sums all K buffers locally in rank order 0..K-1:
+// one message latency, (K-1) buffers sent per rank. For small buffers, where
+// per-message latency dominates (the choice MPI libraries make too).
+// kAuto: kDirect when (K-1) x buffer bytes <= direct_max_bytes (and the
+// buffer fits one message), else kRing.
+enum class AllReduceAlgorithm { kAuto, kRing, kDirect };
 
 struct AllReduceOptions {
   uint64_t job = 0;
@@ -55,6 +76,8 @@ struct AllReduceOptions {
   // Pipelining granularity, in [sizeof(float), kMaxSegmentBytes]; rounded
   // down to whole floats.
   int64_t segment_bytes = kDefaultSegmentBytes;
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+  int64_t direct_max_bytes = kDefaultDirectMaxBytes;  // for kAuto; >= 0
 };
 
 // Reusable all-reducer for one transport endpoint. Owns the scratch buffer
@@ -87,7 +110,12 @@ class RingAllReducer {
                          const AllReduceOptions& options);
 
  private:
+  absl::Status Direct(absl::Span<float> grad, int64_t* count,
+                      const AllReduceOptions& o, const std::string& where,
+                      absl::Time deadline);
+
   Transport* const t_;
+  std::vector<float> direct_;      // direct: K slots [count][n floats]
   std::vector<float> scratch_;     // receive buffer for one segment
   std::vector<int32_t> seg_base_;  // first global segment index of chunk c
 };

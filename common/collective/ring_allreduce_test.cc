@@ -29,6 +29,7 @@ AllReduceOptions Opts(int64_t step = 0) {
   o.job = 3;
   o.step = step;
   o.timeout = absl::Seconds(120);
+  o.algorithm = AllReduceAlgorithm::kRing;  // this file tests the ring
   return o;
 }
 
@@ -161,6 +162,35 @@ TEST(RingAllReduceTest, CountOverflowIsOutOfRange) {
   EXPECT_EQ(sb.code(), absl::StatusCode::kOutOfRange) << sb;
   EXPECT_EQ(sa.code(), absl::StatusCode::kDeadlineExceeded) << sa;
   EXPECT_EQ(cb, 1);  // unchanged on error
+}
+
+TEST(RingAllReduceTest, DirectCountOverflowIsOutOfRangeOnEveryRank) {
+  InProcessHub hub(2);
+  std::vector<float> a(4), b(4);
+  int64_t ca = std::numeric_limits<int64_t>::max(), cb = 1;
+  absl::Status sa, sb;
+  AllReduceOptions o = Opts();
+  o.algorithm = AllReduceAlgorithm::kDirect;
+  std::thread t([&] {
+    sb = RingAllReduce(*hub.endpoint(1), absl::MakeSpan(b), &cb, o);
+  });
+  sa = RingAllReduce(*hub.endpoint(0), absl::MakeSpan(a), &ca, o);
+  t.join();
+  // Both ranks add the same counts in the same order and both overflow.
+  EXPECT_EQ(sa.code(), absl::StatusCode::kOutOfRange) << sa;
+  EXPECT_EQ(sb.code(), absl::StatusCode::kOutOfRange) << sb;
+  EXPECT_EQ(cb, 1);  // unchanged on error
+}
+
+TEST(RingAllReduceTest, NegativeDirectMaxBytesIsRejected) {
+  InProcessHub hub(1);
+  std::vector<float> a(4);
+  int64_t c = 1;
+  AllReduceOptions o = Opts();
+  o.direct_max_bytes = -1;
+  absl::Status s = RingAllReduce(*hub.endpoint(0), absl::MakeSpan(a), &c, o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("direct_max_bytes"), absl::string_view::npos) << s;
 }
 
 TEST(RingAllReduceTest, ReusedReducerOverManySteps) {
