@@ -361,9 +361,9 @@ int RunWorker() {
     }
   }
   if (absl::GetFlag(FLAGS_stats)) {
-    std::fprintf(stderr, "rank %d: %lld messages received, %lld gathered from several slices\n",
+    std::fprintf(stderr, "rank %d: %lld messages received, %lld of them in several slices\n",
                  rank, static_cast<long long>(service.messages_delivered()),
-                 static_cast<long long>(service.messages_gathered()));
+                 static_cast<long long>(service.messages_fragmented()));
   }
   (*transport)->Shutdown();
   transport->reset();

@@ -17,6 +17,16 @@ Mailbox::Mailbox(int owner_rank, int world_size)
   peers_.resize(world_size);
 }
 
+absl::Status Mailbox::CheckOpenLocked(int from, const MessageKey& key) const {
+  const absl::Status& closed = peers_[from].closed;
+  if (closed.ok()) return absl::OkStatus();
+  return absl::Status(
+      closed.code(),
+      absl::StrFormat("rank %d: stream from peer %d is closed (%s); "
+                      "rejected message %s",
+                      rank_, from, closed.message(), KeyToString(key)));
+}
+
 absl::Status Mailbox::Deliver(int from, const MessageKey& key,
                               absl::Span<const uint8_t> data) {
   if (from < 0 || from >= world_size_) {
@@ -27,14 +37,8 @@ absl::Status Mailbox::Deliver(int from, const MessageKey& key,
   std::vector<uint8_t> buf;
   {
     absl::MutexLock l(&mu_);
-    const absl::Status& closed = peers_[from].closed;
-    if (!closed.ok()) {
-      return absl::Status(
-          closed.code(),
-          absl::StrFormat("rank %d: stream from peer %d is closed (%s); "
-                          "rejected message %s",
-                          rank_, from, closed.message(), KeyToString(key)));
-    }
+    absl::Status s = CheckOpenLocked(from, key);
+    if (!s.ok()) return s;
     if (!pool_.empty()) {
       buf = std::move(pool_.back());
       pool_.pop_back();
@@ -42,8 +46,34 @@ absl::Status Mailbox::Deliver(int from, const MessageKey& key,
   }
   // Copy outside the lock; assign reuses the pooled capacity when it fits.
   buf.assign(data.begin(), data.end());
+  Message m;
+  m.key = key;
+  m.size = data.size();
+  m.bytes = std::move(buf);
   absl::MutexLock l(&mu_);
-  peers_[from].queue.push_back(Message{key, std::move(buf)});
+  peers_[from].queue.push_back(std::move(m));
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status Mailbox::DeliverFragments(
+    int from, const MessageKey& key,
+    std::vector<absl::Span<const uint8_t>> frags,
+    std::shared_ptr<const void> keep) {
+  if (from < 0 || from >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank %d: message %s from unknown peer %d: expected a peer in [0, %d)",
+        rank_, KeyToString(key), from, world_size_));
+  }
+  Message m;
+  m.key = key;
+  for (const auto& f : frags) m.size += f.size();
+  m.frags = std::move(frags);
+  m.keep = std::move(keep);
+  absl::MutexLock l(&mu_);
+  absl::Status s = CheckOpenLocked(from, key);
+  if (!s.ok()) return s;  // m (and keep) released after the lock
+  peers_[from].queue.push_back(std::move(m));
   cv_.SignalAll();
   return absl::OkStatus();
 }
@@ -55,7 +85,7 @@ absl::Status Mailbox::Receive(int from, const MessageKey& key,
         "rank %d: cannot receive from peer %d: expected a peer in [0, %d)",
         rank_, from, world_size_));
   }
-  std::vector<uint8_t> bytes;
+  Message got;
   mu_.Lock();
   PeerStream& ps = peers_[from];
   bool timed_out = false;
@@ -65,7 +95,7 @@ absl::Status Mailbox::Receive(int from, const MessageKey& key,
       ++ps.stale;
       ++stale_total_;
       RecycleLocked(std::move(ps.queue.front().bytes));
-      ps.queue.pop_front();
+      ps.queue.pop_front();  // drops a fragment message's keep
     }
     if (!ps.queue.empty()) break;
     if (!ps.closed.ok()) {
@@ -98,26 +128,37 @@ absl::Status Mailbox::Receive(int from, const MessageKey& key,
     absl::Status s = absl::InternalError(absl::StrFormat(
         "rank %d: message from peer %d has key %s (%d bytes) but key %s "
         "(%d bytes) was expected",
-        rank_, from, KeyToString(front.key), front.bytes.size(),
-        KeyToString(key), out.size()));
+        rank_, from, KeyToString(front.key), front.size, KeyToString(key),
+        out.size()));
     mu_.Unlock();
     return s;
   }
-  if (front.bytes.size() != out.size()) {
+  if (front.size != out.size()) {
     absl::Status s = absl::DataLossError(absl::StrFormat(
         "rank %d: message %s from peer %d has %d bytes but %d were expected",
-        rank_, KeyToString(key), from, front.bytes.size(), out.size()));
+        rank_, KeyToString(key), from, front.size, out.size()));
     mu_.Unlock();
     return s;
   }
-  bytes = std::move(ps.queue.front().bytes);
+  got = std::move(ps.queue.front());
   ps.queue.pop_front();
   mu_.Unlock();
 
-  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-
-  absl::MutexLock l(&mu_);
-  RecycleLocked(std::move(bytes));
+  // The one copy on the receive path: into the caller's buffer.
+  if (got.frags.empty()) {
+    if (got.size > 0) std::memcpy(out.data(), got.bytes.data(), got.size);
+  } else {
+    size_t at = 0;
+    for (const auto& f : got.frags) {
+      if (!f.empty()) std::memcpy(out.data() + at, f.data(), f.size());
+      at += f.size();
+    }
+  }
+  got.keep.reset();
+  if (got.bytes.capacity() > 0) {
+    absl::MutexLock l(&mu_);
+    RecycleLocked(std::move(got.bytes));
+  }
   return absl::OkStatus();
 }
 

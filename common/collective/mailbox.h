@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -44,6 +45,14 @@ class Mailbox {
   absl::Status Deliver(int from, const MessageKey& key,
                        absl::Span<const uint8_t> data);
 
+  // Zero-copy Deliver: queues the message whose bytes are the concatenation
+  // of `frags` without copying them. `keep` owns the fragments' memory; the
+  // mailbox drops it once the message is received, discarded as stale or
+  // rejected (from whichever thread does that). Same errors as Deliver.
+  absl::Status DeliverFragments(int from, const MessageKey& key,
+                                std::vector<absl::Span<const uint8_t>> frags,
+                                std::shared_ptr<const void> keep);
+
   // Transport::Recv semantics (see transport.h). If the stream from `from`
   // was closed and holds no more messages, returns the close reason's code
   // with a message naming the peer.
@@ -61,8 +70,15 @@ class Mailbox {
  private:
   struct Message {
     MessageKey key;
-    std::vector<uint8_t> bytes;
+    size_t size = 0;             // bytes in the message
+    std::vector<uint8_t> bytes;  // owned copy (Deliver), or
+    std::vector<absl::Span<const uint8_t>> frags;  // DeliverFragments
+    std::shared_ptr<const void> keep;              // owns frags' memory
   };
+
+  // Rejects (naming the peer and key) if `from` is bad or closed.
+  absl::Status CheckOpenLocked(int from, const MessageKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PeerStream {
     std::deque<Message> queue;
     absl::Status closed;  // OK while open

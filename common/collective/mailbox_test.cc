@@ -1,5 +1,6 @@
 #include "common/collective/mailbox.h"
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,56 @@ TEST(MailboxTest, DeliverThenReceive) {
   std::vector<uint8_t> got(3);
   ASSERT_TRUE(mb.Receive(1, Key(1, 2, 3, 4), absl::MakeSpan(got), kFar).ok());
   EXPECT_EQ(got, msg);
+}
+
+// Fragments: the message is their concatenation; the mailbox holds `keep`
+// until the message is received, and keeps per-peer order with copied
+// messages.
+TEST(MailboxTest, FragmentsAreConcatenatedAndReleasedOnReceive) {
+  Mailbox mb(0, 2);
+  auto store = std::make_shared<std::vector<uint8_t>>(
+      std::vector<uint8_t>{1, 2, 3, 4, 5, 6});
+  std::weak_ptr<std::vector<uint8_t>> watch = store;
+  const uint8_t* p = store->data();
+  std::vector<absl::Span<const uint8_t>> frags = {
+      {p + 4, 2}, {p, 0}, {p, 3}};  // 5 6 | (empty) | 1 2 3
+  ASSERT_TRUE(mb.Deliver(1, Key(1, 0, 0, 0), std::vector<uint8_t>{7}).ok());
+  ASSERT_TRUE(
+      mb.DeliverFragments(1, Key(1, 0, 0, 1), std::move(frags), std::move(store)).ok());
+  EXPECT_FALSE(watch.expired());
+  std::vector<uint8_t> first(1), got(5);
+  ASSERT_TRUE(mb.Receive(1, Key(1, 0, 0, 0), absl::MakeSpan(first), kFar).ok());
+  EXPECT_EQ(first, std::vector<uint8_t>{7});
+  // A wrong size is reported and does not consume (or release) the message.
+  std::vector<uint8_t> wrong(4);
+  absl::Status s = mb.Receive(1, Key(1, 0, 0, 1), absl::MakeSpan(wrong), kFar);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("has 5 bytes but 4"));
+  EXPECT_FALSE(watch.expired());
+  ASSERT_TRUE(mb.Receive(1, Key(1, 0, 0, 1), absl::MakeSpan(got), kFar).ok());
+  EXPECT_EQ(got, (std::vector<uint8_t>{5, 6, 1, 2, 3}));
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(MailboxTest, FragmentsAreReleasedWhenStaleOrRejected) {
+  Mailbox mb(0, 2);
+  auto stale = std::make_shared<int>(1);
+  std::weak_ptr<int> watch_stale = stale;
+  uint8_t byte = 3;
+  ASSERT_TRUE(mb.DeliverFragments(1, Key(1, 0, 0, 0), {{&byte, 1}}, std::move(stale)).ok());
+  ASSERT_TRUE(mb.Deliver(1, Key(1, 1, 0, 0), std::vector<uint8_t>{4}).ok());
+  std::vector<uint8_t> got(1);
+  ASSERT_TRUE(mb.Receive(1, Key(1, 1, 0, 0), absl::MakeSpan(got), kFar).ok());
+  EXPECT_TRUE(watch_stale.expired());  // step 0 discarded as stale
+  EXPECT_EQ(mb.stale_discarded(), 1);
+
+  mb.ClosePeer(1, absl::UnavailableError("gone"));
+  auto rejected = std::make_shared<int>(2);
+  std::weak_ptr<int> watch_rejected = rejected;
+  absl::Status s =
+      mb.DeliverFragments(1, Key(1, 2, 0, 0), {{&byte, 1}}, std::move(rejected));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(watch_rejected.expired());
 }
 
 TEST(MailboxTest, ReceiveWaitsForALaterDelivery) {

@@ -1,7 +1,9 @@
 // The collective conformance suite's parameter-server part, run over real
 // gRPC on loopback: PsService servers on OS-chosen ports, GrpcPsClient
 // clients.
+#include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -9,6 +11,7 @@
 #include "common/collective/chunking.h"
 #include "common/collective/collective_conformance.h"
 #include "gtest/gtest.h"
+#include "absl/time/clock.h"
 #include "server/ps/grpc_ps_client.h"
 #include "server/ps/ps_service.h"
 
@@ -84,6 +87,43 @@ TEST(PsServiceTest, DimensionMismatchAndBadLengthAreNamedErrors) {
   int64_t count = 0;
   s = a.Pull(1, 0, 0, absl::MakeSpan(out), &count, absl::Now() + absl::Milliseconds(200));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+// Polls `done` until it holds or `limit` passes (the server-side handler
+// gives no other signal); returns whether it held.
+bool Eventually(const std::function<bool()>& done, absl::Duration limit) {
+  const absl::Time end = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// A job cancelled while its workers wait in a pull: the client returns at
+// once (GrpcPsClient::Cancel) and the server's handler stops waiting within
+// PsService::kCancelCheckEvery instead of holding a thread until the pull's
+// deadline.
+TEST(PsServiceTest, CancelledPullFreesTheServerLongBeforeItsDeadline) {
+  auto ps = StartPs();
+  GrpcPsClient c(grpc::CreateChannel(ps->address, grpc::InsecureChannelCredentials()),
+                 ps->address, 0, 2, 3);
+  std::vector<float> out(3);
+  int64_t count = 0;
+  absl::Status pulled;
+  absl::Time returned;
+  std::thread t([&] {
+    pulled = c.Pull(1, 0, 0, absl::MakeSpan(out), &count, absl::Now() + absl::Seconds(60));
+    returned = absl::Now();
+  });
+  ASSERT_TRUE(Eventually([&] { return ps->service.waiting_pulls() == 1; }, absl::Seconds(10)));
+  const absl::Time cancelled = absl::Now();
+  c.Cancel();
+  t.join();
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kCancelled) << pulled;
+  EXPECT_LT(returned - cancelled, absl::Seconds(1));
+  EXPECT_TRUE(Eventually([&] { return ps->service.waiting_pulls() == 0; }, absl::Seconds(2)))
+      << "the server still waits in the cancelled pull";
 }
 
 TEST(PsServiceTest, UnreachableServerIsNamed) {

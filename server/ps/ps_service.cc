@@ -1,9 +1,11 @@
 #include "server/ps/ps_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/grpc_status.h"
@@ -68,10 +70,25 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
   if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
   }
-  absl::Status s = (*shard)->Pull(
-      req->job(), req->step(), req->worker_rank(),
-      absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), req->shard_len()), &count,
-      deadline);
+  // Wait in slices so that a pull the client has given up on (a cancelled
+  // job) frees this server thread within a slice, not at its deadline.
+  waiting_pulls_.fetch_add(1, std::memory_order_relaxed);
+  absl::Status s;
+  for (;;) {
+    const absl::Time slice = std::min(deadline, absl::Now() + kCancelCheckEvery);
+    s = (*shard)->Pull(
+        req->job(), req->step(), req->worker_rank(),
+        absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), req->shard_len()), &count,
+        slice);
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
+    if (ctx->IsCancelled()) {
+      s = absl::CancelledError(absl::StrFormat(
+          "pull (job %d step %d shard %d) by worker %d: cancelled by the client", req->job(),
+          req->step(), req->shard(), req->worker_rank()));
+      break;
+    }
+  }
+  waiting_pulls_.fetch_sub(1, std::memory_order_relaxed);
   if (!s.ok()) return ToGrpcStatus(s);
   reply->set_count(count);
   return grpc::Status::OK;

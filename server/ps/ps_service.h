@@ -8,10 +8,13 @@
 // only its two latest steps.
 //
 // Threading: gRPC's sync server calls Push/Pull from many threads; the
-// shard map is guarded by a mutex, shards are thread-safe.
+// shard map is guarded by a mutex, shards are thread-safe. A Pull waits for
+// the step's K pushes up to the client's wait_micros / RPC deadline, but
+// returns CANCELLED within kCancelCheckEvery once the client cancels.
 #ifndef LOCKSTEP_SERVER_PS_PS_SERVICE_H_
 #define LOCKSTEP_SERVER_PS_PS_SERVICE_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <utility>
@@ -19,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/collective/ps_aggregator.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -36,6 +40,13 @@ class PsService final : public v1::ParameterServer::Service {
   // Jobs currently held (for tests and status).
   int num_jobs() const;
 
+  // Pull handlers currently waiting for pushes (for tests and status).
+  int waiting_pulls() const { return waiting_pulls_.load(std::memory_order_relaxed); }
+
+  // A waiting Pull checks this often whether its client has cancelled, and
+  // then returns CANCELLED, freeing its server thread.
+  static constexpr absl::Duration kCancelCheckEvery = absl::Milliseconds(50);
+
  private:
   // The shard for (job, shard), created with (num_workers, shard_len); an
   // existing shard with other dimensions is a FAILED_PRECONDITION naming
@@ -44,6 +55,7 @@ class PsService final : public v1::ParameterServer::Service {
                                                     int64_t shard_len);
 
   const int max_jobs_;
+  std::atomic<int> waiting_pulls_{0};
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_ ABSL_GUARDED_BY(mu_);
 };

@@ -167,28 +167,18 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return false;
   }
 
-  // Hands one message to the mailbox (gathering it first if it spans
-  // several slices).
-  absl::Status DeliverOneLocked(
-      const MessageKey& key,
-      const std::vector<absl::Span<const uint8_t>>& payload)
+  // Hands one message to the mailbox without copying it: the mailbox keeps
+  // the received gRPC slices alive until the rank has copied the payload out
+  // (the receive path's only user-space copy). Moving the vector keeps the
+  // slice objects in place, so spans into inlined slices stay valid.
+  absl::Status DeliverOneLocked(const MessageKey& key,
+                                std::vector<absl::Span<const uint8_t>> payload,
+                                std::vector<grpc::Slice> slices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::Span<const uint8_t> data;
-    if (payload.size() == 1) {
-      data = payload[0];
-    } else if (payload.size() > 1) {
-      size_t n = 0;
-      for (const auto& p : payload) n += p.size();
-      if (gather_.size() < n) gather_.resize(n);
-      size_t at = 0;
-      for (const auto& p : payload) {
-        std::memcpy(gather_.data() + at, p.data(), p.size());
-        at += p.size();
-      }
-      data = absl::Span<const uint8_t>(gather_.data(), n);
-      service_->gathered_.fetch_add(1, std::memory_order_relaxed);
-    }
-    absl::Status st = inbox_->mailbox.Deliver(from_, key, data);
+    if (payload.size() > 1) service_->fragmented_.fetch_add(1, std::memory_order_relaxed);
+    auto keep = std::make_shared<const std::vector<grpc::Slice>>(std::move(slices));
+    absl::Status st = inbox_->mailbox.DeliverFragments(from_, key, std::move(payload),
+                                                       std::move(keep));
     if (st.ok()) service_->delivered_.fetch_add(1, std::memory_order_relaxed);
     return st;
   }
@@ -216,12 +206,15 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         slices_ = {};
         payload_ = {};
       } else {
-        st = DeliverOneLocked(header_.key, payload_);
+        st = DeliverOneLocked(header_.key, std::move(payload_), std::move(slices_));
+        payload_ = {};
+        slices_ = {};
         if (st.ok()) ++link.next_seq;
         while (st.ok() && !link.held.empty() &&
                link.held.begin()->first == link.next_seq) {
           auto it = link.held.begin();
-          st = DeliverOneLocked(it->second.key, it->second.payload);
+          st = DeliverOneLocked(it->second.key, std::move(it->second.payload),
+                                std::move(it->second.slices));
           link.held.erase(it);
           if (st.ok()) ++link.next_seq;
         }
@@ -278,7 +271,6 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::vector<absl::Span<const uint8_t>> frags_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Span<const uint8_t>> payload_ ABSL_GUARDED_BY(mu_);
   PeerHeader header_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> gather_ ABSL_GUARDED_BY(mu_);  // reused
 };
 
 PeerServiceImpl::PeerServiceImpl(PeerKeepalive keepalive)

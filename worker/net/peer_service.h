@@ -161,13 +161,13 @@ class PeerServiceImpl final
   int64_t streams_opened() const;
   int64_t streams_parked() const;    // total ever parked
   int64_t streams_rejected() const;  // finished with an error by us
-  // Messages handed to a Mailbox, and how many of them first had to be
-  // gathered from several gRPC slices (an extra copy).
+  // Messages handed to a Mailbox, and how many of them arrived in several
+  // gRPC slices (handed over as fragments; no gather copy either way).
   int64_t messages_delivered() const {
     return delivered_.load(std::memory_order_relaxed);
   }
-  int64_t messages_gathered() const {
-    return gathered_.load(std::memory_order_relaxed);
+  int64_t messages_fragmented() const {
+    return fragmented_.load(std::memory_order_relaxed);
   }
   // Waits until streams_parked() >= n; false at the deadline (for tests).
   bool AwaitParked(int64_t n, absl::Time deadline) const;
@@ -199,7 +199,7 @@ class PeerServiceImpl final
   int64_t parked_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> delivered_{0};
-  std::atomic<int64_t> gathered_{0};
+  std::atomic<int64_t> fragmented_{0};
   absl::CondVar idle_;  // signalled when live_ becomes empty
   mutable absl::CondVar parked_cv_;  // signalled when a stream is parked
 };
