@@ -101,8 +101,11 @@ absl::StatusOr<Coordinator::Job*> Coordinator::JobOrNotFoundLocked(uint64_t id) 
   return job;
 }
 
-absl::Status Coordinator::CheckRankLocked(const Job& job, const std::string& worker_id,
-                                          int rank) {
+absl::StatusOr<Coordinator::Job*> Coordinator::ReportingJobLocked(
+    uint64_t job_id, const std::string& worker_id, int rank) {
+  absl::StatusOr<Job*> found = JobOrNotFoundLocked(job_id);
+  if (!found.ok()) return found.status();
+  const Job& job = **found;
   if (rank < 0 || rank >= job.k) {
     return absl::InvalidArgumentError(absl::StrCat("rank: expected in [0, ", job.k,
                                                    ") for job ", job.id, ", got ", rank));
@@ -118,7 +121,7 @@ absl::Status Coordinator::CheckRankLocked(const Job& job, const std::string& wor
                                                       rank, " of job ", job.id, " (rank ",
                                                       rank, " is ", r.worker_id, ")"));
   }
-  return absl::OkStatus();
+  return *found;
 }
 
 void Coordinator::BumpLocked(Job* job) { job->version = ++version_; }
@@ -310,12 +313,10 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
     const v1::ReportStepRequest& request) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> found = JobOrNotFoundLocked(request.job_id());
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
   Job* job = *found;
-  if (absl::Status s = CheckRankLocked(*job, request.worker_id(), request.rank()); !s.ok()) {
-    return s;
-  }
   v1::ReportStepReply reply;
   auto stop_reply = [&]() {
     reply.set_stop(true);
@@ -429,12 +430,10 @@ void Coordinator::CompleteStepLocked(Job* job, int64_t step, const PendingStep& 
 
 absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> found = JobOrNotFoundLocked(request.job_id());
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
   Job* job = *found;
-  if (absl::Status s = CheckRankLocked(*job, request.worker_id(), request.rank()); !s.ok()) {
-    return s;
-  }
   if (job->state != v1::RUNNING) return absl::OkStatus();
   job->test_accuracy = request.test_accuracy();
   job->test_loss = request.test_loss();
@@ -444,12 +443,10 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
 
 absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> found = JobOrNotFoundLocked(request.job_id());
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
   Job* job = *found;
-  if (absl::Status s = CheckRankLocked(*job, request.worker_id(), request.rank()); !s.ok()) {
-    return s;
-  }
   if (job->state != v1::RUNNING) return absl::OkStatus();
   Rank& rank = job->ranks[request.rank()];
   rank.acknowledged = true;

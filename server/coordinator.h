@@ -295,9 +295,11 @@ class Coordinator {
   Worker* FindWorkerLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> JobOrNotFoundLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's rank `rank` must be `worker_id`.
-  absl::Status CheckRankLocked(const Job& job, const std::string& worker_id, int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a worker reports on as rank `rank` (ReportStep/Eval/Done):
+  // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of range,
+  // FAILED_PRECONDITION unless the job started with `worker_id` as `rank`.
+  absl::StatusOr<Job*> ReportingJobLocked(uint64_t job_id, const std::string& worker_id,
+                                          int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING/PENDING -> `state` with `reason`; workers stay bound.
   void EndJobLocked(Job* job, lockstep::v1::JobState state, std::string reason)

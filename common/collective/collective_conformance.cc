@@ -60,15 +60,6 @@ void RunRanks(int k, const std::function<void(int)>& fn) {
   for (std::thread& t : threads) t.join();
 }
 
-MessageKey Key(uint64_t job, int64_t step, int32_t phase, int32_t chunk) {
-  MessageKey k;
-  k.job = job;
-  k.step = step;
-  k.phase = phase;
-  k.chunk = chunk;
-  return k;
-}
-
 std::vector<uint8_t> Payload(int seed, size_t size) {
   std::vector<uint8_t> v(size);
   for (size_t i = 0; i < size; ++i) v[i] = static_cast<uint8_t>(seed * 31 + i);
@@ -175,14 +166,14 @@ TEST_P(TransportConformanceTest, InOrderPerPeerAndIndependentAcrossPeers) {
   for (int from = 1; from <= 2; ++from) {
     for (int j = 0; j < 5; ++j) {
       const std::vector<uint8_t> p = Payload(from * 10 + j, 16 + j);
-      ASSERT_TRUE(ts[from]->Send(0, Key(1, 0, 0, j), p, deadline).ok());
+      ASSERT_TRUE(ts[from]->Send(0, MakeKey(1, 0, 0, j), p, deadline).ok());
     }
   }
   // Drain peer 2 before peer 1: streams of different peers are independent.
   for (int from = 2; from >= 1; --from) {
     for (int j = 0; j < 5; ++j) {
       std::vector<uint8_t> got(16 + j);
-      absl::Status s = ts[0]->Recv(from, Key(1, 0, 0, j), absl::MakeSpan(got),
+      absl::Status s = ts[0]->Recv(from, MakeKey(1, 0, 0, j), absl::MakeSpan(got),
                                    deadline);
       ASSERT_TRUE(s.ok()) << s;
       EXPECT_EQ(got, Payload(from * 10 + j, 16 + j));
@@ -194,19 +185,19 @@ TEST_P(TransportConformanceTest, SendCopiesTheBuffer) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
   std::vector<uint8_t> p = Payload(3, 100);
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 0, 0, 0), p, deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 0, 0, 0), p, deadline).ok());
   std::fill(p.begin(), p.end(), 0);
   std::vector<uint8_t> got(100);
   ASSERT_TRUE(
-      ts[1]->Recv(0, Key(1, 0, 0, 0), absl::MakeSpan(got), deadline).ok());
+      ts[1]->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got), deadline).ok());
   EXPECT_EQ(got, Payload(3, 100));
 }
 
 TEST_P(TransportConformanceTest, ZeroLengthMessages) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
-  ASSERT_TRUE(ts[1]->Send(0, Key(1, 0, 0, 0), {}, deadline).ok());
-  ASSERT_TRUE(ts[0]->Recv(1, Key(1, 0, 0, 0), {}, deadline).ok());
+  ASSERT_TRUE(ts[1]->Send(0, MakeKey(1, 0, 0, 0), {}, deadline).ok());
+  ASSERT_TRUE(ts[0]->Recv(1, MakeKey(1, 0, 0, 0), {}, deadline).ok());
 }
 
 TEST_P(TransportConformanceTest, RecvTimesOutNamingThePeer) {
@@ -214,7 +205,7 @@ TEST_P(TransportConformanceTest, RecvTimesOutNamingThePeer) {
   std::vector<uint8_t> got(4);
   const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
   absl::Status s =
-      ts[0]->Recv(2, Key(1, 0, 0, 0), absl::MakeSpan(got), deadline);
+      ts[0]->Recv(2, MakeKey(1, 0, 0, 0), absl::MakeSpan(got), deadline);
   EXPECT_GE(absl::Now(), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("peer 2"));
@@ -223,8 +214,8 @@ TEST_P(TransportConformanceTest, RecvTimesOutNamingThePeer) {
 TEST_P(TransportConformanceTest, KeyMismatchIsReportedAndNotConsumed) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
-  const MessageKey sent = Key(4, 9, 2, 5);
-  const MessageKey want = Key(4, 9, 2, 6);
+  const MessageKey sent = MakeKey(4, 9, 2, 5);
+  const MessageKey want = MakeKey(4, 9, 2, 6);
   ASSERT_TRUE(ts[0]->Send(1, sent, Payload(1, 8), deadline).ok());
   std::vector<uint8_t> got(8);
   absl::Status s = ts[1]->Recv(0, want, absl::MakeSpan(got), deadline);
@@ -241,10 +232,10 @@ TEST_P(TransportConformanceTest, KeyMismatchIsReportedAndNotConsumed) {
 TEST_P(TransportConformanceTest, SizeMismatchIsReported) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 0, 0, 0), Payload(1, 8), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 0, 0, 0), Payload(1, 8), deadline).ok());
   std::vector<uint8_t> got(4);
   absl::Status s =
-      ts[1]->Recv(0, Key(1, 0, 0, 0), absl::MakeSpan(got), deadline);
+      ts[1]->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("peer 0"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("8 bytes"));
@@ -253,19 +244,19 @@ TEST_P(TransportConformanceTest, SizeMismatchIsReported) {
 TEST_P(TransportConformanceTest, OlderStepsOfTheSameJobAreDiscarded) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 1, 0, 0), Payload(1, 8), deadline).ok());
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 1, 1, 3), Payload(2, 3), deadline).ok());
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 2, 0, 0), Payload(3, 8), deadline).ok());
-  ASSERT_TRUE(ts[0]->Send(1, Key(1, 3, 0, 0), Payload(4, 8), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 1, 0, 0), Payload(1, 8), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 1, 1, 3), Payload(2, 3), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 2, 0, 0), Payload(3, 8), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(1, 3, 0, 0), Payload(4, 8), deadline).ok());
   std::vector<uint8_t> got(8);
   absl::Status s =
-      ts[1]->Recv(0, Key(1, 2, 0, 0), absl::MakeSpan(got), deadline);
+      ts[1]->Recv(0, MakeKey(1, 2, 0, 0), absl::MakeSpan(got), deadline);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got, Payload(3, 8));
   // A NEWER step is a mismatch, not stale, and stays queued.
-  s = ts[1]->Recv(0, Key(1, 2, 1, 0), absl::MakeSpan(got), deadline);
+  s = ts[1]->Recv(0, MakeKey(1, 2, 1, 0), absl::MakeSpan(got), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-  s = ts[1]->Recv(0, Key(1, 3, 0, 0), absl::MakeSpan(got), deadline);
+  s = ts[1]->Recv(0, MakeKey(1, 3, 0, 0), absl::MakeSpan(got), deadline);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got, Payload(4, 8));
 }
@@ -273,10 +264,10 @@ TEST_P(TransportConformanceTest, OlderStepsOfTheSameJobAreDiscarded) {
 TEST_P(TransportConformanceTest, OtherJobsAreNotStale) {
   auto ts = GetParam().make(2);
   const absl::Time deadline = absl::Now() + kLong;
-  ASSERT_TRUE(ts[0]->Send(1, Key(2, 0, 0, 0), Payload(1, 8), deadline).ok());
+  ASSERT_TRUE(ts[0]->Send(1, MakeKey(2, 0, 0, 0), Payload(1, 8), deadline).ok());
   std::vector<uint8_t> got(8);
   absl::Status s =
-      ts[1]->Recv(0, Key(1, 5, 0, 0), absl::MakeSpan(got), deadline);
+      ts[1]->Recv(0, MakeKey(1, 5, 0, 0), absl::MakeSpan(got), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("job=2"));
 }
@@ -287,10 +278,10 @@ TEST_P(TransportConformanceTest, InvalidPeersAreRejected) {
   std::vector<uint8_t> buf(4);
   for (int peer : {-1, 1, 3}) {
     SCOPED_TRACE(peer);
-    EXPECT_EQ(ts[1]->Send(peer, Key(1, 0, 0, 0), buf, deadline).code(),
+    EXPECT_EQ(ts[1]->Send(peer, MakeKey(1, 0, 0, 0), buf, deadline).code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(
-        ts[1]->Recv(peer, Key(1, 0, 0, 0), absl::MakeSpan(buf), deadline)
+        ts[1]->Recv(peer, MakeKey(1, 0, 0, 0), absl::MakeSpan(buf), deadline)
             .code(),
         absl::StatusCode::kInvalidArgument);
   }
@@ -306,14 +297,14 @@ TEST_P(TransportConformanceTest, ConcurrentSendAndRecv) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       for (int j = 0; j < kMessages && status[2 * r].ok(); ++j) {
-        status[2 * r] = ts[r]->Send(1 - r, Key(1, 0, r, j),
+        status[2 * r] = ts[r]->Send(1 - r, MakeKey(1, 0, r, j),
                                     Payload(r * 1000 + j, 1 + j % 97), deadline);
       }
     });
     threads.emplace_back([&, r] {
       for (int j = 0; j < kMessages && status[2 * r + 1].ok(); ++j) {
         std::vector<uint8_t> got(1 + j % 97);
-        status[2 * r + 1] = ts[r]->Recv(1 - r, Key(1, 0, 1 - r, j),
+        status[2 * r + 1] = ts[r]->Recv(1 - r, MakeKey(1, 0, 1 - r, j),
                                         absl::MakeSpan(got), deadline);
         if (status[2 * r + 1].ok() &&
             got != Payload((1 - r) * 1000 + j, 1 + j % 97)) {
@@ -617,9 +608,9 @@ TEST_P(TransportConformanceTest, RingSingleLostMessageIsDetected) {
   EXPECT_EQ(run.status[1].code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(run.status[1].message()), HasSubstr("peer 0"));
   EXPECT_THAT(std::string(run.status[1].message()),
-              HasSubstr(KeyToString(Key(1, 0, 0, 1))));
+              HasSubstr(KeyToString(MakeKey(1, 0, 0, 1))));
   EXPECT_THAT(std::string(run.status[1].message()),
-              HasSubstr(KeyToString(Key(1, 0, 0, 2))));
+              HasSubstr(KeyToString(MakeKey(1, 0, 0, 2))));
 }
 
 TEST_P(TransportConformanceTest, RingMismatchedJobIsReported) {

@@ -16,12 +16,7 @@ using ::testing::HasSubstr;
 
 const absl::Time kFar = absl::InfiniteFuture();
 
-MessageKey Key(int32_t chunk) {
-  MessageKey k;
-  k.job = 1;
-  k.chunk = chunk;
-  return k;
-}
+MessageKey Key(int32_t chunk) { return MakeKey(1, 0, 0, chunk); }
 
 std::vector<uint8_t> Msg(uint8_t v) { return std::vector<uint8_t>(4, v); }
 

@@ -159,12 +159,7 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
     return grad.subspan(b, std::min(cb.end, b + seg) - b);
   };
   auto key = [&](int g, int32_t chunk) {
-    MessageKey k;
-    k.job = o.job;
-    k.step = o.step;
-    k.phase = g;
-    k.chunk = chunk;
-    return k;
+    return MakeKey(o.job, o.step, g, chunk);
   };
   auto send_count = [&](int g) {
     uint8_t bytes[sizeof(int64_t)];
@@ -254,11 +249,7 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
   auto slot = [&](int p) { return direct_.data() + stride * p; };
   std::memcpy(slot(r), count, sizeof(int64_t));
   if (n > 0) std::memcpy(slot(r) + 2, grad.data(), n * sizeof(float));
-  MessageKey k;
-  k.job = o.job;
-  k.step = o.step;
-  k.phase = 0;
-  k.chunk = kDirectChunk;
+  const MessageKey k = MakeKey(o.job, o.step, /*phase=*/0, kDirectChunk);
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(),
                         absl::StrCat(where, " (direct): ", s.message()));

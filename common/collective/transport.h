@@ -79,6 +79,16 @@ inline bool operator!=(const MessageKey& a, const MessageKey& b) {
   return !(a == b);
 }
 
+inline MessageKey MakeKey(uint64_t job, int64_t step, int32_t phase,
+                          int32_t chunk) {
+  MessageKey k;
+  k.job = job;
+  k.step = step;
+  k.phase = phase;
+  k.chunk = chunk;
+  return k;
+}
+
 // "{job=1 step=7 phase=2 chunk=5}" for error messages.
 std::string KeyToString(const MessageKey& key);
 

@@ -104,22 +104,33 @@ constexpr char kSpecForms[] =
     "fashion-mnist, mnist-dir:<dir>, idx:<images>,<labels>[;<images>,"
     "<labels>], csv:<train>[;<test>], libsvm:<train>[;<test>]";
 
+// One split of an MNIST-style directory, named "<name>/train" or
+// "<name>/test".
+absl::StatusOr<Dataset> LoadMnistSplit(const std::string& dir, bool train,
+                                       Normalize normalize, int num_classes,
+                                       const std::string& name) {
+  const char* split = train ? "train" : "t10k";
+  absl::StatusOr<std::string> images =
+      FindMnistFile(dir, absl::StrFormat("%s-images-idx3-ubyte", split));
+  if (!images.ok()) return images.status();
+  absl::StatusOr<std::string> labels =
+      FindMnistFile(dir, absl::StrFormat("%s-labels-idx1-ubyte", split));
+  if (!labels.ok()) return labels.status();
+  absl::StatusOr<Dataset> ds =
+      LoadIdxPair(*images, *labels, normalize, num_classes);
+  if (!ds.ok()) return ds.status();
+  ds->name = name + (train ? "/train" : "/test");
+  return ds;
+}
+
 absl::StatusOr<TrainTest> LoadMnistDir(const std::string& dir,
                                        const DatasetOptions& opt,
                                        const std::string& name) {
   TrainTest tt;
   for (bool train : {true, false}) {
-    const char* split = train ? "train" : "t10k";
-    absl::StatusOr<std::string> images =
-        FindMnistFile(dir, absl::StrFormat("%s-images-idx3-ubyte", split));
-    if (!images.ok()) return images.status();
-    absl::StatusOr<std::string> labels =
-        FindMnistFile(dir, absl::StrFormat("%s-labels-idx1-ubyte", split));
-    if (!labels.ok()) return labels.status();
     absl::StatusOr<Dataset> ds =
-        LoadIdxPair(*images, *labels, Normalize::kNone, opt.num_classes);
+        LoadMnistSplit(dir, train, Normalize::kNone, opt.num_classes, name);
     if (!ds.ok()) return ds.status();
-    ds->name = name + (train ? "/train" : "/test");
     (train ? tt.train : tt.test) = *std::move(ds);
   }
   return tt;
@@ -129,17 +140,7 @@ absl::StatusOr<TrainTest> LoadMnistDir(const std::string& dir,
 
 absl::StatusOr<Dataset> LoadMnistStyle(const std::string& dir, bool train,
                                        Normalize normalize) {
-  const char* split = train ? "train" : "t10k";
-  absl::StatusOr<std::string> images =
-      FindMnistFile(dir, absl::StrFormat("%s-images-idx3-ubyte", split));
-  if (!images.ok()) return images.status();
-  absl::StatusOr<std::string> labels =
-      FindMnistFile(dir, absl::StrFormat("%s-labels-idx1-ubyte", split));
-  if (!labels.ok()) return labels.status();
-  absl::StatusOr<Dataset> ds = LoadIdxPair(*images, *labels, normalize);
-  if (!ds.ok()) return ds.status();
-  ds->name = dir + (train ? "/train" : "/test");
-  return ds;
+  return LoadMnistSplit(dir, train, normalize, /*num_classes=*/0, dir);
 }
 
 absl::StatusOr<TrainTest> LoadDataset(std::string_view spec,

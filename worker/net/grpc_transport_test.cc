@@ -122,15 +122,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(TransportFactoryParam{"Grpc", MakeGrpcTransports}),
     TransportParamName);
 
-MessageKey Key(uint64_t job, int64_t step, int32_t phase, int32_t chunk) {
-  MessageKey k;
-  k.job = job;
-  k.step = step;
-  k.phase = phase;
-  k.chunk = chunk;
-  return k;
-}
-
 // Runs fn(r) on k threads.
 void RunRanks(int k, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
@@ -174,7 +165,7 @@ TEST(GrpcTransportTest, ErrorsNameThePeerRankAndAddress) {
   Cluster c(2);
   auto ts = c.MakeGroup(1);
   std::vector<uint8_t> out(4);
-  absl::Status s = ts[0]->Recv(1, Key(1, 0, 0, 0), absl::MakeSpan(out),
+  absl::Status s = ts[0]->Recv(1, MakeKey(1, 0, 0, 0), absl::MakeSpan(out),
                                absl::Now() + absl::Milliseconds(30));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(std::string(s.message()),
@@ -190,7 +181,7 @@ TEST(GrpcTransportTest, SendToAPeerThatIsDownIsUnavailable) {
   const std::string dead = c.nodes[1]->address();
   c.nodes[1]->Kill();  // its port is closed now
   const absl::Time start = absl::Now();
-  absl::Status s = ts[0]->Send(1, Key(1, 0, 0, 0), std::vector<uint8_t>(8),
+  absl::Status s = ts[0]->Send(1, MakeKey(1, 0, 0, 0), std::vector<uint8_t>(8),
                                absl::Now() + absl::Seconds(30));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()),
@@ -302,17 +293,17 @@ TEST(GrpcTransportTest, MessageWithAWrongKeyIsReported) {
   Cluster c(2);
   auto ts = c.MakeGroup(5);
   RawPeerClient raw(c.nodes[1]->address());
-  ASSERT_TRUE(raw.Write(5, 0, Key(3, 4, 1, 9), "abcd"));
+  ASSERT_TRUE(raw.Write(5, 0, MakeKey(3, 4, 1, 9), "abcd"));
   std::vector<uint8_t> out(4);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  absl::Status s = ts[1]->Recv(0, Key(3, 4, 1, 8), absl::MakeSpan(out), deadline);
+  absl::Status s = ts[1]->Recv(0, MakeKey(3, 4, 1, 8), absl::MakeSpan(out), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_THAT(std::string(s.message()),
               HasSubstr(absl::StrCat("peer rank 0 (", c.nodes[0]->address())));
-  EXPECT_THAT(std::string(s.message()), HasSubstr(KeyToString(Key(3, 4, 1, 9))));
-  EXPECT_THAT(std::string(s.message()), HasSubstr(KeyToString(Key(3, 4, 1, 8))));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(KeyToString(MakeKey(3, 4, 1, 9))));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(KeyToString(MakeKey(3, 4, 1, 8))));
   // Not consumed: the right key gets it (protobuf-encoded payload intact).
-  s = ts[1]->Recv(0, Key(3, 4, 1, 9), absl::MakeSpan(out), deadline);
+  s = ts[1]->Recv(0, MakeKey(3, 4, 1, 9), absl::MakeSpan(out), deadline);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(std::string(out.begin(), out.end()), "abcd");
   grpc::Status fin = raw.Finish();
@@ -323,14 +314,14 @@ TEST(GrpcTransportTest, StreamClaimingAnotherRankMidStreamIsRejected) {
   Cluster c(3);
   auto ts = c.MakeGroup(5);
   RawPeerClient raw(c.nodes[1]->address());
-  ASSERT_TRUE(raw.Write(5, 0, Key(1, 0, 0, 0), "a"));
-  raw.Write(5, 2, Key(1, 0, 0, 1), "b");  // may fail once rejected
+  ASSERT_TRUE(raw.Write(5, 0, MakeKey(1, 0, 0, 0), "a"));
+  raw.Write(5, 2, MakeKey(1, 0, 0, 1), "b");  // may fail once rejected
   grpc::Status fin = raw.Finish();
   EXPECT_EQ(fin.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << fin.error_message();
   // The first message was delivered.
   std::vector<uint8_t> out(1);
-  EXPECT_TRUE(ts[1]->Recv(0, Key(1, 0, 0, 0), absl::MakeSpan(out),
+  EXPECT_TRUE(ts[1]->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(out),
                           absl::Now() + absl::Seconds(30))
                   .ok());
 }
@@ -341,20 +332,20 @@ TEST(GrpcTransportTest, MessagesAreDeliveredInSeqOrderAcrossStreams) {
   Cluster c(2);
   auto ts = c.MakeGroup(8);
   RawPeerClient late(c.nodes[1]->address()), early(c.nodes[1]->address());
-  ASSERT_TRUE(late.Write(8, 0, Key(1, 0, 0, 2), "two", /*seq=*/2));
-  ASSERT_TRUE(late.Write(8, 0, Key(1, 0, 0, 3), "three", /*seq=*/3));
-  ASSERT_TRUE(early.Write(8, 0, Key(1, 0, 0, 0), "zero", /*seq=*/0));
-  ASSERT_TRUE(early.Write(8, 0, Key(1, 0, 0, 1), "one", /*seq=*/1));
+  ASSERT_TRUE(late.Write(8, 0, MakeKey(1, 0, 0, 2), "two", /*seq=*/2));
+  ASSERT_TRUE(late.Write(8, 0, MakeKey(1, 0, 0, 3), "three", /*seq=*/3));
+  ASSERT_TRUE(early.Write(8, 0, MakeKey(1, 0, 0, 0), "zero", /*seq=*/0));
+  ASSERT_TRUE(early.Write(8, 0, MakeKey(1, 0, 0, 1), "one", /*seq=*/1));
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   const std::vector<std::string> want = {"zero", "one", "two", "three"};
   for (int j = 0; j < 4; ++j) {
     std::vector<uint8_t> out(want[j].size());
-    absl::Status s = ts[1]->Recv(0, Key(1, 0, 0, j), absl::MakeSpan(out), deadline);
+    absl::Status s = ts[1]->Recv(0, MakeKey(1, 0, 0, j), absl::MakeSpan(out), deadline);
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(std::string(out.begin(), out.end()), want[j]);
   }
   // seq 1 again: rejected, the stream ends with an error.
-  early.Write(8, 0, Key(1, 0, 0, 9), "dup", /*seq=*/1);
+  early.Write(8, 0, MakeKey(1, 0, 0, 9), "dup", /*seq=*/1);
   grpc::Status fin = early.Finish();
   EXPECT_EQ(fin.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << fin.error_message();
@@ -377,7 +368,7 @@ TEST(GrpcTransportTest, TwoConsecutiveJobsOnTheSameServices) {
   }
   // A late message for the finished job 100 is rejected by the receiver.
   RawPeerClient raw(c.nodes[0]->address());
-  raw.Write(100, 1, Key(100, 9, 0, 0), "late");
+  raw.Write(100, 1, MakeKey(100, 9, 0, 0), "late");
   grpc::Status fin = raw.Finish();
   EXPECT_EQ(fin.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << fin.error_message();
@@ -387,11 +378,11 @@ TEST(GrpcTransportTest, TwoConsecutiveJobsOnTheSameServices) {
 TEST(GrpcTransportTest, StreamForAGroupNotYetAttachedIsParkedThenDelivered) {
   Cluster c(2);
   RawPeerClient raw(c.nodes[1]->address());
-  ASSERT_TRUE(raw.Write(42, 0, Key(42, 0, 0, 0), "early"));
+  ASSERT_TRUE(raw.Write(42, 0, MakeKey(42, 0, 0, 0), "early"));
   ASSERT_TRUE(c.nodes[1]->service()->AwaitParked(1, absl::Now() + absl::Seconds(30)));
   auto ts = c.MakeGroup(42);
   std::vector<uint8_t> out(5);
-  absl::Status s = ts[1]->Recv(0, Key(42, 0, 0, 0), absl::MakeSpan(out),
+  absl::Status s = ts[1]->Recv(0, MakeKey(42, 0, 0, 0), absl::MakeSpan(out),
                                absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(std::string(out.begin(), out.end()), "early");
@@ -413,7 +404,7 @@ TEST(GrpcTransportTest, ShutdownUnblocksAWaitingRecv) {
   absl::Status got;
   std::thread waiter([&] {
     std::vector<uint8_t> out(4);
-    got = ts[0]->Recv(1, Key(1, 0, 0, 0), absl::MakeSpan(out),
+    got = ts[0]->Recv(1, MakeKey(1, 0, 0, 0), absl::MakeSpan(out),
                       absl::Now() + absl::Seconds(120));
   });
   const absl::Time start = absl::Now();
@@ -422,7 +413,7 @@ TEST(GrpcTransportTest, ShutdownUnblocksAWaitingRecv) {
   EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   // Later calls fail at once.
-  EXPECT_EQ(ts[0]->Send(1, Key(1, 0, 0, 0), std::vector<uint8_t>(4),
+  EXPECT_EQ(ts[0]->Send(1, MakeKey(1, 0, 0, 0), std::vector<uint8_t>(4),
                         absl::Now() + absl::Seconds(120))
                 .code(),
             absl::StatusCode::kCancelled);
@@ -432,14 +423,14 @@ TEST(GrpcTransportTest, PeerShutdownMakesRecvFailFastAfterQueuedMessages) {
   Cluster c(2);
   auto ts = c.MakeGroup(1);
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  ASSERT_TRUE(ts[1]->Send(0, Key(1, 0, 0, 0), std::vector<uint8_t>(3, 7),
+  ASSERT_TRUE(ts[1]->Send(0, MakeKey(1, 0, 0, 0), std::vector<uint8_t>(3, 7),
                           deadline).ok());
   ts[1]->Shutdown();  // drains, then half-closes its stream to rank 0
   std::vector<uint8_t> out(3);
-  ASSERT_TRUE(ts[0]->Recv(1, Key(1, 0, 0, 0), absl::MakeSpan(out), deadline).ok());
+  ASSERT_TRUE(ts[0]->Recv(1, MakeKey(1, 0, 0, 0), absl::MakeSpan(out), deadline).ok());
   EXPECT_EQ(out, std::vector<uint8_t>(3, 7));
   const absl::Time start = absl::Now();
-  absl::Status s = ts[0]->Recv(1, Key(1, 0, 0, 1), absl::MakeSpan(out), deadline);
+  absl::Status s = ts[0]->Recv(1, MakeKey(1, 0, 0, 1), absl::MakeSpan(out), deadline);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("peer rank 1 ("));
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
@@ -458,7 +449,7 @@ TEST(GrpcTransportTest, SendBlockedByFlowControlTimesOut) {
   absl::Status s;
   const absl::Time start = absl::Now();
   for (int i = 0; i < 4096 && s.ok(); ++i) {
-    s = (*t0)->Send(1, Key(9, 0, 0, i), chunk,
+    s = (*t0)->Send(1, MakeKey(9, 0, 0, i), chunk,
                     absl::Now() + absl::Milliseconds(300));
   }
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
