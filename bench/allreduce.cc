@@ -62,6 +62,7 @@
 #include "common/process_tuning.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
+#include "worker/net/tcp_transport.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,16777216,67108864",
           "buffer sizes in bytes (float32 elements = size / 4)");
@@ -77,6 +78,9 @@ ABSL_FLAG(int64_t, direct_max_bytes, lockstep::kDefaultDirectMaxBytes,
           "AllReduceOptions.direct_max_bytes: the one-round direct exchange "
           "is used while (K-1) x buffer bytes stay within this, else the ring "
           "(0: ring only)");
+ABSL_FLAG(int64_t, first_step_window_bytes, lockstep::kDefaultFirstStepWindowBytes,
+          "AllReduceOptions.first_step_window_bytes");
+ABSL_FLAG(int, send_buffer_bytes, 0, "TcpTransportOptions.send_buffer_bytes");
 ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
 ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
 ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
@@ -86,7 +90,12 @@ ABSL_FLAG(std::string, grpc_args, "",
 ABSL_FLAG(std::string, mpi_source, "",
           "path of mpi_allreduce.c (default: from runfiles or the workspace)");
 // Internal modes.
+ABSL_FLAG(std::string, transports, "tcp,grpc",
+          "lockstep peer transports to measure, in table order: tcp (raw "
+          "sockets, worker/net/tcp_transport.h) and/or grpc "
+          "(worker/net/grpc_transport.h); targets are judged for each");
 ABSL_FLAG(bool, worker, false, "internal: run as one lockstep rank");
+ABSL_FLAG(std::string, transport, "tcp", "internal: this worker's transport");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
 ABSL_FLAG(int, world, 2, "internal: worker world size");
 ABSL_FLAG(std::string, dir, "", "internal: rendezvous directory");
@@ -258,19 +267,34 @@ int RunWorker() {
   const std::vector<int64_t> sizes = ParseInts(absl::GetFlag(FLAGS_sizes));
   const auto grpc_args = ParseGrpcArgs(absl::GetFlag(FLAGS_grpc_args));
 
+  const bool use_tcp = absl::GetFlag(FLAGS_transport) == "tcp";
+  // gRPC: the worker's PeerService on its own server. TCP: a peer hub.
   PeerServiceImpl service;
-  grpc::ServerBuilder builder;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<TcpPeerHub> hub;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  service.RegisterOn(builder);
-  for (const auto& [name, value] : grpc_args) {
-    builder.AddChannelArgument(name, value);
-  }
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port <= 0) {
-    std::fprintf(stderr, "rank %d: cannot start the gRPC server\n", rank);
-    return 1;
+  if (use_tcp) {
+    absl::StatusOr<std::unique_ptr<TcpPeerHub>> h =
+        TcpPeerHub::Start("127.0.0.1", 0);
+    if (!h.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, h.status().ToString().c_str());
+      return 1;
+    }
+    hub = *std::move(h);
+    port = hub->port();
+  } else {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    service.RegisterOn(builder);
+    for (const auto& [name, value] : grpc_args) {
+      builder.AddChannelArgument(name, value);
+    }
+    server = builder.BuildAndStart();
+    if (server == nullptr || port <= 0) {
+      std::fprintf(stderr, "rank %d: cannot start the gRPC server\n", rank);
+      return 1;
+    }
   }
   WriteFileAtomically(absl::StrCat(dir, "/port.", rank), absl::StrCat(port));
 
@@ -292,19 +316,36 @@ int RunWorker() {
     addresses[r] = absl::StrCat("127.0.0.1:", p);
   }
 
-  GrpcTransportOptions options;
-  options.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
-  options.channel_args = grpc_args;
-  options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
-  options.streams_per_peer = absl::GetFlag(FLAGS_streams_per_peer);
-  absl::StatusOr<std::unique_ptr<GrpcTransport>> transport =
-      GrpcTransport::Create(&service, /*group=*/1, rank, addresses, options);
-  if (!transport.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", rank,
-                 transport.status().ToString().c_str());
-    return 1;
+  std::unique_ptr<GrpcTransport> grpc_transport;
+  std::unique_ptr<TcpTransport> tcp_transport;
+  Transport* transport = nullptr;
+  if (use_tcp) {
+    TcpTransportOptions options;
+    options.send_buffer_bytes = absl::GetFlag(FLAGS_send_buffer_bytes);
+    absl::StatusOr<std::unique_ptr<TcpTransport>> t =
+        TcpTransport::Create(hub.get(), /*group=*/1, rank, addresses, options);
+    if (!t.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, t.status().ToString().c_str());
+      return 1;
+    }
+    tcp_transport = *std::move(t);
+    transport = tcp_transport.get();
+  } else {
+    GrpcTransportOptions options;
+    options.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
+    options.channel_args = grpc_args;
+    options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+    options.streams_per_peer = absl::GetFlag(FLAGS_streams_per_peer);
+    absl::StatusOr<std::unique_ptr<GrpcTransport>> t =
+        GrpcTransport::Create(&service, /*group=*/1, rank, addresses, options);
+    if (!t.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, t.status().ToString().c_str());
+      return 1;
+    }
+    grpc_transport = *std::move(t);
+    transport = grpc_transport.get();
   }
-  RingAllReducer reducer(transport->get());
+  RingAllReducer reducer(transport);
 
   int64_t max_bytes = 0;
   for (int64_t s : sizes) max_bytes = std::max(max_bytes, s);
@@ -329,6 +370,7 @@ int RunWorker() {
       o.timeout = absl::Seconds(120);
       o.segment_bytes = absl::GetFlag(FLAGS_segment_bytes);
       o.direct_max_bytes = absl::GetFlag(FLAGS_direct_max_bytes);
+      o.first_step_window_bytes = absl::GetFlag(FLAGS_first_step_window_bytes);
       const absl::Time t0 = absl::Now();
       absl::Status s = reducer.AllReduce(v, &count, o);
       const absl::Time t1 = absl::Now();
@@ -361,14 +403,26 @@ int RunWorker() {
     }
   }
   if (absl::GetFlag(FLAGS_stats)) {
-    std::fprintf(stderr, "rank %d: %lld messages received, %lld of them in several slices\n",
-                 rank, static_cast<long long>(service.messages_delivered()),
-                 static_cast<long long>(service.messages_fragmented()));
+    if (use_tcp) {
+      std::fprintf(stderr, "rank %d: %lld messages sent, %lld of them partly through the backlog\n",
+                   rank, static_cast<long long>(tcp_transport->messages_sent()),
+                   static_cast<long long>(tcp_transport->messages_backlogged()));
+    } else {
+      std::fprintf(stderr, "rank %d: %lld messages received, %lld of them in several slices\n",
+                   rank, static_cast<long long>(service.messages_delivered()),
+                   static_cast<long long>(service.messages_fragmented()));
+    }
   }
-  (*transport)->Shutdown();
-  transport->reset();
-  service.Shutdown();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (use_tcp) {
+    tcp_transport->Shutdown();
+    tcp_transport.reset();
+    hub.reset();
+  } else {
+    grpc_transport->Shutdown();
+    grpc_transport.reset();
+    service.Shutdown();
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  }
   return status;
 }
 
@@ -533,8 +587,9 @@ bool HaveCommand(const std::string& cmd) {
 // bytes -> median latency (us) for one run; empty on failure.
 using RunResult = std::map<int64_t, double>;
 
-RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
-  const std::string run_dir = absl::StrCat(dir, "/lockstep_k", k, "_", getpid(), "_",
+RunResult RunLockstep(const std::string& self, int k, const std::string& dir,
+                      const std::string& transport) {
+  const std::string run_dir = absl::StrCat(dir, "/lockstep_", transport, "_k", k, "_", getpid(), "_",
                                            absl::ToUnixNanos(absl::Now()));
   mkdir(run_dir.c_str(), 0755);
   std::vector<pid_t> pids;
@@ -542,6 +597,7 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
     std::vector<std::string> argv = {
         self,
         "--worker",
+        absl::StrCat("--transport=", transport),
         absl::StrCat("--rank=", r),
         absl::StrCat("--world=", k),
         absl::StrCat("--dir=", run_dir),
@@ -552,6 +608,9 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir) {
         absl::StrCat("--recv_spin_us=", absl::GetFlag(FLAGS_recv_spin_us)),
         absl::StrCat("--streams_per_peer=", absl::GetFlag(FLAGS_streams_per_peer)),
         absl::StrCat("--direct_max_bytes=", absl::GetFlag(FLAGS_direct_max_bytes)),
+        absl::StrCat("--send_buffer_bytes=", absl::GetFlag(FLAGS_send_buffer_bytes)),
+        absl::StrCat("--first_step_window_bytes=",
+                     absl::GetFlag(FLAGS_first_step_window_bytes)),
         absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};
     pids.push_back(Spawn(argv, {}, r == 0 ? run_dir + "/out.0" : ""));
   }
@@ -590,6 +649,14 @@ int RunParent(const std::string& self) {
   const std::vector<int64_t> sizes = ParseInts(absl::GetFlag(FLAGS_sizes));
   const std::vector<int64_t> worlds = ParseInts(absl::GetFlag(FLAGS_worlds));
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const std::vector<std::string> transports =
+      absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
+  for (const std::string& tr : transports) {
+    if (tr != "tcp" && tr != "grpc") {
+      std::fprintf(stderr, "--transports: '%s' is not tcp or grpc\n", tr.c_str());
+      return 2;
+    }
+  }
   char tmpl[] = "/tmp/lockstep_allreduce_XXXXXX";
   const char* tmp = mkdtemp(tmpl);
   if (tmp == nullptr) {
@@ -678,9 +745,14 @@ int RunParent(const std::string& self) {
   for (int rep = 0; rep < repeats; ++rep) {
     for (int64_t k64 : worlds) {
       const int k = static_cast<int>(k64);
-      std::printf("repeat %d/%d K=%d: lockstep...", rep + 1, repeats, k);
-      std::fflush(stdout);
-      for (auto& [b, us] : RunLockstep(self, k, dir)) results["lockstep"][k][b].push_back(us);
+      std::printf("repeat %d/%d K=%d:", rep + 1, repeats, k);
+      for (const std::string& tr : transports) {
+        std::printf(" lockstep %s...", tr.c_str());
+        std::fflush(stdout);
+        for (auto& [b, us] : RunLockstep(self, k, dir, tr)) {
+          results["lockstep_" + tr][k][b].push_back(us);
+        }
+      }
       if (!mpi_binary.empty()) {
         std::printf(" MPI as is...");
         std::fflush(stdout);
@@ -702,57 +774,82 @@ int RunParent(const std::string& self) {
               "algbw = bytes/lat; busbw = algbw*2(K-1)/K; GB/s = 1e9 B/s.\n"
               "MPI no-mmap = %s. ratio = lockstep busbw / best MPI busbw.\n\n",
               repeats, EnvToString(nommap_env).c_str());
-  std::printf("%2s %8s | %10s %8s %8s | %10s %8s | %10s %8s | %7s\n", "K", "size",
-              "lockstep us", "algbw", "busbw", "MPI us", "busbw", "MPInomm us",
-              "busbw", "ratio");
+  std::string head = absl::StrFormat("%2s %8s |", "K", "size");
+  for (const std::string& tr : transports) {
+    head += absl::StrFormat(" %6s us %8s %8s |", tr, "algbw", "busbw");
+  }
+  head += absl::StrFormat(" %10s %8s | %10s %8s |", "MPI us", "busbw",
+                          "MPInomm us", "busbw");
+  for (const std::string& tr : transports) {
+    head += absl::StrFormat(" %6s", tr);
+  }
+  std::printf("%s\n", head.c_str());
   std::vector<std::string> targets;
-  int missed = 0;
+  std::map<std::string, int> missed;
   for (int64_t k64 : worlds) {
     const int k = static_cast<int>(k64);
     for (int64_t b : sizes) {
-      const double l = med("lockstep", k, b);
       const double m1 = med("mpi", k, b);
       const double m2 = med("mpi_nommap", k, b);
       const double best_mpi_us =
           (m1 > 0 && m2 > 0) ? std::min(m1, m2) : std::max(m1, m2);
-      const double ratio = best_mpi_us > 0 && l > 0
-                               ? BusBw(b, k, l) / BusBw(b, k, best_mpi_us)
-                               : 0;
-      std::printf("%2d %8s | %10.1f %8.3f %8.3f | %10.1f %8.3f | %10.1f %8.3f | %6.2fx\n",
-                  k, HumanBytes(b).c_str(), l, l > 0 ? b / (l * 1e-6) / 1e9 : 0,
-                  BusBw(b, k, l) / 1e9, m1, BusBw(b, k, m1) / 1e9, m2,
-                  BusBw(b, k, m2) / 1e9, ratio);
-      if (best_mpi_us <= 0 || l <= 0) continue;
-      auto target = [&](const std::string& what, bool met) {
-        targets.push_back(absl::StrFormat("  %-6s K=%d %-7s %s", met ? "met" : "MISSED", k,
-                                          HumanBytes(b), what));
-        if (!met) ++missed;
-      };
-      if (b >= (64 << 10)) {
-        target(absl::StrFormat("busbw >= 0.5x Open MPI (%.3fx)", ratio), ratio >= 0.5);
+      std::string row = absl::StrFormat("%2d %8s |", k, HumanBytes(b));
+      std::string ratios;
+      for (const std::string& tr : transports) {
+        const double l = med("lockstep_" + tr, k, b);
+        row += absl::StrFormat(" %9.1f %8.3f %8.3f |", l,
+                               l > 0 ? b / (l * 1e-6) / 1e9 : 0,
+                               BusBw(b, k, l) / 1e9);
+        const double ratio = best_mpi_us > 0 && l > 0
+                                 ? BusBw(b, k, l) / BusBw(b, k, best_mpi_us)
+                                 : 0;
+        ratios += absl::StrFormat(" %5.2fx", ratio);
+        if (best_mpi_us <= 0 || l <= 0) continue;
+        auto target = [&](const std::string& what, bool met) {
+          targets.push_back(absl::StrFormat("  %-6s %-4s K=%d %-7s %s",
+                                            met ? "met" : "MISSED", tr, k,
+                                            HumanBytes(b), what));
+          if (!met) ++missed[tr];
+        };
+        if (b >= (64 << 10)) {
+          target(absl::StrFormat("busbw >= 0.5x Open MPI (%.3fx)", ratio),
+                 ratio >= 0.5);
+        }
+        if (b == (16 << 20) || b == (64 << 20)) {
+          target(absl::StrFormat("busbw >= 1.0x Open MPI (%.3fx)", ratio),
+                 ratio >= 1.0);
+        }
+        if (b == 4096) {
+          const double lat_ratio = l / best_mpi_us;
+          target(absl::StrFormat(
+                     "latency <= 3x Open MPI (%.2fx: %.1f us vs %.1f us)",
+                     lat_ratio, l, best_mpi_us),
+                 lat_ratio <= 3.0);
+        }
       }
-      if (b == (16 << 20) || b == (64 << 20)) {
-        target(absl::StrFormat("busbw >= 1.0x Open MPI (%.3fx)", ratio), ratio >= 1.0);
-      }
-      if (b == 4096) {
-        const double lat_ratio = l / best_mpi_us;
-        target(absl::StrFormat("latency <= 3x Open MPI (%.2fx: %.1f us vs %.1f us)",
-                               lat_ratio, l, best_mpi_us),
-               lat_ratio <= 3.0);
-      }
+      row += absl::StrFormat(" %10.1f %8.3f | %10.1f %8.3f |", m1,
+                             BusBw(b, k, m1) / 1e9, m2, BusBw(b, k, m2) / 1e9);
+      std::printf("%s%s\n", row.c_str(), ratios.c_str());
     }
   }
   if (raw_bw > 0) {
-    const double l = med("lockstep", 2, 16 << 20);
-    if (l > 0) {
-      std::printf("\nK=2 16 MiB: lockstep busbw %.3f GB/s = %.0f%% of raw loopback "
-                  "TCP (best of the two: %.2f GB/s per direction)\n",
-                  BusBw(16 << 20, 2, l) / 1e9, 100 * BusBw(16 << 20, 2, l) / raw_bw,
-                  raw_bw / 1e9);
+    for (const std::string& tr : transports) {
+      const double l = med("lockstep_" + tr, 2, 16 << 20);
+      if (l <= 0) continue;
+      std::printf("\nK=2 16 MiB: lockstep %s busbw %.3f GB/s = %.0f%% of raw "
+                  "loopback TCP (best of the two: %.2f GB/s per direction)",
+                  tr.c_str(), BusBw(16 << 20, 2, l) / 1e9,
+                  100 * BusBw(16 << 20, 2, l) / raw_bw, raw_bw / 1e9);
     }
+    std::printf("\n");
   }
   if (!targets.empty()) {
-    std::printf("\nTargets (%d missed):\n%s\n", missed, absl::StrJoin(targets, "\n").c_str());
+    std::string summary;
+    for (const std::string& tr : transports) {
+      summary += absl::StrFormat(" %s: %d missed;", tr, missed[tr]);
+    }
+    std::printf("\nTargets (%s):\n%s\n", summary.c_str(),
+                absl::StrJoin(targets, "\n").c_str());
   }
   std::printf("total %.0f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
   return 0;

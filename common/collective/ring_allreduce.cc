@@ -33,11 +33,12 @@
 // sends at step g+1 is exactly the chunk it received at step g, so each
 // segment is forwarded as soon as it has been reduced (or copied):
 //
-//   send all segments of chunk r                          (step 0)
+//   send the first W segments of chunk r                  (step 0)
 //   for g in 0 .. 2K-3:
 //     c = (r - g - 1) mod K
 //     for each segment j of chunk c:
 //       Recv (g, j) from left; add (g < K-1) or copy (g >= K-1) into grad;
+//       if g == 0: send segment W+j of chunk r (step 0), if any
 //       if g+1 < 2K-2: Send (g+1, j) to right
 //
 // Send only copies the bytes into the transport and returns (transport.h
@@ -45,9 +46,20 @@
 // neighbour is already producing segment j+1 and its right neighbour is
 // reducing the segment just forwarded: transfers and reductions of
 // consecutive segments overlap along the ring and a chunk never waits for the
-// whole previous chunk. Per-peer FIFO order holds because every rank sends
-// step g+1's segments only after all of step g's (step 0's are sent up
-// front, step g+1's during step g's loop) and receives in the same order.
+// whole previous chunk.
+//
+// Step 0's window. Sending all of chunk r up front would make the transport
+// buffer up to a whole chunk per peer (32 MiB for 64 MiB at K = 2) while
+// every rank is busy sending, which costs a copy and, with a bounded
+// transport queue, can stall every rank at once. So only W segments
+// (first_step_window_bytes, 2 MiB by default: less than a loopback socket
+// buffer) go first, and each segment received in step 0 releases one more.
+// Per-peer FIFO order must stay "all of step 0, then step 1": step-1
+// forwards that become ready while step-0 segments are still unsent are
+// deferred and sent right after the last step-0 segment (and count). Chunk
+// sizes differ by at most one float, so this defers at most the tail of
+// step 0. Later steps send every segment as soon as it is ready; every rank
+// receives in the order its left neighbour sends.
 //
 // All-gather segments without a count are received straight into grad (no
 // scratch copy). The example count rides along with chunk 0 as a separate
@@ -88,6 +100,23 @@ RingAllReducer::RingAllReducer(Transport* transport) : t_(transport) {
 
 absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
                                        const AllReduceOptions& o) {
+  const absl::Time deadline = absl::Now() + o.timeout;
+  absl::Status s = AllReduceBorrowing(grad, count, o);
+  // Segments are sent with SendBorrowed straight from grad (and the direct
+  // exchange's buffer): end the borrows before the caller may touch them.
+  // On failure, at once (what is pending gets copied).
+  absl::Status f = t_->FlushSends(s.ok() ? deadline : absl::Now());
+  if (s.ok() && !f.ok()) {
+    return absl::Status(
+        f.code(), absl::StrFormat("ring all-reduce (job %d step %d, rank %d): %s",
+                                  o.job, o.step, t_->rank(), f.message()));
+  }
+  return s;
+}
+
+absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
+                                                int64_t* count,
+                                                const AllReduceOptions& o) {
   const int K = t_->world_size();
   const int r = t_->rank();
   const int64_t n = static_cast<int64_t>(grad.size());
@@ -116,6 +145,11 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: direct_max_bytes is %d, expected >= 0", where,
         o.direct_max_bytes));
+  }
+  if (o.first_step_window_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: first_step_window_bytes is %d, expected >= 0", where,
+        o.first_step_window_bytes));
   }
   if (K == 1) return absl::OkStatus();
   const bool direct =
@@ -167,16 +201,44 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
     return t_->Send(right, key(g, kCountChunk), bytes, deadline);
   };
 
-  // Step 0: send our own chunk r (and the count if r == 0) up front.
-  for (int32_t j = 0; j < seg_base_[r + 1] - seg_base_[r]; ++j) {
-    absl::Status s = t_->Send(right, key(0, seg_base_[r] + j),
-                              AsBytes(segment(r, j)), deadline);
+  // Step 0: send the first `window` segments of our own chunk r up front;
+  // the rest follow one per segment received in step 0 (see the comment at
+  // the top). The count (r == 0) follows the last of them.
+  const int32_t own = seg_base_[r + 1] - seg_base_[r];
+  const int64_t window_segments = std::max<int64_t>(
+      1, o.first_step_window_bytes / (seg * static_cast<int64_t>(sizeof(float))));
+  int32_t sent0 = 0;
+  bool count0_sent = r != 0;
+  auto send_step0 = [&](int64_t upto) -> absl::Status {
+    while (sent0 < std::min<int64_t>(upto, own)) {
+      absl::Status s = t_->SendBorrowed(right, key(0, seg_base_[r] + sent0),
+                                        AsBytes(segment(r, sent0)), deadline);
+      if (!s.ok()) return s;
+      ++sent0;
+    }
+    if (sent0 == own && !count0_sent) {
+      count0_sent = true;
+      return send_count(0);
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::Status s = send_step0(window_segments);
     if (!s.ok()) return fail(s);
   }
-  if (r == 0) {
-    absl::Status s = send_count(0);
-    if (!s.ok()) return fail(s);
-  }
+  // Step-1 forwards made while step-0 sends are still going out wait here
+  // (segment index j of the chunk) to keep per-peer FIFO order: all of step
+  // 0 (and its count), then step 1.
+  std::vector<int32_t> deferred;
+  auto flush_deferred = [&](int c) -> absl::Status {
+    for (int32_t j : deferred) {
+      absl::Status s = t_->SendBorrowed(right, key(1, seg_base_[c] + j),
+                                        AsBytes(segment(c, j)), deadline);
+      if (!s.ok()) return s;
+    }
+    deferred.clear();
+    return absl::OkStatus();
+  };
 
   for (int g = 0; g < steps; ++g) {
     const int c = ((r - g - 1) % K + K) % K;
@@ -198,11 +260,26 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
                                   deadline);
         if (!s.ok()) return fail(s);
       }
-      if (forward) {
-        absl::Status s = t_->Send(right, key(g + 1, id), AsBytes(dst),
-                                  deadline);
+      if (g == 0) {
+        absl::Status s = send_step0(window_segments + j + 1);
+        if (!s.ok()) return fail(s);
+        if (sent0 < own || !count0_sent) {
+          if (forward) deferred.push_back(j);
+          continue;
+        }
+        s = flush_deferred(c);
         if (!s.ok()) return fail(s);
       }
+      if (forward) {
+        absl::Status s = t_->SendBorrowed(right, key(g + 1, id),
+                                          AsBytes(dst), deadline);
+        if (!s.ok()) return fail(s);
+      }
+    }
+    if (g == 0) {
+      absl::Status s = send_step0(own);
+      if (s.ok()) s = flush_deferred(c);
+      if (!s.ok()) return fail(s);
     }
     if (c == 0) {
       uint8_t bytes[sizeof(int64_t)];
@@ -258,7 +335,7 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
     return absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(slot(p)), msg_bytes);
   };
   for (int d = 1; d < K; ++d) {
-    absl::Status s = t_->Send((r + d) % K, k, bytes(r), deadline);
+    absl::Status s = t_->SendBorrowed((r + d) % K, k, bytes(r), deadline);
     if (!s.ok()) return fail(s);
   }
   for (int d = 1; d < K; ++d) {

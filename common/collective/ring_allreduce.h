@@ -58,6 +58,10 @@ inline constexpr int32_t kDirectChunk = -2;
 // the README).
 inline constexpr int64_t kDefaultDirectMaxBytes = 1 << 20;
 
+// Ring, step 0: see AllReduceOptions::first_step_window_bytes. Measured
+// with //bench:allreduce (README).
+inline constexpr int64_t kDefaultFirstStepWindowBytes = 2 << 20;
+
 // kRing: reduce-scatter + all-gather, bandwidth-optimal (each rank sends
 // 2(K-1)/K of the buffer) but 2(K-1) message latencies in sequence.
 // kDirect: every rank sends its whole buffer (and count) to every other rank
@@ -78,6 +82,11 @@ struct AllReduceOptions {
   int64_t segment_bytes = kDefaultSegmentBytes;
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
   int64_t direct_max_bytes = kDefaultDirectMaxBytes;  // for kAuto; >= 0
+  // Ring: how much of its own chunk a rank sends before it starts receiving
+  // (at least one segment); the rest goes out one segment per segment
+  // received. Bounds what the transport must buffer for a slow peer (a
+  // whole chunk of a 64 MiB buffer is 32 MiB at K = 2). >= 0.
+  int64_t first_step_window_bytes = kDefaultFirstStepWindowBytes;
 };
 
 // Reusable all-reducer for one transport endpoint. Owns the scratch buffer
@@ -110,6 +119,9 @@ class RingAllReducer {
                          const AllReduceOptions& options);
 
  private:
+  // AllReduce without the final FlushSends.
+  absl::Status AllReduceBorrowing(absl::Span<float> grad, int64_t* count,
+                                  const AllReduceOptions& o);
   absl::Status Direct(absl::Span<float> grad, int64_t* count,
                       const AllReduceOptions& o, const std::string& where,
                       absl::Time deadline);

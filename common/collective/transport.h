@@ -117,6 +117,27 @@ class Transport {
                             absl::Span<const uint8_t> data,
                             absl::Time deadline) = 0;
 
+  // Like Send, but the transport may keep reading `data` after returning
+  // instead of copying it: the caller must keep the bytes alive and
+  // unchanged until its next FlushSends() call returns (whatever it
+  // returns). Same ordering and errors as Send; a message sent this way is
+  // ordered with plain Sends to the same peer. The default copies (Send).
+  virtual absl::Status SendBorrowed(int to, const MessageKey& key,
+                                    absl::Span<const uint8_t> data,
+                                    absl::Time deadline) {
+    return Send(to, key, data, deadline);
+  }
+
+  // Ends every borrow of earlier SendBorrowed calls made by this thread's
+  // collective: waits until their bytes are handed to the network, and at
+  // `deadline` copies whatever is still pending (it is still sent) and
+  // returns DeadlineExceededError. After it returns, the transport no longer
+  // reads any caller buffer. The default does nothing.
+  virtual absl::Status FlushSends(absl::Time deadline) {
+    (void)deadline;
+    return absl::OkStatus();
+  }
+
   // Receives the next message from peer `from`, which must carry exactly
   // `key` and exactly out.size() bytes, into `out`; waits until `deadline`.
   // On error `out` is unspecified. Errors: see above.

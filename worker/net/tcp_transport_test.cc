@@ -1,0 +1,312 @@
+#include "worker/net/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/collective/collective_conformance.h"
+#include "common/collective/ring_allreduce.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+// One hub per rank, as if each rank were its own process, on OS-chosen
+// loopback ports.
+struct Hubs {
+  explicit Hubs(int k) {
+    for (int r = 0; r < k; ++r) {
+      auto h = TcpPeerHub::Start("127.0.0.1", 0);
+      ABSL_RAW_CHECK(h.ok(), "TcpPeerHub::Start failed");
+      hubs.push_back(*std::move(h));
+    }
+  }
+  std::vector<std::string> Addresses() const {
+    std::vector<std::string> a;
+    for (const auto& h : hubs) a.push_back(absl::StrCat("127.0.0.1:", h->port()));
+    return a;
+  }
+  std::unique_ptr<TcpTransport> Make(uint64_t group, int r,
+                                     TcpTransportOptions o = {}) {
+    auto t = TcpTransport::Create(hubs[r].get(), group, r, Addresses(), o);
+    ABSL_RAW_CHECK(t.ok(), "TcpTransport::Create failed");
+    return *std::move(t);
+  }
+  std::vector<std::unique_ptr<TcpPeerHub>> hubs;
+};
+
+// Keeps the hubs alive for the conformance factory's endpoints; destroys its
+// transport before them.
+class OwningEndpoint : public Transport {
+ public:
+  OwningEndpoint(std::shared_ptr<Hubs> h, std::unique_ptr<TcpTransport> t)
+      : hubs_(std::move(h)), t_(std::move(t)) {}
+  int rank() const override { return t_->rank(); }
+  int world_size() const override { return t_->world_size(); }
+  absl::Status Send(int to, const MessageKey& key,
+                    absl::Span<const uint8_t> data,
+                    absl::Time deadline) override {
+    return t_->Send(to, key, data, deadline);
+  }
+  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
+                    absl::Time deadline) override {
+    return t_->Recv(from, key, out, deadline);
+  }
+
+ private:
+  std::shared_ptr<Hubs> hubs_;
+  std::unique_ptr<TcpTransport> t_;
+};
+
+std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int k) {
+  auto hubs = std::make_shared<Hubs>(k);
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int r = 0; r < k; ++r) {
+    out.push_back(std::make_unique<OwningEndpoint>(hubs, hubs->Make(1, r)));
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tcp, TransportConformanceTest,
+    ::testing::Values(TransportFactoryParam{"Tcp", MakeTcpTransports}),
+    TransportParamName);
+
+const absl::Duration kLong = absl::Seconds(30);
+
+std::vector<uint8_t> Bytes(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
+  return v;
+}
+
+TEST(TcpTransportTest, RanksMayAttachAfterTheirPeersSent) {
+  Hubs h(2);
+  auto t0 = h.Make(5, 0);
+  const std::vector<uint8_t> msg = Bytes(1000, 3);
+  // Rank 1 does not exist yet: the hub parks the connection.
+  ASSERT_TRUE(t0->Send(1, MakeKey(5, 0, 0, 0), msg, absl::Now() + kLong).ok());
+  auto t1 = h.Make(5, 1);
+  std::vector<uint8_t> got(msg.size());
+  absl::Status s = t1->Recv(0, MakeKey(5, 0, 0, 0), absl::MakeSpan(got),
+                            absl::Now() + kLong);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, msg);
+  EXPECT_EQ(h.hubs[1]->parked_connections(), 0);
+}
+
+TEST(TcpTransportTest, PeerShutdownFailsRecvAtOnceAfterItsMessages) {
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  const std::vector<uint8_t> msg = Bytes(64, 1);
+  ASSERT_TRUE(t1->Send(0, MakeKey(1, 0, 0, 0), msg, absl::Now() + kLong).ok());
+  t1->Shutdown();
+  std::vector<uint8_t> got(msg.size());
+  // What was sent before the shutdown still arrives...
+  ASSERT_TRUE(t0->Recv(1, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                       absl::Now() + kLong)
+                  .ok());
+  EXPECT_EQ(got, msg);
+  // ...and then the closed link is reported at once, not at the deadline.
+  const absl::Time start = absl::Now();
+  absl::Status s = t0->Recv(1, MakeKey(1, 0, 0, 1), absl::MakeSpan(got),
+                            start + kLong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("peer rank 1 (127.0.0.1:"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("closed"));
+  EXPECT_LT(absl::Now() - start, kLong / 2);
+}
+
+TEST(TcpTransportTest, ShutdownWakesABlockedRecv) {
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  absl::Status s;
+  std::vector<uint8_t> got(8);
+  std::thread waiter([&] {
+    s = t0->Recv(1, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                 absl::Now() + kLong);
+  });
+  const absl::Time start = absl::Now();
+  t0->Shutdown();
+  waiter.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, kLong / 2);
+  EXPECT_EQ(t0->Send(1, MakeKey(1, 0, 0, 0), got, absl::Now() + kLong).code(),
+            absl::StatusCode::kCancelled);
+}
+
+TEST(TcpTransportTest, BacklogKeepsOrderAndBytesAndFlowControlHasADeadline) {
+  Hubs h(2);
+  TcpTransportOptions o;
+  o.max_queued_bytes = 4 << 20;
+  auto t0 = h.Make(1, 0, o);
+  auto t1 = h.Make(1, 1);
+  // Rank 1 does not read: the socket buffers fill, the rest is backlogged,
+  // and once over max_queued_bytes a Send waits and then times out.
+  const size_t size = 1 << 20;
+  int accepted = 0;
+  absl::Status s;
+  for (int i = 0; i < 64; ++i) {
+    s = t0->Send(1, MakeKey(1, 0, 0, i), Bytes(size, i),
+                 absl::Now() + absl::Milliseconds(300));
+    if (!s.ok()) break;
+    ++accepted;
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not reading"));
+  EXPECT_GT(t0->messages_backlogged(), 0);
+  ASSERT_GT(accepted, 4);
+  // Everything accepted arrives intact and in order.
+  std::vector<uint8_t> got(size);
+  for (int i = 0; i < accepted; ++i) {
+    absl::Status r = t1->Recv(0, MakeKey(1, 0, 0, i), absl::MakeSpan(got),
+                              absl::Now() + kLong);
+    ASSERT_TRUE(r.ok()) << r;
+    ASSERT_EQ(got, Bytes(size, i)) << "message " << i;
+  }
+}
+
+TEST(TcpTransportTest, AbortedPartialReceiveIsSkippedByTheNextStep) {
+  // A Recv that gives up half-way through a payload leaves the rest to be
+  // discarded; the next step's message is still received intact.
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  const std::vector<uint8_t> big = Bytes(32 << 20, 1);
+  std::vector<uint8_t> got(big.size());
+  std::thread sender([&] {
+    ASSERT_TRUE(t0->Send(1, MakeKey(1, 0, 0, 0), big, absl::Now() + kLong).ok());
+  });
+  // A deadline in the past: the Recv reads what is there and gives up.
+  absl::Status s = t1->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                            absl::Now());
+  sender.join();
+  if (s.ok()) GTEST_SKIP() << "the whole 32 MiB arrived at once";
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  const std::vector<uint8_t> next = Bytes(100, 9);
+  ASSERT_TRUE(t0->Send(1, MakeKey(1, 1, 0, 0), next, absl::Now() + kLong).ok());
+  std::vector<uint8_t> got2(next.size());
+  s = t1->Recv(0, MakeKey(1, 1, 0, 0), absl::MakeSpan(got2),
+               absl::Now() + kLong);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got2, next);
+}
+
+// Connects a raw socket to `port` and sends `bytes`; returns the fd.
+int RawConnect(int port, const std::vector<uint8_t>& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  return fd;
+}
+
+TEST(TcpTransportTest, ForeignConnectionIsRejectedAndTheHubKeepsServing) {
+  Hubs h(2);
+  std::vector<uint8_t> junk(40, 'x');
+  const int fd = RawConnect(h.hubs[1]->port(), junk);
+  // The hub closes it: our read sees end of stream (no sleeping).
+  char c;
+  EXPECT_LE(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("bad hello"));
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("not a lockstep peer"));
+
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  std::vector<float> v0(1000, 1.0f), v1(1000, 2.0f);
+  int64_t c0 = 1, c1 = 2;
+  AllReduceOptions o;
+  o.job = 1;
+  absl::Status s1;
+  std::thread other([&] { s1 = RingAllReduce(*t1, absl::MakeSpan(v1), &c1, o); });
+  absl::Status s0 = RingAllReduce(*t0, absl::MakeSpan(v0), &c0, o);
+  other.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(v0, v1);
+  EXPECT_EQ(v0[0], 3.0f);
+  EXPECT_EQ(c0, 3);
+  EXPECT_EQ(c1, 3);
+}
+
+TEST(TcpTransportTest, HelloNamingAnotherWorldSizeIsRejected) {
+  Hubs h(2);
+  auto t1 = h.Make(7, 1);
+  std::vector<uint8_t> hello(40, 0);
+  const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 3;
+  const uint64_t group = 7;
+  std::memcpy(&hello[0], &magic, 4);
+  std::memcpy(&hello[4], &version, 4);
+  std::memcpy(&hello[8], &group, 8);
+  std::memcpy(&hello[16], &from, 4);
+  std::memcpy(&hello[20], &to, 4);
+  std::memcpy(&hello[24], &world, 4);
+  const int fd = RawConnect(h.hubs[1]->port(), hello);
+  char c;
+  EXPECT_LE(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("world size 3"));
+}
+
+TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
+  Hubs h(1);
+  // A port nobody listens on: bind one and close it.
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len);
+  const int dead_port = ntohs(a.sin_port);
+  close(probe);
+  auto t = TcpTransport::Create(
+      h.hubs[0].get(), 1, 0,
+      {h.Addresses()[0], absl::StrCat("127.0.0.1:", dead_port)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status s = (*t)->Send(1, MakeKey(1, 0, 0, 0), Bytes(4, 0),
+                              absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("peer rank 1 (127.0.0.1:", dead_port)));
+}
+
+TEST(TcpTransportTest, BadArgumentsAreRejected) {
+  Hubs h(1);
+  auto bad = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"x", "nonsense"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'nonsense'"));
+  auto out_of_range = TcpTransport::Create(h.hubs[0].get(), 1, 2, {"a:1"});
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  auto first = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"});
+  ASSERT_TRUE(first.ok());
+  auto twice = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"});
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kAlreadyExists);
+  auto host = TcpPeerHub::Start("no.such.host.invalid", 0);
+  EXPECT_FALSE(host.ok());
+}
+
+}  // namespace
+}  // namespace lockstep
