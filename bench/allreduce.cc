@@ -81,6 +81,7 @@ ABSL_FLAG(int64_t, direct_max_bytes, lockstep::kDefaultDirectMaxBytes,
 ABSL_FLAG(int64_t, first_step_window_bytes, lockstep::kDefaultFirstStepWindowBytes,
           "AllReduceOptions.first_step_window_bytes");
 ABSL_FLAG(int, send_buffer_bytes, 0, "TcpTransportOptions.send_buffer_bytes");
+ABSL_FLAG(bool, progress_in_recv, true, "TcpTransportOptions.progress_in_recv");
 ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
 ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
 ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
@@ -322,6 +323,7 @@ int RunWorker() {
   if (use_tcp) {
     TcpTransportOptions options;
     options.send_buffer_bytes = absl::GetFlag(FLAGS_send_buffer_bytes);
+    options.progress_in_recv = absl::GetFlag(FLAGS_progress_in_recv);
     absl::StatusOr<std::unique_ptr<TcpTransport>> t =
         TcpTransport::Create(hub.get(), /*group=*/1, rank, addresses, options);
     if (!t.ok()) {
@@ -609,6 +611,7 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir,
         absl::StrCat("--streams_per_peer=", absl::GetFlag(FLAGS_streams_per_peer)),
         absl::StrCat("--direct_max_bytes=", absl::GetFlag(FLAGS_direct_max_bytes)),
         absl::StrCat("--send_buffer_bytes=", absl::GetFlag(FLAGS_send_buffer_bytes)),
+        absl::StrCat("--progress_in_recv=", absl::GetFlag(FLAGS_progress_in_recv) ? "true" : "false"),
         absl::StrCat("--first_step_window_bytes=",
                      absl::GetFlag(FLAGS_first_step_window_bytes)),
         absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <deque>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -110,9 +111,10 @@ absl::Status WaitFd(int fd, short events, int wake_fd, absl::Time deadline) {
 }
 
 // Reads until [*got, n) of p is filled. OK when done; *eof set (and
-// UnavailableError) on end of stream; Deadline/Cancelled from WaitFd.
-absl::Status ReadFully(int fd, uint8_t* p, size_t n, size_t* got,
-                       int wake_fd, absl::Time deadline, bool* eof) {
+// UnavailableError) on end of stream; `wait` blocks until fd may be
+// readable (its errors are returned).
+absl::Status ReadFully(int fd, uint8_t* p, size_t n, size_t* got, bool* eof,
+                       absl::FunctionRef<absl::Status()> wait) {
   while (*got < n) {
     const ssize_t r = recv(fd, p + *got, n - *got, MSG_DONTWAIT);
     if (r > 0) {
@@ -128,7 +130,7 @@ absl::Status ReadFully(int fd, uint8_t* p, size_t n, size_t* got,
       *eof = true;  // a reset link is as gone as a closed one
       return absl::UnavailableError(Errno("recv"));
     }
-    absl::Status s = WaitFd(fd, POLLIN, wake_fd, deadline);
+    absl::Status s = wait();
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -425,8 +427,10 @@ void TcpPeerHub::HandleConnection(int fd) {
   uint8_t h[kHeaderBytes];
   size_t got = 0;
   bool eof = false;
-  absl::Status s = ReadFully(fd, h, sizeof(h), &got, wake_fd_,
-                             absl::Now() + options_.hello_timeout, &eof);
+  const absl::Time deadline = absl::Now() + options_.hello_timeout;
+  absl::Status s = ReadFully(fd, h, sizeof(h), &got, &eof, [&] {
+    return WaitFd(fd, POLLIN, wake_fd_, deadline);
+  });
   if (!s.ok()) {
     Reject(fd, absl::StrCat("no complete hello (", got, " of ", kHeaderBytes,
                             " bytes): ", s.message()));
@@ -495,6 +499,8 @@ struct TcpTransport::OutLink {
   size_t front_done ABSL_GUARDED_BY(mu) = 0;
   int64_t backlog_bytes ABSL_GUARDED_BY(mu) = 0;
   int borrowed ABSL_GUARDED_BY(mu) = 0;  // entries with ext != nullptr
+  // !backlog.empty(), readable without the mutex.
+  std::atomic<bool> pending{false};
   // Set when the writer found the link broken; reported by the next Send.
   absl::Status broken ABSL_GUARDED_BY(mu);
   // Recycled backlog buffers (fresh pages are slow here).
@@ -765,8 +771,16 @@ absl::Status TcpTransport::SendImpl(int to, const MessageKey& key,
   const bool was_empty = link.backlog.empty();
   link.backlog_bytes += static_cast<int64_t>(p.size());
   link.backlog.push_back(std::move(p));
+  SyncPendingLocked(link);
   if (was_empty) WakeWriter();
   return absl::OkStatus();
+}
+
+void TcpTransport::SyncPendingLocked(OutLink& link) {
+  const bool now = !link.backlog.empty();
+  if (link.pending.load() == now) return;
+  link.pending.store(now);
+  pending_links_.fetch_add(now ? 1 : -1);
 }
 
 bool TcpTransport::FlushLocked(int to, OutLink& link) {
@@ -795,7 +809,7 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
     m.msg_iovlen = niov;
     ssize_t w = sendmsg(link.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (w <= 0) {
       link.broken = absl::UnavailableError(absl::StrFormat(
           "rank %d: link to peer %d broke with %d bytes queued (%s)", rank_,
@@ -809,6 +823,7 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
       link.front_done = 0;
       link.backlog_bytes = 0;
       link.borrowed = 0;
+      SyncPendingLocked(link);
       return false;
     }
     link.backlog_bytes -= w;
@@ -828,6 +843,7 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
       }
     }
   }
+  SyncPendingLocked(link);
   return true;
 }
 
@@ -870,7 +886,9 @@ void TcpTransport::WriterLoop() {
     fds.clear();
     peers.clear();
     fds.push_back({writer_wake_fd_, POLLIN, 0});
-    for (int r = 0; r < world_size(); ++r) {
+    // While a Recv is in progress it writes the backlogs (WaitReadable).
+    const bool stand_aside = in_progress_.load() > 0 && !shutting_down_.load();
+    for (int r = 0; r < world_size() && !stand_aside; ++r) {
       OutLink& link = *out_[r];
       absl::MutexLock l(&link.mu);
       if (!link.backlog.empty() && link.fd >= 0) {
@@ -905,12 +923,71 @@ void TcpTransport::WriterLoop() {
   }
 }
 
+TcpTransport::ProgressScope::ProgressScope(TcpTransport* t) : t_(t) {
+  if (t_->options_.progress_in_recv) t_->in_progress_.fetch_add(1);
+}
+
+TcpTransport::ProgressScope::~ProgressScope() {
+  if (!t_->options_.progress_in_recv) return;
+  if (t_->in_progress_.fetch_sub(1) == 1 && t_->pending_links_.load() > 0) {
+    t_->WakeWriter();  // the backlog is the writer thread's again
+  }
+}
+
+absl::Status TcpTransport::WaitReadable(int fd, absl::Time deadline) {
+  if (!options_.progress_in_recv || pending_links_.load() == 0) {
+    return WaitFd(fd, POLLIN, inbox_->wake_fd, deadline);
+  }
+  // Also write backlogs while waiting (MPI-style progress in the caller's
+  // thread; the writer thread stands aside meanwhile).
+  for (;;) {
+    pollfd p[2 + kMaxProgressPeers];
+    int peers[kMaxProgressPeers];
+    p[0] = {fd, POLLIN, 0};
+    p[1] = {inbox_->wake_fd, POLLIN, 0};
+    int n = 2;
+    for (int r = 0; r < world_size() && n - 2 < kMaxProgressPeers; ++r) {
+      OutLink& link = *out_[r];
+      if (!link.pending.load()) continue;
+      absl::MutexLock l(&link.mu);
+      if (link.backlog.empty() || link.fd < 0) continue;
+      peers[n - 2] = r;
+      p[n++] = {link.fd, POLLOUT, 0};
+    }
+    timespec ts;
+    timespec* tsp = nullptr;
+    if (deadline != absl::InfiniteFuture()) {
+      absl::Duration left = deadline - absl::Now();
+      if (left < absl::ZeroDuration()) left = absl::ZeroDuration();
+      ts = absl::ToTimespec(left);
+      tsp = &ts;
+    }
+    const int ready = ppoll(p, n, tsp, nullptr);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(Errno("ppoll"));
+    }
+    if (p[1].revents != 0) return absl::CancelledError("transport shut down");
+    for (int i = 2; i < n; ++i) {
+      if (p[i].revents == 0) continue;
+      OutLink& link = *out_[peers[i - 2]];
+      absl::MutexLock l(&link.mu);
+      FlushLocked(peers[i - 2], link);
+    }
+    if (p[0].revents != 0) return absl::OkStatus();
+    if (ready == 0 && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("deadline passed");
+    }
+  }
+}
+
 absl::Status TcpTransport::Recv(int from, const MessageKey& key,
                                 absl::Span<uint8_t> out, absl::Time deadline) {
   absl::Status s = CheckPeer(rank_, world_size(), from, "receive from");
   if (!s.ok()) return s;
   TcpInbox::InLink& in = *inbox_->links[from];
   absl::MutexLock rl(&in.read_mu);
+  ProgressScope progress(this);
   int64_t skipped = 0;
   auto waiting = [&](const absl::Status& why) {
     std::string stale;
@@ -934,6 +1011,7 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
     }
     absl::StatusOr<int> fd = inbox_->Current(from, deadline);
     if (!fd.ok()) return waiting(fd.status());
+    auto wait = [&] { return WaitReadable(*fd, deadline); };
     bool eof = false;
     if (in.skip_left > 0) {
       uint8_t sink[16 << 10];
@@ -941,14 +1019,13 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
         size_t got = 0;
         const size_t n =
             static_cast<size_t>(std::min<int64_t>(in.skip_left, sizeof(sink)));
-        s = ReadFully(*fd, sink, n, &got, inbox_->wake_fd, deadline, &eof);
+        s = ReadFully(*fd, sink, n, &got, &eof, wait);
         in.skip_left -= static_cast<int64_t>(got);
         if (!s.ok()) break;
       }
     }
     if (s.ok()) {
-      s = ReadFully(*fd, in.hdr, kHeaderBytes, &in.hdr_got, inbox_->wake_fd,
-                    deadline, &eof);
+      s = ReadFully(*fd, in.hdr, kHeaderBytes, &in.hdr_got, &eof, wait);
     }
     if (eof) {
       in.hdr_got = 0;
@@ -989,8 +1066,7 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
                              out.size())));
     }
     size_t got = 0;
-    s = ReadFully(*fd, out.data(), out.size(), &got, inbox_->wake_fd, deadline,
-                  &eof);
+    s = ReadFully(*fd, out.data(), out.size(), &got, &eof, wait);
     in.hdr_got = 0;
     if (!s.ok()) {
       in.skip_left = static_cast<int64_t>(out.size() - got);

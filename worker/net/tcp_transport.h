@@ -104,6 +104,11 @@ struct TcpTransportOptions {
   // SO_SNDBUF of outbound connections (the kernel doubles it and caps it at
   // net.core.wmem_max); 0 keeps the kernel's autotuning.
   int send_buffer_bytes = 0;
+  // While a Recv waits for data it also writes the backlog of every link
+  // that has one (and the writer thread stands aside), as MPI's progress
+  // engine does: no thread hop per backlogged message. False: only the
+  // writer thread writes backlogs.
+  bool progress_in_recv = true;
   // Shutdown: how long the backlog may take to drain.
   absl::Duration close_timeout = absl::Seconds(5);
 };
@@ -232,6 +237,20 @@ class TcpTransport final : public Transport {
   // Connects link `to` (called with its mutex held).
   absl::Status ConnectLocked(int to, OutLink& link, absl::Time deadline);
   void WriterLoop();
+  // Marks a Recv in progress (the writer thread then leaves backlogs to it).
+  class ProgressScope {
+   public:
+    explicit ProgressScope(TcpTransport* t);
+    ~ProgressScope();
+
+   private:
+    TcpTransport* const t_;
+  };
+  // Waits until fd is readable, flushing backlogs meanwhile.
+  absl::Status WaitReadable(int fd, absl::Time deadline);
+  // Keeps link.pending and pending_links_ in step with link.backlog.
+  void SyncPendingLocked(OutLink& link);
+  static constexpr int kMaxProgressPeers = 64;
   // Writes as much backlog of `link` as the socket takes; false if the link
   // broke (the backlog is then dropped and waiting Sends fail).
   bool FlushLocked(int to, OutLink& link);
@@ -248,6 +267,8 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<OutLink>> out_;  // one per rank
 
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int> in_progress_{0};     // Recvs in WaitReadable's scope
+  std::atomic<int> pending_links_{0};   // links with a non-empty backlog
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   std::thread writer_;
