@@ -68,20 +68,36 @@ int FaultTransport::Match(MessageInfo& info) {
 absl::Status FaultTransport::Send(int to, const MessageKey& key,
                                   absl::Span<const uint8_t> data,
                                   absl::Time deadline) {
+  return SendImpl(to, key, data, deadline, /*borrow=*/false);
+}
+
+absl::Status FaultTransport::SendBorrowed(int to, const MessageKey& key,
+                                          absl::Span<const uint8_t> data,
+                                          absl::Time deadline) {
+  return SendImpl(to, key, data, deadline, /*borrow=*/true);
+}
+
+absl::Status FaultTransport::SendImpl(int to, const MessageKey& key,
+                                      absl::Span<const uint8_t> data,
+                                      absl::Time deadline, bool borrow) {
+  auto pass = [&] {
+    return borrow ? inner_->SendBorrowed(to, key, data, deadline)
+                  : inner_->Send(to, key, data, deadline);
+  };
   MessageInfo info;
   info.direction = FaultDirection::kSend;
   info.peer = to;
   info.key = key;
   info.bytes = data.size();
   const int fired = Match(info);
-  if (fired < 0) return inner_->Send(to, key, data, deadline);
+  if (fired < 0) return pass();
   const FaultRule& r = rules_[fired];
   switch (r.action) {
     case FaultAction::kDrop:
       return absl::OkStatus();
     case FaultAction::kDelay:
       sleeper_(r.delay);
-      return inner_->Send(to, key, data, deadline);
+      return pass();
     case FaultAction::kCorrupt: {
       std::vector<uint8_t> copy(data.begin(), data.end());
       if (!copy.empty()) copy[r.corrupt_offset % copy.size()] ^= 0xFF;

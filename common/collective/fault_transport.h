@@ -93,6 +93,15 @@ class FaultTransport : public Transport {
   absl::Status Send(int to, const MessageKey& key,
                     absl::Span<const uint8_t> data,
                     absl::Time deadline) override;
+  // Same rules as Send; an unfaulted (or delayed) message is passed on as a
+  // borrowed send, so the inner transport's zero-copy path runs under
+  // faults too (a corrupted one is a copy, sent with Send).
+  absl::Status SendBorrowed(int to, const MessageKey& key,
+                            absl::Span<const uint8_t> data,
+                            absl::Time deadline) override;
+  absl::Status FlushSends(absl::Time deadline) override {
+    return inner_->FlushSends(deadline);
+  }
   absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
                     absl::Time deadline) override;
 
@@ -103,6 +112,9 @@ class FaultTransport : public Transport {
   // Returns the index of the rule that fires for `info` (and counts the hit),
   // or -1. Advances the per-direction call index.
   int Match(MessageInfo& info);
+  absl::Status SendImpl(int to, const MessageKey& key,
+                        absl::Span<const uint8_t> data, absl::Time deadline,
+                        bool borrow);
 
   Transport* const inner_;
   const std::vector<FaultRule> rules_;

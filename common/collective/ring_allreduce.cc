@@ -56,10 +56,21 @@
 // buffer) go first, and each segment received in step 0 releases one more.
 // Per-peer FIFO order must stay "all of step 0, then step 1": step-1
 // forwards that become ready while step-0 segments are still unsent are
-// deferred and sent right after the last step-0 segment (and count). Chunk
-// sizes differ by at most one float, so this defers at most the tail of
-// step 0. Later steps send every segment as soon as it is ready; every rank
-// receives in the order its left neighbour sends.
+// deferred and sent right after the last step-0 segment (and count). With
+// own = segments per chunk, that defers the first own - W - 1 forwards of
+// step 1 (for a 64 MiB buffer at K = 2, W = 8 of 128: 119 of them), so
+// the step 0 -> 1 hand-over is not pipelined for a large chunk; later
+// steps send every segment as soon as it is ready. Every rank receives in
+// the order its left neighbour sends.
+//
+// Zero copy. Segments are sent with SendBorrowed straight from grad: the
+// transport may keep reading them after Send returns. That is safe because
+// a rank overwrites a segment it sent only with data that has been all the
+// way round the ring since, i.e. after its right neighbour received the
+// send: chunk x sent at step g is next written at step g + K - 1 with
+// data from the left that went through r+1, ..., r-1 after our send. The
+// call ends with FlushSends (at once, copying, on an error path), so no
+// borrow outlives it.
 //
 // All-gather segments without a count are received straight into grad (no
 // scratch copy). The example count rides along with chunk 0 as a separate

@@ -43,6 +43,9 @@ constexpr uint32_t kHelloMagic = 0x48534b4c;  // "LKSH"
 constexpr uint32_t kFrameMagic = 0x46534b4c;  // "LKSF"
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 40;
+// Sanity bound on a frame's payload (a corrupt length must not make the
+// reader skip forever).
+constexpr int64_t kMaxFrameBytes = int64_t{1} << 40;
 
 template <typename T>
 void Put(uint8_t* p, size_t off, T v) {
@@ -77,7 +80,7 @@ bool DecodeFrame(const uint8_t* p, Frame* f) {
   f->key = MakeKey(Get<uint64_t>(p, 8), Get<int64_t>(p, 16),
                    Get<int32_t>(p, 24), Get<int32_t>(p, 28));
   f->len = Get<int64_t>(p, 32);
-  return f->len >= 0;
+  return f->len >= 0 && f->len <= kMaxFrameBytes;
 }
 
 std::string Errno(const char* what) {
@@ -237,6 +240,15 @@ class TcpInbox {
     close(q.front());
     q.pop_front();
     return true;
+  }
+
+  bool AwaitCount(int from, size_t count, absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    auto enough = [this, from, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return shut_down_ || fds_[from].size() >= count;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+    return fds_[from].size() >= count;
   }
 
   // Makes the current connection from `from` read as ended (corrupt data).
@@ -501,6 +513,8 @@ struct TcpTransport::OutLink {
   int borrowed ABSL_GUARDED_BY(mu) = 0;  // entries with ext != nullptr
   // !backlog.empty(), readable without the mutex.
   std::atomic<bool> pending{false};
+  // Number of Recvs polling this link in WaitReadable right now.
+  std::atomic<int> progressed{0};
   // Set when the writer found the link broken; reported by the next Send.
   absl::Status broken ABSL_GUARDED_BY(mu);
   // Recycled backlog buffers (fresh pages are slow here).
@@ -584,8 +598,8 @@ void TcpTransport::WakeWriter() {
 
 absl::Status TcpTransport::ConnectLocked(int to, OutLink& link,
                                          absl::Time deadline) {
-  const absl::Time until =
-      std::min(deadline, absl::Now() + options_.connect_timeout);
+  const absl::Time start = absl::Now();
+  const absl::Time until = std::min(deadline, start + options_.connect_timeout);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -639,8 +653,9 @@ absl::Status TcpTransport::ConnectLocked(int to, OutLink& link,
   freeaddrinfo(res);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrFormat(
-        "cannot connect within %s: %s",
-        absl::FormatDuration(options_.connect_timeout), err));
+        "cannot connect within %s (the smaller of the send deadline and "
+        "connect_timeout): %s",
+        absl::FormatDuration(until - start), err));
   }
   SetNoDelay(fd);
   uint8_t h[kHeaderBytes] = {};
@@ -849,15 +864,24 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
 
 absl::Status TcpTransport::FlushSends(absl::Time deadline) {
   absl::Status result;
+  auto note = [&](int to, const absl::Status& s) {
+    if (result.ok()) result = Named(to, s);
+  };
   for (int to = 0; to < world_size(); ++to) {
     OutLink& link = *out_[to];
-    absl::MutexLock l(&link.mu);
-    while (link.borrowed > 0 && link.fd >= 0) {
-      if (!FlushLocked(to, link) || link.borrowed == 0) break;
-      absl::Status s = WaitFd(link.fd, POLLOUT, inbox_->wake_fd, deadline);
+    link.mu.Lock();
+    while (link.borrowed > 0 && link.fd >= 0 && FlushLocked(to, link) &&
+           link.borrowed > 0) {
+      // Wait for room without holding the link (the writer thread and other
+      // callers may use it meanwhile).
+      const int fd = link.fd;
+      link.mu.Unlock();
+      absl::Status s = WaitFd(fd, POLLOUT, inbox_->wake_fd, deadline);
+      link.mu.Lock();
       if (s.ok()) continue;
       // Out of time (or shutting down): copy what is still borrowed; it is
       // still sent, by the writer thread.
+      const int64_t pending_bytes = link.backlog_bytes;
       for (PendingSend& p : link.backlog) {
         if (p.ext == nullptr) continue;
         p.owned.insert(p.owned.end(), p.ext, p.ext + p.ext_len);
@@ -866,13 +890,19 @@ absl::Status TcpTransport::FlushSends(absl::Time deadline) {
         borrows_copied_.fetch_add(1);
       }
       link.borrowed = 0;
-      if (result.ok()) {
-        result = Named(to, absl::Status(
-                               s.code(),
-                               absl::StrFormat("rank %d: flushing sends: %s",
-                                               rank_, s.message())));
-      }
+      note(to, absl::Status(
+                   s.code(),
+                   absl::StrFormat("rank %d: %d bytes still queued for the "
+                                   "peer when flushing sends (it is not "
+                                   "reading): %s",
+                                   rank_, pending_bytes, s.message())));
     }
+    if (!link.broken.ok()) {
+      // The link broke with our messages queued: they are lost.
+      note(to, link.broken);
+      link.broken = absl::OkStatus();
+    }
+    link.mu.Unlock();
   }
   return result;
 }
@@ -886,10 +916,11 @@ void TcpTransport::WriterLoop() {
     fds.clear();
     peers.clear();
     fds.push_back({writer_wake_fd_, POLLIN, 0});
-    // While a Recv is in progress it writes the backlogs (WaitReadable).
-    const bool stand_aside = in_progress_.load() > 0 && !shutting_down_.load();
-    for (int r = 0; r < world_size() && !stand_aside; ++r) {
+    for (int r = 0; r < world_size(); ++r) {
       OutLink& link = *out_[r];
+      // A Recv polling the link writes its backlog (WaitReadable).
+      if (!link.pending.load()) continue;
+      if (link.progressed.load() > 0 && !shutting_down_.load()) continue;
       absl::MutexLock l(&link.mu);
       if (!link.backlog.empty() && link.fd >= 0) {
         fds.push_back({link.fd, POLLOUT, 0});
@@ -923,34 +954,36 @@ void TcpTransport::WriterLoop() {
   }
 }
 
-TcpTransport::ProgressScope::ProgressScope(TcpTransport* t) : t_(t) {
-  if (t_->options_.progress_in_recv) t_->in_progress_.fetch_add(1);
-}
-
-TcpTransport::ProgressScope::~ProgressScope() {
-  if (!t_->options_.progress_in_recv) return;
-  if (t_->in_progress_.fetch_sub(1) == 1 && t_->pending_links_.load() > 0) {
-    t_->WakeWriter();  // the backlog is the writer thread's again
-  }
-}
-
 absl::Status TcpTransport::WaitReadable(int fd, absl::Time deadline) {
   if (!options_.progress_in_recv || pending_links_.load() == 0) {
     return WaitFd(fd, POLLIN, inbox_->wake_fd, deadline);
   }
   // Also write backlogs while waiting (MPI-style progress in the caller's
-  // thread; the writer thread stands aside meanwhile).
+  // thread); the writer thread leaves the links polled here alone and is
+  // woken when we stop polling one that still has a backlog.
+  pollfd p[2 + kMaxProgressPeers];
+  int peers[kMaxProgressPeers];
+  int n = 2;
+  auto release = [&] {
+    bool still_pending = false;
+    for (int i = 2; i < n; ++i) {
+      OutLink& link = *out_[peers[i - 2]];
+      link.progressed.fetch_sub(1);
+      still_pending |= link.pending.load();
+    }
+    n = 2;
+    return still_pending;
+  };
   for (;;) {
-    pollfd p[2 + kMaxProgressPeers];
-    int peers[kMaxProgressPeers];
     p[0] = {fd, POLLIN, 0};
     p[1] = {inbox_->wake_fd, POLLIN, 0};
-    int n = 2;
+    n = 2;
     for (int r = 0; r < world_size() && n - 2 < kMaxProgressPeers; ++r) {
       OutLink& link = *out_[r];
       if (!link.pending.load()) continue;
       absl::MutexLock l(&link.mu);
       if (link.backlog.empty() || link.fd < 0) continue;
+      link.progressed.fetch_add(1);
       peers[n - 2] = r;
       p[n++] = {link.fd, POLLOUT, 0};
     }
@@ -963,20 +996,31 @@ absl::Status TcpTransport::WaitReadable(int fd, absl::Time deadline) {
       tsp = &ts;
     }
     const int ready = ppoll(p, n, tsp, nullptr);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(Errno("ppoll"));
+    absl::Status result;
+    bool done = false;
+    if (ready < 0 && errno != EINTR) {
+      result = absl::UnavailableError(Errno("ppoll"));
+      done = true;
+    } else if (ready > 0 && p[1].revents != 0) {
+      result = absl::CancelledError("transport shut down");
+      done = true;
+    } else if (ready > 0) {
+      for (int i = 2; i < n; ++i) {
+        if (p[i].revents == 0) continue;
+        OutLink& link = *out_[peers[i - 2]];
+        absl::MutexLock l(&link.mu);
+        FlushLocked(peers[i - 2], link);
+      }
+      done = p[0].revents != 0;
     }
-    if (p[1].revents != 0) return absl::CancelledError("transport shut down");
-    for (int i = 2; i < n; ++i) {
-      if (p[i].revents == 0) continue;
-      OutLink& link = *out_[peers[i - 2]];
-      absl::MutexLock l(&link.mu);
-      FlushLocked(peers[i - 2], link);
+    if (!done && absl::Now() >= deadline) {
+      result = absl::DeadlineExceededError("deadline passed");
+      done = true;
     }
-    if (p[0].revents != 0) return absl::OkStatus();
-    if (ready == 0 && absl::Now() >= deadline) {
-      return absl::DeadlineExceededError("deadline passed");
+    const bool still_pending = release();
+    if (done) {
+      if (still_pending) WakeWriter();  // the backlog is the writer's again
+      return result;
     }
   }
 }
@@ -987,7 +1031,6 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
   if (!s.ok()) return s;
   TcpInbox::InLink& in = *inbox_->links[from];
   absl::MutexLock rl(&in.read_mu);
-  ProgressScope progress(this);
   int64_t skipped = 0;
   auto waiting = [&](const absl::Status& why) {
     std::string stale;
@@ -1006,6 +1049,7 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
                                         stale)));
   };
   for (;;) {
+    s = absl::OkStatus();
     if (shutting_down_.load()) {
       return waiting(absl::CancelledError("transport shut down"));
     }
@@ -1079,6 +1123,11 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
   }
 }
 
+bool TcpTransport::AwaitInbound(int from, int count, absl::Time deadline) {
+  if (from < 0 || from >= world_size() || count < 0) return false;
+  return inbox_->AwaitCount(from, static_cast<size_t>(count), deadline);
+}
+
 void TcpTransport::Shutdown() {
   {
     absl::MutexLock l(&shutdown_mu_);
@@ -1101,6 +1150,12 @@ void TcpTransport::Shutdown() {
       close(link->fd);
       link->fd = -1;
     }
+    // Whatever did not drain in time is dropped (and no caller buffer is
+    // referenced any more).
+    link->backlog.clear();
+    link->backlog_bytes = 0;
+    link->borrowed = 0;
+    SyncPendingLocked(*link);
   }
   // Wait for readers to leave before the inbox's sockets go away with it.
   for (auto& in : inbox_->links) {

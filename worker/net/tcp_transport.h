@@ -64,7 +64,10 @@
 // (FIFO in the order their Send calls return); Recvs from one peer are
 // serialized. Shutdown() (or the destructor) wakes every waiting call (they
 // return CancelledError), lets the backlog drain for up to close_timeout,
-// then closes every socket (peers see end-of-stream).
+// then closes the outbound sockets (peers see end-of-stream); inbound ones
+// close with the transport. The hub reads each hello on its accept thread,
+// so a connection that never sends one delays later accepts by up to
+// hello_timeout.
 #ifndef LOCKSTEP_WORKER_NET_TCP_TRANSPORT_H_
 #define LOCKSTEP_WORKER_NET_TCP_TRANSPORT_H_
 
@@ -211,6 +214,11 @@ class TcpTransport final : public Transport {
   // See the header comment. Idempotent.
   void Shutdown();
 
+  // Waits until `count` connections from peer `from` have been accepted
+  // (counting ended ones not yet read past). False at the deadline. For
+  // tests and start-up barriers.
+  bool AwaitInbound(int from, int count, absl::Time deadline);
+
   // Counters (for tests and the benchmark's --stats).
   int64_t messages_sent() const { return sent_.load(); }
   // Sends that did not fit the socket buffer and went (partly) through the
@@ -237,16 +245,8 @@ class TcpTransport final : public Transport {
   // Connects link `to` (called with its mutex held).
   absl::Status ConnectLocked(int to, OutLink& link, absl::Time deadline);
   void WriterLoop();
-  // Marks a Recv in progress (the writer thread then leaves backlogs to it).
-  class ProgressScope {
-   public:
-    explicit ProgressScope(TcpTransport* t);
-    ~ProgressScope();
-
-   private:
-    TcpTransport* const t_;
-  };
-  // Waits until fd is readable, flushing backlogs meanwhile.
+  // Waits until fd is readable, flushing backlogs meanwhile (the links it
+  // polls are marked `progressed`; the writer thread leaves those alone).
   absl::Status WaitReadable(int fd, absl::Time deadline);
   // Keeps link.pending and pending_links_ in step with link.backlog.
   void SyncPendingLocked(OutLink& link);
@@ -267,7 +267,6 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<OutLink>> out_;  // one per rank
 
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int> in_progress_{0};     // Recvs in WaitReadable's scope
   std::atomic<int> pending_links_{0};   // links with a non-empty backlog
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

@@ -207,6 +207,105 @@ TEST(TcpTransportTest, AbortedPartialReceiveIsSkippedByTheNextStep) {
   EXPECT_EQ(got2, next);
 }
 
+TEST(TcpTransportTest, ARestartedPeerIsReadOnItsNewConnection) {
+  // Rank 0 sends, goes away (end of stream) and comes back as a new
+  // transport: rank 1 reads the old connection to its end and carries on
+  // with the new one, in order.
+  Hubs h(2);
+  auto t1 = h.Make(1, 1);
+  const std::vector<uint8_t> a = Bytes(5000, 1), b = Bytes(7000, 2);
+  {
+    auto t0 = h.Make(1, 0);
+    ASSERT_TRUE(t0->Send(1, MakeKey(1, 0, 0, 0), a, absl::Now() + kLong).ok());
+  }
+  auto t0 = h.Make(1, 0);
+  ASSERT_TRUE(t0->Send(1, MakeKey(1, 1, 0, 0), b, absl::Now() + kLong).ok());
+  // Without this the reader could reach the old connection's end before
+  // the hub hands over the new one, and rightly report the link closed.
+  ASSERT_TRUE(t1->AwaitInbound(0, 2, absl::Now() + kLong));
+  std::vector<uint8_t> got(a.size());
+  absl::Status s = t1->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                            absl::Now() + kLong);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, a);
+  got.resize(b.size());
+  s = t1->Recv(0, MakeKey(1, 1, 0, 0), absl::MakeSpan(got),
+               absl::Now() + kLong);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, b);
+}
+
+TEST(TcpTransportTest, FlushSendsEndsEveryBorrow) {
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  // 32 MiB cannot all fit the socket buffers: most of it stays borrowed.
+  std::vector<uint8_t> buf = Bytes(32 << 20, 5);
+  const std::vector<uint8_t> want = buf;
+  ASSERT_TRUE(
+      t0->SendBorrowed(1, MakeKey(1, 0, 0, 0), buf, absl::Now() + kLong).ok());
+  EXPECT_EQ(t0->messages_backlogged(), 1);
+  // Rank 1 is not reading: the flush gives up at its deadline, copying what
+  // is still borrowed (part of it may already be written).
+  absl::Status s = t0->FlushSends(absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not reading"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("peer rank 1"));
+  EXPECT_EQ(t0->borrows_copied(), 1);
+  // The caller's buffer is its own again: scribbling on it changes nothing.
+  std::fill(buf.begin(), buf.end(), 0xEE);
+  // A second borrowed message, flushed while rank 1 reads.
+  std::vector<uint8_t> buf2 = Bytes(16 << 20, 6);
+  const std::vector<uint8_t> want2 = buf2;
+  ASSERT_TRUE(
+      t0->SendBorrowed(1, MakeKey(1, 0, 0, 1), buf2, absl::Now() + kLong).ok());
+  std::vector<uint8_t> got(want.size()), got2(want2.size());
+  absl::Status r1, r2;
+  std::thread reader([&] {
+    r1 = t1->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                  absl::Now() + kLong);
+    r2 = t1->Recv(0, MakeKey(1, 0, 0, 1), absl::MakeSpan(got2),
+                  absl::Now() + kLong);
+  });
+  s = t0->FlushSends(absl::Now() + kLong);
+  EXPECT_TRUE(s.ok()) << s;
+  std::fill(buf2.begin(), buf2.end(), 0xDD);
+  reader.join();
+  ASSERT_TRUE(r1.ok()) << r1;
+  ASSERT_TRUE(r2.ok()) << r2;
+  EXPECT_TRUE(got == want);
+  EXPECT_TRUE(got2 == want2);
+  EXPECT_EQ(t0->borrows_copied(), 1);
+}
+
+TEST(TcpTransportTest, ConcurrentBigSendIsWrittenWhileAnotherThreadWaits) {
+  // Thread A waits in Recv for a reply that peer 1 sends only after it got
+  // all of thread B's big message: the backlog must still be written.
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  auto t1 = h.Make(1, 1);
+  const std::vector<uint8_t> big = Bytes(24 << 20, 3);
+  std::thread peer([&] {
+    std::vector<uint8_t> got(big.size());
+    ASSERT_TRUE(t1->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(got),
+                         absl::Now() + kLong)
+                    .ok());
+    ASSERT_TRUE(got == big);
+    ASSERT_TRUE(
+        t1->Send(0, MakeKey(1, 0, 1, 0), Bytes(8, 0), absl::Now() + kLong).ok());
+  });
+  absl::Status reply;
+  std::thread a([&] {
+    std::vector<uint8_t> got(8);
+    reply = t0->Recv(1, MakeKey(1, 0, 1, 0), absl::MakeSpan(got),
+                     absl::Now() + kLong);
+  });
+  ASSERT_TRUE(t0->Send(1, MakeKey(1, 0, 0, 0), big, absl::Now() + kLong).ok());
+  a.join();
+  peer.join();
+  EXPECT_TRUE(reply.ok()) << reply;
+}
+
 // Connects a raw socket to `port` and sends `bytes`; returns the fd.
 int RawConnect(int port, const std::vector<uint8_t>& bytes) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
