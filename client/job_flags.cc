@@ -28,6 +28,9 @@ ABSL_FLAG(int64_t, dim, 0, "libsvm: number of features (0 = largest index seen)"
 ABSL_FLAG(int32_t, num_classes, 0, "0 = infer from labels, -1 = regression targets");
 ABSL_FLAG(std::string, libsvm_labels, "auto", "libsvm: auto | signed | class");
 ABSL_FLAG(std::string, sync, "ring", "ring | ps: how the workers combine gradients");
+ABSL_FLAG(std::string, peer_transport, "grpc",
+          "grpc | tcp: ring mode's peer data plane (grpc: each worker's gRPC server; "
+          "tcp: raw sockets to each worker's --data_port); ignored in ps mode");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -69,6 +72,23 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
 };
 
 }  // namespace
+
+const char* PeerTransportName(v1::PeerTransport transport) {
+  switch (transport) {
+    case v1::GRPC:
+      return "grpc";
+    case v1::TCP:
+      return "tcp";
+    default:
+      return "unknown";
+  }
+}
+
+absl::StatusOr<v1::PeerTransport> ParsePeerTransport(const std::string& name) {
+  if (name == "grpc") return v1::GRPC;
+  if (name == "tcp") return v1::TCP;
+  return absl::InvalidArgumentError(absl::StrCat("expected grpc or tcp, got \"", name, "\""));
+}
 
 std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv) {
   std::set<std::string> given;
@@ -136,6 +156,14 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
       return absl::InvalidArgumentError(
           absl::StrCat("--sync: expected ring or ps, got \"", sync, "\""));
     }
+  }
+  if (use("peer_transport")) {
+    auto transport = ParsePeerTransport(absl::GetFlag(FLAGS_peer_transport));
+    if (!transport.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peer_transport: ", transport.status().message()));
+    }
+    spec.set_peer_transport(*transport);
   }
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));

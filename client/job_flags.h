@@ -17,6 +17,7 @@
 
 ABSL_DECLARE_FLAG(std::string, job_file);
 ABSL_DECLARE_FLAG(std::string, sync);
+ABSL_DECLARE_FLAG(std::string, peer_transport);
 ABSL_DECLARE_FLAG(std::string, optimizer);
 ABSL_DECLARE_FLAG(float, momentum);
 
@@ -32,6 +33,15 @@ std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv);
 // parse (InvalidArgument "job file F: line L col C: ..."); a flag value
 // that is not one of its choices (InvalidArgument naming the flag).
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given);
+
+// The ring peer transport as --peer_transport spells it: "grpc", "tcp";
+// "unknown" for a value job.proto does not define.
+const char* PeerTransportName(v1::PeerTransport transport);
+
+// The inverse of PeerTransportName: "grpc" -> GRPC, "tcp" -> TCP; anything
+// else InvalidArgument "expected grpc or tcp, got \"quic\"" (the caller
+// names the flag).
+absl::StatusOr<v1::PeerTransport> ParsePeerTransport(const std::string& name);
 
 // Parses a JobSpec in protobuf text format; `origin` names it in errors.
 absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,

@@ -34,6 +34,7 @@ TEST(JobFlagsTest, DefaultsAreTheMainJob) {
   EXPECT_EQ(spec->num_workers(), 4);
   EXPECT_EQ(spec->global_batch(), 128);
   EXPECT_EQ(spec->lr().decay(), "cosine");
+  EXPECT_EQ(spec->peer_transport(), v1::GRPC);
 }
 
 TEST(JobFlagsTest, JobFileWithCommandLineOverrides) {
@@ -85,6 +86,45 @@ TEST(JobFlagsTest, BadSyncModeNamesTheFlag) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(spec.status().message().find("--sync"), std::string::npos);
   absl::SetFlag(&FLAGS_sync, "ring");
+}
+
+TEST(JobFlagsTest, PeerTransportFlag) {
+  auto spec = FromArgs({"--peer_transport=tcp"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->peer_transport(), v1::TCP);
+  spec = FromArgs({"--peer_transport=grpc"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->peer_transport(), v1::GRPC);
+  spec = FromArgs({"--peer_transport=TCP"});
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc or tcp, got \"TCP\"");
+  spec = FromArgs({"--peer_transport=quic"});
+  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc or tcp, got \"quic\"");
+  absl::SetFlag(&FLAGS_peer_transport, "grpc");
+}
+
+TEST(JobFlagsTest, PeerTransportFromJobFileAndOverride) {
+  const std::string file = TmpFile("tcp.txt", "model: \"softmax\"\npeer_transport: TCP\n");
+  auto spec = FromArgs({"--job_file=" + file});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->peer_transport(), v1::TCP);  // the flag default does not override
+  spec = FromArgs({"--job_file=" + file, "--peer_transport=grpc"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->peer_transport(), v1::GRPC);
+  absl::SetFlag(&FLAGS_job_file, "");
+  absl::SetFlag(&FLAGS_peer_transport, "grpc");
+}
+
+TEST(JobFlagsTest, PeerTransportNamesRoundTrip) {
+  for (v1::PeerTransport t : {v1::GRPC, v1::TCP}) {
+    auto parsed = ParsePeerTransport(PeerTransportName(t));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, t);
+  }
+  EXPECT_STREQ(PeerTransportName(v1::GRPC), "grpc");
+  EXPECT_STREQ(PeerTransportName(v1::TCP), "tcp");
+  EXPECT_STREQ(PeerTransportName(static_cast<v1::PeerTransport>(9)), "unknown");
+  EXPECT_EQ(ParsePeerTransport("").status().message(), "expected grpc or tcp, got \"\"");
 }
 
 TEST(JobFlagsTest, GivenFlagsAreFound) {

@@ -87,6 +87,13 @@ std::string SyncMark(const v1::JobStatus& j) {
   return j.checked_steps() > 0 ? "in sync" : "unchecked";
 }
 
+// "ps", or "ring/grpc" / "ring/tcp": how the job combines gradients and, in
+// ring mode, over which peer transport.
+std::string ModeName(const v1::JobSpec& spec) {
+  if (spec.sync_mode() == v1::PS) return "ps";
+  return absl::StrCat("ring/", PeerTransportName(spec.peer_transport()));
+}
+
 std::string ProgressLine(const v1::JobStatus& j) {
   const int64_t total = j.total_steps();
   const double frac = total > 0 ? static_cast<double>(j.step()) / total : 0.0;
@@ -107,7 +114,7 @@ void PrintStatus(const v1::JobStatus& j) {
               StateName(j.state()).c_str(), j.reason().empty() ? "" : ": ", j.reason().c_str());
   std::printf("  model %s  dataset %s  %s  workers %d  batch %lld\n", j.spec().model().c_str(),
               j.spec().data().dataset().empty() ? "fashion-mnist" : j.spec().data().dataset().c_str(),
-              j.spec().sync_mode() == v1::PS ? "ps" : "ring", j.spec().num_workers(),
+              ModeName(j.spec()).c_str(), j.spec().num_workers(),
               static_cast<long long>(j.spec().global_batch()));
   std::printf("  step %lld/%lld  epoch %lld  loss %.4f  test_accuracy %.4f  %.0f ex/s\n",
               static_cast<long long>(j.step()), static_cast<long long>(j.total_steps()),
@@ -117,13 +124,17 @@ void PrintStatus(const v1::JobStatus& j) {
               static_cast<long long>(j.checked_steps()),
               static_cast<long long>(j.mismatched_steps()));
   if (j.ranks_size() > 0) {
-    std::printf("  %-4s %-6s %-22s %-12s %8s  %-32s %-8s %s\n", "rank", "worker", "address",
-                "host", "step", "last hash", "in sync", "heartbeat");
+    // A tcp ring job's peers talk over their data addresses: list those too.
+    const bool tcp = j.spec().sync_mode() != v1::PS && j.spec().peer_transport() == v1::TCP;
+    std::printf("  %-4s %-6s %-22s %s%-12s %8s  %-32s %-8s %s\n", "rank", "worker", "address",
+                tcp ? absl::StrFormat("%-22s ", "data address").c_str() : "", "host", "step",
+                "last hash", "in sync", "heartbeat");
     for (const v1::RankStatus& r : j.ranks()) {
-      std::printf("  %-4d %-6s %-22s %-12s %8lld  %-32s %-8s %.1fs ago\n", r.rank(),
-                  r.worker_id().c_str(), r.address().c_str(), r.hostname().c_str(),
-                  static_cast<long long>(r.step()), r.last_hash().c_str(),
-                  r.in_sync() ? "yes" : "NO", r.last_heartbeat_age_s());
+      std::printf("  %-4d %-6s %-22s %s%-12s %8lld  %-32s %-8s %.1fs ago\n", r.rank(),
+                  r.worker_id().c_str(), r.address().c_str(),
+                  tcp ? absl::StrFormat("%-22s ", r.data_address()).c_str() : "",
+                  r.hostname().c_str(), static_cast<long long>(r.step()),
+                  r.last_hash().c_str(), r.in_sync() ? "yes" : "NO", r.last_heartbeat_age_s());
     }
   }
 }
@@ -288,12 +299,12 @@ class Client {
       std::printf("%s\n", Json(list).c_str());
       return 0;
     }
-    std::printf("%-5s %-10s %-5s %-3s %-14s %-12s %9s %9s %s\n", "job", "state", "mode", "K",
+    std::printf("%-5s %-10s %-9s %-3s %-14s %-12s %9s %9s %s\n", "job", "state", "mode", "K",
                 "model", "step", "loss", "test_acc", "sync");
     for (const v1::JobStatus& j : list.jobs()) {
-      std::printf("%-5llu %-10s %-5s %-3d %-14s %-12s %9.4f %9.4f %s\n",
+      std::printf("%-5llu %-10s %-9s %-3d %-14s %-12s %9.4f %9.4f %s\n",
                   static_cast<unsigned long long>(j.job_id()), StateName(j.state()).c_str(),
-                  j.spec().sync_mode() == v1::PS ? "ps" : "ring", j.spec().num_workers(),
+                  ModeName(j.spec()).c_str(), j.spec().num_workers(),
                   j.spec().model().c_str(),
                   absl::StrCat(j.step(), "/", j.total_steps()).c_str(), j.loss(),
                   j.test_accuracy(), SyncMark(j).c_str());
@@ -311,11 +322,13 @@ class Client {
       std::printf("%s\n", Json(list).c_str());
       return 0;
     }
-    std::printf("%-6s %-22s %-14s %-6s %-5s %s\n", "worker", "address", "host", "state", "job",
-                "heartbeat");
+    std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %s\n", "worker", "address", "data address",
+                "host", "state", "job", "heartbeat");
     for (const v1::WorkerInfo& w : list.workers()) {
-      std::printf("%-6s %-22s %-14s %-6s %-5s %.1fs ago\n", w.worker_id().c_str(),
-                  w.address().c_str(), w.hostname().c_str(),
+      std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %.1fs ago\n", w.worker_id().c_str(),
+                  w.address().c_str(),
+                  w.data_address().empty() ? "-" : w.data_address().c_str(),
+                  w.hostname().c_str(),
                   v1::WorkerState_Name(w.state()).c_str(),
                   w.job_id() ? absl::StrCat(w.job_id()).c_str() : "-",
                   w.last_heartbeat_age_s());

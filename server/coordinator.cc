@@ -181,6 +181,24 @@ void Coordinator::ScheduleLocked() {
       }
       ps.resize(shards);
       job->ps_addresses = std::move(ps);
+    } else if (job->spec.peer_transport() == v1::TCP) {
+      // Every rank dials its peers' raw-TCP hubs: a worker that registered
+      // no data address (an older lockstep-worker) cannot take part.
+      std::vector<std::string> missing;
+      for (int r = 0; r < job->k; ++r) {
+        if (idle[r]->data_address.empty()) {
+          missing.push_back(absl::StrCat(idle[r]->id, " (", idle[r]->address, ")"));
+        }
+      }
+      if (!missing.empty()) {
+        const bool one = missing.size() == 1;
+        FailJobLocked(job, absl::StrCat("spec.peer_transport: TCP needs every worker's data "
+                                        "address; worker", one ? " " : "s ",
+                                        absl::StrJoin(missing, ", "), one ? " has" : " have",
+                                        " none (a lockstep-worker without a TCP data port; "
+                                        "upgrade it or submit with --peer_transport=grpc)"));
+        continue;
+      }
     }
     pending_.pop_front();
     job->ranks.assign(job->k, Rank());
@@ -192,6 +210,7 @@ void Coordinator::ScheduleLocked() {
       Rank& rank = job->ranks[r];
       rank.worker_id = w->id;
       rank.address = w->address;
+      rank.data_address = w->data_address;
       rank.hostname = w->hostname;
       rank.last_heartbeat = w->last_seen;
     }
@@ -207,6 +226,7 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   *a.mutable_spec() = job.spec;
   a.set_rank(rank);
   for (const Rank& r : job.ranks) a.add_peer_addresses(r.address);
+  for (const Rank& r : job.ranks) a.add_data_addresses(r.data_address);
   for (const std::string& p : job.ps_addresses) a.add_ps_addresses(p);
   return a;
 }
@@ -244,6 +264,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   w.seq = seq;
   w.id = id;
   w.address = request.address();
+  w.data_address = request.data_address();
   w.hostname = request.hostname();
   w.pid = request.pid();
   w.state = v1::IDLE;
@@ -676,6 +697,7 @@ v1::JobStatus Coordinator::StatusLocked(const Job& job, absl::Time now) const {
     rs->set_rank(static_cast<int32_t>(r));
     rs->set_worker_id(rank.worker_id);
     rs->set_address(rank.address);
+    rs->set_data_address(rank.data_address);
     rs->set_hostname(rank.hostname);
     rs->set_step(rank.last_step + 1);
     rs->set_last_hash(rank.last_hash);
@@ -714,6 +736,7 @@ v1::WorkerList Coordinator::ListWorkers() {
     v1::WorkerInfo* info = list.add_workers();
     info->set_worker_id(w.id);
     info->set_address(w.address);
+    info->set_data_address(w.data_address);
     info->set_hostname(w.hostname);
     info->set_state(w.state);
     info->set_job_id(w.job_id);

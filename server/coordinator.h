@@ -8,10 +8,11 @@
 // Clock; only WaitForJobChange blocks, against real time.
 //
 // ---- Worker protocol -----------------------------------------------------
-// RegisterWorker(address) -> worker id "w-1", "w-2", ... in registration
-//   order, state IDLE. Registering an address that is already registered
-//   drops the old worker id (its heartbeats then get reregister=true); if it
-//   was bound to a RUNNING job, that job FAILS naming the old worker.
+// RegisterWorker(address, data_address) -> worker id "w-1", "w-2", ... in
+//   registration order, state IDLE. Registering an address that is already
+//   registered drops the old worker id (its heartbeats then get
+//   reregister=true); if it was bound to a RUNNING job, that job FAILS
+//   naming the old worker. data_address may be empty (no TCP data plane).
 // Heartbeat(worker_id, job_id, step):
 //   * unknown worker id -> reregister = true (status OK).
 //   * refreshes the worker's last-seen time (Clock); a LOST worker that
@@ -19,8 +20,9 @@
 //   * job_id == 0 (worker runs nothing):
 //       - bound to a RUNNING job whose assignment it has not acknowledged
 //         -> reply.assignment (rank, spec, peer_addresses in rank = ring
-//         order, ps_addresses shard order). Re-sent on every such heartbeat
-//         until acknowledged, so a lost reply is harmless.
+//         order, data_addresses in the same order, ps_addresses shard
+//         order). Re-sent on every such heartbeat until acknowledged, so a
+//         lost reply is harmless.
 //       - bound to a RUNNING job it had acknowledged (heartbeat with that
 //         job id, or a ReportStep) and not finished with ReportDone ->
 //         the worker abandoned the job: the job FAILS naming the rank and
@@ -58,6 +60,13 @@
 // ParameterServer service then). A job uses the first S = PsShards(spec)
 // of them; S larger than the number available -> FAILED_PRECONDITION naming
 // spec.ps_shards.
+// Ring peer transport (spec.peer_transport): the assignment always carries
+// every rank's data address (RegisterWorkerRequest.data_address, "" when
+// the worker registered none) next to its peer address. A TCP ring job
+// whose K chosen workers include one without a data address FAILS when it
+// would start ("spec.peer_transport: TCP needs every worker's data address;
+// worker w-2 (10.0.0.2:5000) has none (...)"); its workers stay IDLE and
+// the next PENDING job is scheduled.
 //
 // ReportStep(job, rank, step t, hash, loss, examples, ...):
 //   NOT_FOUND "job 42 not found"; INVALID_ARGUMENT for a rank outside
@@ -227,6 +236,7 @@ class Coordinator {
   struct Worker {
     int64_t seq = 0;  // N of "w-N"
     std::string id, address, hostname;
+    std::string data_address;  // raw-TCP peer hub ("" = none)
     int64_t pid = 0;
     lockstep::v1::WorkerState state = lockstep::v1::IDLE;
     uint64_t job_id = 0;  // bound job (0 = none)
@@ -245,6 +255,7 @@ class Coordinator {
   };
   struct Rank {
     std::string worker_id, address, hostname;
+    std::string data_address;  // the worker's, when the job started
     int64_t last_step = -1;  // last 0-based step recorded
     std::string last_hash;
     bool in_sync = true;

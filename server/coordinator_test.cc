@@ -19,7 +19,11 @@ std::string Hash(int i) { return absl::StrFormat("%032x", i); }
 
 std::string Addr(int i) { return absl::StrCat("10.0.0.", i, ":5000"); }
 
-v1::JobSpec Spec(int k, v1::SyncMode mode = v1::RING) {
+// Worker i's raw-TCP data address (the same host as Addr(i)).
+std::string DataAddr(int i) { return absl::StrCat("10.0.0.", i, ":6000"); }
+
+v1::JobSpec Spec(int k, v1::SyncMode mode = v1::RING,
+                 v1::PeerTransport transport = v1::GRPC) {
   v1::JobSpec spec;
   spec.set_name("test");
   spec.set_model("mlp:8");
@@ -28,6 +32,7 @@ v1::JobSpec Spec(int k, v1::SyncMode mode = v1::RING) {
   spec.set_global_batch(8 * k);
   spec.mutable_lr()->set_base_lr(0.1f);
   spec.set_steps(10);
+  spec.set_peer_transport(transport);
   return spec;
 }
 
@@ -47,9 +52,12 @@ class CoordinatorTest : public ::testing::Test {
     coord_ = std::make_unique<Coordinator>(options, &clock_);
   }
 
-  std::string Register(int i) {
+  // Registers worker i at Addr(i) with data address DataAddr(i), or with
+  // none (an older worker without a TCP data plane) when !with_data.
+  std::string Register(int i, bool with_data = true) {
     v1::RegisterWorkerRequest req;
     req.set_address(Addr(i));
+    if (with_data) req.set_data_address(DataAddr(i));
     req.set_hostname(absl::StrCat("host", i));
     absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -199,6 +207,90 @@ TEST_F(CoordinatorTest, AssignmentDeliveryRanksAndRingOrder) {
     EXPECT_FALSE(running.stop_job());
     EXPECT_FALSE(running.has_assignment());
   }
+}
+
+TEST_F(CoordinatorTest, DataAddressesAreListedAndAssignedInRingOrder) {
+  std::vector<std::string> w;
+  for (int i = 1; i <= 3; ++i) w.push_back(Register(i));
+  const v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(list.workers(i).data_address(), DataAddr(i + 1));
+  const uint64_t job = Submit(Spec(3, v1::RING, v1::TCP));
+  const v1::JobStatus st = Job(job);
+  ASSERT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.spec().peer_transport(), v1::TCP);
+  ASSERT_EQ(st.ranks_size(), 3);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(st.ranks(r).address(), Addr(r + 1));
+    EXPECT_EQ(st.ranks(r).data_address(), DataAddr(r + 1));
+    v1::HeartbeatReply reply = Beat(w[r]);
+    ASSERT_TRUE(reply.has_assignment()) << r;
+    const v1::Assignment& a = reply.assignment();
+    EXPECT_EQ(a.rank(), r);
+    EXPECT_EQ(a.spec().peer_transport(), v1::TCP);
+    ASSERT_EQ(a.peer_addresses_size(), 3);
+    ASSERT_EQ(a.data_addresses_size(), 3);
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_EQ(a.peer_addresses(p), Addr(p + 1));
+      EXPECT_EQ(a.data_addresses(p), DataAddr(p + 1));
+    }
+  }
+}
+
+TEST_F(CoordinatorTest, GrpcJobRunsOnWorkersWithoutDataAddress) {
+  Register(1);
+  Register(2, /*with_data=*/false);
+  const uint64_t job = Submit(Spec(2));  // GRPC: the default
+  ASSERT_EQ(Job(job).state(), v1::RUNNING);
+  EXPECT_EQ(Job(job).ranks(1).data_address(), "");
+  v1::HeartbeatReply reply = Beat("w-2");
+  ASSERT_TRUE(reply.has_assignment());
+  EXPECT_EQ(reply.assignment().spec().peer_transport(), v1::GRPC);
+  // One entry per rank all the same; "" for the worker that has none.
+  ASSERT_EQ(reply.assignment().data_addresses_size(), 2);
+  EXPECT_EQ(reply.assignment().data_addresses(0), DataAddr(1));
+  EXPECT_EQ(reply.assignment().data_addresses(1), "");
+}
+
+TEST_F(CoordinatorTest, TcpJobOnWorkerWithoutDataAddressFailsNamingIt) {
+  const std::string two_missing =
+      "spec.peer_transport: TCP needs every worker's data address; workers "
+      "w-2 (10.0.0.2:5000), w-3 (10.0.0.3:5000) have none (a lockstep-worker without a "
+      "TCP data port; upgrade it or submit with --peer_transport=grpc)";
+  Register(1);
+  Register(2, /*with_data=*/false);
+  Register(3, /*with_data=*/false);
+  const uint64_t tcp = Submit(Spec(3, v1::RING, v1::TCP));
+  const v1::JobStatus st = Job(tcp);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(), two_missing);
+  EXPECT_EQ(st.ranks_size(), 0);
+  // Nobody was bound: every worker is IDLE and gets no assignment.
+  for (const char* w : {"w-1", "w-2", "w-3"}) {
+    EXPECT_EQ(WorkerState(w), v1::IDLE) << w;
+    EXPECT_FALSE(Beat(w).has_assignment()) << w;
+  }
+  // A PENDING tcp job that fails when it would start lets the next one run.
+  const uint64_t big = Submit(Spec(4, v1::RING, v1::TCP));
+  const uint64_t next = Submit(Spec(2));
+  EXPECT_EQ(Job(big).state(), v1::PENDING);
+  EXPECT_EQ(Job(next).state(), v1::PENDING);  // strict FIFO
+  Register(4);
+  EXPECT_EQ(Job(big).state(), v1::FAILED);
+  EXPECT_EQ(Job(big).reason(), two_missing);
+  ASSERT_EQ(Job(next).state(), v1::RUNNING);
+  EXPECT_EQ(Job(next).ranks(0).worker_id(), "w-1");
+  EXPECT_EQ(Job(next).ranks(1).worker_id(), "w-2");
+  // Idle now: w-3 (none) and w-4. One worker without one is named alone.
+  const uint64_t one = Submit(Spec(2, v1::RING, v1::TCP));
+  EXPECT_EQ(Job(one).state(), v1::FAILED);
+  EXPECT_EQ(Job(one).reason(),
+            "spec.peer_transport: TCP needs every worker's data address; worker "
+            "w-3 (10.0.0.3:5000) has none (a lockstep-worker without a TCP data port; "
+            "upgrade it or submit with --peer_transport=grpc)");
+  // The same workers run a ps job: it has no ring peers.
+  const uint64_t ps = Submit(Spec(2, v1::PS, v1::TCP));
+  EXPECT_EQ(Job(ps).state(), v1::RUNNING);
 }
 
 TEST_F(CoordinatorTest, SchedulerPicksLowestIdsNumerically) {
@@ -584,6 +676,9 @@ TEST_F(CoordinatorTest, BadSubmissionsNameTheFieldAndServiceGoesOn) {
   s = Spec(2);
   s.set_num_workers(0);
   cases.push_back({"workers", s, "spec.num_workers: expected >= 1, got 0"});
+  s = Spec(2);
+  s.set_peer_transport(static_cast<v1::PeerTransport>(7));
+  cases.push_back({"transport", s, "spec.peer_transport: expected GRPC or TCP, got 7"});
   for (const Case& c : cases) {
     absl::StatusOr<v1::SubmitJobReply> r = SubmitRaw(c.spec);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.what;

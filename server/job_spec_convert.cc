@@ -116,6 +116,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
             ? absl::StrCat(static_cast<int>(spec.sync_mode()))
             : lockstep::v1::SyncMode_Name(spec.sync_mode())));
   }
+  if (!lockstep::v1::PeerTransport_IsValid(spec.peer_transport())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.peer_transport: expected GRPC or TCP, got ",
+                     static_cast<int>(spec.peer_transport())));
+  }
   if (spec.num_workers() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.num_workers: expected >= 1, got ", spec.num_workers()));

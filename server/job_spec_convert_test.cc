@@ -142,10 +142,31 @@ TEST(ValidateJobSpecTest, AcceptsValidSpecs) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
+TEST(ValidateJobSpecTest, PeerTransportDefaultsToGrpcAndAcceptsTcp) {
+  v1::JobSpec spec = Minimal();
+  EXPECT_EQ(spec.peer_transport(), v1::GRPC);  // the proto3 zero value
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_peer_transport(v1::TCP);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_sync_mode(v1::PS);  // ignored in ps mode, still a valid value
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  // The transport does not change the training arithmetic.
+  absl::StatusOr<TrainSpec> grpc = ToTrainSpec(Minimal());
+  absl::StatusOr<TrainSpec> tcp = ToTrainSpec(spec);
+  ASSERT_TRUE(grpc.ok() && tcp.ok());
+  EXPECT_EQ(tcp->model, grpc->model);
+  EXPECT_EQ(tcp->global_batch, grpc->global_batch);
+}
+
 TEST(ValidateJobSpecTest, RejectsWithFieldNames) {
   v1::JobSpec spec = Minimal();
   spec.set_sync_mode(v1::SYNC_MODE_UNSPECIFIED);
   ExpectInvalid(spec, "spec.sync_mode: expected RING or PS, got SYNC_MODE_UNSPECIFIED");
+  spec = Minimal();
+  spec.set_peer_transport(static_cast<v1::PeerTransport>(2));
+  ExpectInvalid(spec, "spec.peer_transport: expected GRPC or TCP, got 2");
+  spec.set_peer_transport(static_cast<v1::PeerTransport>(-1));
+  ExpectInvalid(spec, "spec.peer_transport: expected GRPC or TCP, got -1");
   spec = Minimal();
   spec.set_num_workers(-1);
   ExpectInvalid(spec, "spec.num_workers: expected >= 1, got -1");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end with real processes on 127.0.0.1 (OS-chosen ports): a
 # coordinator and three worker daemons; submit + follow, status, sync,
-# export, cancel (workers idle again within 2 s), jobs one after the other
+# export, the same ring job over the raw-TCP peer transport (same final
+# weights), cancel (workers idle again within 2 s), jobs one after the other
 # on the same daemons, ps mode, bad input naming the field, a worker whose
 # dataset has another shape, and the coordinator serving on after errors.
 set -uo pipefail
@@ -62,13 +63,29 @@ z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None
 assert z.namelist() == ["W0.npy", "b0.npy", "W1.npy", "b1.npy"], z.namelist()
 PY
 
+echo "== the same ring job over --peer_transport=tcp: in sync, same final weights"
+grpc_hash=$(json "d['final_hash']" <<<"$out")
+out=$(cli submit --workers=2 --peer_transport=tcp --model=mlp:8 --dataset="$DATA" --batch=20 --steps=36 --lr=0.1 --follow --json) || fail "tcp job exit $?: $out"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "tcp job: $out"
+[ "$(json "d['spec']['peer_transport']" <<<"$out")" = TCP ] || fail "tcp job spec: $out"
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['test_accuracy'] >= 0.9, d; assert int(d['checked_steps']) == 36 and int(d['mismatched_steps']) == 0 and not d['out_of_sync'], d; assert all(r['in_sync'] and int(r['step']) == 36 and r['data_address'].startswith('127.0.0.1:') for r in d['ranks']), d" "$out" || fail "tcp job figures: $out"
+[ "$(json "d['final_hash']" <<<"$out")" = "$grpc_hash" ] || fail "tcp job weights differ from the grpc job's ($grpc_hash): $out"
+tid=$(json "d['job_id']" <<<"$out")
+sy=$(cli sync "$tid" --json --max_entries=0)
+[ "$(json "int(d['checked_steps'])" <<<"$sy")" = 36 ] || fail "tcp sync: $sy"
+[ "$(json "int(d['mismatched_steps'])" <<<"$sy")" = 0 ] || fail "tcp sync: $sy"
+cli status "$tid" | grep -q 'ring/tcp' || fail "status does not show the transport: $(cli status "$tid")"
+cli status "$tid" | sed -n 2p
+grep -q "job $tid: rank 0 of 2, ring mode over tcp" "$T/w1.log" || fail "worker 1 did not run job $tid over tcp"
+
 echo "== ps job on the same daemons"
 out=$(cli submit --workers=2 --sync=ps --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps job: $out"
 
-for mode in ring ps; do
+for mode in ring ring/tcp ps; do
 echo "== cancel ($mode): workers idle again within 2 s"
-id=$(cli submit --workers=2 --sync=$mode --model=mlp:64 --dataset="$DATA" --batch=20 --steps=1000000) || fail "submit"
+transport=grpc; [ "$mode" = ring/tcp ] && transport=tcp
+id=$(cli submit --workers=2 --sync=${mode%/tcp} --peer_transport=$transport --model=mlp:64 --dataset="$DATA" --batch=20 --steps=1000000) || fail "submit"
 for _ in $(seq 200); do s=$(cli status "$id" --json | json "int(d['step'])"); [ "$s" -gt 2 ] && break; sleep 0.05; done
 [ "$s" -gt 2 ] || fail "job $id never stepped"
 t0=$(date +%s.%N)
@@ -96,6 +113,7 @@ check_err INVALID_ARGUMENT 'spec.model' submit --workers=2 --model=resnet --data
 check_err INVALID_ARGUMENT 'spec.data.dataset' submit --workers=2 --dataset=hdfs:x
 check_err INVALID_ARGUMENT 'global_batch' submit --workers=2 --batch=1 --dataset="$DATA"
 check_err INVALID_ARGUMENT 'base_lr' submit --workers=2 --lr=0 --dataset="$DATA"
+check_err INVALID_ARGUMENT 'peer_transport: expected grpc or tcp, got "quic"' submit --workers=2 --peer_transport=quic --dataset="$DATA"
 check_err NOT_FOUND 'job 999' status 999
 check_err NOT_FOUND 'job 999' cancel 999
 check_err RESOURCE_EXHAUSTED 'idle' submit --workers=5 --no_wait --dataset="$DATA"
@@ -114,7 +132,7 @@ out=$(cli submit --workers=2 --model=logistic --dataset="$ABS" --steps=5 --follo
 grep -q "binary" <<<"$out" || fail "logistic on 3 classes: $out"
 out=$(cli submit --workers=2 --model=softmax --dataset="$ABS" --batch=16 --steps=15 --follow --json) || fail "last job"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "last job: $out"
-n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 7 ] || fail "jobs: $n"
+n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 9 ] || fail "jobs: $n"
 
 echo "== a replica that drifts is caught at that step and named"
 "$WORKER" --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \

@@ -127,6 +127,7 @@ void WorkerDaemon::Shutdown() {
 absl::Status WorkerDaemon::Register() {
   v1::RegisterWorkerRequest req;
   req.set_address(options_.advertise_address);
+  req.set_data_address(options_.data_address);
   req.set_hostname(options_.hostname);
   req.set_pid(getpid());
   v1::RegisterWorkerReply reply;
@@ -140,7 +141,8 @@ absl::Status WorkerDaemon::Register() {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
   Log(absl::StrCat("registered as ", worker_id_, " with ", options_.coordinator, " (peer address ",
-                   options_.advertise_address, ")"));
+                   options_.advertise_address, ", data address ",
+                   options_.data_address.empty() ? "none" : options_.data_address, ")"));
   return absl::OkStatus();
 }
 
@@ -223,9 +225,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   const v1::Assignment& a = job->assignment;
   const std::string wid = worker_id();
   const int k = a.peer_addresses_size();
+  const bool tcp = a.spec().peer_transport() == v1::TCP;
   Log(absl::StrCat("job ", a.job_id(), ": rank ", a.rank(), " of ", k, ", ",
-                   a.spec().sync_mode() == v1::PS ? "ps" : "ring", " mode, model ",
-                   a.spec().model()));
+                   a.spec().sync_mode() == v1::PS ? "ps mode"
+                   : tcp                          ? "ring mode over tcp"
+                                                  : "ring mode over grpc",
+                   ", model ", a.spec().model()));
   SetBlasThreads(options_.blas_threads);
   GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid);
 
@@ -283,7 +288,25 @@ void WorkerDaemon::RunJob(RunningJob* job) {
           a.rank());
     } else {
       std::vector<std::string> peers(a.peer_addresses().begin(), a.peer_addresses().end());
-      auto transport = transports_(a.job_id(), a.rank(), peers);
+      if (tcp) {
+        // The coordinator fills one data address per rank; an older one
+        // sends none, and a worker without a hub registered "".
+        if (a.data_addresses_size() != k) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "spec.peer_transport: TCP job ", a.job_id(), " came with ",
+              a.data_addresses_size(), " data addresses for ", k,
+              " ranks (a coordinator without TCP support?)"));
+        }
+        for (int r = 0; r < k; ++r) {
+          if (r != a.rank() && a.data_addresses(r).empty()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "spec.peer_transport: TCP: peer rank ", r, " (", a.peer_addresses(r),
+                ") has no data address"));
+          }
+        }
+        peers.assign(a.data_addresses().begin(), a.data_addresses().end());
+      }
+      auto transport = transports_(a.spec().peer_transport(), a.job_id(), a.rank(), peers);
       if (!transport.ok()) return transport.status();
       combiner = std::make_unique<RingCombiner>((*transport)->transport());
       absl::MutexLock l(&job->mu);

@@ -3,8 +3,9 @@
 //   register with the coordinator -> heartbeat every interval (carrying the
 //   job it runs and its last step) -> when a heartbeat reply carries an
 //   Assignment: load the job's dataset from this machine's disk (cached
-//   across jobs), open the job's combiner (ring: a peer transport over the
-//   worker's gRPC server; ps: clients of the parameter-server shards), run
+//   across jobs), open the job's combiner (ring: a peer transport of the
+//   job's spec.peer_transport, over the worker's gRPC server or its raw-TCP
+//   peer hub; ps: clients of the parameter-server shards), run
 //   the JobRunner on a job thread, report done, and go back to idle.
 //
 // A heartbeat reply with stop_job (the coordinator ended the job) stops the
@@ -44,14 +45,17 @@ class JobTransport {
   virtual void Shutdown() = 0;
 };
 
-// Creates the ring transport of `job` for `rank` among `peers` (address of
-// rank r at index r).
+// Creates the ring transport of kind `kind` for `job` and `rank` among
+// `peers` (address of rank r at index r: the assignment's peer_addresses for
+// GRPC, its data_addresses for TCP).
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
-    uint64_t job, int rank, const std::vector<std::string>& peers)>;
+    v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers)>;
 
 struct WorkerDaemonOptions {
   std::string coordinator;        // host:port
   std::string advertise_address;  // host:port of this worker's peer service
+  // host:port of this worker's raw-TCP peer hub (TCP ring jobs); "" = none.
+  std::string data_address;
   std::string hostname;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration combine_timeout = absl::Seconds(30);

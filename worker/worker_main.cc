@@ -1,6 +1,8 @@
-// lockstep-worker: a worker daemon. Parses flags and wires objects: one
-// gRPC server for the peer data plane, the coordinator channel, and the
-// WorkerDaemon loop. SIGINT/SIGTERM shut it down cleanly (exit 0).
+// lockstep-worker: a worker daemon. Parses flags and wires objects: the two
+// peer data planes (one gRPC server with the PeerService, one raw-TCP
+// TcpPeerHub on the same host; a ring job uses the one its
+// spec.peer_transport names), the coordinator channel, and the WorkerDaemon
+// loop. SIGINT/SIGTERM shut it down cleanly (exit 0).
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,11 +14,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
+#include "worker/net/tcp_transport.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
@@ -25,6 +29,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
 ABSL_FLAG(std::string, advertise, "",
           "Address peers use to reach this worker (default: the --listen host, or this "
           "machine's host name for a wildcard listen address, with the bound port)");
+ABSL_FLAG(int32_t, data_port, 0,
+          "Port of this worker's raw-TCP peer data plane (ring jobs with "
+          "--peer_transport=tcp), on the --listen host; 0 = chosen by the OS. Advertised "
+          "with the host of --advertise (or its default)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
@@ -39,19 +47,36 @@ ABSL_FLAG(int32_t, combine_timeout_ms, 30000,
 
 namespace {
 
-class GrpcJobTransport : public lockstep::JobTransport {
+// A job's GrpcTransport or TcpTransport (both have Shutdown()).
+template <typename T>
+class JobTransportOf : public lockstep::JobTransport {
  public:
-  explicit GrpcJobTransport(std::unique_ptr<lockstep::GrpcTransport> t) : t_(std::move(t)) {}
+  explicit JobTransportOf(std::unique_ptr<T> t) : t_(std::move(t)) {}
   lockstep::Transport* transport() override { return t_.get(); }
   void Shutdown() override { t_->Shutdown(); }
 
  private:
-  std::unique_ptr<lockstep::GrpcTransport> t_;
+  std::unique_ptr<T> t_;
 };
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> Wrap(
+    absl::StatusOr<std::unique_ptr<T>> t) {
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<lockstep::JobTransport>(new JobTransportOf<T>(*std::move(t)));
+}
 
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// A host as getaddrinfo takes it: "[::1]" -> "::1".
+std::string Unbracketed(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
 }
 
 }  // namespace
@@ -59,7 +84,8 @@ std::string HostOf(const std::string& address) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "lockstep worker daemon.\n"
-      "  lockstep-worker --coordinator=HOST:PORT [--listen=HOST:PORT] [--port_file=F]");
+      "  lockstep-worker --coordinator=HOST:PORT [--listen=HOST:PORT] [--data_port=P] "
+      "[--port_file=F]");
   absl::ParseCommandLine(argc, argv);
   lockstep::TuneProcessForThroughput();
 
@@ -68,6 +94,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < 0 || data_port > 65535) {
+    std::fprintf(stderr, "lockstep-worker: --data_port: expected 0..65535, got %d\n", data_port);
+    return 2;
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (!data_dir.empty() && chdir(data_dir.c_str()) != 0) {
     std::fprintf(stderr, "lockstep-worker: --data_dir: cannot enter %s\n", data_dir.c_str());
@@ -87,6 +118,16 @@ int main(int argc, char** argv) {
   std::string advertise = absl::GetFlag(FLAGS_advertise);
   // A wildcard listen address is no address for peers: use the host name.
   if (advertise.empty()) advertise = lockstep::AdvertisedAddress(HostOf(listen), port);
+  // The raw-TCP data plane listens on the same host; peers reach it at the
+  // advertised host.
+  auto hub = lockstep::TcpPeerHub::Start(Unbracketed(HostOf(listen)), data_port);
+  if (!hub.ok()) {
+    std::fprintf(stderr, "lockstep-worker: --data_port: %s\n",
+                 std::string(hub.status().message()).c_str());
+    server->Shutdown();
+    return 1;
+  }
+  const std::string data_address = absl::StrCat(HostOf(advertise), ":", (*hub)->port());
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
       std::fprintf(stderr, "lockstep-worker: --port_file: %s\n", std::string(s.message()).c_str());
@@ -100,12 +141,13 @@ int main(int argc, char** argv) {
     gethostname(buf, sizeof(buf) - 1);
     hostname = buf;
   }
-  std::fprintf(stderr, "lockstep-worker listening on %s (coordinator %s)\n", advertise.c_str(),
-               absl::GetFlag(FLAGS_coordinator).c_str());
+  std::fprintf(stderr, "lockstep-worker listening on %s, data plane %s (coordinator %s)\n",
+               advertise.c_str(), data_address.c_str(), absl::GetFlag(FLAGS_coordinator).c_str());
 
   lockstep::WorkerDaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.advertise_address = advertise;
+  options.data_address = data_address;
   options.hostname = hostname;
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
@@ -114,12 +156,13 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
   lockstep::WorkerDaemon daemon(
       options, channel,
-      [&peers](uint64_t job, int rank, const std::vector<std::string>& addresses)
+      [&peers, tcp_hub = hub->get()](lockstep::v1::PeerTransport kind, uint64_t job, int rank,
+                                     const std::vector<std::string>& addresses)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
-        auto t = lockstep::GrpcTransport::Create(&peers, job, rank, addresses);
-        if (!t.ok()) return t.status();
-        return std::unique_ptr<lockstep::JobTransport>(
-            new GrpcJobTransport(*std::move(t)));
+        if (kind == lockstep::v1::TCP) {
+          return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses));
+        }
+        return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses));
       });
 
   std::thread signal_thread([&] {
