@@ -83,7 +83,9 @@ ABSL_FLAG(int64_t, first_step_window_bytes, lockstep::kDefaultFirstStepWindowByt
 ABSL_FLAG(int, send_buffer_bytes, 0, "TcpTransportOptions.send_buffer_bytes");
 ABSL_FLAG(bool, progress_in_recv, true, "TcpTransportOptions.progress_in_recv");
 ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
-ABSL_FLAG(int, recv_spin_us, 0, "GrpcTransportOptions.recv_spin in microseconds");
+ABSL_FLAG(int, recv_spin_us, -1,
+          "GrpcTransportOptions.recv_spin / TcpTransportOptions.recv_spin in "
+          "microseconds; -1: the transport's default");
 ABSL_FLAG(bool, stats, false, "workers print transport counters to stderr");
 ABSL_FLAG(std::string, grpc_args, "",
           "extra integer gRPC channel args for the peer client channels and "
@@ -324,6 +326,9 @@ int RunWorker() {
     TcpTransportOptions options;
     options.send_buffer_bytes = absl::GetFlag(FLAGS_send_buffer_bytes);
     options.progress_in_recv = absl::GetFlag(FLAGS_progress_in_recv);
+    if (absl::GetFlag(FLAGS_recv_spin_us) >= 0) {
+      options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+    }
     absl::StatusOr<std::unique_ptr<TcpTransport>> t =
         TcpTransport::Create(hub.get(), /*group=*/1, rank, addresses, options);
     if (!t.ok()) {
@@ -336,7 +341,9 @@ int RunWorker() {
     GrpcTransportOptions options;
     options.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
     options.channel_args = grpc_args;
-    options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+    if (absl::GetFlag(FLAGS_recv_spin_us) >= 0) {
+      options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
+    }
     options.streams_per_peer = absl::GetFlag(FLAGS_streams_per_peer);
     absl::StatusOr<std::unique_ptr<GrpcTransport>> t =
         GrpcTransport::Create(&service, /*group=*/1, rank, addresses, options);

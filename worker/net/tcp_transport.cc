@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -955,6 +956,16 @@ void TcpTransport::WriterLoop() {
 }
 
 absl::Status TcpTransport::WaitReadable(int fd, absl::Time deadline) {
+  if (options_.recv_spin > absl::ZeroDuration() &&
+      pending_links_.load() == 0) {
+    // Stay runnable for a while, yielding the CPU, before sleeping.
+    const absl::Time until = std::min(deadline, absl::Now() + options_.recv_spin);
+    do {
+      pollfd p = {fd, POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) return absl::OkStatus();
+      sched_yield();
+    } while (absl::Now() < until);
+  }
   if (!options_.progress_in_recv || pending_links_.load() == 0) {
     return WaitFd(fd, POLLIN, inbox_->wake_fd, deadline);
   }
