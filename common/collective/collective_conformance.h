@@ -31,6 +31,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -38,6 +39,38 @@
 #include "common/collective/transport.h"
 
 namespace lockstep {
+
+// Forwards every call to `inner` and keeps `owner` (e.g. the servers the
+// endpoints talk through) alive until after `inner` is destroyed, so a
+// factory can return endpoints that own their whole group.
+class OwningTransport : public Transport {
+ public:
+  OwningTransport(std::shared_ptr<void> owner, std::unique_ptr<Transport> inner)
+      : owner_(std::move(owner)), inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  absl::Status Send(int to, const MessageKey& key,
+                    absl::Span<const uint8_t> data,
+                    absl::Time deadline) override {
+    return inner_->Send(to, key, data, deadline);
+  }
+  absl::Status SendBorrowed(int to, const MessageKey& key,
+                            absl::Span<const uint8_t> data,
+                            absl::Time deadline) override {
+    return inner_->SendBorrowed(to, key, data, deadline);
+  }
+  absl::Status FlushSends(absl::Time deadline) override {
+    return inner_->FlushSends(deadline);
+  }
+  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
+                    absl::Time deadline) override {
+    return inner_->Recv(from, key, out, deadline);
+  }
+
+ private:
+  std::shared_ptr<void> owner_;  // declared first: destroyed last
+  std::unique_ptr<Transport> inner_;
+};
 
 // Returns world_size fresh, connected endpoints with endpoints[r]->rank() ==
 // r. The endpoints own (or share ownership of) everything they use.

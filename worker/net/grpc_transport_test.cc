@@ -84,35 +84,12 @@ struct Cluster {
   std::vector<std::unique_ptr<Node>> nodes;
 };
 
-// A Transport that keeps its whole cluster alive (the conformance factory
-// returns only endpoints). Destroys its transport before the cluster.
-class OwningEndpoint : public Transport {
- public:
-  OwningEndpoint(std::shared_ptr<Cluster> c, std::unique_ptr<GrpcTransport> t)
-      : cluster_(std::move(c)), t_(std::move(t)) {}
-  int rank() const override { return t_->rank(); }
-  int world_size() const override { return t_->world_size(); }
-  absl::Status Send(int to, const MessageKey& key,
-                    absl::Span<const uint8_t> data,
-                    absl::Time deadline) override {
-    return t_->Send(to, key, data, deadline);
-  }
-  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
-                    absl::Time deadline) override {
-    return t_->Recv(from, key, out, deadline);
-  }
-
- private:
-  std::shared_ptr<Cluster> cluster_;
-  std::unique_ptr<GrpcTransport> t_;
-};
-
 std::vector<std::unique_ptr<Transport>> MakeGrpcTransports(int k) {
   auto cluster = std::make_shared<Cluster>(k);
   auto ts = cluster->MakeGroup(/*group=*/1);
   std::vector<std::unique_ptr<Transport>> out;
   for (auto& t : ts) {
-    out.push_back(std::make_unique<OwningEndpoint>(cluster, std::move(t)));
+    out.push_back(std::make_unique<OwningTransport>(cluster, std::move(t)));
   }
   return out;
 }

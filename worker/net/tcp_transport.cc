@@ -88,19 +88,23 @@ std::string Errno(const char* what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
 }
 
+// ppoll's timeout for `deadline`: null (wait forever) for an infinite one,
+// else the time left (zero if passed), stored in *ts.
+timespec* TimeLeft(absl::Time deadline, timespec* ts) {
+  if (deadline == absl::InfiniteFuture()) return nullptr;
+  absl::Duration left = deadline - absl::Now();
+  if (left < absl::ZeroDuration()) left = absl::ZeroDuration();
+  *ts = absl::ToTimespec(left);
+  return ts;
+}
+
 // Waits until `fd` has `events` or `wake_fd` is readable (shutdown), until
 // `deadline`. OK: fd ready (or in error, which the next I/O call reports).
 absl::Status WaitFd(int fd, short events, int wake_fd, absl::Time deadline) {
   for (;;) {
     pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
     timespec ts;
-    timespec* tsp = nullptr;
-    if (deadline != absl::InfiniteFuture()) {
-      absl::Duration left = deadline - absl::Now();
-      if (left < absl::ZeroDuration()) left = absl::ZeroDuration();
-      ts = absl::ToTimespec(left);
-      tsp = &ts;
-    }
+    timespec* tsp = TimeLeft(deadline, &ts);
     const int n = ppoll(p, 2, tsp, nullptr);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -999,13 +1003,7 @@ absl::Status TcpTransport::WaitReadable(int fd, absl::Time deadline) {
       p[n++] = {link.fd, POLLOUT, 0};
     }
     timespec ts;
-    timespec* tsp = nullptr;
-    if (deadline != absl::InfiniteFuture()) {
-      absl::Duration left = deadline - absl::Now();
-      if (left < absl::ZeroDuration()) left = absl::ZeroDuration();
-      ts = absl::ToTimespec(left);
-      tsp = &ts;
-    }
+    timespec* tsp = TimeLeft(deadline, &ts);
     const int ready = ppoll(p, n, tsp, nullptr);
     absl::Status result;
     bool done = false;

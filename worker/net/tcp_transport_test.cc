@@ -48,34 +48,11 @@ struct Hubs {
   std::vector<std::unique_ptr<TcpPeerHub>> hubs;
 };
 
-// Keeps the hubs alive for the conformance factory's endpoints; destroys its
-// transport before them.
-class OwningEndpoint : public Transport {
- public:
-  OwningEndpoint(std::shared_ptr<Hubs> h, std::unique_ptr<TcpTransport> t)
-      : hubs_(std::move(h)), t_(std::move(t)) {}
-  int rank() const override { return t_->rank(); }
-  int world_size() const override { return t_->world_size(); }
-  absl::Status Send(int to, const MessageKey& key,
-                    absl::Span<const uint8_t> data,
-                    absl::Time deadline) override {
-    return t_->Send(to, key, data, deadline);
-  }
-  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
-                    absl::Time deadline) override {
-    return t_->Recv(from, key, out, deadline);
-  }
-
- private:
-  std::shared_ptr<Hubs> hubs_;
-  std::unique_ptr<TcpTransport> t_;
-};
-
 std::vector<std::unique_ptr<Transport>> MakeTcpTransports(int k) {
   auto hubs = std::make_shared<Hubs>(k);
   std::vector<std::unique_ptr<Transport>> out;
   for (int r = 0; r < k; ++r) {
-    out.push_back(std::make_unique<OwningEndpoint>(hubs, hubs->Make(1, r)));
+    out.push_back(std::make_unique<OwningTransport>(hubs, hubs->Make(1, r)));
   }
   return out;
 }
