@@ -71,14 +71,6 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-// A host as getaddrinfo takes it: "[::1]" -> "::1".
-std::string Unbracketed(const std::string& host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    return host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,7 +112,7 @@ int main(int argc, char** argv) {
   if (advertise.empty()) advertise = lockstep::AdvertisedAddress(HostOf(listen), port);
   // The raw-TCP data plane listens on the same host; peers reach it at the
   // advertised host.
-  auto hub = lockstep::TcpPeerHub::Start(Unbracketed(HostOf(listen)), data_port);
+  auto hub = lockstep::TcpPeerHub::Start(HostOf(listen), data_port);
   if (!hub.ok()) {
     std::fprintf(stderr, "lockstep-worker: --data_port: %s\n",
                  std::string(hub.status().message()).c_str());

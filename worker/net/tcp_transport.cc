@@ -170,16 +170,21 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// A host as getaddrinfo takes it: "[::1]" -> "::1"; others unchanged.
+std::string Unbracketed(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    return host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 bool SplitHostPort(const std::string& addr, std::string* host,
                    std::string* port) {
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
     return false;
   }
-  *host = addr.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
+  *host = Unbracketed(addr.substr(0, colon));
   *port = addr.substr(colon + 1);
   int p = 0;
   return absl::SimpleAtoi(*port, &p) && p > 0 && p < 65536;
@@ -293,7 +298,8 @@ absl::StatusOr<std::unique_ptr<TcpPeerHub>> TcpPeerHub::Start(
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* res = nullptr;
   const std::string port_text = absl::StrCat(port);
-  const int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(),
+  const std::string bare = Unbracketed(host);
+  const int gai = getaddrinfo(bare.empty() ? nullptr : bare.c_str(),
                               port_text.c_str(), &hints, &res);
   if (gai != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -129,7 +129,7 @@ class TcpInbox;  // receive side of one (group, rank); tcp_transport.cc
 class TcpPeerHub {
  public:
   // Listens on host:port (port 0: chosen by the OS; host "0.0.0.0" for every
-  // interface). Errors: InvalidArgumentError (host), UnavailableError
+  // interface; an IPv6 host may be bracketed, "[::1]", as in addresses). Errors: InvalidArgumentError (host), UnavailableError
   // (socket/bind/listen failed, with errno text).
   static absl::StatusOr<std::unique_ptr<TcpPeerHub>> Start(
       const std::string& host, int port, TcpHubOptions options = {});

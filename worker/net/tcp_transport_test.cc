@@ -384,5 +384,18 @@ TEST(TcpTransportTest, BadArgumentsAreRejected) {
   EXPECT_FALSE(host.ok());
 }
 
+TEST(TcpTransportTest, BracketedListenHostIsResolved) {
+  // "[::1]" is how an IPv6 host appears in --listen; the hub takes it as is.
+  // (Binding may still fail where the machine has no IPv6 loopback.)
+  auto hub = TcpPeerHub::Start("[::1]", 0);
+  if (!hub.ok()) {
+    EXPECT_EQ(hub.status().code(), absl::StatusCode::kUnavailable)
+        << hub.status();
+    EXPECT_THAT(std::string(hub.status().message()), HasSubstr("bind"));
+    return;
+  }
+  EXPECT_GT((*hub)->port(), 0);
+}
+
 }  // namespace
 }  // namespace lockstep
