@@ -111,29 +111,30 @@ RingAllReducer::RingAllReducer(Transport* transport) : t_(transport) {
 
 absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
                                        const AllReduceOptions& o) {
+  // One deadline for every Send, Recv and the final flush of the call.
   const absl::Time deadline = absl::Now() + o.timeout;
-  absl::Status s = AllReduceBorrowing(grad, count, o);
+  const std::string where = absl::StrFormat(
+      "ring all-reduce (job %d step %d, rank %d of %d, n=%d)", o.job, o.step,
+      t_->rank(), t_->world_size(), grad.size());
+  absl::Status s = AllReduceBorrowing(grad, count, o, where, deadline);
   // Segments are sent with SendBorrowed straight from grad (and the direct
   // exchange's buffer): end the borrows before the caller may touch them.
   // On failure, at once (what is pending gets copied).
   absl::Status f = t_->FlushSends(s.ok() ? deadline : absl::Now());
   if (s.ok() && !f.ok()) {
-    return absl::Status(
-        f.code(), absl::StrFormat("ring all-reduce (job %d step %d, rank %d): %s",
-                                  o.job, o.step, t_->rank(), f.message()));
+    return absl::Status(f.code(), absl::StrCat(where, ": ", f.message()));
   }
   return s;
 }
 
 absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
                                                 int64_t* count,
-                                                const AllReduceOptions& o) {
+                                                const AllReduceOptions& o,
+                                                const std::string& where,
+                                                absl::Time deadline) {
   const int K = t_->world_size();
   const int r = t_->rank();
   const int64_t n = static_cast<int64_t>(grad.size());
-  const std::string where = absl::StrFormat(
-      "ring all-reduce (job %d step %d, rank %d of %d, n=%d)", o.job, o.step,
-      r, K, n);
   if (count == nullptr) {
     return absl::InvalidArgumentError(where + ": count is null");
   }
@@ -168,7 +169,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
       (o.algorithm == AllReduceAlgorithm::kAuto &&
        (n + 2) * static_cast<int64_t>(sizeof(float)) <= kMaxSegmentBytes &&
        (K - 1) * n * static_cast<int64_t>(sizeof(float)) <= o.direct_max_bytes);
-  if (direct) return Direct(grad, count, o, where, absl::Now() + o.timeout);
+  if (direct) return Direct(grad, count, o, where, deadline);
 
   const int64_t seg = o.segment_bytes / static_cast<int64_t>(sizeof(float));
   seg_base_.resize(K + 1);
@@ -189,7 +190,6 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   seg_base_[K] = static_cast<int32_t>(total_segments);
   if (static_cast<int64_t>(scratch_.size()) < max_seg) scratch_.resize(max_seg);
 
-  const absl::Time deadline = absl::Now() + o.timeout;
   const int left = (r - 1 + K) % K;
   const int right = (r + 1) % K;
   const int steps = 2 * (K - 1);

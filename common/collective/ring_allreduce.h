@@ -119,9 +119,12 @@ class RingAllReducer {
                          const AllReduceOptions& options);
 
  private:
-  // AllReduce without the final FlushSends.
+  // AllReduce without the final FlushSends; `where` names the call in
+  // errors, `deadline` bounds every Send and Recv.
   absl::Status AllReduceBorrowing(absl::Span<float> grad, int64_t* count,
-                                  const AllReduceOptions& o);
+                                  const AllReduceOptions& o,
+                                  const std::string& where,
+                                  absl::Time deadline);
   absl::Status Direct(absl::Span<float> grad, int64_t* count,
                       const AllReduceOptions& o, const std::string& where,
                       absl::Time deadline);
