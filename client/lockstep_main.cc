@@ -87,6 +87,21 @@ std::string SyncMark(const v1::JobStatus& j) {
   return j.checked_steps() > 0 ? "in sync" : "unchecked";
 }
 
+// The follow's last sync line. Never claims "in sync at every step" for
+// steps that did not run.
+std::string SyncSummary(const v1::JobStatus& j, const v1::SyncHistory& sync) {
+  const long long checked = sync.checked_steps();
+  if (checked == 0) return "sync: no step completed, so no replica hashes were compared";
+  std::string line = absl::StrFormat("sync: %lld of %lld steps checked, ", checked,
+                                     static_cast<long long>(j.total_steps()));
+  if (sync.mismatched_steps() != 0) {
+    return line + absl::StrFormat("%d mismatched (first at step %d)", sync.mismatched_steps(),
+                                  sync.first_mismatch_step());
+  }
+  return line + (checked < j.total_steps() ? "all replicas in sync at every checked step"
+                                           : "all replicas in sync at every step");
+}
+
 // "ps", or "ring/grpc" / "ring/tcp": how the job combines gradients and, in
 // ring mode, over which peer transport.
 std::string ModeName(const v1::JobSpec& spec) {
@@ -224,7 +239,9 @@ class Client {
     if (tty && !json) std::fprintf(stderr, "\n");
     auto final_status = Get(id);
     if (!final_status.ok()) return Fail("follow", final_status.status());
-    auto sync = Sync(id, 0);
+    // The counts come with any number of entries: fetch one, never the
+    // whole (possibly huge) history.
+    auto sync = Sync(id, 1);
     if (!sync.ok()) return Fail("follow", sync.status());
     const v1::JobStatus& j = *final_status;
     if (json) {
@@ -236,13 +253,7 @@ class Client {
       std::printf("final test accuracy: %.4f (test loss %.4f) after %lld steps, %.0f ex/s\n",
                   j.test_accuracy(), j.test_loss(), static_cast<long long>(j.step()),
                   j.examples_per_second());
-      std::printf("sync: %lld of %lld steps checked, %s", static_cast<long long>(sync->checked_steps()),
-                  static_cast<long long>(j.total_steps()),
-                  sync->mismatched_steps() == 0
-                      ? "all replicas in sync at every step\n"
-                      : absl::StrFormat("%d mismatched (first at step %d)\n",
-                                        sync->mismatched_steps(), sync->first_mismatch_step())
-                            .c_str());
+      std::printf("%s\n", SyncSummary(j, *sync).c_str());
       if (!j.final_hash().empty()) std::printf("final weights hash: %s\n", j.final_hash().c_str());
     }
     switch (j.state()) {

@@ -5,7 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace lockstep {
 
@@ -28,13 +32,82 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
-std::string AdvertisedAddress(absl::string_view listen_host, int port) {
-  std::string host(listen_host);
-  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-    char name[256] = {};
-    host = gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0' ? name : "localhost";
+bool IsWildcardHost(absl::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+}
+
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
+    return absl::StrCat("[", host, "]:", port);
   }
   return absl::StrCat(host, ":", port);
+}
+
+std::string HostOfAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "[")) {
+    const size_t close = address.find(']');
+    return std::string(close == absl::string_view::npos ? address : address.substr(0, close + 1));
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return std::string(address);
+  if (address.find(':') != colon) return std::string(address);  // bare IPv6 literal
+  return std::string(address.substr(0, colon));
+}
+
+absl::StatusOr<std::string> AdvertisedAddress(absl::string_view flag,
+                                              absl::string_view advertise,
+                                              absl::string_view listen_host, int bound_port) {
+  if (advertise.empty()) {
+    return JoinHostPort(IsWildcardHost(listen_host) ? "" : listen_host, bound_port);
+  }
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": expected HOST or HOST:PORT (IPv6 as [ADDR] or [ADDR]:PORT, PORT in 1..65535), got \"",
+        advertise, "\""));
+  };
+  absl::string_view host = advertise;
+  absl::string_view port_text;
+  bool has_port = false;
+  if (absl::StartsWith(advertise, "[")) {
+    const size_t close = advertise.find(']');
+    if (close == absl::string_view::npos || close == 1) return bad();
+    host = advertise.substr(0, close + 1);
+    absl::string_view rest = advertise.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') return bad();
+      port_text = rest.substr(1);
+      has_port = true;
+    }
+  } else {
+    const size_t first = advertise.find(':');
+    const size_t last = advertise.rfind(':');
+    if (first != absl::string_view::npos && first == last) {  // HOST:PORT
+      host = advertise.substr(0, first);
+      port_text = advertise.substr(first + 1);
+      has_port = true;
+    }  // no colon: a bare host; several: a bare IPv6 literal
+  }
+  if (host.empty() || IsWildcardHost(host)) return bad();
+  int port = bound_port;
+  if (has_port && (!absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535)) {
+    return bad();
+  }
+  return JoinHostPort(host, port);
+}
+
+absl::StatusOr<std::string> HostFromGrpcPeer(absl::string_view peer) {
+  std::string text(peer);
+  text = absl::StrReplaceAll(text, {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}});
+  absl::string_view rest = text;
+  const bool v4 = absl::ConsumePrefix(&rest, "ipv4:");
+  const bool v6 = !v4 && absl::ConsumePrefix(&rest, "ipv6:");
+  if (v4 || v6) {
+    const std::string host = HostOfAddress(rest);
+    const bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
+    if (!host.empty() && host != rest && (v4 ? !bracketed : bracketed)) return host;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected an ipv4: or ipv6: peer address, got \"", peer, "\""));
 }
 
 }  // namespace lockstep

@@ -35,12 +35,6 @@ bool Exists(const std::string& path) {
 
 std::string TmpNameFor(const std::string& path) { return absl::StrCat(path, ".tmp.", getpid()); }
 
-std::string MachineHostName() {
-  char name[256] = {};
-  EXPECT_EQ(gethostname(name, sizeof(name) - 1), 0);
-  return name[0] != '\0' ? name : "localhost";
-}
-
 TEST(WritePortFileTest, WritesPortAndNewlineAndLeavesNoTemporary) {
   const std::string path = absl::StrCat(TmpDir(), "/port_written");
   ASSERT_TRUE(WritePortFile(path, 43210).ok());
@@ -77,18 +71,63 @@ TEST(WritePortFileTest, FailedRenameNamesThePathAndRemovesTheTemporary) {
   EXPECT_FALSE(Exists(TmpNameFor(path)));
 }
 
-TEST(AdvertisedAddressTest, WildcardHostsBecomeTheMachineHostName) {
-  const std::string expected = absl::StrCat(MachineHostName(), ":5000");
-  EXPECT_EQ(AdvertisedAddress("", 5000), expected);
-  EXPECT_EQ(AdvertisedAddress("0.0.0.0", 5000), expected);
-  EXPECT_EQ(AdvertisedAddress("[::]", 5000), expected);
-  EXPECT_EQ(AdvertisedAddress("::", 5000), expected);
+TEST(AdvertisedAddressTest, WildcardListenWithoutFlagLeavesTheHostToTheReceiver) {
+  // Never the machine's host name: cloned hosts share one.
+  for (const char* wildcard : {"", "0.0.0.0", "[::]", "::"}) {
+    absl::StatusOr<std::string> a = AdvertisedAddress("--advertise", "", wildcard, 5000);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(*a, ":5000") << wildcard;
+  }
 }
 
-TEST(AdvertisedAddressTest, ConcreteHostIsKept) {
-  EXPECT_EQ(AdvertisedAddress("127.0.0.1", 7070), "127.0.0.1:7070");
-  EXPECT_EQ(AdvertisedAddress("node-3.example", 1), "node-3.example:1");
-  EXPECT_EQ(AdvertisedAddress("[::1]", 8080), "[::1]:8080");
+TEST(AdvertisedAddressTest, ConcreteListenHostIsKept) {
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "", "127.0.0.1", 7070), "127.0.0.1:7070");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "", "node-3.example", 1), "node-3.example:1");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "", "[::1]", 8080), "[::1]:8080");
+}
+
+TEST(AdvertisedAddressTest, BareHostGetsTheBoundPort) {
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "10.77.0.3", "0.0.0.0", 7071), "10.77.0.3:7071");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "vm-2", "0.0.0.0", 7071), "vm-2:7071");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "[fd00::3]", "::", 7071), "[fd00::3]:7071");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "fd00::3", "::", 7071), "[fd00::3]:7071");
+}
+
+TEST(AdvertisedAddressTest, HostAndPortAreKept) {
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "10.77.0.3:9000", "0.0.0.0", 7071),
+            "10.77.0.3:9000");
+  EXPECT_EQ(*AdvertisedAddress("--advertise", "[fd00::3]:9000", "::", 7071), "[fd00::3]:9000");
+}
+
+TEST(AdvertisedAddressTest, MalformedValuesNameTheFlagAndTheExpectedForm) {
+  for (const char* bad : {"host:", "host:abc", "host:0", "host:70000", ":7071", "0.0.0.0",
+                          "[::1", "[]:80", "[::1]x", "[::1]:"}) {
+    absl::StatusOr<std::string> a = AdvertisedAddress("--advertise", bad, "0.0.0.0", 7071);
+    ASSERT_FALSE(a.ok()) << bad << " gave " << *a;
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(a.status().message(),
+              absl::StrCat("--advertise: expected HOST or HOST:PORT (IPv6 as [ADDR] or "
+                           "[ADDR]:PORT, PORT in 1..65535), got \"",
+                           bad, "\""));
+  }
+}
+
+TEST(HostOfAddressTest, SplitsHostFromPort) {
+  EXPECT_EQ(HostOfAddress("10.0.0.1:7070"), "10.0.0.1");
+  EXPECT_EQ(HostOfAddress("[::1]:7070"), "[::1]");
+  EXPECT_EQ(HostOfAddress(":7070"), "");
+  EXPECT_EQ(HostOfAddress("coordinator"), "coordinator");
+  EXPECT_EQ(HostOfAddress("fd00::1"), "fd00::1");
+}
+
+TEST(HostFromGrpcPeerTest, ParsesIpv4AndIpv6PeersAndRejectsTheRest) {
+  EXPECT_EQ(*HostFromGrpcPeer("ipv4:10.77.0.3:53122"), "10.77.0.3");
+  EXPECT_EQ(*HostFromGrpcPeer("ipv6:[::1]:53122"), "[::1]");
+  EXPECT_EQ(*HostFromGrpcPeer("ipv6:%5B::1%5D:53122"), "[::1]");
+  EXPECT_EQ(*HostFromGrpcPeer("ipv6:%5Bfd00::3%5D:1"), "[fd00::3]");
+  for (const char* bad : {"", "unix:/tmp/s", "ipv4:", "ipv4:10.0.0.1", "ipv6:::1", "dns:x:1"}) {
+    EXPECT_FALSE(HostFromGrpcPeer(bad).ok()) << bad;
+  }
 }
 
 }  // namespace

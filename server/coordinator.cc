@@ -234,18 +234,48 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
 // ---- worker-facing ----------------------------------------------------------
 
 absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
-    const v1::RegisterWorkerRequest& request) {
+    const v1::RegisterWorkerRequest& request, const std::string& caller_host) {
   if (request.address().empty()) {
     return absl::InvalidArgumentError(
         "address: expected the worker's peer service host:port, got \"\"");
   }
+  // ":port": the worker listens on a wildcard address and leaves its host to
+  // us: the address its call comes from is one its peers can reach.
+  auto fill = [&](const std::string& field,
+                  const std::string& address) -> absl::StatusOr<std::string> {
+    if (address.empty() || address[0] != ':') return address;
+    if (caller_host.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": \"", address,
+          "\" has no host and the coordinator cannot see the caller's IP address; start the "
+          "worker with --advertise=HOST"));
+    }
+    return absl::StrCat(caller_host, address);
+  };
+  absl::StatusOr<std::string> address = fill("address", request.address());
+  if (!address.ok()) return address.status();
+  absl::StatusOr<std::string> data_address = fill("data_address", request.data_address());
+  if (!data_address.ok()) return data_address.status();
+
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  for (const auto& [seq, old] : workers_) {
+    if (old.address != *address || old.state == v1::LOST) continue;
+    if (old.hostname == request.hostname() && old.pid == request.pid()) continue;
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "address %s is already registered by live worker %s (host %s, pid %d, last heartbeat "
+        "%.1f s ago); refusing the worker on host %s, pid %d that claims it too. Give each "
+        "worker its own address (--advertise=HOST, or leave --advertise unset on a wildcard "
+        "--listen so the coordinator uses the caller's IP address); a restarted worker is "
+        "accepted once the old one is LOST",
+        *address, old.id, old.hostname, old.pid, absl::ToDoubleSeconds(now - old.last_seen),
+        request.hostname(), request.pid()));
+  }
   const int64_t seq = next_worker_seq_++;
   const std::string id = absl::StrCat("w-", seq);
   for (auto it = workers_.begin(); it != workers_.end();) {
     Worker& old = it->second;
-    if (old.address != request.address()) {
+    if (old.address != *address) {
       ++it;
       continue;
     }
@@ -263,8 +293,8 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   Worker w;
   w.seq = seq;
   w.id = id;
-  w.address = request.address();
-  w.data_address = request.data_address();
+  w.address = *address;
+  w.data_address = *data_address;
   w.hostname = request.hostname();
   w.pid = request.pid();
   w.state = v1::IDLE;
@@ -274,6 +304,8 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   v1::RegisterWorkerReply reply;
   reply.set_worker_id(id);
   reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  reply.set_address(*address);
+  reply.set_data_address(*data_address);
   ScheduleLocked();
   return reply;
 }

@@ -9,8 +9,14 @@
 //
 // ---- Worker protocol -----------------------------------------------------
 // RegisterWorker(address, data_address) -> worker id "w-1", "w-2", ... in
-//   registration order, state IDLE. Registering an address that is already
-//   registered drops the old worker id (its heartbeats then get
+//   registration order, state IDLE. An address with an empty host
+//   (":7071", a worker listening on a wildcard address) gets the IP address
+//   the call came from (`caller_host`). An address held by another LIVE
+//   worker (not LOST) whose hostname or pid differs is refused with
+//   ALREADY_EXISTS naming both: two hosts claiming one address are never
+//   silently swapped (a restarted worker is accepted once its old id is
+//   LOST). Registering an address held by a LOST worker, or again by the
+//   same process, drops the old worker id (its heartbeats then get
 //   reregister=true); if it was bound to a RUNNING job, that job FAILS
 //   naming the old worker. data_address may be empty (no TCP data plane).
 // Heartbeat(worker_id, job_id, step):
@@ -182,12 +188,16 @@ class Coordinator {
 
   // Sets the advertised address (used as the PS address when
   // options.ps_addresses is empty), e.g. once the real port is known.
+  // ":port" (no host) tells workers to dial the host they reach the
+  // coordinator at.
   void SetAdvertiseAddress(std::string address);
 
   // ---- worker-facing ----
-  // INVALID_ARGUMENT when address is empty.
+  // `caller_host`: the IP address (IPv6 bracketed) the call came from, ""
+  // when unknown. INVALID_ARGUMENT when address is empty, malformed, or has
+  // an empty host and caller_host is unknown; ALREADY_EXISTS as above.
   absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
-      const lockstep::v1::RegisterWorkerRequest& request);
+      const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "");
   absl::StatusOr<lockstep::v1::HeartbeatReply> Heartbeat(
       const lockstep::v1::HeartbeatRequest& request);
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStep(

@@ -48,9 +48,10 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to listen on; port 0 lets the OS choose");
 ABSL_FLAG(std::string, advertise, "",
-          "host:port workers and clients use to reach this coordinator (default: the "
-          "listen host, or this machine's hostname for a wildcard host, with the bound "
-          "port); also the parameter-server address when --ps_addresses is empty");
+          "HOST (the bound port is added) or HOST:PORT at which workers reach this "
+          "coordinator's parameter-server shard (used when --ps_addresses is empty). "
+          "Default: the --listen host; for a wildcard --listen host (0.0.0.0, [::]) the host "
+          "each worker dials the coordinator at");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written to this file (atomically) once listening");
 ABSL_FLAG(int64_t, heartbeat_ms, 200, "heartbeat interval told to workers, ms (> 0)");
@@ -213,8 +214,16 @@ int Run(int argc, char** argv) {
     return kExitBindFailed;
   }
 
-  std::string advertise = absl::GetFlag(FLAGS_advertise);
-  if (advertise.empty()) advertise = AdvertisedAddress(listen_host, port);
+  // A wildcard listen host gives ":port": workers then dial the coordinator's
+  // ps shard at the host they reach the coordinator at.
+  absl::StatusOr<std::string> advertised =
+      AdvertisedAddress("--advertise", absl::GetFlag(FLAGS_advertise), listen_host, port);
+  if (!advertised.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, std::string(advertised.status().message()).c_str());
+    server->Shutdown();
+    return kExitBadFlags;
+  }
+  const std::string advertise = *advertised;
   coordinator.SetAdvertiseAddress(advertise);
 
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
@@ -225,7 +234,14 @@ int Run(int argc, char** argv) {
       return kExitBadFlags;
     }
   }
-  std::fprintf(stderr, "%s: advertised address %s\n", kProg, advertise.c_str());
+  if (advertise[0] == ':') {
+    std::fprintf(stderr,
+                 "%s: advertised address: the host each worker dials, port %d (wildcard "
+                 "--listen, no --advertise)\n",
+                 kProg, port);
+  } else {
+    std::fprintf(stderr, "%s: advertised address %s\n", kProg, advertise.c_str());
+  }
   std::fprintf(stderr, "%s listening on %s:%d\n", kProg, listen_host.c_str(), port);
 
   absl::Notification stop_ticking;

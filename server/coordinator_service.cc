@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/daemon_util.h"
 #include "server/grpc_status.h"
 
 namespace lockstep {
@@ -31,10 +32,12 @@ CoordinatorService::CoordinatorService(lockstep::Coordinator* coordinator)
 
 void CoordinatorService::BeginShutdown() { shutting_down_.store(true); }
 
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
                                                 const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerReply* reply) {
-  return Reply(coordinator_->RegisterWorker(*request), reply);
+  // The caller's IP fills in an address registered without a host.
+  absl::StatusOr<std::string> caller = HostFromGrpcPeer(context->peer());
+  return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : ""), reply);
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,

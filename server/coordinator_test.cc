@@ -167,6 +167,79 @@ TEST_F(CoordinatorTest, RegisterAssignsIdsInOrderAndHeartbeatInterval) {
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CoordinatorTest, AddressWithoutHostGetsTheCallersIp) {
+  v1::RegisterWorkerRequest req;
+  req.set_address(":7071");
+  req.set_data_address(":7072");
+  req.set_hostname("vm");
+  absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req, "10.77.0.3");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->address(), "10.77.0.3:7071");
+  EXPECT_EQ(r->data_address(), "10.77.0.3:7072");
+  // A second host with the same host name and ports is another worker.
+  req.set_pid(2);
+  r = coord_->RegisterWorker(req, "[fd00::4]");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->address(), "[fd00::4]:7071");
+  v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 2);
+  EXPECT_EQ(list.workers(0).address(), "10.77.0.3:7071");
+  EXPECT_EQ(list.workers(0).data_address(), "10.77.0.3:7072");
+  EXPECT_EQ(list.workers(1).address(), "[fd00::4]:7071");
+  EXPECT_EQ(list.workers(1).data_address(), "[fd00::4]:7072");
+
+  // Without a caller address there is nothing to fill in: named, refused.
+  r = coord_->RegisterWorker(req, "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "address: \":7071\" has no host and the coordinator cannot see the caller's IP "
+            "address; start the worker with --advertise=HOST");
+  EXPECT_EQ(coord_->ListWorkers().workers_size(), 2);
+}
+
+TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
+  v1::RegisterWorkerRequest first;
+  first.set_address("vm:7071");
+  first.set_hostname("vm");
+  first.set_pid(100);
+  ASSERT_TRUE(coord_->RegisterWorker(first).ok());  // w-1
+  clock_.Advance(absl::Milliseconds(500));
+  v1::RegisterWorkerRequest second = first;
+  second.set_pid(200);
+  absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(second);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(r.status().message(),
+            "address vm:7071 is already registered by live worker w-1 (host vm, pid 100, last "
+            "heartbeat 0.5 s ago); refusing the worker on host vm, pid 200 that claims it too. "
+            "Give each worker its own address (--advertise=HOST, or leave --advertise unset on "
+            "a wildcard --listen so the coordinator uses the caller's IP address); a restarted "
+            "worker is accepted once the old one is LOST");
+  // Never swapped: w-1 keeps its id and heartbeats.
+  v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 1);
+  EXPECT_EQ(list.workers(0).worker_id(), "w-1");
+  EXPECT_FALSE(Beat("w-1").reregister());
+
+  // The same process registering again (it lost its id) replaces itself.
+  r = coord_->RegisterWorker(first);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->worker_id(), "w-2");
+  EXPECT_TRUE(Beat("w-1").reregister());
+
+  // Once the holder is LOST, a restarted process (new pid) takes the address.
+  clock_.Advance(absl::Seconds(4));
+  coord_->Tick();
+  ASSERT_EQ(coord_->ListWorkers().workers(0).state(), v1::LOST);
+  r = coord_->RegisterWorker(second);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->worker_id(), "w-3");
+  list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 1);
+  EXPECT_EQ(list.workers(0).worker_id(), "w-3");
+}
+
 TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksToReregister) {
   EXPECT_TRUE(Beat("w-9").reregister());
   EXPECT_TRUE(Beat("bogus").reregister());

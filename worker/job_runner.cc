@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
 #include "server/job_spec_convert.h"
 
@@ -39,7 +40,12 @@ absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
                                           absl::MakeSpan(shapes), &count,
                                           options_.combine_timeout);
       !s.ok()) {
-    return s;
+    // Transports name the round's internal key; users know the job's id.
+    const std::string internal = absl::StrCat("job ", ShapeAgreementJob(options_.job_id));
+    std::string message = absl::StrReplaceAll(
+        s.message(), {{internal, absl::StrCat("job ", options_.job_id)}});
+    return absl::Status(s.code(), absl::StrCat("before step 0 (dataset-shape agreement of job ",
+                                               options_.job_id, "): ", message));
   }
   if (count != k) {
     return absl::InternalError(

@@ -293,5 +293,35 @@ TEST(JobRunnerTest, DatasetOfTheWrongShapeNamesTheWorker) {
   EXPECT_NE(out.status().message().find("worker w-9"), std::string::npos) << out.status();
 }
 
+// A combiner that fails the way a transport does: naming the key it had.
+class FailingCombiner : public GradientCombiner {
+ public:
+  absl::Status Combine(uint64_t job, int64_t step, absl::Span<float>, int64_t*,
+                       absl::Duration) override {
+    return absl::UnavailableError(
+        absl::StrCat("peer rank 1 (10.77.0.3:7071): cannot connect (job ", job, ", step ", step,
+                     ")"));
+  }
+};
+
+TEST(JobRunnerTest, AFailureBeforeStepZeroNamesTheUsersJobNotTheInternalKey) {
+  TrainTest data = Blobs(20, 0);
+  FakeReporter reporter;
+  FailingCombiner combiner;
+  JobRunnerOptions o;
+  o.spec = MlpSpec();
+  o.spec.set_num_workers(2);
+  o.job_id = 7;
+  o.world = 2;
+  o.rank = 0;
+  JobRunner runner(o, &data, &combiner, &reporter);
+  auto out = runner.Run();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(out.status().message(),
+            "before step 0 (dataset-shape agreement of job 7): peer rank 1 (10.77.0.3:7071): "
+            "cannot connect (job 7, step 0)");
+  EXPECT_TRUE(reporter.hashes().empty());
+}
+
 }  // namespace
 }  // namespace lockstep

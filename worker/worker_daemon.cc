@@ -3,8 +3,11 @@
 #include <atomic>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/blas.h"
+#include "common/daemon_util.h"
 #include "common/collective/chunking.h"
 #include "server/grpc_status.h"
 #include "server/ps/grpc_ps_client.h"
@@ -14,6 +17,14 @@ namespace lockstep {
 namespace {
 
 constexpr int64_t kWeightsChunkFloats = 256 * 1024;  // 1 MiB per message
+
+// The host:port part of a gRPC target ("dns:///h:1" -> "h:1").
+std::string CoordinatorHost(absl::string_view target) {
+  for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&target, scheme)) break;
+  }
+  return std::string(target);
+}
 
 void Log(const std::string& line) { std::fprintf(stderr, "lockstep-worker: %s\n", line.c_str()); }
 
@@ -141,8 +152,9 @@ absl::Status WorkerDaemon::Register() {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
   Log(absl::StrCat("registered as ", worker_id_, " with ", options_.coordinator, " (peer address ",
-                   options_.advertise_address, ", data address ",
-                   options_.data_address.empty() ? "none" : options_.data_address, ")"));
+                   reply.address().empty() ? options_.advertise_address : reply.address(),
+                   ", data address ",
+                   reply.data_address().empty() ? "none" : reply.data_address(), ")"));
   return absl::OkStatus();
 }
 
@@ -276,7 +288,13 @@ void WorkerDaemon::RunJob(RunningJob* job) {
             ps_ptrs.clear();
             for (int s = 0; s < shards; ++s) {
               auto [b, e] = ShardBounds(n, shards, s);
-              const std::string& addr = a.ps_addresses(s);
+              // ":port" is the coordinator's own shard when it listens on a
+              // wildcard address: dial it at the host we reach it at.
+              const std::string addr = absl::StartsWith(a.ps_addresses(s), ":")
+                                           ? absl::StrCat(HostOfAddress(CoordinatorHost(
+                                                              options_.coordinator)),
+                                                          a.ps_addresses(s))
+                                           : a.ps_addresses(s);
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
                   grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), addr, s, k,
                   e - b));

@@ -27,8 +27,9 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "Address of this worker's peer service (port 0 = chosen by the OS)");
 ABSL_FLAG(std::string, advertise, "",
-          "Address peers use to reach this worker (default: the --listen host, or this "
-          "machine's host name for a wildcard listen address, with the bound port)");
+          "Address peers use to reach this worker: HOST (the bound port is added) or "
+          "HOST:PORT. Default: the --listen host; for a wildcard --listen host (0.0.0.0, [::]) "
+          "the IP address the coordinator sees this worker's calls come from");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of this worker's raw-TCP peer data plane (ring jobs with "
           "--peer_transport=tcp), on the --listen host; 0 = chosen by the OS. Advertised "
@@ -64,11 +65,6 @@ absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> Wrap(
     absl::StatusOr<std::unique_ptr<T>> t) {
   if (!t.ok()) return t.status();
   return std::unique_ptr<lockstep::JobTransport>(new JobTransportOf<T>(*std::move(t)));
-}
-
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
 }  // namespace
@@ -107,19 +103,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep-worker: cannot listen on %s\n", listen.c_str());
     return 1;
   }
-  std::string advertise = absl::GetFlag(FLAGS_advertise);
-  // A wildcard listen address is no address for peers: use the host name.
-  if (advertise.empty()) advertise = lockstep::AdvertisedAddress(HostOf(listen), port);
+  // A wildcard listen address is no address for peers: without --advertise
+  // the worker registers ":port" and the coordinator fills in the IP address
+  // it sees this worker's call come from (common/daemon_util.h).
+  absl::StatusOr<std::string> advertised =
+      lockstep::AdvertisedAddress("--advertise", absl::GetFlag(FLAGS_advertise), lockstep::HostOfAddress(listen), port);
+  if (!advertised.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n", std::string(advertised.status().message()).c_str());
+    server->Shutdown();
+    return 2;
+  }
+  const std::string advertise = *advertised;
   // The raw-TCP data plane listens on the same host; peers reach it at the
   // advertised host.
-  auto hub = lockstep::TcpPeerHub::Start(HostOf(listen), data_port);
+  auto hub = lockstep::TcpPeerHub::Start(lockstep::HostOfAddress(listen), data_port);
   if (!hub.ok()) {
     std::fprintf(stderr, "lockstep-worker: --data_port: %s\n",
                  std::string(hub.status().message()).c_str());
     server->Shutdown();
     return 1;
   }
-  const std::string data_address = absl::StrCat(HostOf(advertise), ":", (*hub)->port());
+  const std::string data_address =
+      lockstep::JoinHostPort(lockstep::HostOfAddress(advertise), (*hub)->port());
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
       std::fprintf(stderr, "lockstep-worker: --port_file: %s\n", std::string(s.message()).c_str());
