@@ -3,6 +3,9 @@
 _LIBS = {
     # name: pkg-config modules (grpc++.pc omits protobuf, so list it too)
     "grpc": ["grpc++", "protobuf"],
+    # gRPC server reflection (libgrpc++_reflection from libgrpc++-dev, which
+    # ships no .pc file: grpc++'s flags plus _EXTRA_LINKOPTS below).
+    "grpc_reflection": ["grpc++", "protobuf"],
     "protobuf": ["protobuf"],
     "absl": [
         "absl_flags",
@@ -24,6 +27,12 @@ _LIBS = {
     "gtest_main": ["gtest_main", "gmock", "gtest"],
 }
 
+# Libraries without a pkg-config module of their own, linked before their
+# modules' libraries.
+_EXTRA_LINKOPTS = {
+    "grpc_reflection": ["-lgrpc++_reflection"],
+}
+
 def _pkg_config(ctx, what, modules):
     res = ctx.execute(["pkg-config", what] + modules)
     if res.return_code != 0:
@@ -39,7 +48,7 @@ def _system_libs_impl(ctx):
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
         lines.append("    copts = %s," % repr(cflags))
-        lines.append("    linkopts = %s," % repr(libs + extra))
+        lines.append("    linkopts = %s," % repr(_EXTRA_LINKOPTS.get(name, []) + libs + extra))
         lines.append(")")
         lines.append("")
     ctx.file("BUILD", "\n".join(lines))
