@@ -162,6 +162,7 @@ std::vector<std::string> Coordinator::PsAddressesLocked() const {
 }
 
 void Coordinator::ScheduleLocked() {
+  if (draining_) return;
   while (!pending_.empty()) {
     Job* job = FindJobLocked(pending_.front());
     if (job == nullptr || job->state != v1::PENDING) {
@@ -259,6 +260,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
 
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("coordinator is shutting down");
   for (const auto& [seq, old] : workers_) {
     if (old.address != *address || old.state == v1::LOST) continue;
     if (old.hostname == request.hostname() && old.pid == request.pid()) continue;
@@ -666,6 +668,7 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (spec.sync_mode() == v1::PS) {
     const std::vector<std::string> ps = PsAddressesLocked();
     const int shards = PsShards(spec);

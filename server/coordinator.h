@@ -122,6 +122,26 @@
 // Sync history keeps the last options.max_sync_history checks per job; the
 // counters (checked_steps, mismatched_steps, first_mismatch_step) are exact.
 // Jobs are kept for the life of the coordinator.
+//
+// ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------
+// DeregisterWorker(worker_id, reason): a worker that shuts down says so. It
+//   is removed from the registry at once (never scheduled again; later
+//   heartbeats from its id get reregister = true). If it was bound to a
+//   RUNNING job whose part it had not finished (no ReportDone ok), that job
+//   FAILS "worker w-2 (rank 1, 10.0.0.2:7071) left: shutting down
+//   (SIGTERM)"; a worker normally sends ReportDone(ok = false) naming itself
+//   first, so the job has already failed with that reason. Unknown ids are
+//   OK (idempotent). The reason is cut to 256 bytes.
+// BeginDrain(reason): the coordinator stops taking work. From then on
+//   SubmitJob and RegisterWorker fail UNAVAILABLE "coordinator is shutting
+//   down", nothing is scheduled, and every PENDING and RUNNING job FAILS
+//   with `reason` (e.g. "coordinator shut down (SIGTERM)"; failed, not
+//   requeued: the queue lives in memory and dies with the process). Workers
+//   bound to those jobs learn it from their next heartbeat (stop_job) or
+//   ReportStep (stop) reply, stop at the next step boundary, ReportDone and
+//   go IDLE, as after a cancel. Idempotent (a second call fails nothing).
+// WaitForWorkersIdle(deadline): blocks (real time) until no worker is BUSY
+//   (LOST ones do not count) or `deadline`; true when none is BUSY.
 #ifndef LOCKSTEP_SERVER_COORDINATOR_H_
 #define LOCKSTEP_SERVER_COORDINATOR_H_
 
@@ -232,6 +252,14 @@ class Coordinator {
   // NOT_FOUND, or FAILED_PRECONDITION when the job has no (or no longer
   // has) final weights. The result stays valid after eviction.
   absl::StatusOr<std::shared_ptr<const FinalWeights>> GetWeights(uint64_t job_id);
+
+  // ---- leaving and draining (see the top of this file) ----
+  absl::StatusOr<lockstep::v1::DeregisterWorkerReply> DeregisterWorker(
+      const lockstep::v1::DeregisterWorkerRequest& request);
+  // Returns the ids of the jobs it failed, ascending.
+  std::vector<uint64_t> BeginDrain(const std::string& reason);
+  bool draining();
+  bool WaitForWorkersIdle(absl::Time deadline);
 
   // Watch support. Every change of a job stamps it with a new value of a
   // global version counter (>= 1, increasing). Returns the job's snapshot
@@ -350,6 +378,7 @@ class Coordinator {
   std::map<uint64_t, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> pending_ ABSL_GUARDED_BY(mu_);  // FIFO of PENDING ids
   std::deque<uint64_t> weights_order_ ABSL_GUARDED_BY(mu_);  // jobs holding weights
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;  // BeginDrain was called
 };
 
 }  // namespace lockstep

@@ -40,6 +40,12 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
   return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : ""), reply);
 }
 
+grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext*,
+                                                  const v1::DeregisterWorkerRequest* request,
+                                                  v1::DeregisterWorkerReply* reply) {
+  return Reply(coordinator_->DeregisterWorker(*request), reply);
+}
+
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatReply* reply) {

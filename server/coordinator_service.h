@@ -40,6 +40,9 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
   grpc::Status RegisterWorker(grpc::ServerContext* context,
                               const lockstep::v1::RegisterWorkerRequest* request,
                               lockstep::v1::RegisterWorkerReply* reply) override;
+  grpc::Status DeregisterWorker(grpc::ServerContext* context,
+                                const lockstep::v1::DeregisterWorkerRequest* request,
+                                lockstep::v1::DeregisterWorkerReply* reply) override;
   grpc::Status Heartbeat(grpc::ServerContext* context,
                          const lockstep::v1::HeartbeatRequest* request,
                          lockstep::v1::HeartbeatReply* reply) override;

@@ -978,5 +978,147 @@ TEST_F(CoordinatorTest, RankHeartbeatAgeUsesClock) {
   EXPECT_DOUBLE_EQ(st.finished_unix_s(), 0.0);
 }
 
+// ---- leaving and draining (coordinator_drain.cc) ---------------------------
+
+v1::DeregisterWorkerReply Leave(Coordinator* coord, const std::string& worker,
+                                const std::string& reason) {
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(worker);
+  req.set_reason(reason);
+  absl::StatusOr<v1::DeregisterWorkerReply> r = coord->DeregisterWorker(req);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : v1::DeregisterWorkerReply();
+}
+
+TEST_F(CoordinatorTest, WorkerShuttingDownReportsItsJobFailedAndIsForgotten) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  // What lockstep-worker sends on SIGTERM: ReportDone(ok=false) naming
+  // itself, then DeregisterWorker.
+  ASSERT_TRUE(
+      Done(job, 1, w[1], false, "", "worker w-2 (10.0.0.2:5000) shutting down (SIGTERM)").ok());
+  v1::JobStatus st = Job(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(), "rank 1 (w-2): worker w-2 (10.0.0.2:5000) shutting down (SIGTERM)");
+  EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), 0u);
+  EXPECT_EQ(Job(job).reason(), st.reason());  // unchanged
+  const v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 1);
+  EXPECT_EQ(list.workers(0).worker_id(), w[0]);
+  EXPECT_TRUE(Beat(w[1]).reregister());
+  // Leaving twice, or an id never seen, is fine.
+  EXPECT_EQ(Leave(coord_.get(), w[1], "again").failed_job_id(), 0u);
+  EXPECT_EQ(Leave(coord_.get(), "w-99", "").failed_job_id(), 0u);
+  // The survivor stops and goes idle; a K=2 job now waits for a new worker.
+  EXPECT_TRUE(Beat(w[0], job).stop_job());
+  Beat(w[0]);
+  EXPECT_EQ(WorkerState(w[0]), v1::IDLE);
+  const uint64_t next = Submit(Spec(2));
+  EXPECT_EQ(Job(next).state(), v1::PENDING);
+  Register(3);
+  EXPECT_EQ(Job(next).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, WorkerLeavingMidJobWithoutReportFailsItNamingTheWorker) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), job);
+  v1::JobStatus st = Job(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(), "worker w-2 (rank 1, 10.0.0.2:5000) left: shutting down (SIGTERM)");
+
+  // No reason given; a long one is cut to 256 bytes.
+  Beat(w[0]);
+  Register(2);
+  Register(3);
+  const uint64_t second = Submit(Spec(2));
+  ASSERT_EQ(Job(second).state(), v1::RUNNING);
+  EXPECT_EQ(Leave(coord_.get(), w[0], "").failed_job_id(), second);
+  EXPECT_EQ(Job(second).reason(), "worker w-1 (rank 0, 10.0.0.1:5000) left: it deregistered");
+  const uint64_t third = Submit(Spec(1));
+  ASSERT_EQ(Job(third).state(), v1::RUNNING);
+  const std::string rank0 = Job(third).ranks(0).worker_id();
+  EXPECT_EQ(Leave(coord_.get(), rank0, std::string(1000, 'x')).failed_job_id(), third);
+  EXPECT_EQ(rank0, "w-4");
+  EXPECT_EQ(Job(third).reason(),
+            "worker w-4 (rank 0, 10.0.0.3:5000) left: " + std::string(256, 'x'));
+}
+
+TEST_F(CoordinatorTest, WorkerLeavingAfterFinishingItsPartLetsTheJobSucceed) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  ASSERT_TRUE(Done(job, 1, w[1], true, Hash(7)).ok());
+  EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), 0u);
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+  ASSERT_TRUE(Done(job, 0, w[0], true, Hash(7)).ok());
+  EXPECT_EQ(Job(job).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Job(job).final_hash(), Hash(7));
+}
+
+TEST_F(CoordinatorTest, DrainFailsRunningAndPendingJobsAndRefusesNewWork) {
+  std::vector<std::string> w;
+  const uint64_t running = StartJob(2, &w);
+  const uint64_t pending = Submit(Spec(2));
+  ASSERT_EQ(Job(pending).state(), v1::PENDING);
+  EXPECT_FALSE(coord_->draining());
+  clock_.Advance(absl::Seconds(1));
+
+  EXPECT_EQ(coord_->BeginDrain("coordinator shut down (SIGTERM)"),
+            (std::vector<uint64_t>{running, pending}));
+  EXPECT_TRUE(coord_->draining());
+  for (uint64_t id : {running, pending}) {
+    const v1::JobStatus st = Job(id);
+    EXPECT_EQ(st.state(), v1::FAILED) << id;
+    EXPECT_EQ(st.reason(), "coordinator shut down (SIGTERM)") << id;
+    EXPECT_EQ(st.finished_unix_s(), 1001.0) << id;
+  }
+  EXPECT_EQ(Job(pending).ranks_size(), 0);
+  // Idempotent: nothing more to fail.
+  EXPECT_TRUE(coord_->BeginDrain("again").empty());
+  EXPECT_EQ(Job(running).reason(), "coordinator shut down (SIGTERM)");
+
+  // No new work.
+  absl::StatusOr<v1::SubmitJobReply> sub = SubmitRaw(Spec(1));
+  EXPECT_EQ(sub.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(sub.status().message(), "coordinator is shutting down");
+  v1::RegisterWorkerRequest reg;
+  reg.set_address(Addr(9));
+  EXPECT_EQ(coord_->RegisterWorker(reg).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(coord_->ListJobs().jobs_size(), 2);
+
+  // Workers learn it from their next reply and wind down as after a cancel.
+  EXPECT_FALSE(coord_->WaitForWorkersIdle(absl::Now()));
+  absl::StatusOr<v1::ReportStepReply> r = Step(running, 0, w[0], 0, Hash(1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->stop());
+  EXPECT_EQ(r->reason(), "job 1 is FAILED: coordinator shut down (SIGTERM)");
+  EXPECT_TRUE(Beat(w[1], running).stop_job());
+  ASSERT_TRUE(Done(running, 0, w[0], false, "", "job 1 stopped by the coordinator").ok());
+  EXPECT_EQ(Job(running).reason(), "coordinator shut down (SIGTERM)");
+  EXPECT_FALSE(Beat(w[0]).has_assignment());
+  EXPECT_EQ(WorkerState(w[0]), v1::IDLE);
+  EXPECT_FALSE(coord_->WaitForWorkersIdle(absl::Now()));  // w-2 still BUSY
+  bool idle = false;
+  std::thread waiter([&] { idle = coord_->WaitForWorkersIdle(absl::Now() + absl::Seconds(30)); });
+  EXPECT_FALSE(Beat(w[1]).has_assignment());
+  waiter.join();
+  EXPECT_TRUE(idle);
+  EXPECT_EQ(WorkerState(w[1]), v1::IDLE);
+}
+
+TEST_F(CoordinatorTest, DrainDoesNotWaitForLostWorkers) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  coord_->BeginDrain("coordinator shut down (SIGTERM)");
+  Beat(w[0], job);
+  Beat(w[0]);
+  clock_.Advance(absl::Seconds(4));
+  Beat(w[0]);
+  EXPECT_FALSE(coord_->WaitForWorkersIdle(absl::Now()));
+  coord_->Tick();  // w-2 never answered: LOST, no longer waited for
+  EXPECT_EQ(WorkerState(w[1]), v1::LOST);
+  EXPECT_TRUE(coord_->WaitForWorkersIdle(absl::Now()));
+}
+
 }  // namespace
 }  // namespace lockstep

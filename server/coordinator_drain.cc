@@ -1,0 +1,73 @@
+// Coordinator: workers leaving and the coordinator draining (SIGTERM). The
+// contracts are at the top of coordinator.h ("Leaving and draining").
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "server/coordinator.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+constexpr size_t kMaxLeaveReasonBytes = 256;
+
+}  // namespace
+
+absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
+    const v1::DeregisterWorkerRequest& request) {
+  std::string reason = request.reason().substr(0, kMaxLeaveReasonBytes);
+  if (reason.empty()) reason = "it deregistered";
+  absl::MutexLock lock(&mu_);
+  v1::DeregisterWorkerReply reply;
+  Worker* w = FindWorkerLocked(request.worker_id());
+  if (w == nullptr) return reply;
+  if (w->job_id != 0) {
+    Job* job = FindJobLocked(w->job_id);
+    const bool finished_its_part = job != nullptr && w->rank >= 0 &&
+                                   w->rank < static_cast<int>(job->ranks.size()) &&
+                                   job->ranks[w->rank].worker_id == w->id &&
+                                   job->ranks[w->rank].done;
+    if (job != nullptr && job->state == v1::RUNNING && !finished_its_part) {
+      FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s) left: %s", w->id, w->rank,
+                                         w->address, reason));
+      reply.set_failed_job_id(job->id);
+    }
+  }
+  workers_.erase(w->seq);
+  ScheduleLocked();
+  return reply;
+}
+
+std::vector<uint64_t> Coordinator::BeginDrain(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> failed;
+  if (draining_) return failed;
+  draining_ = true;
+  for (auto& [id, job] : jobs_) {
+    if (job->state == v1::PENDING || job->state == v1::RUNNING) {
+      FailJobLocked(job.get(), reason);
+      failed.push_back(id);
+    }
+  }
+  pending_.clear();
+  return failed;
+}
+
+bool Coordinator::draining() {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+bool Coordinator::WaitForWorkersIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none_busy = [this]() {
+    return std::none_of(workers_.begin(), workers_.end(),
+                        [](const auto& entry) { return entry.second.state == v1::BUSY; });
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
+}
+
+}  // namespace lockstep
