@@ -8,7 +8,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
+#include "common/flags_usage.h"
+#include "common/log.h"
+#include "common/log_flags.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "server/ps/ps_service.h"
@@ -19,22 +23,30 @@ ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening"
 ABSL_FLAG(int32_t, max_jobs, 8, "Jobs whose shards are held at once (oldest dropped)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  lockstep::ConfigureFlagsUsage(
       "lockstep parameter-server shard.\n"
-      "  lockstep-server --role=ps --listen=HOST:PORT");
-  absl::ParseCommandLine(argc, argv);
+      "  lockstep-server --role=ps --listen=HOST:PORT [--port_file=F] [--log_format=text|json]");
+  lockstep::ParseFlagsOrExit(argc, argv);
+  // Log lines from here on (common/log.h); only a bad logging flag itself
+  // is reported as a plain line.
+  absl::StatusOr<lockstep::LogOptions> log_options = lockstep::LogOptionsFromFlags();
+  if (!log_options.ok()) {
+    std::fprintf(stderr, "lockstep-server: %s\n",
+                 std::string(log_options.status().message()).c_str());
+    return 2;
+  }
+  const lockstep::Logger log = lockstep::Logger::Stderr(*log_options).WithComponent("ps");
   lockstep::TuneProcessForThroughput();
   if (absl::GetFlag(FLAGS_role) != "ps") {
-    std::fprintf(stderr, "lockstep-server: --role: expected ps, got \"%s\"\n",
-                 absl::GetFlag(FLAGS_role).c_str());
+    log.Error(absl::StrCat("--role: expected ps, got \"", absl::GetFlag(FLAGS_role), "\""));
     return 2;
   }
   if (absl::GetFlag(FLAGS_max_jobs) < 1) {
-    std::fprintf(stderr, "lockstep-server: --max_jobs: expected >= 1\n");
+    log.Error(absl::StrCat("--max_jobs: expected >= 1, got ", absl::GetFlag(FLAGS_max_jobs)));
     return 2;
   }
   if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
-    std::fprintf(stderr, "lockstep-server: %s\n", std::string(s.message()).c_str());
+    log.Error(s.message());
     return 1;
   }
 
@@ -46,19 +58,21 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "lockstep-server: cannot listen on %s\n", listen.c_str());
+    log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     return 1;
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
-      std::fprintf(stderr, "lockstep-server: --port_file: %s\n", std::string(s.message()).c_str());
+      log.Error(absl::StrCat("--port_file: ", s.message()));
       server->Shutdown();
       return 2;
     }
   }
-  std::fprintf(stderr, "lockstep-server --role=ps listening on port %d\n", port);
+  log.Info("listening", {{"role", "ps"},
+                         {"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
+                         {"port", port}});
   const int sig = lockstep::WaitForShutdownSignal();
-  std::fprintf(stderr, "lockstep-server: %s, shutting down\n", lockstep::ShutdownSignalName(sig));
+  log.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }
