@@ -7,6 +7,7 @@ PKGS=(
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libopenblas-dev libxxhash-dev libgtest-dev libgmock-dev
   dataset-fashion-mnist python3 iproute2
+  python3-grpcio python3-protobuf python3-numpy
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,163 @@
+"""Plain Python views of the coordinator's replies (lockstep.v1 in coordinator.proto).
+
+Each dataclass has one attribute per field of its message, with the proto's
+field names; enum fields are their names as str ("RUNNING", "IDLE"),
+repeated fields tuples, `spec` stays a lockstep.v1.JobSpec message, and
+`proto` holds the message itself (for fields added to the proto later).
+"""
+
+import dataclasses
+from typing import Any, Tuple
+
+from google.protobuf.descriptor import FieldDescriptor
+
+from lockstep._stubs import job_pb2
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def _convert(cls, msg):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "proto":
+            continue
+        fd = msg.DESCRIPTOR.fields_by_name[f.name]
+        value = getattr(msg, f.name)
+        nested = _NESTED.get((cls.__name__, f.name))
+        if fd.enum_type is not None and fd.label != FieldDescriptor.LABEL_REPEATED:
+            ev = fd.enum_type.values_by_number.get(value)
+            value = ev.name if ev is not None else str(value)
+        elif fd.label == FieldDescriptor.LABEL_REPEATED:
+            value = tuple(nested.from_proto(v) for v in value) if nested else tuple(value)
+        elif fd.message_type is not None:
+            copy = type(value)()
+            copy.CopyFrom(value)
+            value = copy
+        kwargs[f.name] = value
+    return cls(proto=msg, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankStatus:
+    """One rank of a job: its worker, progress, last hash and whether it is in sync."""
+    rank: int
+    worker_id: str
+    address: str
+    hostname: str
+    step: int
+    last_hash: str
+    in_sync: bool
+    last_heartbeat_age_s: float
+    data_address: str
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """A job's state and progress: lockstep.v1.JobStatus (GetJob, WatchJob events)."""
+    job_id: int
+    spec: Any                  # lockstep.v1.JobSpec
+    state: str                 # PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED
+    reason: str
+    step: int                  # steps every rank completed
+    total_steps: int
+    epoch: int
+    loss: float
+    test_accuracy: float
+    test_loss: float
+    examples_per_second: float
+    out_of_sync: bool
+    checked_steps: int
+    mismatched_steps: int
+    ranks: Tuple[RankStatus, ...]
+    submitted_unix_s: float
+    started_unix_s: float
+    finished_unix_s: float
+    final_hash: str
+    has_weights: bool
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def done(self):
+        """True once the job SUCCEEDED, FAILED or was CANCELLED."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def mode(self):
+        """"ps", "ring/grpc" or "ring/tcp", as `lockstep status` shows it."""
+        if self.spec.sync_mode == job_pb2.PS:
+            return "ps"
+        try:
+            return "ring/" + job_pb2.PeerTransport.Name(self.spec.peer_transport).lower()
+        except ValueError:
+            return "ring/unknown"
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncCheck:
+    """The replica-hash comparison of one step."""
+    step: int
+    all_match: bool
+    majority_hash: str
+    differing_ranks: Tuple[int, ...]
+    rank_hashes: Tuple[str, ...]   # index = rank
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncHistory:
+    """A job's per-step hash agreement (most recent check last)."""
+    job_id: int
+    checked_steps: int
+    mismatched_steps: int
+    first_mismatch_step: int       # -1 when none
+    checks: Tuple[SyncCheck, ...]
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A registered worker daemon."""
+    worker_id: str
+    address: str
+    hostname: str
+    state: str                     # IDLE, BUSY, LOST
+    job_id: int
+    last_heartbeat_age_s: float
+    data_address: str
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
+_NESTED = {
+    ("JobStatus", "ranks"): RankStatus,
+    ("SyncHistory", "checks"): SyncCheck,
+}
+
+# Which message each view mirrors (the tests check the field lists agree).
+MESSAGES = {
+    RankStatus: "RankStatus",
+    JobStatus: "JobStatus",
+    SyncCheck: "SyncCheck",
+    SyncHistory: "SyncHistory",
+    WorkerInfo: "WorkerInfo",
+}
