@@ -67,7 +67,8 @@ v1::WeightsChunk MakeWeightsChunk(const FinalWeights& w, int64_t offset, int64_t
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, Clock* clock)
-    : options_(std::move(options)), clock_(clock) {
+    : options_(std::move(options)), clock_(clock),
+      log_(LoggerOrStderr(options_.logger, "coordinator")) {
   absl::MutexLock lock(&mu_);
   advertise_ = options_.advertise_address;
 }
@@ -139,6 +140,15 @@ void Coordinator::EndJobLocked(Job* job, v1::JobState state, std::string reason)
     job->weights.reset();
     weights_order_.erase(std::remove(weights_order_.begin(), weights_order_.end(), job->id),
                          weights_order_.end());
+  }
+  if (state == v1::SUCCEEDED) {
+    LogLocked(LogLevel::kInfo, "job succeeded",
+              {{"job", job->id}, {"steps", job->steps_done}, {"final_hash", job->final_hash},
+               {"test_accuracy", job->test_accuracy}});
+  } else {
+    LogLocked(state == v1::FAILED ? LogLevel::kError : LogLevel::kInfo,
+              state == v1::FAILED ? "job failed" : "job cancelled",
+              {{"job", job->id}, {"steps", job->steps_done}, {"reason", job->reason}});
   }
   BumpLocked(job);
 }
@@ -218,6 +228,15 @@ void Coordinator::ScheduleLocked() {
     job->state = v1::RUNNING;
     job->started = clock_->Now();
     BumpLocked(job);
+    std::vector<std::string> ids;
+    for (const Rank& r : job->ranks) ids.push_back(r.worker_id);
+    std::vector<LogField> fields = {{"job", job->id},
+                                    {"mode", ModeName(job->spec)},
+                                    {"workers", absl::StrJoin(ids, ",")}};
+    if (!job->ps_addresses.empty()) {
+      fields.emplace_back("ps", absl::StrJoin(job->ps_addresses, ","));
+    }
+    LogLocked(LogLevel::kInfo, "job started", std::move(fields));
   }
 }
 
@@ -259,7 +278,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   if (!data_address.ok()) return data_address.status();
 
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   for (const auto& [seq, old] : workers_) {
     if (old.address != *address || old.state == v1::LOST) continue;
@@ -308,13 +327,19 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   reply.set_address(*address);
   reply.set_data_address(*data_address);
+  LogLocked(LogLevel::kInfo, "worker registered",
+            {{"worker", id},
+             {"address", *address},
+             {"data_address", *data_address},
+             {"hostname", request.hostname()},
+             {"pid", request.pid()}});
   ScheduleLocked();
   return reply;
 }
 
 absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   v1::HeartbeatReply reply;
   Worker* w = FindWorkerLocked(request.worker_id());
   if (w == nullptr) {
@@ -329,7 +354,11 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
     rank = &bound->ranks[w->rank];
     rank->last_heartbeat = now;
   }
-  if (w->state == v1::LOST) w->state = w->job_id != 0 ? v1::BUSY : v1::IDLE;
+  if (w->state == v1::LOST) {
+    w->state = w->job_id != 0 ? v1::BUSY : v1::IDLE;
+    LogLocked(LogLevel::kInfo, "worker back",
+              {{"worker", w->id}, {"address", w->address}, {"job", w->job_id}});
+  }
 
   if (request.job_id() != 0) {
     if (rank != nullptr && request.job_id() == bound->id && bound->state == v1::RUNNING) {
@@ -367,7 +396,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
 
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
     const v1::ReportStepRequest& request) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
@@ -475,6 +504,7 @@ void Coordinator::CompleteStepLocked(Job* job, int64_t step, const PendingStep& 
 
   if (!differing.empty()) {
     job->out_of_sync = true;
+    LogMismatchLocked(*job, "hash mismatch", step, differing, majority);
     FailJobLocked(job, absl::StrCat("replicas diverged at step ", step, ": rank(s) ",
                                     absl::StrJoin(differing, ", "),
                                     " differ from the majority hash ", majority));
@@ -497,7 +527,7 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
 }
 
 absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
@@ -531,6 +561,7 @@ absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
   auto [majority, differing] = Majority(hashes);
   if (!differing.empty()) {
     job->out_of_sync = true;
+    LogMismatchLocked(*job, "final hash mismatch", job->steps_done, differing, majority);
     FailJobLocked(job, absl::StrCat("replicas finished with different weights: rank(s) ",
                                     absl::StrJoin(differing, ", "),
                                     " differ from the majority hash ", majority));
@@ -644,12 +675,17 @@ void Coordinator::PublishWeightsLocked(Job* job, std::shared_ptr<const FinalWeig
 
 void Coordinator::Tick() {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   for (auto& [seq, w] : workers_) {
     if (w.state == v1::LOST) continue;
     const absl::Duration silent = now - w.last_seen;
     if (silent <= options_.lost_after) continue;
     w.state = v1::LOST;
+    LogLocked(LogLevel::kWarn, "worker lost",
+              {{"worker", w.id},
+               {"address", w.address},
+               {"silent_s", absl::ToDoubleSeconds(silent)},
+               {"job", w.job_id}});
     if (w.job_id == 0) continue;
     Job* job = FindJobLocked(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
@@ -667,7 +703,7 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
   const v1::JobSpec& spec = request.spec();
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (spec.sync_mode() == v1::PS) {
     const std::vector<std::string> ps = PsAddressesLocked();
@@ -703,6 +739,13 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
   jobs_.emplace(j->id, std::move(job));
   BumpLocked(j);
   pending_.push_back(j->id);
+  LogLocked(LogLevel::kInfo, "job submitted",
+            {{"job", j->id},
+             {"model", spec.model()},
+             {"mode", ModeName(spec)},
+             {"workers", k},
+             {"batch", spec.global_batch()},
+             {"name", spec.name()}});
   ScheduleLocked();
   v1::SubmitJobReply reply;
   reply.set_job_id(j->id);
@@ -782,7 +825,7 @@ v1::WorkerList Coordinator::ListWorkers() {
 
 absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   absl::StatusOr<Job*> found = JobOrNotFoundLocked(job_id);
   if (!found.ok()) return found.status();
   Job* job = *found;

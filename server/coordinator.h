@@ -160,6 +160,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 
@@ -179,6 +180,10 @@ struct CoordinatorOptions {
   int max_jobs_with_weights = 8;
   // Sync checks kept per job (>= 1); counters stay exact beyond it.
   int64_t max_sync_history = 100000;
+  // Event lines (component "coordinator"): worker registered/lost/back, job
+  // submitted/started/succeeded/failed/cancelled, hash mismatch at step t
+  // naming the ranks and workers. Not owned; nullptr = stderr text lines.
+  const Logger* logger = nullptr;
 };
 
 // Final weights of a job, as uploaded by rank 0. Immutable once published.
@@ -205,6 +210,7 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, Clock* clock);
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
+  ~Coordinator();
 
   // Sets the advertised address (used as the PS address when
   // options.ps_addresses is empty), e.g. once the real port is known.
@@ -366,8 +372,40 @@ class Coordinator {
   lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Event logging without I/O under mu_ (coordinator_log.cc): LogLocked
+  // queues a line; Locked (used instead of absl::MutexLock by the methods
+  // that change state) writes the queued lines after releasing mu_. The
+  // queue holds at most one call's events (one per job at most).
+  struct QueuedLog {
+    LogLevel level;
+    std::string msg;
+    std::vector<LogField> fields;
+  };
+  class ABSL_SCOPED_LOCKABLE Locked {
+   public:
+    explicit Locked(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~Locked() ABSL_UNLOCK_FUNCTION();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    Coordinator* const c_;
+  };
+  void LogLocked(LogLevel level, std::string msg, std::vector<LogField> fields)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An ERROR line `what` (e.g. "hash mismatch") at `step` naming the
+  // differing ranks, their workers and the majority hash.
+  void LogMismatchLocked(const Job& job, absl::string_view what, int64_t step,
+                         const std::vector<int32_t>& ranks, const std::string& majority)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the queued lines (mu_ not held).
+  void WriteLogs(std::vector<QueuedLog> logs) const;
+  // "ring/grpc", "ring/tcp" or "ps".
+  static std::string ModeName(const lockstep::v1::JobSpec& spec);
+
   const CoordinatorOptions options_;
   Clock* const clock_;
+  const Logger log_;
 
   absl::Mutex mu_;
   std::string advertise_ ABSL_GUARDED_BY(mu_);
@@ -379,6 +417,7 @@ class Coordinator {
   std::deque<uint64_t> pending_ ABSL_GUARDED_BY(mu_);  // FIFO of PENDING ids
   std::deque<uint64_t> weights_order_ ABSL_GUARDED_BY(mu_);  // jobs holding weights
   bool draining_ ABSL_GUARDED_BY(mu_) = false;  // BeginDrain was called
+  std::vector<QueuedLog> queued_logs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep

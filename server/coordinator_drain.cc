@@ -20,7 +20,7 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
     const v1::DeregisterWorkerRequest& request) {
   std::string reason = request.reason().substr(0, kMaxLeaveReasonBytes);
   if (reason.empty()) reason = "it deregistered";
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);  // writes this call's log lines after unlocking
   v1::DeregisterWorkerReply reply;
   Worker* w = FindWorkerLocked(request.worker_id());
   if (w == nullptr) return reply;
@@ -36,13 +36,15 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
       reply.set_failed_job_id(job->id);
     }
   }
+  LogLocked(LogLevel::kInfo, "worker left",
+            {{"worker", w->id}, {"address", w->address}, {"reason", reason}});
   workers_.erase(w->seq);
   ScheduleLocked();
   return reply;
 }
 
 std::vector<uint64_t> Coordinator::BeginDrain(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   std::vector<uint64_t> failed;
   if (draining_) return failed;
   draining_ = true;
