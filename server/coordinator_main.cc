@@ -3,8 +3,13 @@
 //
 // Exit codes: 0 after SIGTERM/SIGINT (graceful shutdown: Watch streams end,
 // in-flight calls get up to 5 s), 1 when the listen address cannot be bound,
-// 2 for bad flags or arguments. --help prints the flags (Abseil exits 1
-// after --help in this Abseil version).
+// 2 for bad flags or arguments. --help prints the flags and exits 0
+// (common/flags_usage.h).
+//
+// Log lines (common/log.h; --log_format=text|json, --log_level): component
+// "coordinator", the events of server/coordinator.h plus start-up and
+// shutdown. Only errors in the flags that pick the log format, unknown flags
+// and positional arguments are plain "lockstep-coordinator: ..." lines.
 //
 // gRPC keepalive (server side; a client helper must match): the server
 // pings an idle connection every 60 s and drops it after 20 s without an
@@ -40,6 +45,9 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/daemon_util.h"
+#include "common/flags_usage.h"
+#include "common/log.h"
+#include "common/log_flags.h"
 #include "common/shutdown_signal.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
@@ -125,62 +133,60 @@ bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
 }
 
 int Run(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  ConfigureFlagsUsage(
       "serves lockstep.v1.Coordinator (worker registry, jobs, "
       "replica hash checks).\nUsage: lockstep-coordinator [--listen=HOST:PORT] "
       "[--advertise=HOST:PORT] [--port_file=PATH] [--heartbeat_ms=N] "
-      "[--lost_after_ms=N] [--ps_addresses=A,B,...]");
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "coordinator_main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
+      "[--lost_after_ms=N] [--ps_addresses=A,B,...] [--log_format=text|json]");
   std::string error;
   if (!PrevalidateFlags(argc, argv, &error)) {
     std::fprintf(stderr, "%s: %s\n", kProg, error.c_str());
     return kExitBadFlags;
   }
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = ParseFlagsOrExit(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "%s: unexpected argument \"%s\" (all options are --flags)\n", kProg,
                  rest[1]);
     return kExitBadFlags;
   }
+  absl::StatusOr<LogOptions> log_options = LogOptionsFromFlags();
+  if (!log_options.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, std::string(log_options.status().message()).c_str());
+    return kExitBadFlags;
+  }
+  const Logger logger = Logger::Stderr(*log_options).WithComponent("coordinator");
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::string listen_host;
   int listen_port = 0;
   if (!SplitHostPort(listen, &listen_host, &listen_port)) {
-    std::fprintf(stderr, "%s: --listen: expected HOST:PORT with PORT in [0, 65535], got \"%s\"\n",
-                 kProg, listen.c_str());
+    logger.Error(absl::StrCat("--listen: expected HOST:PORT with PORT in [0, 65535], got \"",
+                              listen, "\""));
     return kExitBadFlags;
   }
   const int64_t heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   const int64_t lost_after_ms = absl::GetFlag(FLAGS_lost_after_ms);
   if (heartbeat_ms <= 0 || lost_after_ms <= 0) {
-    std::fprintf(stderr, "%s: --heartbeat_ms and --lost_after_ms: expected > 0, got %lld and %lld\n",
-                 kProg, static_cast<long long>(heartbeat_ms),
-                 static_cast<long long>(lost_after_ms));
+    logger.Error(absl::StrCat("--heartbeat_ms and --lost_after_ms: expected > 0, got ",
+                              heartbeat_ms, " and ", lost_after_ms));
     return kExitBadFlags;
   }
   if (absl::GetFlag(FLAGS_max_weights_jobs) < 0) {
-    std::fprintf(stderr, "%s: --max_weights_jobs: expected >= 0, got %d\n", kProg,
-                 absl::GetFlag(FLAGS_max_weights_jobs));
+    logger.Error(absl::StrCat("--max_weights_jobs: expected >= 0, got ",
+                              absl::GetFlag(FLAGS_max_weights_jobs)));
     return kExitBadFlags;
   }
   for (const std::string& ps : absl::GetFlag(FLAGS_ps_addresses)) {
     std::string h;
     int p = 0;
     if (!SplitHostPort(ps, &h, &p) || p == 0) {
-      std::fprintf(stderr, "%s: --ps_addresses: expected HOST:PORT entries, got \"%s\"\n", kProg,
-                   ps.c_str());
+      logger.Error(absl::StrCat("--ps_addresses: expected HOST:PORT entries, got \"", ps, "\""));
       return kExitBadFlags;
     }
   }
 
   // Shutdown signals go through a self-pipe (common/shutdown_signal.h).
   if (absl::Status s = InstallShutdownSignalHandlers(); !s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kProg, std::string(s.message()).c_str());
+    logger.Error(s.message());
     return kExitBindFailed;
   }
 
@@ -190,6 +196,7 @@ int Run(int argc, char** argv) {
   options.lost_after = absl::Milliseconds(lost_after_ms);
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
+  options.logger = &logger;
   Coordinator coordinator(options, &clock);
   CoordinatorService service(&coordinator);
   // The coordinator also hosts a parameter-server shard: ps-mode jobs use it
@@ -208,8 +215,7 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&ps_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "%s: cannot listen on %s: the address is in use or not available\n",
-                 kProg, listen.c_str());
+    logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     if (server != nullptr) server->Shutdown();
     return kExitBindFailed;
   }
@@ -219,7 +225,7 @@ int Run(int argc, char** argv) {
   absl::StatusOr<std::string> advertised =
       AdvertisedAddress("--advertise", absl::GetFlag(FLAGS_advertise), listen_host, port);
   if (!advertised.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kProg, std::string(advertised.status().message()).c_str());
+    logger.Error(advertised.status().message());
     server->Shutdown();
     return kExitBadFlags;
   }
@@ -229,20 +235,19 @@ int Run(int argc, char** argv) {
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     if (absl::Status s = WritePortFile(port_file, port); !s.ok()) {
-      std::fprintf(stderr, "%s: --port_file: %s\n", kProg, std::string(s.message()).c_str());
+      logger.Error(absl::StrCat("--port_file: ", s.message()));
       server->Shutdown();
       return kExitBadFlags;
     }
   }
-  if (advertise[0] == ':') {
-    std::fprintf(stderr,
-                 "%s: advertised address: the host each worker dials, port %d (wildcard "
-                 "--listen, no --advertise)\n",
-                 kProg, port);
-  } else {
-    std::fprintf(stderr, "%s: advertised address %s\n", kProg, advertise.c_str());
-  }
-  std::fprintf(stderr, "%s listening on %s:%d\n", kProg, listen_host.c_str(), port);
+  // advertise ":port" (wildcard --listen, no --advertise): each worker
+  // dials the ps shard at the host it reaches the coordinator at.
+  logger.Info("listening", {{"address", JoinHostPort(listen_host, port)},
+                            {"port", port},
+                            {"advertise", advertise[0] == ':'
+                                              ? absl::StrCat("<the host each worker dials>",
+                                                             advertise)
+                                              : advertise}});
 
   absl::Notification stop_ticking;
   std::thread ticker([&coordinator, &stop_ticking] {
@@ -252,7 +257,7 @@ int Run(int argc, char** argv) {
   });
 
   const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: caught %s, shutting down\n", kProg, ShutdownSignalName(sig));
+  logger.Info("shutting down", {{"signal", ShutdownSignalName(sig)}});
   service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   stop_ticking.Notify();

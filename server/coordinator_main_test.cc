@@ -135,13 +135,13 @@ TEST(CoordinatorMainTest, ServesWritesPortFileAndExits0OnSignal) {
     const std::string port_file = absl::StrCat(TmpDir(), "/port.", sig);
     Child c({"--listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file),
              "--lost_after_ms=500"});
-    const std::string prefix = "lockstep-coordinator listening on 127.0.0.1:";
+    const std::string prefix = "INFO  coordinator: listening address=127.0.0.1:";
     ASSERT_TRUE(c.ReadUntil(prefix, kTimeout)) << c.err();
     const size_t start = c.err().find(prefix) + prefix.size();
     while (c.err().find('\n', start) == std::string::npos) {
       ASSERT_TRUE(c.ReadMore(kTimeout)) << c.err();
     }
-    const size_t end = c.err().find('\n', start);
+    const size_t end = c.err().find_first_not_of("0123456789", start);
     int port = 0;
     ASSERT_TRUE(absl::SimpleAtoi(c.err().substr(start, end - start), &port)) << c.err();
     EXPECT_GT(port, 0);
@@ -180,7 +180,10 @@ TEST(CoordinatorMainTest, PortInUseExits1) {
 
   Child c({absl::StrCat("--listen=127.0.0.1:", port)});
   EXPECT_EQ(c.WaitExit(kTimeout), 1) << c.err();
-  EXPECT_NE(c.err().find(absl::StrCat("cannot listen on 127.0.0.1:", port)), std::string::npos)
+  EXPECT_NE(c.err().find(absl::StrCat("cannot listen: the address is in use or not available "
+                                      "listen=127.0.0.1:",
+                                      port)),
+            std::string::npos)
       << c.err();
   close(fd);
 }
