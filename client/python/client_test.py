@@ -26,7 +26,7 @@ import grpc
 import numpy as np
 
 import lockstep
-from lockstep import types as lt
+from lockstep import views as lt
 
 COORD, WORKER, CLI = (os.path.abspath(p) for p in sys.argv[1:4])
 del sys.argv[1:4]

@@ -8,4 +8,6 @@ here="$PWD/client/python"   # the runfiles tree: sources and generated stubs tog
 [ -f "$here/lockstep/_gen/proto/coordinator_pb2.py" ] || { echo "FAIL: stubs not in $here"; exit 1; }
 export PYTHONPATH="$here" PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1
 unset PYTHONHOME
-exec /usr/bin/python3 "$here/client_test.py" "$@"
+# -P: no script directory on sys.path (Python resolves the runfiles symlink
+# to the source tree, whose lockstep/ has no generated stubs).
+exec /usr/bin/python3 -P "$here/client_test.py" "$@"

@@ -14,7 +14,7 @@ Bazel target //client/python:lockstep).
 from lockstep._stubs import coordinator_pb2, job_pb2
 from lockstep.client import Client, LockstepError
 from lockstep.job_flags import job_spec_from_flags
-from lockstep.types import JobStatus, RankStatus, SyncCheck, SyncHistory, WorkerInfo
+from lockstep.views import JobStatus, RankStatus, SyncCheck, SyncHistory, WorkerInfo
 
 __all__ = [
     "Client",

@@ -18,7 +18,7 @@ import numpy as np
 
 from lockstep import job_flags
 from lockstep._stubs import coordinator_pb2, coordinator_pb2_grpc
-from lockstep.types import JobStatus, SyncHistory, WorkerInfo
+from lockstep.views import JobStatus, SyncHistory, WorkerInfo
 
 # WatchJob reconnects when the stream breaks (UNAVAILABLE) before the job
 # ended, as `lockstep submit --follow` does.
