@@ -480,11 +480,12 @@ void Coordinator::CompleteStepLocked(Job* job, int64_t step, const PendingStep& 
     job->history.pop_front();
   }
 
+  const double step_loss = examples > 0 ? loss_weighted / static_cast<double>(examples)
+                                         : loss_plain / static_cast<double>(job->k);
   if (step + 1 > job->steps_done) {
     job->steps_done = step + 1;
     job->epoch = epoch;
-    job->loss = examples > 0 ? loss_weighted / static_cast<double>(examples)
-                             : loss_plain / static_cast<double>(job->k);
+    job->loss = step_loss;
   }
   job->examples += examples;
   const absl::Time now = clock_->Now();
@@ -501,6 +502,9 @@ void Coordinator::CompleteStepLocked(Job* job, int64_t step, const PendingStep& 
     job->examples_per_second =
         since_start > 0 ? static_cast<double>(job->examples) / since_start : 0.0;
   }
+  job->series.AddCheck(step, differing.empty());
+  job->series.AddStep(
+      LossPoint{step, step_loss, job->examples_per_second, since_start, job->examples});
 
   if (!differing.empty()) {
     job->out_of_sync = true;
@@ -522,6 +526,7 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
   if (job->state != v1::RUNNING) return absl::OkStatus();
   job->test_accuracy = request.test_accuracy();
   job->test_loss = request.test_loss();
+  job->series.AddEval(EvalPoint{request.step(), request.test_accuracy(), request.test_loss()});
   BumpLocked(job);
   return absl::OkStatus();
 }
@@ -880,6 +885,13 @@ absl::StatusOr<std::shared_ptr<const FinalWeights>> Coordinator::GetWeights(uint
         options_.max_jobs_with_weights, " jobs' weights are kept)"));
   }
   return (*found)->weights;
+}
+
+absl::StatusOr<JobSeriesSnapshot> Coordinator::GetJobSeries(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = JobOrNotFoundLocked(job_id);
+  if (!found.ok()) return found.status();
+  return (*found)->series.Snapshot();
 }
 
 absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> Coordinator::WaitForJobChange(

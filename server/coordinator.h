@@ -163,6 +163,7 @@
 #include "common/log.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
+#include "server/job_series.h"
 
 namespace lockstep {
 
@@ -258,6 +259,10 @@ class Coordinator {
   // NOT_FOUND, or FAILED_PRECONDITION when the job has no (or no longer
   // has) final weights. The result stays valid after eviction.
   absl::StatusOr<std::shared_ptr<const FinalWeights>> GetWeights(uint64_t job_id);
+  // A copy of the job's bounded curve history (server/job_series.h): loss
+  // and examples/s per completed step, test accuracy / loss per ReportEval,
+  // the sync checks as strip cells. NOT_FOUND for an unknown job.
+  absl::StatusOr<JobSeriesSnapshot> GetJobSeries(uint64_t job_id);
 
   // ---- leaving and draining (see the top of this file) ----
   absl::StatusOr<lockstep::v1::DeregisterWorkerReply> DeregisterWorker(
@@ -345,6 +350,7 @@ class Coordinator {
     std::shared_ptr<const FinalWeights> weights;
     std::optional<Upload> upload;
     uint64_t version = 0;
+    JobSeries series;  // bounded loss / eval / sync-strip history (status page)
   };
 
   Worker* FindWorkerLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
