@@ -284,6 +284,15 @@ void Logger::Log(LogLevel level, absl::string_view msg,
   sink_->Write(FormatLine(clock_->Now(), level, msg, fields.data(), fields.size()));
 }
 
+DeferredLog::~DeferredLog() {
+  for (const Entry& e : entries_) logger_->Log(e.level, e.msg, e.fields);
+}
+
+void DeferredLog::Add(LogLevel level, std::string msg, std::vector<LogField> fields) {
+  if (logger_ == nullptr || !logger_->Enabled(level)) return;
+  entries_.push_back(Entry{level, std::move(msg), std::move(fields)});
+}
+
 Logger LoggerOrStderr(const Logger* logger, absl::string_view component) {
   return (logger != nullptr ? *logger : Logger::Stderr()).WithComponent(component);
 }

@@ -180,6 +180,28 @@ class Logger {
   std::vector<LogField> fields_;
 };
 
+// Lines collected while a lock is held and written when this object goes
+// out of scope. Declare it before the lock guard, so the lock is released
+// before the lines are written (no I/O under a lock). One scope, one thread.
+class DeferredLog {
+ public:
+  explicit DeferredLog(const Logger* logger) : logger_(logger) {}
+  DeferredLog(const DeferredLog&) = delete;
+  DeferredLog& operator=(const DeferredLog&) = delete;
+  ~DeferredLog();
+
+  void Add(LogLevel level, std::string msg, std::vector<LogField> fields = {});
+
+ private:
+  struct Entry {
+    LogLevel level;
+    std::string msg;
+    std::vector<LogField> fields;
+  };
+  const Logger* const logger_;
+  std::vector<Entry> entries_;
+};
+
 // `logger` when not null, else Logger::Stderr(); with `component` set.
 Logger LoggerOrStderr(const Logger* logger, absl::string_view component);
 

@@ -212,6 +212,22 @@ TEST(LogTest, NullLoggerMeansStderrText) {
             "\"msg\":\"x\"}\n");
 }
 
+TEST(LogTest, DeferredLogWritesWhenItGoesOutOfScope) {
+  Captured c;
+  Logger log = c.Make(LogFormat::kText);
+  {
+    DeferredLog later(&log);
+    later.Add(LogLevel::kInfo, "first", {{"a", 1}});
+    later.Add(LogLevel::kDebug, "dropped");
+    later.Add(LogLevel::kWarn, "second");
+    EXPECT_EQ(c.sink->contents(), "");
+  }
+  EXPECT_EQ(c.sink->lines(), (std::vector<std::string>{
+                                 "2026-11-30T14:02:03.123Z INFO  first a=1",
+                                 "2026-11-30T14:02:03.123Z WARN  second",
+                             }));
+}
+
 // Many threads logging long lines through one FdLogSink into one file: every line arrives whole (one write(2) per line, under a mutex).
 TEST(LogTest, FdSinkLinesNeverInterleave) {
   const char* tmp = std::getenv("TEST_TMPDIR");
