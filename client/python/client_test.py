@@ -81,8 +81,13 @@ def setUpModule():
 
 
 def tearDownModule():
-    for _, p in PROCS:
+    # Workers first, so they can still tell the coordinator they leave.
+    for name, p in reversed(PROCS):
         p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     for name, p in PROCS:
         try:
             p.wait(timeout=10)
