@@ -20,7 +20,15 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 JobRunner::JobRunner(JobRunnerOptions options, const TrainTest* data,
                      GradientCombiner* combiner, JobReporter* reporter)
-    : options_(std::move(options)), data_(data), combiner_(combiner), reporter_(reporter) {}
+    : options_(std::move(options)),
+      data_(data),
+      combiner_(combiner),
+      reporter_(reporter),
+      clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
+      log_(LoggerOrStderr(options_.logger, "worker")
+               .WithFields({{"job", options_.job_id},
+                            {"rank", options_.rank},
+                            {"worker", options_.worker_id}})) {}
 
 std::string JobRunner::PeerName(int rank) const {
   if (rank < static_cast<int>(options_.peer_names.size())) {
@@ -108,6 +116,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
   JobOutcome outcome;
+  // Training lines: see JobRunnerOptions::log_interval.
+  absl::Time last_line = clock_->Now();
+  int64_t examples_since_line = 0;
   for (int64_t step = 0; step < total; ++step) {
     if (stop_.load()) {
       return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
@@ -152,6 +163,21 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     }
 
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
+    examples_since_line += count;
+    const absl::Time now = clock_->Now();
+    if (step == 0 || epoch_end || now - last_line >= options_.log_interval) {
+      const double seconds = absl::ToDoubleSeconds(now - last_line);
+      log_.Info(epoch_end ? "epoch done" : "training",
+                {{"step", step},
+                 {"steps", total},
+                 {"epoch", step / per_epoch + 1},
+                 {"ex_per_s", seconds > 0 ? static_cast<double>(examples_since_line) / seconds
+                                          : 0.0},
+                 {"lr", lr},
+                 {"loss", global_loss}});
+      last_line = now;
+      examples_since_line = 0;
+    }
     const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);
     if (evaluate) {
@@ -169,6 +195,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       eval.set_test_loss(outcome.test_loss);
       eval.set_test_examples(e.count);
       if (absl::Status s = reporter_->ReportEval(eval); !s.ok()) return s;
+      log_.Info("eval", {{"step", step},
+                         {"epoch", step / per_epoch + 1},
+                         {"test_examples", e.count},
+                         {"test_accuracy", outcome.test_accuracy},
+                         {"test_loss", outcome.test_loss}});
     }
   }
   outcome.steps = total;

@@ -25,7 +25,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/data/fashion_mnist.h"
+#include "common/log.h"
 #include "common/train/replica.h"
 #include "proto/coordinator.pb.h"
 #include "worker/combiner.h"
@@ -56,6 +58,19 @@ struct JobRunnerOptions {
   // Fault injection for tests: after applying this step's update, nudge
   // this replica's first weight by one ulp, so its hash drifts (-1 = off).
   int64_t perturb_at_step = -1;
+  // Training log lines (component "worker", with job, rank and worker on
+  // every line). Not owned; nullptr = stderr text lines. One line per step
+  // is too many (a 10-epoch Fashion-MNIST job has 4690 steps), so a
+  // "training" line is written after step 0 and then after the first step
+  // that ends at least `log_interval` after the previous line; every epoch's
+  // last step writes an "epoch done" line instead, and rank 0's test
+  // evaluations an "eval" line. step = the 0-based step index t, as in
+  // ReportStep and the coordinator's sync checks.
+  const Logger* logger = nullptr;
+  absl::Duration log_interval = absl::Seconds(10);
+  // Time source of the log interval and the lines' examples/s (not owned;
+  // nullptr = real time).
+  Clock* clock = nullptr;
 };
 
 struct JobOutcome {
@@ -97,6 +112,9 @@ class JobRunner {
   const TrainTest* data_;
   GradientCombiner* combiner_;
   JobReporter* reporter_;
+  RealClock real_clock_;
+  Clock* const clock_;
+  const Logger log_;
   std::atomic<bool> stop_{false};
   absl::Status AgreeOnShape(const Dataset& train);
   std::string PeerName(int rank) const;
