@@ -1,8 +1,12 @@
 // lockstep-coordinator: serves lockstep.v1.Coordinator. Flags and wiring
 // only; the logic lives in server/coordinator.h.
 //
-// Exit codes: 0 after SIGTERM/SIGINT (graceful shutdown: Watch streams end,
-// in-flight calls get up to 5 s), 1 when the listen address cannot be bound,
+// Exit codes: 0 after SIGTERM/SIGINT (graceful shutdown: health goes
+// NOT_SERVING, new jobs and registrations are refused UNAVAILABLE, every
+// PENDING/RUNNING job FAILS "coordinator shut down (SIGTERM)", workers are
+// told to stop in their next heartbeat reply and given --drain_timeout_ms to
+// go idle, Watch streams end, in-flight calls get up to 2 s), 1 when the
+// listen address cannot be bound,
 // 2 for bad flags or arguments. --help prints the flags and exits 0
 // (common/flags_usage.h).
 //
@@ -20,6 +24,7 @@
 #include <fcntl.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <chrono>
@@ -42,9 +47,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/daemon_util.h"
+#include "common/grpcutil/health_service.h"
+#include "common/grpcutil/server_reflection.h"
 #include "common/flags_usage.h"
 #include "common/log.h"
 #include "common/log_flags.h"
@@ -70,6 +78,9 @@ ABSL_FLAG(std::vector<std::string>, ps_addresses, {},
           "comma-separated parameter-server addresses, shard s at index s (default: "
           "the advertised address)");
 ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many jobs (>= 0)");
+ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
+          "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
+          "stop before exiting, ms (>= 0)");
 
 namespace lockstep {
 namespace {
@@ -203,6 +214,11 @@ int Run(int argc, char** argv) {
   // when no --ps_addresses are given.
   PsService ps_service;
 
+  // Health: NOT_SERVING until listening with the address known, and again
+  // from the shutdown signal on. Reflection for grpcurl & co.
+  HealthService health({v1::Coordinator::service_full_name(),
+                        v1::ParameterServer::service_full_name()});
+  EnableServerReflection();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
@@ -213,6 +229,7 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.RegisterService(&service);
   builder.RegisterService(&ps_service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
@@ -249,6 +266,7 @@ int Run(int argc, char** argv) {
                                                              advertise)
                                               : advertise}});
 
+  health.SetAllServing(true);
   absl::Notification stop_ticking;
   std::thread ticker([&coordinator, &stop_ticking] {
     while (!stop_ticking.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
@@ -258,8 +276,25 @@ int Run(int argc, char** argv) {
 
   const int sig = WaitForShutdownSignal();
   logger.Info("shutting down", {{"signal", ShutdownSignalName(sig)}});
+  health.SetAllNotServing();
+  const std::string drain_reason =
+      absl::StrCat("coordinator shut down (", ShutdownSignalName(sig), ")");
+  // Each job it fails is logged by the coordinator ("job failed").
+  const std::vector<uint64_t> failed = coordinator.BeginDrain(drain_reason);
+  const int64_t drain_ms = std::max<int64_t>(0, absl::GetFlag(FLAGS_drain_timeout_ms));
+  const absl::Time drain_start = absl::Now();
+  if (!coordinator.WaitForWorkersIdle(drain_start + absl::Milliseconds(drain_ms))) {
+    logger.Warn("drain: some workers were still busy at --drain_timeout_ms",
+                {{"failed_jobs", static_cast<int64_t>(failed.size())},
+                 {"drain_timeout_ms", drain_ms}});
+  } else {
+    logger.Info("drain: every worker idle",
+                {{"failed_jobs", static_cast<int64_t>(failed.size())},
+                 {"seconds", absl::ToDoubleSeconds(absl::Now() - drain_start)}});
+  }
+  health.Shutdown();
   service.BeginShutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stop_ticking.Notify();
   ticker.join();
   server->Wait();
