@@ -3,6 +3,8 @@
 //   lockstep [--coordinator=HOST:PORT] submit [job flags] [--follow] [--no_wait]
 //   lockstep status JOB | sync JOB | jobs | workers | cancel JOB
 //   lockstep export JOB --out=weights.npz     (or .npy: one flat array)
+//   lockstep --coordinator=ANY_DAEMON health [--service=NAME] [--timeout_ms=N]
+//       (exit 0 when SERVING, 1 otherwise: for container health checks)
 //   every command takes --json
 //
 // Exit codes: 0 ok (a followed job SUCCEEDED), 1 an RPC failed, 2 bad usage
@@ -24,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/health_command.h"
 #include "client/job_flags.h"
 #include "client/npy.h"
 #include "google/protobuf/util/json_util.h"
@@ -38,6 +41,10 @@ ABSL_FLAG(bool, no_wait, false,
 ABSL_FLAG(int64_t, max_entries, 20, "sync: most recent checks to list (0 = all)");
 ABSL_FLAG(std::string, out, "", "export: output file (.npz: one array per tensor; .npy: flat)");
 ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each RPC in seconds (not of --follow)");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to ask about (\"\" = the whole daemon, or e.g. "
+          "lockstep.v1.Coordinator)");
+ABSL_FLAG(int64_t, timeout_ms, 2000, "health: deadline of the health check, ms (> 0)");
 
 namespace lockstep {
 namespace {
@@ -440,6 +447,9 @@ int Usage() {
                "  workers          registered workers\n"
                "  cancel JOB       cancel a job\n"
                "  export JOB --out=F.npz|F.npy   download the final weights\n"
+               "  health [--service=S] [--timeout_ms=N]   any daemon's gRPC health (the\n"
+               "                   --coordinator address may be a worker's or ps server's);\n"
+               "                   prints SERVING etc., exit 0 only when SERVING\n"
                "every command takes --json; `lockstep --help` lists the job flags\n");
   return 2;
 }
@@ -449,7 +459,7 @@ int Usage() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export ...");
+      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export|health ...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];
@@ -460,6 +470,10 @@ int main(int argc, char** argv) {
   uint64_t id = 0;
   if (cmd == "submit" && args.size() == 2) {
     return client.Submit(lockstep::FlagsGivenOnCommandLine(argc, argv));
+  }
+  if (cmd == "health" && args.size() == 2) {
+    return lockstep::HealthCommand(absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_service),
+                                   absl::GetFlag(FLAGS_timeout_ms), absl::GetFlag(FLAGS_json));
   }
   if (cmd == "jobs" && args.size() == 2) return client.Jobs();
   if (cmd == "workers" && args.size() == 2) return client.Workers();

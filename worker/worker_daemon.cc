@@ -1,5 +1,6 @@
 #include "worker/worker_daemon.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -25,8 +26,6 @@ std::string CoordinatorHost(absl::string_view target) {
   }
   return std::string(target);
 }
-
-void Log(const std::string& line) { std::fprintf(stderr, "lockstep-worker: %s\n", line.c_str()); }
 
 // JobReporter over the coordinator's gRPC service.
 class GrpcReporter : public JobReporter {
@@ -94,6 +93,9 @@ struct WorkerDaemon::RunningJob {
   v1::Assignment assignment;
   std::atomic<bool> stop{false};
   std::atomic<bool> finished{false};  // ReportDone sent; safe to heartbeat idle
+  // Whoever sets this first sends the job's one ReportDone: the job thread
+  // when the job ends, or Drain() when the worker shuts down mid-job.
+  std::atomic<bool> report_claimed{false};
   absl::Mutex mu;
   std::unique_ptr<JobTransport> transport ABSL_GUARDED_BY(mu);
   std::vector<GrpcPsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
@@ -114,6 +116,7 @@ struct WorkerDaemon::RunningJob {
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::shared_ptr<grpc::Channel> channel,
                            TransportFactory transports)
     : options_(std::move(options)),
+      log_(LoggerOrStderr(options_.logger, "worker")),
       channel_(std::move(channel)),
       stub_(v1::Coordinator::NewStub(channel_)),
       transports_(std::move(transports)) {}
@@ -122,6 +125,8 @@ WorkerDaemon::~WorkerDaemon() {
   Shutdown();
   ReapJob(/*wait=*/true);
 }
+
+void WorkerDaemon::Log(const std::string& line) const { log_.Info(line); }
 
 std::string WorkerDaemon::worker_id() const {
   absl::MutexLock l(&mu_);
@@ -135,6 +140,59 @@ void WorkerDaemon::Shutdown() {
   if (job_ != nullptr) job_->RequestStop();
 }
 
+void WorkerDaemon::Drain(const std::string& why) {
+  std::string wid;
+  v1::ReportDoneRequest done;
+  bool report = false;
+  {
+    absl::MutexLock l(&mu_);
+    if (draining_) return;
+    draining_ = true;
+    leave_reason_ = absl::StrCat("shutting down (", why, ")");
+    if (options_.serving_changed) options_.serving_changed(false);
+    wid = worker_id_;
+    if (job_ != nullptr && !wid.empty() && !job_->report_claimed.exchange(true)) {
+      report = true;
+      done.set_worker_id(wid);
+      done.set_job_id(job_->assignment.job_id());
+      done.set_rank(job_->assignment.rank());
+      done.set_ok(false);
+      done.set_error(absl::StrCat("worker ", wid, " (", options_.hostname, ") ", leave_reason_));
+    }
+  }
+  // Tell the coordinator before stopping the job: stopping first would make
+  // the peers' combines fail, and their reports could name them instead.
+  if (report) {
+    Log(absl::StrCat("job ", done.job_id(), ": ", done.error(), ": reporting it failed"));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout,
+                                                               kLeaveRpcTimeout)));
+    v1::ReportDoneReply reply;
+    absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+    if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+  }
+  Shutdown();
+}
+
+void WorkerDaemon::Deregister(const std::string& worker_id) {
+  v1::DeregisterWorkerRequest req;
+  req.set_worker_id(worker_id);
+  {
+    absl::MutexLock l(&mu_);
+    req.set_reason(leave_reason_);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout, kLeaveRpcTimeout)));
+  v1::DeregisterWorkerReply reply;
+  absl::Status s = FromGrpcStatus(stub_->DeregisterWorker(&ctx, req, &reply));
+  if (!s.ok()) {
+    Log(absl::StrCat("DeregisterWorker failed: ", s.message()));
+  } else {
+    Log(absl::StrCat("deregistered ", worker_id, " from ", options_.coordinator));
+  }
+}
+
 absl::Status WorkerDaemon::Register() {
   v1::RegisterWorkerRequest req;
   req.set_address(options_.advertise_address);
@@ -146,15 +204,18 @@ absl::Status WorkerDaemon::Register() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &reply));
   if (!s.ok()) return s;
+  DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   worker_id_ = reply.worker_id();
+  if (options_.serving_changed && !draining_) options_.serving_changed(true);
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
-  Log(absl::StrCat("registered as ", worker_id_, " with ", options_.coordinator, " (peer address ",
-                   reply.address().empty() ? options_.advertise_address : reply.address(),
-                   ", data address ",
-                   reply.data_address().empty() ? "none" : reply.data_address(), ")"));
+  later.Add(LogLevel::kInfo, "registered",
+            {{"worker", worker_id_},
+             {"coordinator", options_.coordinator},
+             {"address", reply.address().empty() ? options_.advertise_address : reply.address()},
+             {"data_address", reply.data_address()}});
   return absl::OkStatus();
 }
 
@@ -165,8 +226,10 @@ absl::Status WorkerDaemon::Run() {
     if (worker_id().empty()) {
       last = Register();
       if (!last.ok()) {
-        Log(absl::StrCat("cannot register with ", options_.coordinator, ": ", last.message(),
-                         " (retrying)"));
+        log_.Warn("cannot register, retrying",
+                  {{"coordinator", options_.coordinator},
+                   {"error", last.message()},
+                   {"retry_ms", absl::ToInt64Milliseconds(retry)}});
         shutdown_.WaitForNotificationWithTimeout(retry);
         retry = std::min(retry * 2, absl::Seconds(2));
         continue;
@@ -185,6 +248,12 @@ absl::Status WorkerDaemon::Run() {
     if (job_ != nullptr) job_->RequestStop();
   }
   ReapJob(/*wait=*/true);
+  std::string leaving;  // the worker id to deregister after a Drain()
+  {
+    absl::MutexLock l(&mu_);
+    if (draining_) leaving = worker_id_;
+  }
+  if (!leaving.empty()) Deregister(leaving);
   return absl::OkStatus();
 }
 
@@ -200,21 +269,25 @@ void WorkerDaemon::Heartbeat() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
   if (!s.ok()) {
-    Log(absl::StrCat("heartbeat to ", options_.coordinator, " failed: ", s.message()));
+    log_.Warn("heartbeat failed", {{"coordinator", options_.coordinator}, {"error", s.message()}});
     return;
   }
+  DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   if (reply.reregister()) {
-    Log("the coordinator does not know this worker: registering again");
+    later.Add(LogLevel::kWarn, "unknown to the coordinator, registering again",
+              {{"worker", worker_id_}});
     worker_id_.clear();
+    if (options_.serving_changed) options_.serving_changed(false);
     if (job_ != nullptr) job_->RequestStop();
     return;
   }
   if (reply.stop_job() && job_ != nullptr) {
-    Log(absl::StrCat("job ", job_->assignment.job_id(), " ended by the coordinator: stopping"));
+    later.Add(LogLevel::kInfo, "job ended by the coordinator, stopping",
+              {{"job", job_->assignment.job_id()}, {"worker", worker_id_}});
     job_->RequestStop();
   }
-  if (reply.has_assignment() && job_ == nullptr) {
+  if (reply.has_assignment() && job_ == nullptr && !draining_) {
     auto job = std::make_unique<RunningJob>();
     job->assignment = reply.assignment();
     RunningJob* raw = job.get();
@@ -238,11 +311,14 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   const std::string wid = worker_id();
   const int k = a.peer_addresses_size();
   const bool tcp = a.spec().peer_transport() == v1::TCP;
-  Log(absl::StrCat("job ", a.job_id(), ": rank ", a.rank(), " of ", k, ", ",
-                   a.spec().sync_mode() == v1::PS ? "ps mode"
-                   : tcp                          ? "ring mode over tcp"
-                                                  : "ring mode over grpc",
-                   ", model ", a.spec().model()));
+  log_.Info("job started", {{"job", a.job_id()},
+                            {"rank", a.rank()},
+                            {"world", k},
+                            {"worker", wid},
+                            {"mode", a.spec().sync_mode() == v1::PS ? "ps"
+                                     : tcp                          ? "ring/tcp"
+                                                                    : "ring/grpc"},
+                            {"model", a.spec().model()}});
   SetBlasThreads(options_.blas_threads);
   GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid);
 
@@ -339,6 +415,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     o.perturb_at_step = options_.perturb_at_step;
+    o.logger = &log_;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);
     {
       absl::MutexLock l(&job->mu);
@@ -364,17 +441,28 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     done.set_test_accuracy(out->test_accuracy);
     done.set_test_loss(out->test_loss);
     done.set_weights_hash(out->weights_hash);
-    Log(absl::StrCat("job ", a.job_id(), " done: ", out->steps, " steps, hash ",
-                     out->weights_hash));
+    log_.Info("job done", {{"job", a.job_id()},
+                           {"rank", a.rank()},
+                           {"worker", wid},
+                           {"steps", out->steps},
+                           {"weights_hash", out->weights_hash}});
   } else {
     done.set_error(std::string(out.status().message()));
-    Log(absl::StrCat("job ", a.job_id(), " ended: ", out.status().ToString()));
+    const bool stopped = out.status().code() == absl::StatusCode::kCancelled;
+    log_.Log(stopped ? LogLevel::kInfo : LogLevel::kError, stopped ? "job stopped" : "job failed",
+             {{"job", a.job_id()},
+              {"rank", a.rank()},
+              {"worker", wid},
+              {"code", absl::StatusCodeToString(out.status().code())},
+              {"error", out.status().message()}});
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::ReportDoneReply reply;
-  absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
-  if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+  if (!job->report_claimed.exchange(true)) {  // else Drain() reported it failed
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    v1::ReportDoneReply reply;
+    absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+    if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+  }
   job->finished.store(true);
   absl::MutexLock l(&mu_);
   wake_ = true;  // heartbeat as idle now

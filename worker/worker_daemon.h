@@ -32,6 +32,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/collective/transport.h"
+#include "common/log.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
 
@@ -51,6 +52,11 @@ class JobTransport {
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
     v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers)>;
 
+// Deadline of each coordinator call made while draining (ReportDone of the
+// abandoned job, DeregisterWorker), so an unreachable coordinator delays a
+// SIGTERM exit by at most about twice this.
+constexpr absl::Duration kLeaveRpcTimeout = absl::Seconds(1);
+
 struct WorkerDaemonOptions {
   std::string coordinator;        // host:port
   std::string advertise_address;  // host:port of this worker's peer service
@@ -62,6 +68,15 @@ struct WorkerDaemonOptions {
   int blas_threads = 1;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
+  // Log lines (component "worker"): registered, job started/done/failed/
+  // stopped, the job's training lines (JobRunnerOptions::logger), RPC
+  // failures. Not owned; nullptr = stderr text lines.
+  const Logger* logger = nullptr;
+  // Told whether this worker takes work (the daemon's health status):
+  // true once registered, false when the coordinator asks it to register
+  // again and when it drains. Called with the daemon's lock held: must not
+  // call back into the daemon. May be empty.
+  std::function<void(bool serving)> serving_changed;
 };
 
 class WorkerDaemon {
@@ -75,6 +90,15 @@ class WorkerDaemon {
   absl::Status Run();
   // Stops a running job and makes Run() return. Any thread.
   void Shutdown();
+  // Graceful shutdown (SIGTERM; `why` = "SIGTERM"): reports NOT serving,
+  // takes no new assignment, tells the coordinator that the job it runs
+  // failed (ReportDone ok=false, "worker w-2 (host) shutting down
+  // (SIGTERM)") before stopping it, so the job's reason names this worker;
+  // then Shutdown(): the job stops at its next step boundary and a combine
+  // waiting on a peer returns at once. Run() then deregisters
+  // (DeregisterWorker) before it returns. Each coordinator call here waits
+  // at most kLeaveRpcTimeout. Any thread; blocks for that one RPC.
+  void Drain(const std::string& why);
 
   // The id the coordinator gave this worker ("" before registration).
   std::string worker_id() const;
@@ -83,6 +107,10 @@ class WorkerDaemon {
   struct RunningJob;
 
   absl::Status Register();
+  // An INFO line with a plain message and no fields.
+  void Log(const std::string& line) const;
+  // DeregisterWorker with the drain reason (Run(), after a Drain()).
+  void Deregister(const std::string& worker_id);
   void Heartbeat();
   void StartJob(const v1::Assignment& a);
   void RunJob(RunningJob* job);
@@ -90,6 +118,7 @@ class WorkerDaemon {
   void ReapJob(bool wait);
 
   const WorkerDaemonOptions options_;
+  const Logger log_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   TransportFactory transports_;
@@ -102,6 +131,9 @@ class WorkerDaemon {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
+  // Drain() was called: no new assignments, deregister before Run() returns.
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::string leave_reason_ ABSL_GUARDED_BY(mu_);  // "shutting down (SIGTERM)"
   // Dataset cache: the last DataSpec loaded and its data.
   std::string data_key_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const TrainTest> data_ ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
+#include "common/grpcutil/health_service.h"
+#include "common/grpcutil/server_reflection.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
@@ -93,11 +95,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   lockstep::PeerServiceImpl peers;
+  // Health: NOT_SERVING until registered with the coordinator and again
+  // while draining (the daemon flips it); reflection for grpcurl & co.
+  lockstep::HealthService health({lockstep::v1::PeerService::service_full_name()});
+  lockstep::EnableServerReflection();
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   peers.RegisterOn(builder);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "lockstep-worker: cannot listen on %s\n", listen.c_str());
@@ -150,6 +157,7 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
+  options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
   lockstep::WorkerDaemon daemon(
       options, channel,
@@ -166,9 +174,12 @@ int main(int argc, char** argv) {
     const int sig = lockstep::WaitForShutdownSignal();
     std::fprintf(stderr, "lockstep-worker: %s, shutting down\n",
                  lockstep::ShutdownSignalName(sig));
-    daemon.Shutdown();
+    // Graceful: NOT_SERVING, the running job reported failed naming this
+    // worker, stopped at its step boundary, then deregistered; exit 0.
+    daemon.Drain(lockstep::ShutdownSignalName(sig));
   });
   absl::Status s = daemon.Run();
+  health.Shutdown();  // ends health Watch streams before the server waits for calls
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // Run() only returns after Shutdown(), i.e. after a signal arrived.
   signal_thread.join();

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
 #include "common/flags_usage.h"
+#include "common/grpcutil/health_service.h"
+#include "common/grpcutil/server_reflection.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/process_tuning.h"
@@ -51,11 +53,15 @@ int main(int argc, char** argv) {
   }
 
   lockstep::PsService service(absl::GetFlag(FLAGS_max_jobs));
+  // Health: SERVING once listening, NOT_SERVING from the shutdown signal on.
+  lockstep::HealthService health({lockstep::v1::ParameterServer::service_full_name()});
+  lockstep::EnableServerReflection();
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
@@ -71,8 +77,10 @@ int main(int argc, char** argv) {
   log.Info("listening", {{"role", "ps"},
                          {"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
                          {"port", port}});
+  health.SetAllServing(true);
   const int sig = lockstep::WaitForShutdownSignal();
   log.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});
+  health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Operating the daemons, end to end with real processes on 127.0.0.1
+# (OS-chosen ports): every daemon (coordinator, 2 workers, a ps server)
+# serves the standard gRPC health service (`lockstep health`) and server
+# reflection; SIGTERM is graceful: a worker stopped mid-job exits 0 within
+# 5 s and its job FAILS naming it and SIGTERM (not "no heartbeat"); a
+# coordinator stopped mid-job fails the job "coordinator shut down
+# (SIGTERM)", lets its workers go idle and exits 0 within 5 s; the workers
+# keep running and register with the next coordinator on the same address.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; PROBE="$5"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -8 "$f"; done; exit 1; }
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$(now)"; }
+# wait_exit PID SECONDS: the process's exit code once it exited, or fail.
+wait_exit() {
+  local pid=$1 limit=$2 t0; t0=$(now)
+  while kill -0 "$pid" 2>/dev/null; do
+    python3 -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]))" "$(since "$t0")" "$limit" \
+      || fail "process $pid still running $limit s after SIGTERM"
+    sleep 0.05
+  done
+  wait "$pid"
+}
+health() { "$CLI" --coordinator="$1" health "${@:2}"; }
+# wait_health ADDR [STATUS]: polls `lockstep health` until it prints STATUS.
+wait_health() {
+  local want=${2:-SERVING} got=""
+  for _ in $(seq 100); do got=$(health "$1" --timeout_ms=500 2>/dev/null); [ "$got" = "$want" ] && return 0; sleep 0.05; done
+  fail "health of $1: want $want, got '$got'"
+}
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+
+mkdir -p "$T/data"
+python3 - "$T/data" <<'PY'
+import random, sys
+r = random.Random(7)
+for name, n in (("train", 240), ("test", 60)):
+    with open(f"{sys.argv[1]}/{name}.csv", "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+PY
+DATA="csv:$T/data/train.csv;$T/data/test.csv"
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & cpid=$!; pids+=($cpid)
+wait_file "$T/coord.port"
+CPORT=$(cat "$T/coord.port"); C="127.0.0.1:$CPORT"
+cli() { "$CLI" --coordinator="$C" "$@"; }
+wpid=()
+start_worker() {  # start_worker N
+  "$WORKER" --coordinator="$C" --port_file="$T/w$1.port" 2>"$T/w$1.log" & wpid[$1]=$!; pids+=($!)
+  wait_file "$T/w$1.port"
+}
+start_worker 1; start_worker 2
+W1="127.0.0.1:$(cat "$T/w1.port")"; W2="127.0.0.1:$(cat "$T/w2.port")"
+
+echo "== health: every daemon answers lockstep health"
+wait_health "$C"
+for w in "$W1" "$W2"; do wait_health "$w"; done   # SERVING = registered
+[ "$(health "$C" --service=lockstep.v1.Coordinator)" = SERVING ] || fail "coordinator service health"
+[ "$(health "$C" --service=lockstep.v1.ParameterServer)" = SERVING ] || fail "coordinator ps health"
+[ "$(health "$W1" --service=lockstep.v1.PeerService)" = SERVING ] || fail "worker peer health"
+out=$(health "$W1" --service=lockstep.v1.Coordinator 2>"$T/err"); rc=$?
+[ "$rc" = 1 ] && [ "$out" = SERVICE_UNKNOWN ] || fail "unknown service: rc $rc, '$out'"
+grep -q 'service "lockstep.v1.Coordinator" is not served here' "$T/err" || fail "unknown service message: $(cat "$T/err")"
+out=$(health "$C" --json); [ "$(json "d['status']" <<<"$out")" = SERVING ] || fail "json: $out"
+out=$(health 127.0.0.1:1 --timeout_ms=500 2>"$T/err"); rc=$?
+[ "$rc" = 1 ] && [ "$out" = UNREACHABLE ] || fail "unreachable: rc $rc, '$out'"
+grep -q '127.0.0.1:1' "$T/err" || fail "unreachable message: $(cat "$T/err")"
+echo "  coordinator, workers: SERVING; unknown service and closed port exit 1"
+
+echo "== reflection: every daemon lists its services"
+out=$("$PROBE" "$C" lockstep.v1.Coordinator) || fail "reflection on the coordinator: $out"
+echo "$out" | sed 's/^/  /'
+for s in lockstep.v1.Coordinator lockstep.v1.ParameterServer grpc.health.v1.Health grpc.reflection.v1alpha.ServerReflection; do
+  grep -qx "service $s" <<<"$out" || fail "coordinator reflection lacks $s: $out"
+done
+grep -q "^symbol lockstep.v1.Coordinator in proto/coordinator.proto" <<<"$out" || fail "reflection descriptor: $out"
+out=$("$PROBE" "$W1" lockstep.v1.PeerService) || fail "reflection on a worker: $out"
+grep -qx "service lockstep.v1.PeerService" <<<"$out" && grep -qx "service grpc.health.v1.Health" <<<"$out" \
+  || fail "worker reflection: $out"
+grep -q "^symbol lockstep.v1.PeerService in proto/peer.proto" <<<"$out" || fail "worker reflection descriptor: $out"
+
+echo "== ps server: health, reflection, SIGTERM exits 0"
+"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" 2>"$T/ps.log" & ppid=$!; pids+=($ppid)
+wait_file "$T/ps.port"; P="127.0.0.1:$(cat "$T/ps.port")"
+wait_health "$P"
+[ "$(health "$P" --service=lockstep.v1.ParameterServer)" = SERVING ] || fail "ps service health"
+out=$("$PROBE" "$P") || fail "reflection on the ps server: $out"
+grep -qx "service lockstep.v1.ParameterServer" <<<"$out" || fail "ps reflection: $out"
+kill -TERM "$ppid"; wait_exit "$ppid" 5; rc=$?; [ "$rc" = 0 ] || fail "ps server exit $rc after SIGTERM"
+
+# long_job: submits a K=2 job that would run for ages, waits until it stepped.
+long_job() {
+  local id s=0
+  id=$(cli submit --workers=2 --model=mlp:64 --dataset="$DATA" --batch=20 --steps=1000000) || fail "submit"
+  for _ in $(seq 200); do s=$(cli status "$id" --json | json "int(d['step'])"); [ "$s" -gt 2 ] && break; sleep 0.05; done
+  [ "$s" -gt 2 ] || fail "job $id never stepped"
+  echo "$id"
+}
+
+echo "== SIGTERM to a worker mid-job"
+id=$(long_job) || fail "long job: $id"
+t0=$(now)
+kill -TERM "${wpid[2]}"
+wait_exit "${wpid[2]}" 5; rc=$?
+echo "  worker w-2 exited $rc after $(since "$t0") s"
+[ "$rc" = 0 ] || fail "worker exit $rc after SIGTERM"
+st=$(cli status "$id" --json)
+[ "$(json "d['state']" <<<"$st")" = FAILED ] || fail "job $id after the worker's SIGTERM: $st"
+reason=$(json "d['reason']" <<<"$st"); echo "  job $id FAILED: $reason"
+grep -q "w-2" <<<"$reason" && grep -q "shutting down (SIGTERM)" <<<"$reason" || fail "reason: $reason"
+grep -q "no heartbeat" <<<"$reason" && fail "reason blames heartbeats: $reason"
+grep -q "deregistered w-2" "$T/w2.log" || fail "worker did not deregister"
+idle=0
+for _ in $(seq 100); do
+  wl=$(cli workers --json)
+  [ "$(json "[w['worker_id'] + ':' + w['state'] for w in d.get('workers', [])]" <<<"$wl")" = "['w-1:IDLE']" ] && { idle=1; break; }
+  sleep 0.05
+done
+[ "$idle" = 1 ] || fail "after w-2 left, want only w-1 IDLE: $wl"
+
+echo "== SIGTERM to the coordinator mid-job"
+start_worker 3; W3="127.0.0.1:$(cat "$T/w3.port")"; wait_health "$W3"
+id=$(long_job) || fail "long job: $id"
+t0=$(now)
+kill -TERM "$cpid"
+wait_exit "$cpid" 5; rc=$?
+echo "  coordinator exited $rc after $(since "$t0") s"
+[ "$rc" = 0 ] || fail "coordinator exit $rc after SIGTERM"
+grep -Eq "job[ =]$id.*coordinator shut down \(SIGTERM\)" "$T/coord.log" || fail "coordinator log does not fail job $id"
+grep -q "still busy" "$T/coord.log" && fail "workers were not idle before the coordinator exited"
+for n in 1 3; do
+  kill -0 "${wpid[$n]}" 2>/dev/null || fail "worker $n died with the coordinator"
+  grep -q "job $id ended" "$T/w$n.log" || fail "worker $n was not told to stop job $id"
+done
+echo "  job $id failed, both workers stopped it and keep running"
+
+echo "== a new coordinator on the same address: the workers register again"
+"$COORD" --listen="$C" --port_file="$T/coord2.port" 2>"$T/coord2.log" & cpid=$!; pids+=($cpid)
+wait_file "$T/coord2.port"
+n=0
+for _ in $(seq 200); do n=$(cli workers | grep -c IDLE); [ "$n" = 2 ] && break; sleep 0.05; done
+[ "$n" = 2 ] || fail "workers did not register with the new coordinator: $(cli workers)"
+for w in "$W1" "$W3"; do wait_health "$w"; done
+# K = 1 on purpose: a new coordinator numbers jobs from 1 again, and a worker
+# that ran job 1 under the old one rejects the peer streams of the new job 1
+# ("group 1 has finished on this worker"), so a K >= 2 job with a reused id
+# fails (known issue, see the README's Missing).
+out=$(cli submit --workers=1 --model=softmax --dataset="$DATA" --batch=16 --steps=10 --follow --json) || fail "job on the new coordinator: $out"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "job on the new coordinator: $out"
+
+echo "== SIGTERM to idle daemons: all exit 0"
+for n in 1 3; do kill -TERM "${wpid[$n]}"; done
+for n in 1 3; do wait_exit "${wpid[$n]}" 5; rc=$?; [ "$rc" = 0 ] || fail "idle worker $n exit $rc"; done
+kill -TERM "$cpid"; wait_exit "$cpid" 5; rc=$?; [ "$rc" = 0 ] || fail "coordinator exit $rc"
+echo "PASS"
