@@ -127,6 +127,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     const std::vector<int64_t> slice = sampler.Slice(step, options_.rank, options_.world);
     BatchStats local = r.ComputeGradSum(train, slice);
     int64_t count = local.count;
+    const auto t_combine = std::chrono::steady_clock::now();  // StepTiming
     if (absl::Status s = combiner_->Combine(job, step, r.combine_buffer(), &count,
                                             options_.combine_timeout);
         !s.ok()) {
@@ -135,6 +136,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       }
       return s;
     }
+    const double communication_seconds = SecondsSince(t_combine);
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
     const float lr = r.Apply(step, count);
     if (step == options_.perturb_at_step && r.num_params() > 0) {
@@ -155,8 +157,20 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     report.set_examples(local.count);
     report.set_step_seconds(step_seconds);
     report.set_lr(lr);
+    const auto t_report = std::chrono::steady_clock::now();
     auto stop = reporter_->ReportStep(report);
     if (!stop.ok()) return stop.status();
+    if (options_.observer != nullptr) {
+      StepTiming timing;
+      timing.job = job;
+      timing.step = step;
+      timing.examples = local.count;
+      timing.communication_seconds = communication_seconds;
+      timing.compute_seconds =
+          std::chrono::duration<double>(t_report - t0).count() - communication_seconds;
+      timing.wait_seconds = SecondsSince(t_report);
+      options_.observer->OnStep(timing);
+    }
     if (*stop) {
       return absl::CancelledError(
           absl::StrCat("job ", job, " stopped by the coordinator after step ", step));

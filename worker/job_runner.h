@@ -31,6 +31,7 @@
 #include "common/train/replica.h"
 #include "proto/coordinator.pb.h"
 #include "worker/combiner.h"
+#include "worker/step_observer.h"
 
 namespace lockstep {
 
@@ -58,6 +59,9 @@ struct JobRunnerOptions {
   // Fault injection for tests: after applying this step's update, nudge
   // this replica's first weight by one ulp, so its hash drifts (-1 = off).
   int64_t perturb_at_step = -1;
+  // Told each step's timing (compute / communication / wait, see
+  // step_observer.h). Not owned; nullptr = none.
+  StepObserver* observer = nullptr;
   // Training log lines (component "worker", with job, rank and worker on
   // every line). Not owned; nullptr = stderr text lines. One line per step
   // is too many (a 10-epoch Fashion-MNIST job has 4690 steps), so a
