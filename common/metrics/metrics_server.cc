@@ -1,0 +1,54 @@
+#include "common/metrics/metrics_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/daemon_util.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServerConfig& config,
+                                                               const MetricsRegistry* registry,
+                                                               std::string* note) {
+  if (config.port < -1 || config.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_port: expected -1 (off), 0 (OS-chosen) or 1..65535, got ",
+                     config.port));
+  }
+  if (config.port == -1) {
+    if (note != nullptr) *note = "metrics off (--metrics_port=-1)";
+    return std::unique_ptr<HttpServer>();
+  }
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(config.host, config.port);
+  std::string fallback;
+  if (!server.ok() && config.port_is_default && config.port > 0) {
+    fallback = absl::StrCat(" (default port ", config.port, " unavailable: ",
+                            server.status().message(), ")");
+    server = HttpServer::Start(config.host, 0);
+  }
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("--metrics_port: ", server.status().message()));
+  }
+  (*server)->Handle("/metrics", MetricsHttpHandler(registry));
+  (*server)->Handle("/healthz", [](const HttpRequest&) {
+    HttpResponse r;
+    r.body = "ok\n";
+    r.headers["Cache-Control"] = "no-store";
+    return r;
+  });
+  if (!config.port_file.empty()) {
+    if (absl::Status s = WritePortFile(config.port_file, (*server)->port()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--metrics_port_file: ", s.message()));
+    }
+  }
+  if (note != nullptr) {
+    const std::string host = config.host.empty() ? "0.0.0.0" : config.host;
+    const std::string address = host[0] == '['
+                                    ? absl::StrCat(host, ":", (*server)->port())
+                                    : JoinHostPort(host, (*server)->port());
+    *note = absl::StrCat("metrics on http://", address,
+                         "/metrics and /healthz", fallback);
+  }
+  return server;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,49 @@
+// The daemons' HTTP endpoint for metrics: one HttpServer serving
+//   GET /metrics   the registry in the Prometheus text format 0.0.4
+//   GET /healthz   "ok" (the process is up and its HTTP server answers)
+// Other handlers (the coordinator's status page) can be added to the
+// returned server with Handle()/HandlePrefix().
+//
+// Port rule shared by the three daemon mains (--metrics_host,
+// --metrics_port, --metrics_port_file):
+//   port > 0, given on the command line   bind exactly that port; failing
+//                                         to bind is an error (exit).
+//   port > 0, the daemon's default        bind it; if it is taken (a
+//                                         second daemon of the kind on one
+//                                         host, parallel tests), fall back
+//                                         to an OS-chosen port and say so.
+//   0                                     an OS-chosen port.
+//   -1                                    no HTTP server (nullptr, OK).
+// The bound port is written to port_file (if not empty) like --port_file.
+#ifndef LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
+#define LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/http/http_server.h"
+#include "common/metrics/metrics.h"
+
+namespace lockstep {
+
+struct MetricsServerConfig {
+  std::string host;        // "" / "0.0.0.0" / "[::]" = every address
+  int port = -1;
+  bool port_is_default = false;  // see the rule above
+  std::string port_file;
+  std::string daemon;      // "lockstep-worker", for messages
+};
+
+// `registry` must outlive the server. On success the server is serving (or
+// nullptr for port -1); `note` (if not null) gets a line to log, e.g.
+// "metrics on 127.0.0.1:9171 (/metrics, /healthz)". Errors name the flag:
+// INVALID_ARGUMENT "--metrics_port: expected -1..65535, got 70000",
+// UNAVAILABLE "--metrics_port: http server: cannot listen on ...".
+absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServerConfig& config,
+                                                               const MetricsRegistry* registry,
+                                                               std::string* note);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
