@@ -29,6 +29,7 @@
 #include "client/health_command.h"
 #include "client/job_flags.h"
 #include "client/npy.h"
+#include "common/flags_usage.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/grpc_status.h"
@@ -458,9 +459,12 @@ int Usage() {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export|health ...");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // --help lists the client's flags and the job flags `submit` takes
+  // (client/job_flags.cc), and exits 0.
+  lockstep::ConfigureFlagsUsage(
+      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export|health ...\n"
+      "  submit takes the job flags listed below (the same as lockstep-train's)");
+  std::vector<char*> args = lockstep::ParseFlagsOrExit(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];
   lockstep::Client client(absl::GetFlag(FLAGS_coordinator));

@@ -76,7 +76,8 @@ sy=$(cli sync "$tid" --json --max_entries=0)
 [ "$(json "int(d['mismatched_steps'])" <<<"$sy")" = 0 ] || fail "tcp sync: $sy"
 cli status "$tid" | grep -q 'ring/tcp' || fail "status does not show the transport: $(cli status "$tid")"
 cli status "$tid" | sed -n 2p
-grep -q "job $tid: rank 0 of 2, ring mode over tcp" "$T/w1.log" || fail "worker 1 did not run job $tid over tcp"
+grep -q "INFO  worker: job started job=$tid rank=0 world=2 worker=w-[0-9]* mode=ring/tcp" "$T/w1.log" \
+  || fail "worker 1 did not run job $tid over tcp"
 
 echo "== ps job on the same daemons"
 out=$(cli submit --workers=2 --sync=ps --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"

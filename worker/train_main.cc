@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/job_flags.h"
 #include "common/blas.h"
+#include "common/flags_usage.h"
 #include "common/json.h"
 #include "common/train/reference_trainer.h"
 #include "server/job_spec_convert.h"
@@ -18,10 +19,12 @@ ABSL_FLAG(bool, json, false, "Print one JSON object with the result at the end")
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  // --help lists the job flags (client/job_flags.cc) and this binary's own,
+  // and exits 0.
+  lockstep::ConfigureFlagsUsage(
       "Single-process reference trainer.\n"
       "  lockstep-train --model=mlp:256 --dataset=fashion-mnist --epochs=10 [--json]");
-  absl::ParseCommandLine(argc, argv);
+  lockstep::ParseFlagsOrExit(argc, argv);
   lockstep::SetBlasThreads(absl::GetFlag(FLAGS_blas_threads));
   auto job = lockstep::JobSpecFromFlags(lockstep::FlagsGivenOnCommandLine(argc, argv));
   if (!job.ok()) {

@@ -3,6 +3,12 @@
 // TcpPeerHub on the same host; a ring job uses the one its
 // spec.peer_transport names), the coordinator channel, and the WorkerDaemon
 // loop. SIGINT/SIGTERM shut it down cleanly (exit 0).
+//
+// Exit codes: 0 after a signal, 1 when it cannot listen, 2 for bad flag
+// values. --help lists every flag and exits 0 (common/flags_usage.h). Log
+// lines: common/log.h (--log_format=text|json, --log_level), component
+// "worker"; only a bad logging flag itself is a plain "lockstep-worker: ..."
+// line.
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +22,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
+#include "common/flags_usage.h"
+#include "common/log.h"
+#include "common/log_flags.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
 #include "common/process_tuning.h"
@@ -72,26 +81,33 @@ absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> Wrap(
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  lockstep::ConfigureFlagsUsage(
       "lockstep worker daemon.\n"
       "  lockstep-worker --coordinator=HOST:PORT [--listen=HOST:PORT] [--data_port=P] "
-      "[--port_file=F]");
-  absl::ParseCommandLine(argc, argv);
+      "[--port_file=F] [--log_format=text|json]");
+  lockstep::ParseFlagsOrExit(argc, argv);
+  absl::StatusOr<lockstep::LogOptions> log_options = lockstep::LogOptionsFromFlags();
+  if (!log_options.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(log_options.status().message()).c_str());
+    return 2;
+  }
+  const lockstep::Logger logger = lockstep::Logger::Stderr(*log_options).WithComponent("worker");
   lockstep::TuneProcessForThroughput();
 
   if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
-    std::fprintf(stderr, "lockstep-worker: %s\n", std::string(s.message()).c_str());
+    logger.Error(s.message());
     return 1;
   }
 
   const int data_port = absl::GetFlag(FLAGS_data_port);
   if (data_port < 0 || data_port > 65535) {
-    std::fprintf(stderr, "lockstep-worker: --data_port: expected 0..65535, got %d\n", data_port);
+    logger.Error(absl::StrCat("--data_port: expected 0..65535, got ", data_port));
     return 2;
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (!data_dir.empty() && chdir(data_dir.c_str()) != 0) {
-    std::fprintf(stderr, "lockstep-worker: --data_dir: cannot enter %s\n", data_dir.c_str());
+    logger.Error(absl::StrCat("--data_dir: cannot enter ", data_dir));
     return 2;
   }
   lockstep::PeerServiceImpl peers;
@@ -107,7 +123,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "lockstep-worker: cannot listen on %s\n", listen.c_str());
+    logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     return 1;
   }
   // A wildcard listen address is no address for peers: without --advertise
@@ -116,7 +132,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> advertised =
       lockstep::AdvertisedAddress("--advertise", absl::GetFlag(FLAGS_advertise), lockstep::HostOfAddress(listen), port);
   if (!advertised.ok()) {
-    std::fprintf(stderr, "lockstep-worker: %s\n", std::string(advertised.status().message()).c_str());
+    logger.Error(advertised.status().message());
     server->Shutdown();
     return 2;
   }
@@ -125,8 +141,7 @@ int main(int argc, char** argv) {
   // advertised host.
   auto hub = lockstep::TcpPeerHub::Start(lockstep::HostOfAddress(listen), data_port);
   if (!hub.ok()) {
-    std::fprintf(stderr, "lockstep-worker: --data_port: %s\n",
-                 std::string(hub.status().message()).c_str());
+    logger.Error(absl::StrCat("--data_port: ", hub.status().message()));
     server->Shutdown();
     return 1;
   }
@@ -134,7 +149,7 @@ int main(int argc, char** argv) {
       lockstep::JoinHostPort(lockstep::HostOfAddress(advertise), (*hub)->port());
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
-      std::fprintf(stderr, "lockstep-worker: --port_file: %s\n", std::string(s.message()).c_str());
+      logger.Error(absl::StrCat("--port_file: ", s.message()));
       server->Shutdown();
       return 2;
     }
@@ -145,8 +160,12 @@ int main(int argc, char** argv) {
     gethostname(buf, sizeof(buf) - 1);
     hostname = buf;
   }
-  std::fprintf(stderr, "lockstep-worker listening on %s, data plane %s (coordinator %s)\n",
-               advertise.c_str(), data_address.c_str(), absl::GetFlag(FLAGS_coordinator).c_str());
+  logger.Info("listening",
+              {{"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
+               {"port", port},
+               {"advertise", advertise},
+               {"data_address", data_address},
+               {"coordinator", absl::GetFlag(FLAGS_coordinator)}});
 
   lockstep::WorkerDaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -157,6 +176,7 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
+  options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
   lockstep::WorkerDaemon daemon(
@@ -172,8 +192,7 @@ int main(int argc, char** argv) {
 
   std::thread signal_thread([&] {
     const int sig = lockstep::WaitForShutdownSignal();
-    std::fprintf(stderr, "lockstep-worker: %s, shutting down\n",
-                 lockstep::ShutdownSignalName(sig));
+    logger.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});
     // Graceful: NOT_SERVING, the running job reported failed naming this
     // worker, stopped at its step boundary, then deregistered; exit 0.
     daemon.Drain(lockstep::ShutdownSignalName(sig));
@@ -184,7 +203,7 @@ int main(int argc, char** argv) {
   // Run() only returns after Shutdown(), i.e. after a signal arrived.
   signal_thread.join();
   if (!s.ok()) {
-    std::fprintf(stderr, "lockstep-worker: %s\n", std::string(s.message()).c_str());
+    logger.Error(s.message());
     return 1;
   }
   return 0;
