@@ -122,9 +122,10 @@
   }
 
   // Draws y(x) as a polyline with axes into `svg`. opts: yMin/yMax (fixed
-  // bounds, else the data's, from 0 for non-negative data), cls (extra
-  // class of the line), markers (draw a dot per point), empty (text shown
-  // without points).
+  // bounds, else the data's, from 0 for non-negative data), logWhenSpread
+  // (a log10 y axis when every y > 0 and max/min > 100, e.g. a loss that
+  // falls by orders of magnitude), cls (extra class of the line), markers
+  // (draw a dot per point), empty (text shown without points).
   function drawChart(svg, xs, ys, opts) {
     const W = 560, H = 220, L = 58, R = 14, T = 12, B = 30;
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
@@ -143,18 +144,35 @@
     let y0 = opts.yMin, y1 = opts.yMax;
     const dataMin = Math.min(...pts.map((p) => p[1]));
     const dataMax = Math.max(...pts.map((p) => p[1]));
-    if (y0 === undefined) y0 = dataMin >= 0 ? 0 : dataMin;
-    if (y1 === undefined) y1 = dataMax;
+    const log = opts.logWhenSpread === true && dataMin > 0 && dataMax / dataMin > 100;
+    if (log) {
+      y0 = Math.floor(Math.log10(dataMin));
+      y1 = Math.ceil(Math.log10(dataMax));
+    } else {
+      if (y0 === undefined) y0 = dataMin >= 0 ? 0 : dataMin;
+      if (y1 === undefined) y1 = dataMax;
+    }
     if (y1 <= y0) y1 = y0 + (Math.abs(y0) || 1);
     if (x1 <= x0) x1 = x0 + 1;
-    const px = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
-    const py = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    const round = (v) => Math.round(v * 10) / 10;
+    const px = (x) => round(L + ((x - x0) / (x1 - x0)) * (W - L - R));
+    const py = (y) => round(T + (1 - ((log ? Math.log10(y) : y) - y0) / (y1 - y0)) * (H - T - B));
 
-    const yStep = niceStep(y1 - y0, 4);
-    for (let v = Math.ceil(y0 / yStep) * yStep; v <= y1 + yStep * 1e-9; v += yStep) {
-      const y = py(v);
-      svg.append(svgEl('line', { class: 'grid', x1: L, x2: W - R, y1: y, y2: y }));
-      svg.append(svgEl('text', { x: L - 6, y: y + 4, 'text-anchor': 'end' }, tickLabel(v, yStep)));
+    if (log) {
+      const decades = Math.max(1, Math.ceil((y1 - y0) / 5));
+      for (let e = y0; e <= y1; e += decades) {
+        const y = py(Math.pow(10, e));
+        svg.append(svgEl('line', { class: 'grid', x1: L, x2: W - R, y1: y, y2: y }));
+        svg.append(svgEl('text', { x: L - 6, y: y + 4, 'text-anchor': 'end' }, e === 0 ? '1' : '1e' + e));
+      }
+      svg.append(svgEl('text', { x: L + 6, y: T + 10 }, 'log scale'));
+    } else {
+      const yStep = niceStep(y1 - y0, 4);
+      for (let v = Math.ceil(y0 / yStep) * yStep; v <= y1 + yStep * 1e-9; v += yStep) {
+        const y = py(v);
+        svg.append(svgEl('line', { class: 'grid', x1: L, x2: W - R, y1: y, y2: y }));
+        svg.append(svgEl('text', { x: L - 6, y: y + 4, 'text-anchor': 'end' }, tickLabel(v, yStep)));
+      }
     }
     const xStep = Math.max(1, niceStep(x1 - x0, 5));
     for (let v = Math.ceil(x0 / xStep) * xStep; v <= x1 + 1e-9; v += xStep) {
@@ -166,7 +184,7 @@
     svg.append(svgEl('line', { class: 'axis', x1: L, x2: W - R, y1: H - B, y2: H - B }));
     svg.append(svgEl('text', { x: W - R, y: H - 2, 'text-anchor': 'end' }, 'step'));
 
-    const points = pts.map((p) => px(p[0]).toFixed(1) + ',' + py(p[1]).toFixed(1)).join(' ');
+    const points = pts.map((p) => px(p[0]) + ',' + py(p[1])).join(' ');
     svg.append(svgEl('polyline', {
       class: 'series' + (opts.cls ? ' ' + opts.cls : ''),
       points: points,
@@ -255,7 +273,7 @@
     const rows = jobs.slice().reverse().map((j) => {
       const id = num(j.job_id);
       const sync = num(j.checked_steps) === 0 ? '–'
-        : j.out_of_sync ? el('span', { class: 'no' }, 'diverged at ' + j.mismatched_steps + ' step(s)')
+        : j.out_of_sync ? el('span', { class: 'no' }, 'diverged (' + j.mismatched_steps + ' mismatched)')
           : el('span', { class: 'yes' }, 'in sync (' + j.checked_steps + ')');
       return el('tr', { 'data-job': id, class: id === selected ? 'selected' : null }, [
         el('td', {}, jobLink(id)),
@@ -304,7 +322,7 @@
     $('job-summary').replaceChildren(...items.map(([k, v]) => el('div', {}, [el('dt', {}, k), el('dd', { title: String(v) }, v)])));
 
     const loss = curve.loss || {}, ev = curve.eval || {};
-    drawChart($('loss-curve'), loss.step || [], loss.loss || [], { empty: 'no step completed yet' });
+    drawChart($('loss-curve'), loss.step || [], loss.loss || [], { logWhenSpread: true, empty: 'no step completed yet' });
     drawChart($('accuracy-curve'), ev.step || [], ev.test_accuracy || [], {
       yMin: 0, yMax: 1, cls: 'accuracy', markers: (ev.step || []).length <= 60,
       empty: 'no evaluation yet (rank 0 evaluates at the end, and after each epoch with --eval_each_epoch)',
