@@ -118,7 +118,7 @@ st=$(cli status "$id" --json)
 reason=$(json "d['reason']" <<<"$st"); echo "  job $id FAILED: $reason"
 grep -q "w-2" <<<"$reason" && grep -q "shutting down (SIGTERM)" <<<"$reason" || fail "reason: $reason"
 grep -q "no heartbeat" <<<"$reason" && fail "reason blames heartbeats: $reason"
-grep -q "deregistered w-2" "$T/w2.log" || fail "worker did not deregister"
+grep -q "deregistered worker=w-2" "$T/w2.log" || fail "worker did not deregister"
 idle=0
 for _ in $(seq 100); do
   wl=$(cli workers --json)

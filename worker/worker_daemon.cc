@@ -126,8 +126,6 @@ WorkerDaemon::~WorkerDaemon() {
   ReapJob(/*wait=*/true);
 }
 
-void WorkerDaemon::Log(const std::string& line) const { log_.Info(line); }
-
 std::string WorkerDaemon::worker_id() const {
   absl::MutexLock l(&mu_);
   return worker_id_;
@@ -163,13 +161,17 @@ void WorkerDaemon::Drain(const std::string& why) {
   // Tell the coordinator before stopping the job: stopping first would make
   // the peers' combines fail, and their reports could name them instead.
   if (report) {
-    Log(absl::StrCat("job ", done.job_id(), ": ", done.error(), ": reporting it failed"));
+    log_.Warn("leaving mid-job, reporting the job failed",
+              {{"job", done.job_id()}, {"rank", done.rank()}, {"worker", wid},
+               {"error", done.error()}});
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout,
                                                                kLeaveRpcTimeout)));
     v1::ReportDoneReply reply;
     absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
-    if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+    if (!s.ok()) {
+      log_.Warn("ReportDone failed", {{"job", done.job_id()}, {"error", s.message()}});
+    }
   }
   Shutdown();
 }
@@ -187,9 +189,9 @@ void WorkerDaemon::Deregister(const std::string& worker_id) {
   v1::DeregisterWorkerReply reply;
   absl::Status s = FromGrpcStatus(stub_->DeregisterWorker(&ctx, req, &reply));
   if (!s.ok()) {
-    Log(absl::StrCat("DeregisterWorker failed: ", s.message()));
+    log_.Warn("DeregisterWorker failed", {{"worker", worker_id}, {"error", s.message()}});
   } else {
-    Log(absl::StrCat("deregistered ", worker_id, " from ", options_.coordinator));
+    log_.Info("deregistered", {{"worker", worker_id}, {"coordinator", options_.coordinator}});
   }
 }
 
@@ -461,7 +463,9 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
     v1::ReportDoneReply reply;
     absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
-    if (!s.ok()) Log(absl::StrCat("ReportDone failed: ", s.message()));
+    if (!s.ok()) {
+      log_.Warn("ReportDone failed", {{"job", a.job_id()}, {"error", s.message()}});
+    }
   }
   job->finished.store(true);
   absl::MutexLock l(&mu_);

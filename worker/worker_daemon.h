@@ -107,8 +107,6 @@ class WorkerDaemon {
   struct RunningJob;
 
   absl::Status Register();
-  // An INFO line with a plain message and no fields.
-  void Log(const std::string& line) const;
   // DeregisterWorker with the drain reason (Run(), after a Drain()).
   void Deregister(const std::string& worker_id);
   void Heartbeat();
