@@ -7,9 +7,9 @@ PKGS=(
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libopenblas-dev libxxhash-dev libgtest-dev libgmock-dev
   dataset-fashion-mnist python3 iproute2
-  chromium fonts-dejavu-core
-  docker-compose python3-yaml
+  chromium fonts-dejavu-core nodejs
   python3-grpcio python3-protobuf python3-numpy
+  docker-compose python3-yaml
 )
 missing=()
 for p in "${PKGS[@]}"; do
