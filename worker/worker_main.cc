@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
   });
   absl::Status s = daemon.Run();
   health.Shutdown();  // ends health Watch streams before the server waits for calls
+  peers.Shutdown();   // and the peers' long-lived streams (the job has ended)
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // Run() only returns after Shutdown(), i.e. after a signal arrived.
   signal_thread.join();
