@@ -343,6 +343,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     std::unique_ptr<GradientCombiner> combiner;
     std::vector<std::unique_ptr<GrpcPsClient>> ps_clients;
     std::vector<PsClient*> ps_ptrs;
+    std::vector<std::unique_ptr<PsClient>> ps_wrapped;  // options_.wrap_ps_client's
     // The ps clients are replaced when the buffer length changes; the job's
     // stop hook must never see a destroyed one.
     auto publish_ps = [&] {
@@ -362,8 +363,9 @@ void WorkerDaemon::RunJob(RunningJob* job) {
               absl::MutexLock l(&job->mu);
               job->ps_clients.clear();
             }
-            ps_clients.clear();
             ps_ptrs.clear();
+            ps_wrapped.clear();  // before the clients they wrap
+            ps_clients.clear();
             for (int s = 0; s < shards; ++s) {
               auto [b, e] = ShardBounds(n, shards, s);
               // ":port" is the coordinator's own shard when it listens on a
@@ -377,6 +379,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                   grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), addr, s, k,
                   e - b));
               ps_ptrs.push_back(ps_clients.back().get());
+              if (options_.wrap_ps_client) {
+                ps_wrapped.push_back(options_.wrap_ps_client(ps_ptrs.back()));
+                ps_ptrs.back() = ps_wrapped.back().get();
+              }
             }
             publish_ps();
             return ps_ptrs;
@@ -417,6 +423,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     o.perturb_at_step = options_.perturb_at_step;
+    o.observer = options_.step_observer;
     o.logger = &log_;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);
     {
@@ -432,6 +439,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     return out;
   };
   absl::StatusOr<JobOutcome> out = run();
+  if (options_.step_observer != nullptr) options_.step_observer->OnJobEnd(a.job_id());
 
   v1::ReportDoneRequest done;
   done.set_worker_id(wid);

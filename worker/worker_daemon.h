@@ -35,6 +35,7 @@
 #include "common/log.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
+#include "worker/step_observer.h"
 
 namespace lockstep {
 
@@ -77,6 +78,12 @@ struct WorkerDaemonOptions {
   // again and when it drains. Called with the daemon's lock held: must not
   // call back into the daemon. May be empty.
   std::function<void(bool serving)> serving_changed;
+  // Told every step's timing and every job's end (the worker's metrics).
+  // Not owned; nullptr = none.
+  StepObserver* step_observer = nullptr;
+  // Wraps each ps shard client (the worker's metrics count its bytes); the
+  // wrapper must forward every call. Empty = the clients are used as they are.
+  std::function<std::unique_ptr<PsClient>(PsClient* inner)> wrap_ps_client;
 };
 
 class WorkerDaemon {

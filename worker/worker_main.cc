@@ -33,6 +33,10 @@
 #include "worker/net/peer_service.h"
 #include "worker/net/tcp_transport.h"
 #include "worker/worker_daemon.h"
+#include "common/grpcutil/rpc_errors.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
@@ -46,6 +50,14 @@ ABSL_FLAG(int32_t, data_port, 0,
           "--peer_transport=tcp), on the --listen host; 0 = chosen by the OS. Advertised "
           "with the host of --advertise (or its default)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Host of the HTTP server for Prometheus (GET /metrics, /healthz); default: the "
+          "--listen host");
+ABSL_FLAG(int32_t, metrics_port, 9171,
+          "Port of the metrics HTTP server: -1 = off, 0 = chosen by the OS. When the default "
+          "9171 is taken (a second worker on this host) an OS-chosen port is used and logged; "
+          "an explicitly given port that is taken is an error");
+ABSL_FLAG(std::string, metrics_port_file, "", "Write the metrics server's bound port here");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
 ABSL_FLAG(int64_t, fault_perturb_step, -1,
@@ -63,19 +75,27 @@ namespace {
 template <typename T>
 class JobTransportOf : public lockstep::JobTransport {
  public:
-  explicit JobTransportOf(std::unique_ptr<T> t) : t_(std::move(t)) {}
-  lockstep::Transport* transport() override { return t_.get(); }
+  // With `metrics`, the job's collective sees a decorator that counts the
+  // payload bytes under transport="<name>".
+  JobTransportOf(std::unique_ptr<T> t, lockstep::WorkerMetrics* metrics, const char* name)
+      : t_(std::move(t)),
+        counted_(metrics != nullptr ? metrics->CountTransport(t_.get(), name) : nullptr) {}
+  lockstep::Transport* transport() override {
+    return counted_ != nullptr ? counted_.get() : t_.get();
+  }
   void Shutdown() override { t_->Shutdown(); }
 
  private:
   std::unique_ptr<T> t_;
+  std::unique_ptr<lockstep::Transport> counted_;  // wraps t_
 };
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> Wrap(
-    absl::StatusOr<std::unique_ptr<T>> t) {
+    absl::StatusOr<std::unique_ptr<T>> t, lockstep::WorkerMetrics* metrics, const char* name) {
   if (!t.ok()) return t.status();
-  return std::unique_ptr<lockstep::JobTransport>(new JobTransportOf<T>(*std::move(t)));
+  return std::unique_ptr<lockstep::JobTransport>(
+      new JobTransportOf<T>(*std::move(t), metrics, name));
 }
 
 }  // namespace
@@ -154,6 +174,26 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Prometheus metrics over HTTP (common/metrics/metrics_server.h).
+  lockstep::MetricsRegistry metrics_registry;
+  lockstep::WorkerMetrics worker_metrics(&metrics_registry);
+  lockstep::MetricsServerConfig metrics_config;
+  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
+                            ? lockstep::HostOfAddress(listen)
+                            : absl::GetFlag(FLAGS_metrics_host);
+  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_config.port_is_default = !lockstep::FlagOnCommandLine(argc, argv, "metrics_port");
+  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  std::string metrics_note;
+  auto metrics_http =
+      lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
+  if (!metrics_http.ok()) {
+    std::fprintf(stderr, "lockstep-worker: %s\n",
+                 std::string(metrics_http.status().message()).c_str());
+    server->Shutdown();
+    return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::fprintf(stderr, "lockstep-worker: %s\n", metrics_note.c_str());
   std::string hostname = absl::GetFlag(FLAGS_hostname);
   if (hostname.empty()) {
     char buf[256] = {0};
@@ -178,16 +218,27 @@ int main(int argc, char** argv) {
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
-  auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+  options.step_observer = &worker_metrics;
+  options.wrap_ps_client = [&worker_metrics](lockstep::PsClient* inner) {
+    return worker_metrics.CountPs(inner);
+  };
+  auto channel = lockstep::CreateChannelCountingErrors(
+      options.coordinator, grpc::InsecureChannelCredentials(),
+      [&worker_metrics](absl::string_view method, absl::string_view code) {
+        worker_metrics.RpcError(method, code);
+      });
   lockstep::WorkerDaemon daemon(
       options, channel,
-      [&peers, tcp_hub = hub->get()](lockstep::v1::PeerTransport kind, uint64_t job, int rank,
-                                     const std::vector<std::string>& addresses)
+      [&peers, &worker_metrics, tcp_hub = hub->get()](
+          lockstep::v1::PeerTransport kind, uint64_t job, int rank,
+          const std::vector<std::string>& addresses)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
         if (kind == lockstep::v1::TCP) {
-          return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses));
+          return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses),
+                      &worker_metrics, "tcp");
         }
-        return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses));
+        return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses),
+                    &worker_metrics, "grpc");
       });
 
   std::thread signal_thread([&] {

@@ -1,6 +1,8 @@
 #include "common/metrics/metrics_server.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/daemon_util.h"
 
 namespace lockstep {
@@ -49,6 +51,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
                          "/metrics and /healthz", fallback);
   }
   return server;
+}
+
+bool FlagOnCommandLine(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") return false;
+    if (!absl::ConsumePrefix(&a, "--")) {
+      if (!absl::ConsumePrefix(&a, "-")) continue;
+    }
+    if (a == name || (absl::ConsumePrefix(&a, name) && absl::StartsWith(a, "="))) return true;
+  }
+  return false;
 }
 
 }  // namespace lockstep

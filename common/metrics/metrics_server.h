@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/http/http_server.h"
 #include "common/metrics/metrics.h"
 
@@ -43,6 +44,10 @@ struct MetricsServerConfig {
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServerConfig& config,
                                                                const MetricsRegistry* registry,
                                                                std::string* note);
+
+// True when argv (before parsing) sets flag `name`: "--name=V", "--name V",
+// "-name=V" or "-name V" (flags after a bare "--" do not count).
+bool FlagOnCommandLine(int argc, char** argv, absl::string_view name);
 
 }  // namespace lockstep
 

@@ -106,5 +106,17 @@ TEST(MetricsServer, TakenDefaultPortFallsBackButAnExplicitOneFails) {
       << note;
 }
 
+TEST(MetricsServer, FlagOnCommandLine) {
+  const char* argv[] = {"prog", "--metrics_port=5", "-other", "--metrics_port_file", "f",
+                        "--", "--later"};
+  char** a = const_cast<char**>(argv);
+  EXPECT_TRUE(FlagOnCommandLine(7, a, "metrics_port"));
+  EXPECT_TRUE(FlagOnCommandLine(7, a, "metrics_port_file"));
+  EXPECT_TRUE(FlagOnCommandLine(7, a, "other"));
+  EXPECT_FALSE(FlagOnCommandLine(7, a, "metrics"));
+  EXPECT_FALSE(FlagOnCommandLine(7, a, "later"));
+  EXPECT_FALSE(FlagOnCommandLine(1, a, "metrics_port"));
+}
+
 }  // namespace
 }  // namespace lockstep
