@@ -4,6 +4,7 @@
   check_deploy.py compose deploy/docker-compose.yml
   check_deploy.py dockerfile deploy/Dockerfile
   check_deploy.py k8s deploy/k8s/*.yaml
+  check_deploy.py runtime-libs deploy/Dockerfile BINARY...
 
 compose: the file must also deploy on Docker Swarm (`docker stack deploy`)
 and scale with `docker compose up --scale worker=N`:
@@ -18,12 +19,19 @@ and scale with `docker compose up --scale worker=N`:
     (the daemons' defaults must work in containers).
 dockerfile: multi-stage, both stages on Debian 12, the runtime stage copies
   the binaries from the build stage and runs as a non-root USER.
+runtime-libs DOCKERFILE BINARY...: the runtime stage installs exactly the
+  Debian packages of the shared libraries the binaries need directly
+  (readelf NEEDED, located with ldd, owner from dpkg -S), besides the base
+  image's libc6/libgcc-s1/libstdc++6/zlib1g and the dataset package: none
+  missing (the image would not start), none extra.
 k8s: every Deployment/StatefulSet container has readiness and liveness
   probes and cpu+memory requests; every StatefulSet's serviceName is a
   headless Service in the set; no --advertise.
 Prints every violation; exits 1 if there is one, 2 on usage errors.
 """
+import os
 import re
+import subprocess
 import sys
 
 import yaml
@@ -137,6 +145,71 @@ def check_dockerfile(path):
         err(path, "the runtime stage must not hold the build tools")
 
 
+# In debian:12-slim already (essential packages and apt's dependencies).
+BASE_SONAMES = {"libc.so.6", "libm.so.6", "libgcc_s.so.1", "ld-linux-x86-64.so.2",
+                "libstdc++.so.6", "libz.so.1"}
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+
+
+def runtime_packages(path):
+    """The packages the last stage's `apt-get install` names."""
+    text = open(path, encoding="utf-8").read().replace("\\\n", " ")
+    stages = re.split(r"(?m)^FROM\s", text)
+    m = re.search(r"apt-get install ([^&]*)", stages[-1])
+    if not m:
+        return None
+    return {w for w in m.group(1).split() if not w.startswith("-")}
+
+
+def packages_of(paths):
+    """{path: owning package} with one `dpkg -S` per try (it is slow)."""
+    owner = {}
+    for variant in (lambda p: p, os.path.realpath, lambda p: "/usr" + p):
+        todo = {variant(p): p for p in paths if p not in owner}
+        if not todo:
+            break
+        r = subprocess.run(["dpkg", "-S"] + sorted(todo), capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            pkg, _, path = line.partition(": ")
+            if path in todo:
+                owner[todo[path]] = pkg.split(":")[0].split(",")[0].strip()
+    return owner
+
+
+def check_runtime_libs(dockerfile, binaries):
+    listed = runtime_packages(dockerfile)
+    if listed is None:
+        err(dockerfile, "no apt-get install in the runtime stage")
+        return
+    uses = {}  # library path -> sonames
+    for b in binaries:
+        dyn = subprocess.run(["readelf", "-d", b], capture_output=True, text=True, check=True)
+        sonames = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn.stdout)
+        ldd = subprocess.run(["ldd", b], capture_output=True, text=True, check=True).stdout
+        where = dict(re.findall(r"^\s*(\S+) => (/\S+)", ldd, re.M))
+        for so in sonames:
+            if so in BASE_SONAMES:
+                continue
+            if so not in where:
+                err(b, f"ldd does not locate {so}")
+                continue
+            uses.setdefault(where[so], set()).add(so)
+    owner = packages_of(list(uses))
+    needed = {}  # package -> sonames
+    for path, sos in uses.items():
+        if path not in owner:
+            err(dockerfile, f"no Debian package owns {path} ({', '.join(sorted(sos))})")
+            continue
+        needed.setdefault(owner[path], set()).update(sos)
+    for pkg, sos in sorted(needed.items()):
+        if pkg not in listed and pkg not in BASE_PACKAGES:
+            sample = sorted(sos)[:3] + (["..."] if len(sos) > 3 else [])
+            err(dockerfile, f"runtime stage does not install {pkg} ({', '.join(sample)})")
+    for pkg in sorted(listed):
+        if pkg not in needed and not pkg.startswith("dataset-") and pkg not in BASE_PACKAGES:
+            err(dockerfile, f"runtime stage installs {pkg}, which no binary needs")
+
+
 def check_k8s(paths):
     docs = []
     for path in paths:
@@ -167,7 +240,7 @@ def check_k8s(paths):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[1] not in ("compose", "dockerfile", "k8s"):
+    if len(argv) < 3 or argv[1] not in ("compose", "dockerfile", "k8s", "runtime-libs"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     try:
@@ -175,9 +248,12 @@ def main(argv):
             check_compose(argv[2])
         elif argv[1] == "dockerfile":
             check_dockerfile(argv[2])
+        elif argv[1] == "runtime-libs":
+            check_runtime_libs(argv[2], argv[3:])
         else:
             check_k8s(argv[2:])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError,
+            subprocess.CalledProcessError) as e:
         err(" ".join(argv[2:]), f"cannot check: {type(e).__name__}: {e}")
     for e in errors:
         print(e)

@@ -7,6 +7,7 @@
 #   kubernetes-models (npm)       every deploy/k8s/*.yaml document against the
 #                                 Kubernetes OpenAPI schemas (deploy/validate_k8s.mjs)
 #   deploy/check_deploy.py        Swarm / scaling / health-check / non-root rules
+# Arguments: the four built binaries (for the runtime-library check).
 # Tools come from deploy/setup.sh (apt: docker-compose python3-yaml; npm
 # packages in $LOCKSTEP_NPM_PREFIX, default /opt/lockstep-npm). A missing tool
 # fails the test.
@@ -64,6 +65,10 @@ expect_ok "kubernetes-models: deploy/k8s/*.yaml" k8s "$DEPLOY"/k8s/*.yaml
 expect_ok "rules: compose" rules compose "$C"
 expect_ok "rules: Dockerfile" rules dockerfile "$DEPLOY/Dockerfile"
 expect_ok "rules: k8s" rules k8s "$DEPLOY"/k8s/*.yaml
+BINS=("$@")
+[ ${#BINS[@]} -gt 0 ] || { echo "FAIL: no binaries given"; exit 1; }
+expect_ok "rules: runtime image installs the binaries' libraries" rules runtime-libs \
+  "$DEPLOY/Dockerfile" "${BINS[@]}"
 # --scale and env overrides: the file still resolves with other values.
 overrides() {
   LOCKSTEP_WORKERS=5 LOCKSTEP_COORDINATOR_PORT=9000 LOCKSTEP_IMAGE=registry.example/lockstep:1.2 \
@@ -120,6 +125,12 @@ sed 's/^  image: .*//' "$C" >"$B/deploy/noimage.yml"
 expect_reject "rules, build-only services (no image)" rules compose "$B/deploy/noimage.yml"
 sed 's/^USER lockstep/USER root/' "$DEPLOY/Dockerfile" >"$B/Dockerfile.root"
 expect_reject "rules, runtime image runs as root" rules dockerfile "$B/Dockerfile.root"
+sed 's/ libxxhash0 / /' "$DEPLOY/Dockerfile" >"$B/Dockerfile.nolib"
+expect_reject "rules, runtime image misses a library package" rules runtime-libs \
+  "$B/Dockerfile.nolib" "${BINS[@]}"
+sed 's/ libxxhash0 / libxxhash0 libcurl4 /' "$DEPLOY/Dockerfile" >"$B/Dockerfile.extra"
+expect_reject "rules, runtime image installs a package nothing needs" rules runtime-libs \
+  "$B/Dockerfile.extra" "${BINS[@]}"
 grep -v 'livenessProbe' "$DEPLOY/k8s/worker.yaml" | sed '/^            grpc:$/,+1d' >"$B/k8s/noprobe.yaml"
 expect_reject "rules, container without probes" rules k8s "$B/k8s/noprobe.yaml"
 
