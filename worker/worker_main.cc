@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     logger.Error(absl::StrCat("--data_dir: cannot enter ", data_dir));
     return 2;
   }
-  lockstep::PeerServiceImpl peers;
+  lockstep::PeerServiceImpl peers(lockstep::PeerKeepalive(), &logger);
   // Health: NOT_SERVING until registered with the coordinator and again
   // while draining (the daemon flips it); reflection for grpcurl & co.
   lockstep::HealthService health({lockstep::v1::PeerService::service_full_name()});

@@ -587,11 +587,8 @@ void GrpcTransport::Shutdown() {
   const absl::Time last = absl::Now() + absl::Seconds(5);
   for (auto& s : streams) {
     if (!s->WaitDone(last)) {
-      std::fprintf(stderr,
-                   "grpc transport: rank %d group %llu: a peer stream did "
-                   "not finish 5 s after cancellation\n",
-                   inbox_->rank,
-                   static_cast<unsigned long long>(inbox_->group));
+      service_->logger().Warn("a peer stream did not finish 5 s after cancellation",
+                              {{"group", inbox_->group}, {"rank", inbox_->rank}});
     }
   }
 }

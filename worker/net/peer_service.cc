@@ -118,11 +118,8 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
           return;
         case PeerServiceImpl::Route::kParked:
           parked_ = true;
-          std::fprintf(stderr,
-                       "peer service: parked stream from rank %d (%s) for "
-                       "group %llu, which is not attached yet\n",
-                       from_, ctx_->peer().c_str(),
-                       static_cast<unsigned long long>(group_));
+          service_->log_.Info("parked a stream for a group not attached yet",
+                              {{"group", group_}, {"from_rank", from_}, {"peer", ctx_->peer()}});
           return;  // Resume() delivers the held message
         case PeerServiceImpl::Route::kDeliver:
           break;
@@ -247,8 +244,8 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     finished_ = true;
     if (!s.ok() && log) {
       service_->CountRejected();
-      std::fprintf(stderr, "peer service: finishing stream from %s: %s\n",
-                   ctx_->peer().c_str(), s.ToString().c_str());
+      service_->log_.Warn("finishing a peer stream",
+                          {{"peer", ctx_->peer()}, {"error", s.ToString()}});
     }
     Finish(ToGrpc(s));
   }
@@ -273,8 +270,8 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   PeerHeader header_ ABSL_GUARDED_BY(mu_);
 };
 
-PeerServiceImpl::PeerServiceImpl(PeerKeepalive keepalive)
-    : keepalive_(keepalive) {}
+PeerServiceImpl::PeerServiceImpl(PeerKeepalive keepalive, const Logger* logger)
+    : keepalive_(keepalive), log_(LoggerOrStderr(logger, "peer")) {}
 
 PeerServiceImpl::~PeerServiceImpl() {
   Shutdown();
@@ -286,10 +283,9 @@ PeerServiceImpl::~PeerServiceImpl() {
     if (idle_.WaitWithDeadline(&mu_, deadline)) break;
   }
   if (!live_.empty()) {
-    std::fprintf(stderr,
-                 "peer service: destroyed with %zu streams still open; shut "
-                 "the grpc::Server down before destroying the service\n",
-                 live_.size());
+    log_.Error("destroyed with streams still open; shut the grpc::Server down before "
+               "destroying the service",
+               {{"streams", live_.size()}});
   }
 }
 

@@ -64,6 +64,7 @@
 #include "absl/types/span.h"
 #include "common/collective/mailbox.h"
 #include "common/collective/transport.h"
+#include "common/log.h"
 #include "proto/peer.grpc.pb.h"
 
 namespace grpc {
@@ -129,7 +130,10 @@ class PeerServiceImpl final
  public:
   static constexpr int kRetiredGroupsRemembered = 1024;
 
-  explicit PeerServiceImpl(PeerKeepalive keepalive = PeerKeepalive());
+  // `logger`: where the service's warnings go (component "peer"; not
+  // owned; nullptr = stderr text lines).
+  explicit PeerServiceImpl(PeerKeepalive keepalive = PeerKeepalive(),
+                           const Logger* logger = nullptr);
   ~PeerServiceImpl() override;
   PeerServiceImpl(const PeerServiceImpl&) = delete;
   PeerServiceImpl& operator=(const PeerServiceImpl&) = delete;
@@ -171,6 +175,8 @@ class PeerServiceImpl final
   }
   // Waits until streams_parked() >= n; false at the deadline (for tests).
   bool AwaitParked(int64_t n, absl::Time deadline) const;
+  // The service's logger (also used by the GrpcTransports over it).
+  const Logger& logger() const { return log_; }
 
  private:
   friend class InboundStream;
@@ -188,6 +194,7 @@ class PeerServiceImpl final
   void CountRejected();
 
   const PeerKeepalive keepalive_;
+  const Logger log_;
   mutable absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, std::shared_ptr<GroupInbox>> groups_ ABSL_GUARDED_BY(mu_);
