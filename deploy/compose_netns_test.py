@@ -223,7 +223,9 @@ class Cluster:
         volumes = self.volumes_of(service, instance)
         argv = self.map_command(command, volumes)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        # The machine's OpenBLAS settings and the sanitizer options of an
+        # ASan run pass through (not part of the compose file).
+        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
             if k in os.environ:
                 env[k] = os.environ[k]
         e = svc.get("environment") or {}
@@ -272,6 +274,28 @@ class Cluster:
         cmd = ["ip", "netns", "exec", self.ns("client"), self.binaries["lockstep"],
                f"--coordinator=coordinator:{port}"] + list(args)
         return run(cmd, check=False, timeout=timeout)
+
+    def stop_all(self):
+        """`docker compose down`: SIGTERM to each container in reverse start
+        order, SIGKILL after the service's stop_grace_period (compose's
+        default 10 s). Returns [(instance, exit code or None if killed, s)]."""
+        out = []
+        for inst, p, _ in reversed(self.procs):
+            service = next(s for s, i in self.instances() if i == inst)
+            grace = self.doc["services"][service].get("stop_grace_period", "10s")
+            m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", str(grace))
+            grace_s = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60}[m.group(2)] if m else 10
+            t0 = time.monotonic()
+            if p.poll() is None:
+                p.terminate()
+            try:
+                rc = p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                rc = None
+            out.append((inst, rc, time.monotonic() - t0))
+        return out
 
     def cleanup(self):
         for _, p, _ in self.procs:
@@ -415,6 +439,11 @@ def main(argv):
             check("ring/tcp and ring/grpc end with the same weights hash",
                   hashes["ring/tcp"] == hashes["ring/grpc"],
                   f"{hashes['ring/tcp']} vs {hashes['ring/grpc']}")
+        stops = cluster.stop_all()
+        check("every service exits 0 on SIGTERM within its stop_grace_period",
+              all(rc == 0 for _, rc, _ in stops),
+              ", ".join(f"{i} {'killed' if rc is None else f'exit {rc}'} {t:.1f}s"
+                        for i, rc, t in stops))
         if "ps" in hashes and "ring/grpc" in hashes:
             log(f"note: ps final hash {hashes['ps']} "
                 f"{'equals' if hashes['ps'] == hashes['ring/grpc'] else 'differs from'} "
