@@ -188,12 +188,11 @@ int main(int argc, char** argv) {
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
   if (!metrics_http.ok()) {
-    std::fprintf(stderr, "lockstep-worker: %s\n",
-                 std::string(metrics_http.status().message()).c_str());
+    logger.Error(metrics_http.status().message());
     server->Shutdown();
     return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::fprintf(stderr, "lockstep-worker: %s\n", metrics_note.c_str());
+  if (!metrics_note.empty()) logger.Info(metrics_note);
   std::string hostname = absl::GetFlag(FLAGS_hostname);
   if (hostname.empty()) {
     char buf[256] = {0};
