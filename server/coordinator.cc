@@ -678,6 +678,11 @@ void Coordinator::PublishWeightsLocked(Job* job, std::shared_ptr<const FinalWeig
   }
 }
 
+Coordinator::Counters Coordinator::counters() {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
 void Coordinator::Tick() {
   const absl::Time now = clock_->Now();
   Locked lock(this);  // writes this call's log lines after unlocking
@@ -686,6 +691,7 @@ void Coordinator::Tick() {
     const absl::Duration silent = now - w.last_seen;
     if (silent <= options_.lost_after) continue;
     w.state = v1::LOST;
+    ++counters_.workers_lost;
     LogLocked(LogLevel::kWarn, "worker lost",
               {{"worker", w.id},
                {"address", w.address},

@@ -270,6 +270,13 @@ class Coordinator {
   // Returns the ids of the jobs it failed, ascending.
   std::vector<uint64_t> BeginDrain(const std::string& reason);
   bool draining();
+
+  // Event counts since start that no snapshot shows (for the metrics; jobs
+  // and workers by state come from ListJobs / ListWorkers).
+  struct Counters {
+    int64_t workers_lost = 0;  // transitions to LOST (a worker may be lost again)
+  };
+  Counters counters();
   bool WaitForWorkersIdle(absl::Time deadline);
 
   // Watch support. Every change of a job stamps it with a new value of a
@@ -423,6 +430,7 @@ class Coordinator {
   std::deque<uint64_t> pending_ ABSL_GUARDED_BY(mu_);  // FIFO of PENDING ids
   std::deque<uint64_t> weights_order_ ABSL_GUARDED_BY(mu_);  // jobs holding weights
   bool draining_ ABSL_GUARDED_BY(mu_) = false;  // BeginDrain was called
+  Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<QueuedLog> queued_logs_ ABSL_GUARDED_BY(mu_);
 };
 

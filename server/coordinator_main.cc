@@ -60,6 +60,11 @@
 #include "common/shutdown_signal.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
+#include "common/grpcutil/rpc_errors.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "server/coordinator_metrics.h"
+#include "server/ps/ps_metrics.h"
 #include "server/status_page.h"
 #include "server/ps/ps_service.h"
 
@@ -85,6 +90,15 @@ ABSL_FLAG(int32_t, http_port, -1,
           "host; 0 lets the OS choose, -1 = no HTTP server");
 ABSL_FLAG(std::string, http_port_file, "",
           "if set, the bound HTTP port is written to this file (atomically) once listening");
+ABSL_FLAG(std::string, metrics_host, "",
+          "host of the HTTP server for Prometheus (GET /metrics, /healthz; it also serves the "
+          "status page); default: the --listen host");
+ABSL_FLAG(int32_t, metrics_port, 9170,
+          "port of the metrics HTTP server: -1 = off, 0 = chosen by the OS. When the default "
+          "9170 is taken an OS-chosen port is used and logged; an explicitly given port that "
+          "is taken is an error");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, the metrics server's bound port is written to this file once listening");
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
@@ -242,6 +256,18 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&service);
   builder.RegisterService(&ps_service);
   builder.RegisterService(&health);
+  // Metrics (server/coordinator_metrics.h, server/ps/ps_metrics.h) and
+  // failed RPCs by method and code, counted by a server interceptor.
+  MetricsRegistry metrics_registry;
+  RegisterCoordinatorMetrics(&coordinator, &metrics_registry);
+  RegisterPsMetrics(&ps_service, &metrics_registry);
+  Family<Counter>* rpc_errors = metrics_registry.AddCounterFamily(
+      "lockstep_rpc_errors_total", "Failed RPCs served, by method and status code.",
+      {"method", "code"});
+  builder.experimental().SetInterceptorCreators(
+      RpcErrorServerInterceptors([rpc_errors](absl::string_view method, absl::string_view code) {
+        rpc_errors->WithLabels({std::string(method), std::string(code)})->Increment();
+      }));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
@@ -284,6 +310,7 @@ int Run(int argc, char** argv) {
     for (const std::string& path : StatusPage::Paths()) {
       http->Handle(path, [&status_page](const HttpRequest& r) { return status_page.Handle(r); });
     }
+    http->Handle("/metrics", MetricsHttpHandler(&metrics_registry));
     const std::string http_port_file = absl::GetFlag(FLAGS_http_port_file);
     if (!http_port_file.empty()) {
       if (absl::Status s = WritePortFile(http_port_file, http->port()); !s.ok()) {
@@ -296,6 +323,31 @@ int Run(int argc, char** argv) {
     logger.Info("status page",
                 {{"url", absl::StrCat("http://", JoinHostPort(listen_host, http->port()), "/")}});
   }
+  // The metrics server (on by default) also serves the status page.
+  MetricsServerConfig metrics_config;
+  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
+                            ? listen_host
+                            : absl::GetFlag(FLAGS_metrics_host);
+  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
+  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  std::string metrics_note;
+  absl::StatusOr<std::unique_ptr<HttpServer>> metrics_http =
+      StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
+  if (!metrics_http.ok()) {
+    logger.Error(metrics_http.status().message());
+    if (http != nullptr) http->Shutdown();
+    server->Shutdown();
+    return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadFlags
+                                                                             : kExitBindFailed;
+  }
+  if (*metrics_http != nullptr) {
+    for (const std::string& path : StatusPage::Paths()) {
+      (*metrics_http)->Handle(
+          path, [&status_page](const HttpRequest& r) { return status_page.Handle(r); });
+    }
+  }
+  logger.Info(metrics_note);
   // advertise ":port" (wildcard --listen, no --advertise): each worker
   // dials the ps shard at the host it reaches the coordinator at.
   logger.Info("listening", {{"address", JoinHostPort(listen_host, port)},
@@ -333,6 +385,7 @@ int Run(int argc, char** argv) {
   }
   health.Shutdown();
   if (http != nullptr) http->Shutdown();
+  if (*metrics_http != nullptr) (*metrics_http)->Shutdown();
   service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stop_ticking.Notify();

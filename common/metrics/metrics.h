@@ -49,6 +49,9 @@ namespace lockstep {
 class Counter {
  public:
   void Increment(double amount = 1.0);
+  // For collectors that mirror a monotonic count kept elsewhere (e.g. a
+  // service's own call counter); ordinary code only increments.
+  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
   double Value() const { return value_.load(std::memory_order_relaxed); }
 
  private:

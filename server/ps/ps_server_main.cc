@@ -18,11 +18,23 @@
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "server/ps/ps_service.h"
+#include "common/grpcutil/rpc_errors.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "server/ps/ps_metrics.h"
 
 ABSL_FLAG(std::string, role, "ps", "Server role; only \"ps\" (parameter-server shard) exists");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7080", "Address to serve on (port 0 = OS-chosen)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(int32_t, max_jobs, 8, "Jobs whose shards are held at once (oldest dropped)");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Host of the HTTP server for Prometheus (GET /metrics, /healthz); default: the "
+          "--listen host");
+ABSL_FLAG(int32_t, metrics_port, 9172,
+          "Port of the metrics HTTP server: -1 = off, 0 = chosen by the OS. When the default "
+          "9172 is taken (a second shard on this host) an OS-chosen port is used and logged; "
+          "an explicitly given port that is taken is an error");
+ABSL_FLAG(std::string, metrics_port_file, "", "Write the metrics server's bound port here");
 
 int main(int argc, char** argv) {
   lockstep::ConfigureFlagsUsage(
@@ -62,6 +74,17 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
+  // Metrics (common/metrics/metrics_server.h): the shard's counters and
+  // failed RPCs by method and code.
+  lockstep::MetricsRegistry metrics_registry;
+  lockstep::RegisterPsMetrics(&service, &metrics_registry);
+  lockstep::Family<lockstep::Counter>* rpc_errors = metrics_registry.AddCounterFamily(
+      "lockstep_ps_rpc_errors_total", "Failed RPCs served, by method and status code.",
+      {"method", "code"});
+  builder.experimental().SetInterceptorCreators(lockstep::RpcErrorServerInterceptors(
+      [rpc_errors](absl::string_view method, absl::string_view code) {
+        rpc_errors->WithLabels({std::string(method), std::string(code)})->Increment();
+      }));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
@@ -77,6 +100,23 @@ int main(int argc, char** argv) {
   log.Info("listening", {{"role", "ps"},
                          {"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
                          {"port", port}});
+  lockstep::MetricsServerConfig metrics_config;
+  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
+                            ? lockstep::HostOfAddress(listen)
+                            : absl::GetFlag(FLAGS_metrics_host);
+  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_config.port_is_default = !lockstep::FlagOnCommandLine(argc, argv, "metrics_port");
+  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  std::string metrics_note;
+  auto metrics_http =
+      lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
+  if (!metrics_http.ok()) {
+    std::fprintf(stderr, "lockstep-server: %s\n",
+                 std::string(metrics_http.status().message()).c_str());
+    server->Shutdown();
+    return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::fprintf(stderr, "lockstep-server: %s\n", metrics_note.c_str());
   health.SetAllServing(true);
   const int sig = lockstep::WaitForShutdownSignal();
   log.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});

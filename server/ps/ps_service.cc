@@ -50,8 +50,14 @@ grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
   // The bytes are float32 in the sender's (and our) native layout.
   std::vector<float> data(req->shard_len());
   if (!data.empty()) std::memcpy(data.data(), req->grad_sum().data(), req->grad_sum().size());
-  return ToGrpcStatus(
-      (*shard)->Push(req->job(), req->step(), req->worker_rank(), data, req->count()));
+  absl::Status pushed =
+      (*shard)->Push(req->job(), req->step(), req->worker_rank(), data, req->count());
+  if (pushed.ok()) {
+    pushes_.fetch_add(1, std::memory_order_relaxed);
+    pushed_bytes_.fetch_add(static_cast<int64_t>(req->grad_sum().size() + sizeof(int64_t)),
+                            std::memory_order_relaxed);
+  }
+  return ToGrpcStatus(pushed);
 }
 
 grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
@@ -91,7 +97,19 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
   waiting_pulls_.fetch_sub(1, std::memory_order_relaxed);
   if (!s.ok()) return ToGrpcStatus(s);
   reply->set_count(count);
+  pulls_.fetch_add(1, std::memory_order_relaxed);
+  pulled_bytes_.fetch_add(static_cast<int64_t>(bytes->size() + sizeof(int64_t)),
+                          std::memory_order_relaxed);
   return grpc::Status::OK;
+}
+
+PsService::Stats PsService::stats() const {
+  Stats s;
+  s.pushes = pushes_.load(std::memory_order_relaxed);
+  s.pulls = pulls_.load(std::memory_order_relaxed);
+  s.pushed_bytes = pushed_bytes_.load(std::memory_order_relaxed);
+  s.pulled_bytes = pulled_bytes_.load(std::memory_order_relaxed);
+  return s;
 }
 
 int PsService::num_jobs() const {

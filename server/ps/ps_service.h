@@ -43,6 +43,15 @@ class PsService final : public v1::ParameterServer::Service {
   // Pull handlers currently waiting for pushes (for tests and status).
   int waiting_pulls() const { return waiting_pulls_.load(std::memory_order_relaxed); }
 
+  // Successful calls since start and their payload bytes (gradient floats x
+  // 4 + the 8-byte count), for the metrics.
+  struct Stats {
+    int64_t pushes = 0, pulls = 0;
+    int64_t pushed_bytes = 0;  // received in pushes
+    int64_t pulled_bytes = 0;  // sent in pull replies
+  };
+  Stats stats() const;
+
   // A waiting Pull checks this often whether its client has cancelled, and
   // then returns CANCELLED, freeing its server thread.
   static constexpr absl::Duration kCancelCheckEvery = absl::Milliseconds(50);
@@ -56,6 +65,7 @@ class PsService final : public v1::ParameterServer::Service {
 
   const int max_jobs_;
   std::atomic<int> waiting_pulls_{0};
+  std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0}, pulled_bytes_{0};
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_ ABSL_GUARDED_BY(mu_);
 };
