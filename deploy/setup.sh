@@ -10,6 +10,7 @@ PKGS=(
   chromium fonts-dejavu-core nodejs
   python3-grpcio python3-protobuf python3-numpy
   docker-compose python3-yaml
+  prometheus
 )
 missing=()
 for p in "${PKGS[@]}"; do

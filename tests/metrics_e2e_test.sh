@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Prometheus metrics end to end with real processes on 127.0.0.1 (OS-chosen
+# ports): a coordinator, two workers and a ps shard serve /metrics
+# (--metrics_port=0 + --metrics_port_file); `promtool check metrics`
+# accepts each daemon's exposition; a real `prometheus` server scrapes all
+# four every second while a ring job runs, and its HTTP API shows every
+# target up and lockstep_worker_steps_total growing between scrapes.
+# SKIPPED (exit 0, loudly) only when Debian's prometheus package is not
+# installed; deploy/setup.sh installs it, so CI runs it.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -8 "$f"; done; exit 1; }
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  echo "################################################################"
+  echo "SKIPPED: prometheus/promtool not installed (bash deploy/setup.sh installs Debian's prometheus)"
+  echo "################################################################"
+  exit 0
+fi
+
+# GET url -> stdout (python3: no curl dependency); fails on a non-200.
+get() {
+  python3 - "$1" <<'PY'
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+    assert r.status == 200, r.status
+    sys.stdout.write(r.read().decode())
+PY
+}
+
+python3 - "$T" <<'PY'
+import random, sys
+t = sys.argv[1]
+r = random.Random(7)
+def write(path, n):
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+write(f"{t}/train.csv", 240)
+write(f"{t}/test.csv", 60)
+PY
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
+  --metrics_port_file="$T/coord.mport" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"; wait_file "$T/coord.mport"
+C="127.0.0.1:$(cat "$T/coord.port")"
+"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=0 \
+  --metrics_port_file="$T/ps.mport" 2>"$T/ps.log" & pids+=($!)
+wait_file "$T/ps.mport"
+for i in 1 2; do
+  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=0 \
+    --metrics_port_file="$T/w$i.mport" 2>"$T/w$i.log" & pids+=($!)
+  wait_file "$T/w$i.mport"
+done
+cli() { "$CLI" --coordinator="$C" "$@"; }
+for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && break; sleep 0.05; done
+[ "$(cli workers | grep -c IDLE)" = 2 ] || fail "workers did not register: $(cli workers)"
+targets=()
+for d in coord ps w1 w2; do targets+=("127.0.0.1:$(cat "$T/$d.mport")"); done
+
+echo "== /healthz and promtool check metrics on every daemon"
+for t in "${targets[@]}"; do
+  [ "$(get "http://$t/healthz")" = ok ] || fail "$t/healthz"
+done
+# A ps job first, so the ps shard and the workers' ps counters are not empty.
+out=$(cli submit --workers=2 --sync=ps --ps_shards=1 --model=mlp:8 --dataset='csv:train.csv;test.csv' \
+  --batch=20 --steps=12 --lr=0.1 --follow --json) || fail "ps job exit $?: $out"
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['state'] == 'SUCCEEDED', d" "$out" \
+  || fail "ps job: $out"
+for t in "${targets[@]}"; do
+  get "http://$t/metrics" >"$T/scrape.txt" || fail "GET $t/metrics"
+  [ -s "$T/scrape.txt" ] || fail "$t/metrics is empty"
+  promtool check metrics <"$T/scrape.txt" >"$T/promtool.out" 2>&1 \
+    || fail "promtool check metrics rejects $t/metrics: $(cat "$T/promtool.out")"
+  echo "$t: $(grep -vc '^#' "$T/scrape.txt") samples, promtool ok"
+done
+w1m=$(get "http://${targets[2]}/metrics")
+grep -q '^lockstep_worker_steps_total 12$' <<<"$w1m" || fail "worker 1 steps after the ps job: $w1m"
+grep -q '^lockstep_transport_sent_bytes_total{transport="ps"} [1-9]' <<<"$w1m" || fail "no ps bytes: $w1m"
+grep -q '^lockstep_worker_step_compute_seconds_count 12$' <<<"$w1m" || fail "compute histogram: $w1m"
+psm=$(get "http://${targets[1]}/metrics")
+cm=$(get "http://${targets[0]}/metrics")
+# The job ran on the coordinator's own shard (no --ps_addresses): (12 steps
+# + the dataset-shape agreement round before step 0) x 2 workers.
+grep -q '^lockstep_ps_pushes_total 26$' <<<"$cm" || fail "coordinator shard pushes: $cm"
+grep -q '^lockstep_jobs{state="SUCCEEDED"} 1$' <<<"$cm" || fail "jobs by state: $cm"
+grep -q '^lockstep_steps_total 12$' <<<"$cm" || fail "coordinator steps: $cm"
+grep -q '^lockstep_hash_checks_total 12$' <<<"$cm" || fail "hash checks: $cm"
+grep -q '^lockstep_workers{state="IDLE"} 2$' <<<"$cm" || fail "workers by state: $cm"
+grep -q '^lockstep_ps_pushes_total 0$' <<<"$psm" || fail "the standalone shard was not used: $psm"
+
+echo "== a real prometheus scrapes all four every second"
+PP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+{
+  echo "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}"
+  echo "scrape_configs:"
+  echo "  - job_name: lockstep"
+  echo "    static_configs:"
+  echo "      - targets: [$(IFS=,; echo "${targets[*]}" | sed 's/,/, /g')]"
+} >"$T/prometheus.yml"
+promtool check config "$T/prometheus.yml" >"$T/promtool_config.out" 2>&1 \
+  || fail "config: $(cat "$T/promtool_config.out")"
+prometheus --config.file="$T/prometheus.yml" --storage.tsdb.path="$T/tsdb" \
+  --web.listen-address="127.0.0.1:$PP" 2>"$T/prometheus.log" & pids+=($!)
+P="http://127.0.0.1:$PP"
+for _ in $(seq 300); do get "$P/-/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+get "$P/-/ready" >/dev/null 2>&1 || fail "prometheus not ready"
+
+# A long ring job; cancelled once the counter has grown.
+jid=$(cli submit --workers=2 --model=mlp:8 --dataset='csv:train.csv;test.csv' --batch=20 \
+  --steps=1000000 --lr=0.01) || fail "submit: $jid"
+# Poll Prometheus' query API (bounded): every target up, and the two
+# workers' summed step counter seen at two scrape values, the later larger.
+python3 - "$P" "${#targets[@]}" <<'PY' || fail "prometheus did not see the steps grow"
+import json, sys, time, urllib.parse, urllib.request
+base, want_up = sys.argv[1], int(sys.argv[2])
+def query(q):
+    url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        d = json.load(r)
+    assert d["status"] == "success", d
+    return d["data"]["result"]
+deadline = time.time() + 60
+first = None
+ok_up = ok_steps = False
+while time.time() < deadline and not (ok_up and ok_steps):
+    up = query('up{job="lockstep"}')
+    ok_up = len(up) == want_up and all(r["value"][1] == "1" for r in up)
+    steps = query('sum(lockstep_worker_steps_total{job="lockstep"})')
+    if steps:
+        v = float(steps[0]["value"][1])
+        # 12 steps of the ps job per worker came before this job.
+        if first is None and v > 24:
+            first = v
+        elif first is not None and v > first:
+            print(f"lockstep_worker_steps_total (both workers) {first:.0f} -> {v:.0f}")
+            ok_steps = True
+    time.sleep(0.2)
+print("targets up:", ok_up, "| steps grew:", ok_steps)
+with urllib.request.urlopen(base + "/api/v1/targets", timeout=5) as r:
+    t = json.load(r)["data"]["activeTargets"]
+for x in t:
+    print(" ", x["scrapeUrl"], x["health"], x.get("lastError", ""))
+running = query('lockstep_jobs{state="RUNNING"}')
+print("lockstep_jobs{state=RUNNING}:", [r["value"][1] for r in running])
+sys.exit(0 if ok_up and ok_steps and len(t) == want_up and all(x["health"] == "up" for x in t) else 1)
+PY
+cli cancel "$jid" >/dev/null || fail "cancel"
+echo "PASS"
