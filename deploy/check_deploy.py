@@ -15,6 +15,8 @@ and scale with `docker compose up --scale worker=N`:
   * no service fixes a container name; the worker publishes no host port;
   * every service has a CMD-form health check that runs `lockstep ...
     health`, a restart policy and `deploy.restart_policy`;
+  * every service gives --metrics_port=N and prometheus.io/scrape and
+    prometheus.io/port labels naming N;
   * every ${VAR} has a default (${VAR:-default}); no daemon gets --advertise
     (the daemons' defaults must work in containers).
 dockerfile: multi-stage, both stages on Debian 12, the runtime stage copies
@@ -26,7 +28,8 @@ runtime-libs DOCKERFILE BINARY...: the runtime stage installs exactly the
   missing (the image would not start), none extra.
 k8s: every Deployment/StatefulSet container has readiness and liveness
   probes and cpu+memory requests; every StatefulSet's serviceName is a
-  headless Service in the set; no --advertise.
+  headless Service in the set; no --advertise; --metrics_port=N with a
+  container port "metrics" at N and prometheus.io/* pod annotations.
 Prints every violation; exits 1 if there is one, 2 on usage errors.
 """
 import os
@@ -60,6 +63,19 @@ errors = []
 
 def err(where, msg):
     errors.append(f"{where}: {msg}")
+
+
+def check_metrics(where, args, annotations):
+    """--metrics_port=N given, and prometheus.io/scrape + port N announced."""
+    ports = [str(a).split("=", 1)[1] for a in args if str(a).startswith("--metrics_port=")]
+    if len(ports) != 1:
+        err(where, "expected one --metrics_port=N (Prometheus scrapes it)")
+        return
+    if annotations.get("prometheus.io/scrape") != "true" or \
+            str(annotations.get("prometheus.io/port")) != ports[0]:
+        err(where, f"prometheus.io/scrape: \"true\" and prometheus.io/port: \"{ports[0]}\" "
+            f"expected, got {annotations}")
+    return ports[0]
 
 
 def check_compose(path):
@@ -115,6 +131,8 @@ def check_compose(path):
             err(where, "command must be a non-empty list (exec form)")
         elif any(str(a).startswith("--advertise") for a in command):
             err(where, "--advertise given: the daemons' defaults must work in containers")
+        else:
+            check_metrics(where, command, svc.get("labels") or {})
 
 
 def check_dockerfile(path):
@@ -237,6 +255,11 @@ def check_k8s(paths):
             args = (c.get("command") or []) + (c.get("args") or [])
             if any(str(a).startswith("--advertise") for a in args):
                 err(cw, "--advertise given: the daemons' defaults must work in pods")
+            annotations = d["spec"]["template"].get("metadata", {}).get("annotations") or {}
+            port = check_metrics(cw, args, annotations)
+            if port and not any(p.get("name") == "metrics" and str(p.get("containerPort")) == port
+                                for p in c.get("ports") or []):
+                err(cw, f"no container port named metrics at {port}")
 
 
 def main(argv):

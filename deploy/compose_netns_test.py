@@ -297,6 +297,24 @@ class Cluster:
             out.append((inst, rc, time.monotonic() - t0))
         return out
 
+    def metrics_port(self, service):
+        m = re.search(r"--metrics_port=(\d+)", " ".join(map(str, self.doc["services"][service]["command"])))
+        return int(m.group(1)) if m else None
+
+    def scrape(self, instance, port):
+        """GET http://ADDR:PORT/metrics from the client namespace, as a
+        Prometheus on another host would. Returns (status or None, body)."""
+        url = f"http://{self.addr[instance]}:{port}/metrics"
+        code = ("import sys, urllib.request\n"
+                "r = urllib.request.urlopen(sys.argv[1], timeout=5)\n"
+                "print(r.status); sys.stdout.write(r.read().decode())\n")
+        r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code, url],
+                check=False, timeout=15)
+        if r.returncode != 0:
+            return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        status, _, body = r.stdout.partition("\n")
+        return int(status), body
+
     def cleanup(self):
         for _, p, _ in self.procs:
             if p.poll() is None:
@@ -439,6 +457,22 @@ def main(argv):
             check("ring/tcp and ring/grpc end with the same weights hash",
                   hashes["ring/tcp"] == hashes["ring/grpc"],
                   f"{hashes['ring/tcp']} vs {hashes['ring/grpc']}")
+        # Metrics: every daemon's --metrics_port answers /metrics from
+        # another host; both ps shards counted the ps job's pushes.
+        for service, instance in cluster.instances():
+            port = cluster.metrics_port(service)
+            if port is None:
+                check(f"{instance}: compose gives --metrics_port", False)
+                continue
+            status, body = cluster.scrape(instance, port)
+            check(f"{instance}: GET /metrics on {cluster.addr[instance]}:{port}",
+                  status == 200 and "# TYPE lockstep_" in body,
+                  f"HTTP {status}, {body.count(chr(10))} lines" if status else body)
+            if service.startswith("ps-") and status == 200:
+                pushes = sum(float(line.split()[-1]) for line in body.splitlines()
+                             if line.startswith("lockstep_ps_pushes_total"))
+                check(f"{instance}: the ps job pushed to this shard", pushes > 0,
+                      f"lockstep_ps_pushes_total {pushes:g}")
         stops = cluster.stop_all()
         check("every service exits 0 on SIGTERM within its stop_grace_period",
               all(rc == 0 for _, rc, _ in stops),

@@ -131,6 +131,10 @@ expect_reject "rules, runtime image misses a library package" rules runtime-libs
 sed 's/ libxxhash0 / libxxhash0 libcurl4 /' "$DEPLOY/Dockerfile" >"$B/Dockerfile.extra"
 expect_reject "rules, runtime image installs a package nothing needs" rules runtime-libs \
   "$B/Dockerfile.extra" "${BINS[@]}"
+sed '/prometheus.io\/scrape/d' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/noscrape.yaml"
+expect_reject "rules, pod without the prometheus.io/scrape annotation" rules k8s "$B/k8s/noscrape.yaml"
+sed 's/      - --metrics_port=\${LOCKSTEP_WORKER_METRICS_PORT:-9171}//' "$C" >"$B/deploy/nometrics.yml"
+expect_reject "rules, worker without --metrics_port" rules compose "$B/deploy/nometrics.yml"
 grep -v 'livenessProbe' "$DEPLOY/k8s/worker.yaml" | sed '/^            grpc:$/,+1d' >"$B/k8s/noprobe.yaml"
 expect_reject "rules, container without probes" rules k8s "$B/k8s/noprobe.yaml"
 
