@@ -2,7 +2,7 @@
 """Project rules for the deployment files that the generic linters do not know.
 
   check_deploy.py compose deploy/docker-compose.yml
-  check_deploy.py dockerfile deploy/Dockerfile
+  check_deploy.py dockerfile deploy/Dockerfile deploy/setup.sh
   check_deploy.py k8s deploy/k8s/*.yaml
   check_deploy.py runtime-libs deploy/Dockerfile BINARY...
 
@@ -19,8 +19,10 @@ and scale with `docker compose up --scale worker=N`:
     prometheus.io/port labels naming N;
   * every ${VAR} has a default (${VAR:-default}); no daemon gets --advertise
     (the daemons' defaults must work in containers).
-dockerfile: multi-stage, both stages on Debian 12, the runtime stage copies
-  the binaries from the build stage and runs as a non-root USER.
+dockerfile: multi-stage, both stages on Debian 12, the build stage installs
+  every build package of deploy/setup.sh (compilers, -dev, Bazel), the
+  runtime stage copies the binaries from the build stage and runs as a
+  non-root USER.
 runtime-libs DOCKERFILE BINARY...: the runtime stage installs exactly the
   Debian packages of the shared libraries the binaries need directly
   (readelf NEEDED, located with ldd, owner from dpkg -S), besides the base
@@ -135,7 +137,30 @@ def check_compose(path):
             check_metrics(where, command, svc.get("labels") or {})
 
 
-def check_dockerfile(path):
+BUILD_PACKAGE = re.compile(r"bazel-bootstrap|g\+\+|pkg-config|protobuf-compiler.*|.*-dev")
+
+
+def apt_packages(text):
+    """Package names after each `apt-get install` in a shell text."""
+    out = []
+    for m in re.finditer(r"apt-get[^\n]*?install ([^&;)]*)", text.replace("\\\n", " ")):
+        out += [w for w in m.group(1).split() if not w.startswith(("-", "$", '"'))]
+    return out
+
+
+def check_dockerfile(path, setup=None):
+    if setup:
+        text = open(setup, encoding="utf-8").read()
+        m = re.search(r"PKGS=\(([^)]*)\)", text)
+        wanted = [w for w in (m.group(1).split() if m else []) if BUILD_PACKAGE.fullmatch(w)]
+        if not wanted:
+            err(setup, "no PKGS=( ... ) list with build packages")
+        build_stage = re.split(r"(?m)^FROM\s", open(path, encoding="utf-8").read())[1]
+        have = set(apt_packages(build_stage))
+        for w in wanted:
+            if w not in have:
+                err(path, f"the build stage does not install {w} (deploy/setup.sh does)")
+
     stages = []
     for raw in open(path, encoding="utf-8").read().replace("\\\n", " ").splitlines():
         line = raw.strip()
@@ -270,7 +295,7 @@ def main(argv):
         if argv[1] == "compose":
             check_compose(argv[2])
         elif argv[1] == "dockerfile":
-            check_dockerfile(argv[2])
+            check_dockerfile(argv[2], argv[3] if len(argv) > 3 else None)
         elif argv[1] == "runtime-libs":
             check_runtime_libs(argv[2], argv[3:])
         else:

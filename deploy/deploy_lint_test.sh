@@ -63,7 +63,7 @@ cp "$DEPLOY/Dockerfile" "$T/repo/deploy/Dockerfile"
 expect_ok "dockerfilelint Dockerfile" dockerfilelint "$T/repo/deploy/Dockerfile"
 expect_ok "kubernetes-models: deploy/k8s/*.yaml" k8s "$DEPLOY"/k8s/*.yaml
 expect_ok "rules: compose" rules compose "$C"
-expect_ok "rules: Dockerfile" rules dockerfile "$DEPLOY/Dockerfile"
+expect_ok "rules: Dockerfile" rules dockerfile "$DEPLOY/Dockerfile" "$DEPLOY/setup.sh"
 expect_ok "rules: k8s" rules k8s "$DEPLOY"/k8s/*.yaml
 BINS=("$@")
 [ ${#BINS[@]} -gt 0 ] || { echo "FAIL: no binaries given"; exit 1; }
@@ -123,6 +123,9 @@ sed 's/\${LOCKSTEP_PS_PORT:-7080}/${LOCKSTEP_PS_PORT}/' "$C" >"$B/deploy/nodefau
 expect_reject "rules, \${VAR} without a default" rules compose "$B/deploy/nodefault.yml"
 sed 's/^  image: .*//' "$C" >"$B/deploy/noimage.yml"
 expect_reject "rules, build-only services (no image)" rules compose "$B/deploy/noimage.yml"
+sed 's/ libgtest-dev / /' "$DEPLOY/Dockerfile" >"$B/Dockerfile.nogtest"
+expect_reject "rules, build stage misses a build package of setup.sh" rules dockerfile \
+  "$B/Dockerfile.nogtest" "$DEPLOY/setup.sh"
 sed 's/^USER lockstep/USER root/' "$DEPLOY/Dockerfile" >"$B/Dockerfile.root"
 expect_reject "rules, runtime image runs as root" rules dockerfile "$B/Dockerfile.root"
 sed 's/ libxxhash0 / /' "$DEPLOY/Dockerfile" >"$B/Dockerfile.nolib"
