@@ -69,6 +69,16 @@ v1::WeightsChunk MakeWeightsChunk(const FinalWeights& w, int64_t offset, int64_t
 Coordinator::Coordinator(CoordinatorOptions options, Clock* clock)
     : options_(std::move(options)), clock_(clock),
       log_(LoggerOrStderr(options_.logger, "coordinator")) {
+  // Milliseconds since 2023-11-14 (unix 1.7e9 s): a later start gets a
+  // larger incarnation; 43 bits last 278 years. A clock before that (tests'
+  // fake clocks) gives 1.
+  constexpr uint64_t kMaxIncarnation = (uint64_t{1} << 43) - 1;
+  incarnation_ = options_.incarnation & kMaxIncarnation;
+  if (incarnation_ == 0) {
+    const int64_t ms = absl::ToUnixMillis(clock_->Now()) - int64_t{1700000000} * 1000;
+    incarnation_ = static_cast<uint64_t>(
+        std::clamp<int64_t>(ms, 1, static_cast<int64_t>(kMaxIncarnation)));
+  }
   absl::MutexLock lock(&mu_);
   advertise_ = options_.advertise_address;
 }
@@ -243,6 +253,10 @@ void Coordinator::ScheduleLocked() {
 v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   v1::Assignment a;
   a.set_job_id(job.id);
+  // 43 + 20 bits: bit 63 stays clear for the workers' shape-agreement key.
+  // Job ids past 2^20 in one coordinator's life wrap onto jobs a million
+  // submissions old, long forgotten by workers (1024) and ps servers (8).
+  a.set_group_key((incarnation_ << 20) | (job.id & 0xfffffu));
   *a.mutable_spec() = job.spec;
   a.set_rank(rank);
   for (const Rank& r : job.ranks) a.add_peer_addresses(r.address);

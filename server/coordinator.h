@@ -185,6 +185,13 @@ struct CoordinatorOptions {
   // submitted/started/succeeded/failed/cancelled, hash mismatch at step t
   // naming the ranks and workers. Not owned; nullptr = stderr text lines.
   const Logger* logger = nullptr;
+  // This coordinator's start, in [1, 2^43): the high bits of every job's
+  // group key (Assignment.group_key = incarnation << 20 | (job id mod
+  // 2^20)), so the job ids a restarted coordinator hands out again (from 1)
+  // never meet the peer streams and ps state workers and ps servers keep of
+  // the old jobs. 0 = milliseconds since unix 1.7e9 s on the Clock when
+  // constructed (a later start has a larger one; at least 1).
+  uint64_t incarnation = 0;
 };
 
 // Final weights of a job, as uploaded by rank 0. Immutable once published.
@@ -417,6 +424,7 @@ class Coordinator {
   static std::string ModeName(const lockstep::v1::JobSpec& spec);
 
   const CoordinatorOptions options_;
+  uint64_t incarnation_ = 0;  // options_.incarnation or from the clock; set once
   Clock* const clock_;
   const Logger log_;
 

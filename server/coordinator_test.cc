@@ -250,6 +250,33 @@ TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksToReregister) {
   EXPECT_FALSE(r.stop_job());
 }
 
+TEST_F(CoordinatorTest, GroupKeysDifferAcrossCoordinatorStartsThatReuseJobIds) {
+  // Two coordinators started a millisecond apart both number jobs from 1; their
+  // job 1 must not share a wire key, and the later start's is larger.
+  std::vector<uint64_t> keys;
+  for (int start = 0; start < 2; ++start) {
+    clock_.Set(absl::FromUnixSeconds(1700000000 + 86400) + absl::Milliseconds(start));
+    Reset(DefaultOptions());
+    const std::string w = Register(1);
+    const uint64_t job = Submit(Spec(1));
+    ASSERT_EQ(job, 1u);
+    v1::HeartbeatReply reply = Beat(w);
+    ASSERT_TRUE(reply.has_assignment());
+    EXPECT_EQ(reply.assignment().group_key() & 0xfffffu, 1u);
+    EXPECT_EQ(reply.assignment().group_key() >> 63, 0u);  // bit 63: the shape round's
+    keys.push_back(reply.assignment().group_key());
+  }
+  EXPECT_EQ(keys[0], (uint64_t{86400000} << 20) | 1);
+  EXPECT_EQ(keys[1], (uint64_t{86400001} << 20) | 1);
+  // An explicit incarnation wins.
+  CoordinatorOptions o = DefaultOptions();
+  o.incarnation = 77;
+  Reset(o);
+  const std::string w = Register(1);
+  Submit(Spec(1));
+  EXPECT_EQ(Beat(w).assignment().group_key(), (uint64_t{77} << 20) | 1);
+}
+
 TEST_F(CoordinatorTest, AssignmentDeliveryRanksAndRingOrder) {
   std::vector<std::string> w;
   for (int i = 1; i <= 3; ++i) w.push_back(Register(i));
@@ -269,6 +296,8 @@ TEST_F(CoordinatorTest, AssignmentDeliveryRanksAndRingOrder) {
     ASSERT_TRUE(reply.has_assignment()) << r;
     const v1::Assignment& a = reply.assignment();
     EXPECT_EQ(a.job_id(), job);
+    // The fake clock (unix 1000 s) predates the incarnation epoch: 1.
+    EXPECT_EQ(a.group_key(), (uint64_t{1} << 20) | job);
     EXPECT_EQ(a.rank(), r);
     EXPECT_EQ(a.spec().model(), "mlp:8");
     ASSERT_EQ(a.peer_addresses_size(), 4);

@@ -160,11 +160,10 @@ n=0
 for _ in $(seq 200); do n=$(cli workers | grep -c IDLE); [ "$n" = 2 ] && break; sleep 0.05; done
 [ "$n" = 2 ] || fail "workers did not register with the new coordinator: $(cli workers)"
 for w in "$W1" "$W3"; do wait_health "$w"; done
-# K = 1 on purpose: a new coordinator numbers jobs from 1 again, and a worker
-# that ran job 1 under the old one rejects the peer streams of the new job 1
-# ("group 1 has finished on this worker"), so a K >= 2 job with a reused id
-# fails (known issue, see the README's Missing).
-out=$(cli submit --workers=1 --model=softmax --dataset="$DATA" --batch=16 --steps=10 --follow --json) || fail "job on the new coordinator: $out"
+# K = 2: the new coordinator numbers jobs from 1 again, and both workers ran
+# a job 1 under the old one; the Assignment's group key (incarnation << 20 |
+# job id) keeps the new job 1's peer streams apart from the old one's.
+out=$(cli submit --workers=2 --model=softmax --dataset="$DATA" --batch=16 --steps=10 --follow --json) || fail "job on the new coordinator: $out"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "job on the new coordinator: $out"
 
 echo "== SIGTERM to idle daemons: all exit 0"

@@ -30,6 +30,23 @@ JobRunner::JobRunner(JobRunnerOptions options, const TrainTest* data,
                             {"rank", options_.rank},
                             {"worker", options_.worker_id}})) {}
 
+uint64_t JobRunner::WireKey() const {
+  return options_.group_key != 0 ? options_.group_key : options_.job_id;
+}
+
+absl::Status JobRunner::UserFacing(const absl::Status& s) const {
+  // Transports and ps shards name the keys they carry (the group key, the
+  // shape round's key); users know the coordinator's job id.
+  const std::string job = absl::StrCat("job ", options_.job_id);
+  const std::string group = absl::StrCat("group ", options_.job_id);
+  const std::string message = absl::StrReplaceAll(
+      s.message(), {{absl::StrCat("job ", ShapeAgreementJob(WireKey())), job},
+                    {absl::StrCat("job ", WireKey()), job},
+                    {absl::StrCat("group ", ShapeAgreementJob(WireKey())), group},
+                    {absl::StrCat("group ", WireKey()), group}});
+  return absl::Status(s.code(), message);
+}
+
 std::string JobRunner::PeerName(int rank) const {
   if (rank < static_cast<int>(options_.peer_names.size())) {
     return absl::StrCat("rank ", rank, " (", options_.peer_names[rank], ")");
@@ -44,16 +61,12 @@ absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
   shapes[3 * options_.rank + 1] = static_cast<float>(train.num_classes);
   shapes[3 * options_.rank + 2] = static_cast<float>(train.num_examples);
   int64_t count = 1;
-  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(options_.job_id), 0,
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), 0,
                                           absl::MakeSpan(shapes), &count,
                                           options_.combine_timeout);
       !s.ok()) {
-    // Transports name the round's internal key; users know the job's id.
-    const std::string internal = absl::StrCat("job ", ShapeAgreementJob(options_.job_id));
-    std::string message = absl::StrReplaceAll(
-        s.message(), {{internal, absl::StrCat("job ", options_.job_id)}});
     return absl::Status(s.code(), absl::StrCat("before step 0 (dataset-shape agreement of job ",
-                                               options_.job_id, "): ", message));
+                                               options_.job_id, "): ", UserFacing(s).message()));
   }
   if (count != k) {
     return absl::InternalError(
@@ -128,13 +141,13 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     BatchStats local = r.ComputeGradSum(train, slice);
     int64_t count = local.count;
     const auto t_combine = std::chrono::steady_clock::now();  // StepTiming
-    if (absl::Status s = combiner_->Combine(job, step, r.combine_buffer(), &count,
+    if (absl::Status s = combiner_->Combine(WireKey(), step, r.combine_buffer(), &count,
                                             options_.combine_timeout);
         !s.ok()) {
       if (stop_.load()) {
         return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
       }
-      return s;
+      return UserFacing(s);
     }
     const double communication_seconds = SecondsSince(t_combine);
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;

@@ -48,7 +48,10 @@ class JobReporter {
 };
 
 struct JobRunnerOptions {
-  uint64_t job_id = 0;
+  uint64_t job_id = 0;     // the coordinator's job id: reports, logs, errors
+  // The key of the job's combines on the wire (Assignment.group_key);
+  // 0 = job_id. Errors from the combiner name job_id, not this key.
+  uint64_t group_key = 0;
   v1::JobSpec spec;
   int rank = 0;
   int world = 1;
@@ -122,6 +125,10 @@ class JobRunner {
   std::atomic<bool> stop_{false};
   absl::Status AgreeOnShape(const Dataset& train);
   std::string PeerName(int rank) const;
+  // options_.group_key, or job_id when it is 0.
+  uint64_t WireKey() const;
+  // `s` with the wire keys in its message replaced by "job <job_id>".
+  absl::Status UserFacing(const absl::Status& s) const;
 
   std::unique_ptr<Replica> replica_;
 };

@@ -298,10 +298,12 @@ class FailingCombiner : public GradientCombiner {
  public:
   absl::Status Combine(uint64_t job, int64_t step, absl::Span<float>, int64_t*,
                        absl::Duration) override {
+    last_job = job;
     return absl::UnavailableError(
         absl::StrCat("peer rank 1 (10.77.0.3:7071): cannot connect (job ", job, ", step ", step,
                      ")"));
   }
+  uint64_t last_job = 0;
 };
 
 TEST(JobRunnerTest, AFailureBeforeStepZeroNamesTheUsersJobNotTheInternalKey) {
@@ -314,12 +316,17 @@ TEST(JobRunnerTest, AFailureBeforeStepZeroNamesTheUsersJobNotTheInternalKey) {
   o.job_id = 7;
   o.world = 2;
   o.rank = 0;
-  JobRunner runner(o, &data, &combiner, &reporter);
-  auto out = runner.Run();
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(out.status().message(),
-            "before step 0 (dataset-shape agreement of job 7): peer rank 1 (10.77.0.3:7071): "
-            "cannot connect (job 7, step 0)");
+  for (uint64_t group_key : {uint64_t{0}, (uint64_t{5} << 20) | 7}) {
+    o.group_key = group_key;
+    JobRunner runner(o, &data, &combiner, &reporter);
+    auto out = runner.Run();
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(out.status().message(),
+              "before step 0 (dataset-shape agreement of job 7): peer rank 1 (10.77.0.3:7071): "
+              "cannot connect (job 7, step 0)");
+    // On the wire: the shape round's key of the group key.
+    EXPECT_EQ(combiner.last_job, ShapeAgreementJob(group_key != 0 ? group_key : 7));
+  }
   EXPECT_TRUE(reporter.hashes().empty());
 }
 

@@ -19,6 +19,12 @@ namespace {
 
 constexpr int64_t kWeightsChunkFloats = 256 * 1024;  // 1 MiB per message
 
+// The key of a job's combines on the wire (Assignment.group_key; an older
+// coordinator sends none: the job id).
+uint64_t WireKey(const v1::Assignment& a) {
+  return a.group_key() != 0 ? a.group_key() : a.job_id();
+}
+
 // The host:port part of a gRPC target ("dns:///h:1" -> "h:1").
 std::string CoordinatorHost(absl::string_view target) {
   for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
@@ -408,7 +414,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         }
         peers.assign(a.data_addresses().begin(), a.data_addresses().end());
       }
-      auto transport = transports_(a.spec().peer_transport(), a.job_id(), a.rank(), peers);
+      auto transport = transports_(a.spec().peer_transport(), WireKey(a), a.rank(), peers);
       if (!transport.ok()) return transport.status();
       combiner = std::make_unique<RingCombiner>((*transport)->transport());
       absl::MutexLock l(&job->mu);
@@ -416,6 +422,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     }
     JobRunnerOptions o;
     o.job_id = a.job_id();
+    o.group_key = WireKey(a);
     o.spec = a.spec();
     o.rank = a.rank();
     o.world = k;

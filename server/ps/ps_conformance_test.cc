@@ -20,13 +20,14 @@ namespace {
 
 // One PsService on 127.0.0.1:0 with its server; shared by the clients.
 struct LocalPs {
+  explicit LocalPs(int max_jobs = 8) : service(max_jobs) {}
   PsService service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
 
-std::shared_ptr<LocalPs> StartPs() {
-  auto ps = std::make_shared<LocalPs>();
+std::shared_ptr<LocalPs> StartPs(int max_jobs = 8) {
+  auto ps = std::make_shared<LocalPs>(max_jobs);
   grpc::ServerBuilder b;
   int port = 0;
   b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -140,6 +141,30 @@ TEST(PsServiceTest, UnreachableServerIsNamed) {
               s.code() == absl::StatusCode::kDeadlineExceeded)
       << s;
   EXPECT_NE(s.message().find("ps shard 1 (" + address + ")"), std::string::npos) << s;
+}
+
+// Beyond max_jobs, the key created longest ago goes, not the lowest: a
+// restarted coordinator's group keys may sort below the old ones.
+TEST(PsServiceEvictionTest, DropsTheJobCreatedLongestAgoNotTheLowestKey) {
+  std::shared_ptr<LocalPs> local = StartPs(/*max_jobs=*/2);
+  OwningClient c(local, 0, 2, 1);
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  const float one[1] = {1.0f}, two[1] = {2.0f};
+  ASSERT_TRUE(c.Push(9, 0, 0, one, 1, soon).ok());   // created first
+  ASSERT_TRUE(c.Push(3, 0, 0, one, 1, soon).ok());   // lowest key
+  ASSERT_TRUE(c.Push(20, 0, 0, one, 1, soon).ok());  // evicts 9
+  ASSERT_TRUE(c.Push(3, 0, 1, two, 1, soon).ok());
+  float out[1] = {0};
+  int64_t count = 0;
+  absl::Status pulled = c.Pull(3, 0, 0, out, &count, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_EQ(count, 2);
+  // Job 9 lost its first push: its step never completes.
+  ASSERT_TRUE(c.Push(9, 0, 1, two, 1, soon).ok());
+  pulled = c.Pull(9, 0, 0, out, &count, absl::Now() + absl::Milliseconds(300));
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kDeadlineExceeded) << pulled;
+  local->server->Shutdown();
 }
 
 }  // namespace

@@ -23,8 +23,12 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsService::GetShard(uint64_t job, int s
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) {
-    while (static_cast<int>(jobs_.size()) >= max_jobs_) jobs_.erase(jobs_.begin());
+    while (!created_.empty() && static_cast<int>(jobs_.size()) >= max_jobs_) {
+      jobs_.erase(created_.front());
+      created_.pop_front();
+    }
     it = jobs_.emplace(job, std::map<int, std::shared_ptr<PsShard>>()).first;
+    created_.push_back(job);
   }
   std::shared_ptr<PsShard>& s = it->second[shard];
   if (s == nullptr) {

@@ -3,9 +3,11 @@
 // per (job, shard), created on first use from the K and shard length the
 // request carries. The server sums and returns; workers apply the update.
 //
-// Memory: at most `max_jobs` jobs are held; a push for a new job beyond
-// that drops the oldest job's shards (lowest id). Each PsShard itself keeps
-// only its two latest steps.
+// Memory: at most `max_jobs` jobs (job keys: a job's group key, and its
+// shape-agreement key) are held; a request for a new key beyond that drops
+// the shards of the key created longest ago (not the lowest key: keys of a
+// restarted coordinator's jobs may sort below old ones, and shape-agreement
+// keys sort last). Each PsShard itself keeps only its two latest steps.
 //
 // Threading: gRPC's sync server calls Push/Pull from many threads; the
 // shard map is guarded by a mutex, shards are thread-safe. A Pull waits for
@@ -15,6 +17,7 @@
 #define LOCKSTEP_SERVER_PS_PS_SERVICE_H_
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <utility>
@@ -68,6 +71,7 @@ class PsService final : public v1::ParameterServer::Service {
   std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0}, pulled_bytes_{0};
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> created_ ABSL_GUARDED_BY(mu_);  // jobs_'s keys, oldest first
 };
 
 }  // namespace lockstep
