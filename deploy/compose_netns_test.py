@@ -19,12 +19,15 @@ daemons must not rely on it. Nothing passes --advertise: the compose file
 gives none (deploy_lint_test checks that).
 
 Brings up the coordinator, both ps shards and three workers
-(`--scale worker=3`), waits until each service's health check passes,
-then from a client namespace trains short jobs to the end over ring/tcp,
-ring/grpc and ps (--ps_shards=2, on the ps services), and checks that
-`lockstep sync` reports every step in sync, that every worker is registered
-at its own namespace's address, and that ring/tcp and ring/grpc end with the
-same weights hash.
+(`--scale worker=3`) in depends_on order without waiting in between, as
+compose does, checks that each health check fails before its service starts
+and passes after, then from a client namespace trains short jobs to the end
+over ring/tcp, ring/grpc and ps (--ps_shards=2, on the ps services), and
+checks that `lockstep sync` reports every step in sync, that every worker is
+registered at its own namespace's address, that ring/tcp and ring/grpc end
+with the same weights hash, that every daemon's /metrics answers from
+another namespace (both ps shards counting the ps job's pushes), and that
+every daemon exits 0 on SIGTERM within its stop_grace_period.
 
 Needs root (namespaces, a bridge, /etc/netns). Without it: prints SKIPPED
 loudly and exits 0. Cleans up namespaces, bridge, veths, /etc/netns entries
@@ -407,6 +410,10 @@ def main(argv):
             if r.returncode == 0:
                 raise Failure(f"{instance}: its health check passes before it is started")
             cluster.start(service, instance)
+        # As `docker compose up`: dependencies are started first, not waited
+        # for (short depends_on; Swarm ignores depends_on altogether), so a
+        # worker may come up before the coordinator answers.
+        for service, instance in cluster.instances():
             cluster.wait_healthy(service, instance)
         check("every service healthy by its compose health check", True)
 
