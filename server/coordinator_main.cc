@@ -51,10 +51,10 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/daemon_util.h"
+#include "common/flags_usage.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
 #include "common/http/http_server.h"
-#include "common/flags_usage.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/shutdown_signal.h"
@@ -85,14 +85,9 @@ ABSL_FLAG(std::vector<std::string>, ps_addresses, {},
           "comma-separated parameter-server addresses, shard s at index s (default: "
           "the advertised address)");
 ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many jobs (>= 0)");
-ABSL_FLAG(int32_t, http_port, -1,
-          "serve the status page (http://HOST:PORT/) over HTTP on this port of the --listen "
-          "host; 0 lets the OS choose, -1 = no HTTP server");
-ABSL_FLAG(std::string, http_port_file, "",
-          "if set, the bound HTTP port is written to this file (atomically) once listening");
 ABSL_FLAG(std::string, metrics_host, "",
-          "host of the HTTP server for Prometheus (GET /metrics, /healthz; it also serves the "
-          "status page); default: the --listen host");
+          "host of the HTTP server for Prometheus (GET /metrics, /healthz) and the status page "
+          "(GET /, /api/...); default: the --listen host");
 ABSL_FLAG(int32_t, metrics_port, 9170,
           "port of the metrics HTTP server: -1 = off, 0 = chosen by the OS. When the default "
           "9170 is taken an OS-chosen port is used and logged; an explicitly given port that "
@@ -202,11 +197,6 @@ int Run(int argc, char** argv) {
                               heartbeat_ms, " and ", lost_after_ms));
     return kExitBadFlags;
   }
-  if (absl::GetFlag(FLAGS_http_port) < -1 || absl::GetFlag(FLAGS_http_port) > 65535) {
-    logger.Error(absl::StrCat("--http_port: expected -1 (off) or a port in [0, 65535], got ",
-                              absl::GetFlag(FLAGS_http_port)));
-    return kExitBadFlags;
-  }
   if (absl::GetFlag(FLAGS_max_weights_jobs) < 0) {
     logger.Error(absl::StrCat("--max_weights_jobs: expected >= 0, got ",
                               absl::GetFlag(FLAGS_max_weights_jobs)));
@@ -295,34 +285,7 @@ int Run(int argc, char** argv) {
       return kExitBadFlags;
     }
   }
-  // The status page (server/status_page.h) on its own HTTP port.
   StatusPage status_page(&coordinator);
-  std::unique_ptr<HttpServer> http;
-  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
-    absl::StatusOr<std::unique_ptr<HttpServer>> started =
-        HttpServer::Start(listen_host, http_port);
-    if (!started.ok()) {
-      logger.Error(absl::StrCat("--http_port: ", started.status().message()));
-      server->Shutdown();
-      return kExitBindFailed;
-    }
-    http = *std::move(started);
-    for (const std::string& path : StatusPage::Paths()) {
-      http->Handle(path, [&status_page](const HttpRequest& r) { return status_page.Handle(r); });
-    }
-    http->Handle("/metrics", MetricsHttpHandler(&metrics_registry));
-    const std::string http_port_file = absl::GetFlag(FLAGS_http_port_file);
-    if (!http_port_file.empty()) {
-      if (absl::Status s = WritePortFile(http_port_file, http->port()); !s.ok()) {
-        logger.Error(absl::StrCat("--http_port_file: ", s.message()));
-        http->Shutdown();
-        server->Shutdown();
-        return kExitBadFlags;
-      }
-    }
-    logger.Info("status page",
-                {{"url", absl::StrCat("http://", JoinHostPort(listen_host, http->port()), "/")}});
-  }
   // The metrics server (on by default) also serves the status page.
   MetricsServerConfig metrics_config;
   metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
@@ -336,7 +299,6 @@ int Run(int argc, char** argv) {
       StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
   if (!metrics_http.ok()) {
     logger.Error(metrics_http.status().message());
-    if (http != nullptr) http->Shutdown();
     server->Shutdown();
     return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadFlags
                                                                              : kExitBindFailed;
@@ -348,6 +310,12 @@ int Run(int argc, char** argv) {
     }
   }
   logger.Info(metrics_note);
+  if (*metrics_http != nullptr) {
+    logger.Info("status page", {{"url", absl::StrCat("http://",
+                                                     JoinHostPort(metrics_config.host,
+                                                                  (*metrics_http)->port()),
+                                                     "/")}});
+  }
   // advertise ":port" (wildcard --listen, no --advertise): each worker
   // dials the ps shard at the host it reaches the coordinator at.
   logger.Info("listening", {{"address", JoinHostPort(listen_host, port)},
@@ -384,7 +352,6 @@ int Run(int argc, char** argv) {
                  {"seconds", absl::ToDoubleSeconds(absl::Now() - drain_start)}});
   }
   health.Shutdown();
-  if (http != nullptr) http->Shutdown();
   if (*metrics_http != nullptr) (*metrics_http)->Shutdown();
   service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -41,13 +41,13 @@ write(f"{t}/test.csv", 60)
 PY
 DATA="csv:$T/train.csv;$T/test.csv"
 
-err=$("$COORD" --listen=127.0.0.1:0 --http_port=70000 2>&1); rc=$?
-[ "$rc" = 2 ] || fail "--http_port=70000: exit $rc, want 2: $err"
-grep -q -- '--http_port: expected -1 (off) or a port in \[0, 65535\], got 70000' <<<"$err" ||
-  fail "--http_port=70000: $err"
+err=$("$COORD" --listen=127.0.0.1:0 --metrics_port=70000 2>&1); rc=$?
+[ "$rc" = 2 ] || fail "--metrics_port=70000: exit $rc, want 2: $err"
+grep -q -- '--metrics_port: expected -1 (off), 0 (OS-chosen) or 1..65535, got 70000' <<<"$err" ||
+  fail "--metrics_port=70000: $err"
 
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" \
-  --http_port=0 --http_port_file="$T/http.port" 2>"$T/coord.log" & pids+=($!)
+  --metrics_port=0 --metrics_port_file="$T/http.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 wait_file "$T/http.port"
 C="127.0.0.1:$(cat "$T/coord.port")"

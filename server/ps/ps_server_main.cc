@@ -111,12 +111,11 @@ int main(int argc, char** argv) {
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
   if (!metrics_http.ok()) {
-    std::fprintf(stderr, "lockstep-server: %s\n",
-                 std::string(metrics_http.status().message()).c_str());
+    log.Error(metrics_http.status().message());
     server->Shutdown();
     return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::fprintf(stderr, "lockstep-server: %s\n", metrics_note.c_str());
+  if (!metrics_note.empty()) log.Info(metrics_note);
   health.SetAllServing(true);
   const int sig = lockstep::WaitForShutdownSignal();
   log.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});
