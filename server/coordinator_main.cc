@@ -287,13 +287,9 @@ int Run(int argc, char** argv) {
   }
   StatusPage status_page(&coordinator);
   // The metrics server (on by default) also serves the status page.
-  MetricsServerConfig metrics_config;
-  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
-                            ? listen_host
-                            : absl::GetFlag(FLAGS_metrics_host);
-  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
-  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  const MetricsServerConfig metrics_config = MetricsServerConfigFromFlags(
+      argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+      absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   absl::StatusOr<std::unique_ptr<HttpServer>> metrics_http =
       StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "gtest/gtest.h"
+#include "worker/blobs_for_test.h"
 #include "worker/job_runner.h"
 
 namespace lockstep {
@@ -36,26 +37,6 @@ class SoloCombiner : public GradientCombiner {
     return absl::OkStatus();
   }
 };
-
-TrainTest Blobs(int64_t n_train, int64_t n_test) {
-  TrainTest data;
-  for (Dataset* d : {&data.train, &data.test}) {
-    const int64_t n = d == &data.train ? n_train : n_test;
-    SplitMix64 r(d == &data.train ? 1 : 2);
-    d->name = "blobs";
-    d->num_examples = n;
-    d->dim = 6;
-    d->num_classes = 3;
-    for (int64_t i = 0; i < n; ++i) {
-      const int c = static_cast<int>(r.Next() % 3);
-      for (int j = 0; j < 6; ++j) {
-        d->x.push_back((j % 3 == c ? 1.5f : 0.0f) + r.NextFloat() - 0.5f);
-      }
-      d->y.push_back(static_cast<float>(c));
-    }
-  }
-  return data;
-}
 
 TEST(JobRunnerLogTest, LinesEveryTenSecondsAtEpochEndsAndEvals) {
   const TrainTest data = Blobs(290, 40);  // batch 29: 10 steps per epoch

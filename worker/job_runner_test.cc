@@ -16,6 +16,7 @@
 #include "common/train/reference_trainer.h"
 #include "gtest/gtest.h"
 #include "server/job_spec_convert.h"
+#include "worker/blobs_for_test.h"
 
 namespace lockstep {
 namespace {
@@ -65,24 +66,6 @@ class FakeReporter : public JobReporter {
   std::vector<v1::ReportEvalRequest> evals_ ABSL_GUARDED_BY(mu_);
   std::vector<float> uploaded_ ABSL_GUARDED_BY(mu_);
 };
-
-TrainTest Blobs(int64_t n_train, int64_t n_test) {
-  TrainTest data;
-  for (Dataset* d : {&data.train, &data.test}) {
-    const int64_t n = d == &data.train ? n_train : n_test;
-    SplitMix64 r(d == &data.train ? 1 : 2);
-    d->name = "blobs";
-    d->num_examples = n;
-    d->dim = 6;
-    d->num_classes = 3;
-    for (int64_t i = 0; i < n; ++i) {
-      int c = static_cast<int>(r.Next() % 3);
-      for (int j = 0; j < 6; ++j) d->x.push_back((j % 3 == c ? 1.5f : 0.0f) + r.NextFloat() - 0.5f);
-      d->y.push_back(static_cast<float>(c));
-    }
-  }
-  return data;
-}
 
 v1::JobSpec MlpSpec() {
   v1::JobSpec spec;

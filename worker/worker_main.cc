@@ -177,13 +177,9 @@ int main(int argc, char** argv) {
   // Prometheus metrics over HTTP (common/metrics/metrics_server.h).
   lockstep::MetricsRegistry metrics_registry;
   lockstep::WorkerMetrics worker_metrics(&metrics_registry);
-  lockstep::MetricsServerConfig metrics_config;
-  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
-                            ? lockstep::HostOfAddress(listen)
-                            : absl::GetFlag(FLAGS_metrics_host);
-  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_config.port_is_default = !lockstep::FlagOnCommandLine(argc, argv, "metrics_port");
-  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
+      argc, argv, lockstep::HostOfAddress(listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+      absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

@@ -53,6 +53,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
   return server;
 }
 
+MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
+                                                 const std::string& listen_host,
+                                                 const std::string& metrics_host, int port,
+                                                 const std::string& port_file) {
+  MetricsServerConfig config;
+  config.host = metrics_host.empty() ? listen_host : metrics_host;
+  config.port = port;
+  config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
+  config.port_file = port_file;
+  return config;
+}
+
 bool FlagOnCommandLine(int argc, char** argv, absl::string_view name) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];

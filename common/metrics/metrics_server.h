@@ -45,6 +45,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
                                                                const MetricsRegistry* registry,
                                                                std::string* note);
 
+// The config a daemon main builds from its --metrics_host (`metrics_host`,
+// "" = `listen_host`), --metrics_port and --metrics_port_file flags;
+// port_is_default unless argv sets --metrics_port.
+MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
+                                                 const std::string& listen_host,
+                                                 const std::string& metrics_host, int port,
+                                                 const std::string& port_file);
+
 // True when argv (before parsing) sets flag `name`: "--name=V", "--name V",
 // "-name=V" or "-name V" (flags after a bare "--" do not count).
 bool FlagOnCommandLine(int argc, char** argv, absl::string_view name);

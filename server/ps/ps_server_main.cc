@@ -100,13 +100,9 @@ int main(int argc, char** argv) {
   log.Info("listening", {{"role", "ps"},
                          {"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
                          {"port", port}});
-  lockstep::MetricsServerConfig metrics_config;
-  metrics_config.host = absl::GetFlag(FLAGS_metrics_host).empty()
-                            ? lockstep::HostOfAddress(listen)
-                            : absl::GetFlag(FLAGS_metrics_host);
-  metrics_config.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_config.port_is_default = !lockstep::FlagOnCommandLine(argc, argv, "metrics_port");
-  metrics_config.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
+      argc, argv, lockstep::HostOfAddress(listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+      absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

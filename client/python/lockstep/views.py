@@ -37,8 +37,16 @@ def _convert(cls, msg):
     return cls(proto=msg, **kwargs)
 
 
+class _View:
+    """from_proto for the dataclasses below (their fields name the message's)."""
+
+    @classmethod
+    def from_proto(cls, msg):
+        return _convert(cls, msg)
+
+
 @dataclasses.dataclass(frozen=True)
-class RankStatus:
+class RankStatus(_View):
     """One rank of a job: its worker, progress, last hash and whether it is in sync."""
     rank: int
     worker_id: str
@@ -51,13 +59,9 @@ class RankStatus:
     data_address: str
     proto: Any = dataclasses.field(repr=False, compare=False)
 
-    @classmethod
-    def from_proto(cls, msg):
-        return _convert(cls, msg)
-
 
 @dataclasses.dataclass(frozen=True)
-class JobStatus:
+class JobStatus(_View):
     """A job's state and progress: lockstep.v1.JobStatus (GetJob, WatchJob events)."""
     job_id: int
     spec: Any                  # lockstep.v1.JobSpec
@@ -96,13 +100,9 @@ class JobStatus:
         except ValueError:
             return "ring/unknown"
 
-    @classmethod
-    def from_proto(cls, msg):
-        return _convert(cls, msg)
-
 
 @dataclasses.dataclass(frozen=True)
-class SyncCheck:
+class SyncCheck(_View):
     """The replica-hash comparison of one step."""
     step: int
     all_match: bool
@@ -111,13 +111,9 @@ class SyncCheck:
     rank_hashes: Tuple[str, ...]   # index = rank
     proto: Any = dataclasses.field(repr=False, compare=False)
 
-    @classmethod
-    def from_proto(cls, msg):
-        return _convert(cls, msg)
-
 
 @dataclasses.dataclass(frozen=True)
-class SyncHistory:
+class SyncHistory(_View):
     """A job's per-step hash agreement (most recent check last)."""
     job_id: int
     checked_steps: int
@@ -126,13 +122,9 @@ class SyncHistory:
     checks: Tuple[SyncCheck, ...]
     proto: Any = dataclasses.field(repr=False, compare=False)
 
-    @classmethod
-    def from_proto(cls, msg):
-        return _convert(cls, msg)
-
 
 @dataclasses.dataclass(frozen=True)
-class WorkerInfo:
+class WorkerInfo(_View):
     """A registered worker daemon."""
     worker_id: str
     address: str
@@ -142,10 +134,6 @@ class WorkerInfo:
     last_heartbeat_age_s: float
     data_address: str
     proto: Any = dataclasses.field(repr=False, compare=False)
-
-    @classmethod
-    def from_proto(cls, msg):
-        return _convert(cls, msg)
 
 
 _NESTED = {
