@@ -11,7 +11,16 @@ set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  # Bounded: a daemon wedged on SIGTERM gets SIGKILL after 10 s.
+  for _ in $(seq 100); do
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -8 "$f"; done; exit 1; }
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
@@ -86,7 +95,12 @@ grep -q '^lockstep_worker_steps_total 12$' <<<"$w1m" || fail "worker 1 steps aft
 grep -q '^lockstep_transport_sent_bytes_total{transport="ps"} [1-9]' <<<"$w1m" || fail "no ps bytes: $w1m"
 grep -q '^lockstep_worker_step_compute_seconds_count 12$' <<<"$w1m" || fail "compute histogram: $w1m"
 psm=$(get "http://${targets[1]}/metrics")
-cm=$(get "http://${targets[0]}/metrics")
+# Workers turn IDLE on their next heartbeat after ReportDone: poll for it.
+for _ in $(seq 100); do
+  cm=$(get "http://${targets[0]}/metrics")
+  grep -q '^lockstep_workers{state="IDLE"} 2$' <<<"$cm" && break
+  sleep 0.1
+done
 # The job ran on the coordinator's own shard (no --ps_addresses): (12 steps
 # + the dataset-shape agreement round before step 0) x 2 workers.
 grep -q '^lockstep_ps_pushes_total 26$' <<<"$cm" || fail "coordinator shard pushes: $cm"

@@ -17,7 +17,16 @@ OUT="${TEST_UNDECLARED_OUTPUTS_DIR:-$T}"
 mkdir -p "$OUT"
 export HOME="$T/home"; mkdir -p "$HOME"   # chromium writes its caches under $HOME
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  # Bounded: a daemon wedged on SIGTERM gets SIGKILL after 10 s.
+  for _ in $(seq 100); do
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
@@ -75,7 +84,7 @@ PY
 # The page rendered by chromium after its scripts ran; "$1" = query string.
 browse() {
   local prof; prof=$(mktemp -d "$T/chromium.XXXXXX")
-  timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  timeout 45 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync \
     --disable-dev-shm-usage --user-data-dir="$prof" --virtual-time-budget=5000 "${@:2}" \
     "$URL/$1" 2>>"$T/chromium.log"
