@@ -62,7 +62,8 @@ absl::StatusOr<std::string> AdvertisedAddress(absl::string_view flag,
   }
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": expected HOST or HOST:PORT (IPv6 as [ADDR] or [ADDR]:PORT, PORT in 1..65535), got \"",
+        flag,
+        ": expected HOST or HOST:PORT (IPv6 as [ADDR] or [ADDR]:PORT, PORT in 1..65535), got \"",
         advertise, "\""));
   };
   absl::string_view host = advertise;

@@ -288,8 +288,8 @@ int Run(int argc, char** argv) {
   StatusPage status_page(&coordinator);
   // The metrics server (on by default) also serves the status page.
   const MetricsServerConfig metrics_config = MetricsServerConfigFromFlags(
-      argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-      absl::GetFlag(FLAGS_metrics_port_file));
+      argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   absl::StatusOr<std::unique_ptr<HttpServer>> metrics_http =
       StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
@@ -299,18 +299,16 @@ int Run(int argc, char** argv) {
     return metrics_http.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadFlags
                                                                              : kExitBindFailed;
   }
+  logger.Info(metrics_note);
   if (*metrics_http != nullptr) {
     for (const std::string& path : StatusPage::Paths()) {
       (*metrics_http)->Handle(
           path, [&status_page](const HttpRequest& r) { return status_page.Handle(r); });
     }
-  }
-  logger.Info(metrics_note);
-  if (*metrics_http != nullptr) {
-    logger.Info("status page", {{"url", absl::StrCat("http://",
-                                                     JoinHostPort(metrics_config.host,
-                                                                  (*metrics_http)->port()),
-                                                     "/")}});
+    logger.Info("status page",
+                {{"url", absl::StrCat("http://",
+                                      JoinHostPort(metrics_config.host, (*metrics_http)->port()),
+                                      "/")}});
   }
   // advertise ":port" (wildcard --listen, no --advertise): each worker
   // dials the ps shard at the host it reaches the coordinator at.

@@ -8,11 +8,8 @@
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
-wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+FAIL_TAIL=5
+source "$(dirname "$0")/e2e_lib.sh"
 
 # Data: the same relative path on every "host"; the third host's copy has
 # an extra feature column.

@@ -10,20 +10,7 @@
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  # Bounded: a daemon wedged on SIGTERM gets SIGKILL after 10 s.
-  for _ in $(seq 100); do
-    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break; sleep 0.1
-  done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -8 "$f"; done; exit 1; }
-wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+source "$(dirname "$0")/e2e_lib.sh"
 
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   echo "################################################################"

@@ -16,20 +16,8 @@ T="${TEST_TMPDIR:-$(mktemp -d)}"
 OUT="${TEST_UNDECLARED_OUTPUTS_DIR:-$T}"
 mkdir -p "$OUT"
 export HOME="$T/home"; mkdir -p "$HOME"   # chromium writes its caches under $HOME
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  # Bounded: a daemon wedged on SIGTERM gets SIGKILL after 10 s.
-  for _ in $(seq 100); do
-    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break; sleep 0.1
-  done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
-wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+FAIL_TAIL=5
+source "$(dirname "$0")/e2e_lib.sh"
 
 CHROMIUM=$(command -v chromium || true)
 [ -n "$CHROMIUM" ] || fail "chromium is not installed (bash deploy/setup.sh installs it)"

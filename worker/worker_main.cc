@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   peers.RegisterOn(builder);
   builder.RegisterService(&health);
@@ -149,8 +150,8 @@ int main(int argc, char** argv) {
   // A wildcard listen address is no address for peers: without --advertise
   // the worker registers ":port" and the coordinator fills in the IP address
   // it sees this worker's call come from (common/daemon_util.h).
-  absl::StatusOr<std::string> advertised =
-      lockstep::AdvertisedAddress("--advertise", absl::GetFlag(FLAGS_advertise), lockstep::HostOfAddress(listen), port);
+  absl::StatusOr<std::string> advertised = lockstep::AdvertisedAddress(
+      "--advertise", absl::GetFlag(FLAGS_advertise), listen_host, port);
   if (!advertised.ok()) {
     logger.Error(advertised.status().message());
     server->Shutdown();
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
   const std::string advertise = *advertised;
   // The raw-TCP data plane listens on the same host; peers reach it at the
   // advertised host.
-  auto hub = lockstep::TcpPeerHub::Start(lockstep::HostOfAddress(listen), data_port);
+  auto hub = lockstep::TcpPeerHub::Start(listen_host, data_port);
   if (!hub.ok()) {
     logger.Error(absl::StrCat("--data_port: ", hub.status().message()));
     server->Shutdown();
@@ -178,8 +179,8 @@ int main(int argc, char** argv) {
   lockstep::MetricsRegistry metrics_registry;
   lockstep::WorkerMetrics worker_metrics(&metrics_registry);
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
-      argc, argv, lockstep::HostOfAddress(listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-      absl::GetFlag(FLAGS_metrics_port_file));
+      argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
     hostname = buf;
   }
   logger.Info("listening",
-              {{"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
+              {{"address", lockstep::JoinHostPort(listen_host, port)},
                {"port", port},
                {"advertise", advertise},
                {"data_address", data_address},

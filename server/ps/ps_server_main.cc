@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
@@ -98,11 +99,11 @@ int main(int argc, char** argv) {
     }
   }
   log.Info("listening", {{"role", "ps"},
-                         {"address", lockstep::JoinHostPort(lockstep::HostOfAddress(listen), port)},
+                         {"address", lockstep::JoinHostPort(listen_host, port)},
                          {"port", port}});
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
-      argc, argv, lockstep::HostOfAddress(listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-      absl::GetFlag(FLAGS_metrics_port_file));
+      argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

@@ -1,0 +1,24 @@
+# Shared by the end-to-end shell tests; source it after setting T (the
+# test's scratch directory, where the daemons' *.log files go) and, if the
+# default of 8 does not suit, FAIL_TAIL (log lines shown per file on FAIL).
+#   pids+=($!)      after starting a daemon: it is stopped at exit
+#   fail MESSAGE    prints FAIL, the tail of every $T/*.log, exits 1
+#   wait_file F     waits up to 30 s for a non-empty F (a --port_file)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  # Bounded: a daemon wedged on SIGTERM gets SIGKILL after 10 s.
+  for _ in $(seq 100); do
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$T"/*.log; do echo "== $f"; tail -"${FAIL_TAIL:-8}" "$f"; done
+  exit 1
+}
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
