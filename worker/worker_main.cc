@@ -218,11 +218,17 @@ int main(int argc, char** argv) {
   options.wrap_ps_client = [&worker_metrics](lockstep::PsClient* inner) {
     return worker_metrics.CountPs(inner);
   };
+  // A restarted coordinator is found within a second: gRPC's reconnect
+  // backoff would otherwise grow to minutes while it is down.
+  grpc::ChannelArguments coordinator_args;
+  coordinator_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  coordinator_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = lockstep::CreateChannelCountingErrors(
       options.coordinator, grpc::InsecureChannelCredentials(),
       [&worker_metrics](absl::string_view method, absl::string_view code) {
         worker_metrics.RpcError(method, code);
-      });
+      },
+      coordinator_args);
   lockstep::WorkerDaemon daemon(
       options, channel,
       [&peers, &worker_metrics, tcp_hub = hub->get()](

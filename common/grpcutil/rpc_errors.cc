@@ -110,11 +110,10 @@ RpcErrorServerInterceptors(RpcErrorCallback on_error) {
 
 std::shared_ptr<grpc::Channel> CreateChannelCountingErrors(
     const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& creds,
-    RpcErrorCallback on_error) {
+    RpcErrorCallback on_error, const grpc::ChannelArguments& args) {
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> v;
   v.push_back(std::make_unique<ClientErrorFactory>(std::move(on_error)));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds,
-                                                                 grpc::ChannelArguments(),
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, args,
                                                                  std::move(v));
 }
 

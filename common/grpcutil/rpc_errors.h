@@ -37,10 +37,11 @@ absl::string_view ShortMethodName(absl::string_view full);
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
 RpcErrorServerInterceptors(RpcErrorCallback on_error);
 
-// grpc::CreateChannel with the client calls' errors reported.
+// grpc::CreateCustomChannel (with `args`) with the client calls' errors
+// reported.
 std::shared_ptr<grpc::Channel> CreateChannelCountingErrors(
     const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& creds,
-    RpcErrorCallback on_error);
+    RpcErrorCallback on_error, const grpc::ChannelArguments& args = grpc::ChannelArguments());
 
 }  // namespace lockstep
 
