@@ -27,12 +27,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/health_command.h"
-#include "client/job_flags.h"
+#include "common/train/job_flags.h"
 #include "client/npy.h"
 #include "common/flags_usage.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
 ABSL_FLAG(bool, json, false, "Machine-readable JSON output");
@@ -460,7 +460,7 @@ int Usage() {
 
 int main(int argc, char** argv) {
   // --help lists the client's flags and the job flags `submit` takes
-  // (client/job_flags.cc), and exits 0.
+  // (common/train/job_flags.cc), and exits 0.
   lockstep::ConfigureFlagsUsage(
       "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export|health ...\n"
       "  submit takes the job flags listed below (the same as lockstep-train's)");

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/job_spec_convert.h"
+#include "common/train/job_spec_convert.h"
 
 namespace lockstep {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/daemon_util.h"
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 namespace lockstep {
 namespace {

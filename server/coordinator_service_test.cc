@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 namespace lockstep {
 namespace {

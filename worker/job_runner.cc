@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
-#include "server/job_spec_convert.h"
+#include "common/train/job_spec_convert.h"
 
 namespace lockstep {
 namespace {

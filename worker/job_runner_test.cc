@@ -15,7 +15,7 @@
 #include "common/rng.h"
 #include "common/train/reference_trainer.h"
 #include "gtest/gtest.h"
-#include "server/job_spec_convert.h"
+#include "common/train/job_spec_convert.h"
 #include "worker/blobs_for_test.h"
 
 namespace lockstep {

@@ -7,19 +7,19 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "client/job_flags.h"
+#include "common/train/job_flags.h"
 #include "common/blas.h"
 #include "common/flags_usage.h"
 #include "common/json.h"
 #include "common/train/reference_trainer.h"
-#include "server/job_spec_convert.h"
+#include "common/train/job_spec_convert.h"
 #include "worker/job_data.h"
 
 ABSL_FLAG(bool, json, false, "Print one JSON object with the result at the end");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads");
 
 int main(int argc, char** argv) {
-  // --help lists the job flags (client/job_flags.cc) and this binary's own,
+  // --help lists the job flags (common/train/job_flags.cc) and this binary's own,
   // and exits 0.
   lockstep::ConfigureFlagsUsage(
       "Single-process reference trainer.\n"

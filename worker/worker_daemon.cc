@@ -10,8 +10,8 @@
 #include "common/blas.h"
 #include "common/daemon_util.h"
 #include "common/collective/chunking.h"
-#include "server/grpc_status.h"
-#include "server/ps/grpc_ps_client.h"
+#include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/grpc_ps_client.h"
 #include "worker/job_data.h"
 
 namespace lockstep {

@@ -12,7 +12,7 @@
 #include "common/collective/collective_conformance.h"
 #include "gtest/gtest.h"
 #include "absl/time/clock.h"
-#include "server/ps/grpc_ps_client.h"
+#include "common/grpcutil/grpc_ps_client.h"
 #include "server/ps/ps_service.h"
 
 namespace lockstep {

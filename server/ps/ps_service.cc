@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 namespace lockstep {
 

@@ -1,6 +1,6 @@
 """The job flags of `lockstep submit` as keyword arguments -> lockstep.v1.JobSpec.
 
-A mirror of client/job_flags.cc (JobSpecFromFlags): the same flag names, the
+A mirror of common/train/job_flags.cc (JobSpecFromFlags): the same flag names, the
 same defaults, the same order of application and the same rules:
 
 * Without job_file every flag (given or defaulted) goes into the spec.
@@ -30,7 +30,7 @@ _FLT_MAX = 3.4028234663852886e38
 
 # (flag, kind, default, proto path) in the order JobSpecFromFlags applies
 # them. kind: str | int32 | int64 | uint64 | float | bool, or a special
-# rule (sync, peer_transport, momentum). Defaults as in client/job_flags.cc.
+# rule (sync, peer_transport, momentum). Defaults as in common/train/job_flags.cc.
 FLAGS = (
     ("name", "str", "", ("name",)),
     ("model", "str", "mlp:256", ("model",)),

@@ -57,6 +57,12 @@ class RankStatus(_View):
     in_sync: bool
     last_heartbeat_age_s: float
     data_address: str
+    median_step_seconds: float           # medians over the rank's recent steps
+    median_compute_seconds: float
+    median_communication_seconds: float
+    median_exposed_seconds: float        # communication the compute waited for
+    median_peer_wait_seconds: float      # waiting for the slowest peer
+    resident_bytes: int                  # the worker's last reported VmRSS
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 

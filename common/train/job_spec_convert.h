@@ -19,8 +19,8 @@
 // Error messages name the JobSpec field path ("spec.lr.base_lr: ...").
 //
 // Thread-safety: pure functions.
-#ifndef LOCKSTEP_SERVER_JOB_SPEC_CONVERT_H_
-#define LOCKSTEP_SERVER_JOB_SPEC_CONVERT_H_
+#ifndef LOCKSTEP_COMMON_TRAIN_JOB_SPEC_CONVERT_H_
+#define LOCKSTEP_COMMON_TRAIN_JOB_SPEC_CONVERT_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -70,4 +70,4 @@ int PsShards(const lockstep::v1::JobSpec& spec);
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_JOB_SPEC_CONVERT_H_
+#endif  // LOCKSTEP_COMMON_TRAIN_JOB_SPEC_CONVERT_H_

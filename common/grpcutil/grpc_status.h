@@ -6,8 +6,8 @@
 // grpc error details are not carried.
 //
 // Thread-safety: pure functions.
-#ifndef LOCKSTEP_SERVER_GRPC_STATUS_H_
-#define LOCKSTEP_SERVER_GRPC_STATUS_H_
+#ifndef LOCKSTEP_COMMON_GRPCUTIL_GRPC_STATUS_H_
+#define LOCKSTEP_COMMON_GRPCUTIL_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
@@ -20,4 +20,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_GRPC_STATUS_H_
+#endif  // LOCKSTEP_COMMON_GRPCUTIL_GRPC_STATUS_H_

@@ -1,4 +1,4 @@
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // PsClient over gRPC: a worker's handle on one parameter-server shard
 // served by PsService at `address`. Thread-safe (the stub is).
-#ifndef LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
-#define LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
+#ifndef LOCKSTEP_COMMON_GRPCUTIL_GRPC_PS_CLIENT_H_
+#define LOCKSTEP_COMMON_GRPCUTIL_GRPC_PS_CLIENT_H_
 
 #include <memory>
 #include <set>
@@ -55,4 +55,4 @@ class GrpcPsClient : public PsClient {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_PS_GRPC_PS_CLIENT_H_
+#endif  // LOCKSTEP_COMMON_GRPCUTIL_GRPC_PS_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "server/job_spec_convert.h"
+#include "common/train/job_spec_convert.h"
 
 #include <cmath>
 #include <string>

@@ -4,8 +4,8 @@
 // Without --job_file every flag (with its default) goes into the spec.
 // With --job_file=F (a JobSpec in protobuf text format) the file is the
 // spec and only flags given explicitly on the command line override it.
-#ifndef LOCKSTEP_CLIENT_JOB_FLAGS_H_
-#define LOCKSTEP_CLIENT_JOB_FLAGS_H_
+#ifndef LOCKSTEP_COMMON_TRAIN_JOB_FLAGS_H_
+#define LOCKSTEP_COMMON_TRAIN_JOB_FLAGS_H_
 
 #include <set>
 #include <string>
@@ -49,4 +49,4 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_CLIENT_JOB_FLAGS_H_
+#endif  // LOCKSTEP_COMMON_TRAIN_JOB_FLAGS_H_

@@ -1,9 +1,9 @@
-#include "server/ps/grpc_ps_client.h"
+#include "common/grpcutil/grpc_ps_client.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/grpc_status.h"
+#include "common/grpcutil/grpc_status.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/job_flags.h"
+#include "common/train/job_flags.h"
 
 #include <fstream>
 #include <sstream>
