@@ -2,7 +2,7 @@
 // flags defined in a file named like the binary (lockstep-worker.cc,
 // lockstep-worker_main.cc, ...), which none of ours is: `lockstep-worker
 // --help` printed "No flags matched." and `lockstep --help` missed the job
-// flags defined in client/job_flags.cc.
+// flags defined in common/train/job_flags.cc.
 //
 // Every main calls ConfigureFlagsUsage() first and parses with
 // ParseFlagsOrExit() instead of absl::ParseCommandLine().

@@ -6,7 +6,7 @@ namespace lockstep {
 namespace {
 
 TEST(FlagsUsageTest, LockstepSourceFiles) {
-  for (const char* f : {"client/job_flags.cc", "common/log_flags.cc", "server/coordinator_main.cc",
+  for (const char* f : {"common/train/job_flags.cc", "common/log_flags.cc", "server/coordinator_main.cc",
                         "server/ps/ps_server_main.cc", "worker/worker_main.cc",
                         "/work/main/worker/train_main.cc", "./client/lockstep_main.cc"}) {
     EXPECT_TRUE(IsLockstepSourceFile(f)) << f;
