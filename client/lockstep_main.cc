@@ -3,6 +3,8 @@
 //   lockstep [--coordinator=HOST:PORT] submit [job flags] [--follow] [--no_wait]
 //   lockstep status JOB | sync JOB | jobs | workers | cancel JOB
 //   lockstep export JOB --out=weights.npz     (or .npy: one flat array)
+//   lockstep scale [job flags] --steps=N [--workers_list=1,2,4,8 ...]
+//       (client/scale_command.h: the scaling-efficiency curve, CSV + SVG)
 //   lockstep --coordinator=ANY_DAEMON health [--service=NAME] [--timeout_ms=N]
 //       (exit 0 when SERVING, 1 otherwise: for container health checks)
 //   every command takes --json
@@ -27,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/health_command.h"
+#include "client/scale_command.h"
 #include "common/train/job_flags.h"
 #include "client/npy.h"
 #include "common/flags_usage.h"
@@ -40,7 +43,9 @@ ABSL_FLAG(bool, follow, false, "submit: show live progress until the job ends");
 ABSL_FLAG(bool, no_wait, false,
           "submit: fail at once instead of waiting PENDING when too few workers are idle");
 ABSL_FLAG(int64_t, max_entries, 20, "sync: most recent checks to list (0 = all)");
-ABSL_FLAG(std::string, out, "", "export: output file (.npz: one array per tensor; .npy: flat)");
+ABSL_FLAG(std::string, out, "",
+          "export: output file (.npz: one array per tensor; .npy: flat); scale: output prefix "
+          "(PREFIX.csv, PREFIX.model.csv, PREFIX.svg; default \"scale\")");
 ABSL_FLAG(int32_t, timeout_s, 10, "Deadline of each RPC in seconds (not of --follow)");
 ABSL_FLAG(std::string, service, "",
           "health: the service to ask about (\"\" = the whole daemon, or e.g. "
@@ -451,6 +456,10 @@ int Usage() {
                "  health [--service=S] [--timeout_ms=N]   any daemon's gRPC health (the\n"
                "                   --coordinator address may be a worker's or ps server's);\n"
                "                   prints SERVING etc., exit 0 only when SERVING\n"
+               "  scale [job flags] --steps=N [--workers_list=1,2,4,8] [--scaling=weak|strong]\n"
+               "        [--threshold=0.8] [--out=PREFIX] [--link_gbps=10 --link_latency_us=50]\n"
+               "                   run the job at each K, write the scaling-efficiency curve\n"
+               "                   (PREFIX.csv, PREFIX.svg) and the cost model's extrapolation\n"
                "every command takes --json; `lockstep --help` lists the job flags\n");
   return 2;
 }
@@ -462,8 +471,9 @@ int main(int argc, char** argv) {
   // --help lists the client's flags and the job flags `submit` takes
   // (common/train/job_flags.cc), and exits 0.
   lockstep::ConfigureFlagsUsage(
-      "lockstep [--coordinator=HOST:PORT] submit|status|sync|jobs|workers|cancel|export|health ...\n"
-      "  submit takes the job flags listed below (the same as lockstep-train's)");
+      "lockstep [--coordinator=HOST:PORT] "
+      "submit|status|sync|jobs|workers|cancel|export|health|scale ...\n"
+      "  submit and scale take the job flags listed below (the same as lockstep-train's)");
   std::vector<char*> args = lockstep::ParseFlagsOrExit(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];
@@ -474,6 +484,11 @@ int main(int argc, char** argv) {
   uint64_t id = 0;
   if (cmd == "submit" && args.size() == 2) {
     return client.Submit(lockstep::FlagsGivenOnCommandLine(argc, argv));
+  }
+  if (cmd == "scale" && args.size() == 2) {
+    return lockstep::ScaleCommand(absl::GetFlag(FLAGS_coordinator),
+                                  lockstep::FlagsGivenOnCommandLine(argc, argv),
+                                  absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_timeout_s));
   }
   if (cmd == "health" && args.size() == 2) {
     return lockstep::HealthCommand(absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_service),

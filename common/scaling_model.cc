@@ -151,6 +151,8 @@ absl::StatusOr<std::vector<Prediction>> Extrapolate(const Workload& w, const Alp
     p.comm_seconds = ring ? p.ring_seconds : p.best_ps_seconds;
     const double exposed_s = exposed * p.comm_seconds;
     p.efficiency = PerWorkerEfficiency(p.compute_seconds, exposed_s);
+    p.ring_efficiency = PerWorkerEfficiency(p.compute_seconds, exposed * p.ring_seconds);
+    p.ps_efficiency = PerWorkerEfficiency(p.compute_seconds, exposed * p.best_ps_seconds);
     const double global_batch = w.weak ? static_cast<double>(w.batch) * k : w.batch;
     p.examples_per_second = global_batch / (p.compute_seconds + exposed_s);
     p.ideal_examples_per_second = static_cast<double>(k) * w.batch / w.compute_seconds;

@@ -105,6 +105,8 @@ struct Prediction {
   std::string pick;            // "ring" or "ps S=<n>"
   double comm_seconds = 0;     // of the pick
   double efficiency = 0;       // per-worker, with the pick
+  double ring_efficiency = 0;  // per-worker, if ring were used
+  double ps_efficiency = 0;    // per-worker, if ps with best_shards were used
   double examples_per_second = 0;
   double ideal_examples_per_second = 0;  // K x batch / compute at K = 1
 };

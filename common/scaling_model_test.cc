@@ -157,6 +157,8 @@ TEST(ScalingModel, ExtrapolatePicksPsWithShardsAtLargeK) {
   EXPECT_EQ((*p)[1].best_shards, 64);
   EXPECT_DOUBLE_EQ((*p)[1].best_ps_seconds, 100e-6 + 32e-3);
   EXPECT_DOUBLE_EQ((*p)[1].efficiency, 0.01 / (0.01 + 0.0321));
+  EXPECT_DOUBLE_EQ((*p)[1].ps_efficiency, (*p)[1].efficiency);
+  EXPECT_DOUBLE_EQ((*p)[1].ring_efficiency, 0.01 / (0.01 + (*p)[1].ring_seconds));
   EXPECT_DOUBLE_EQ((*p)[1].examples_per_second, 128.0 * 1024 / (0.01 + 0.0321));
 }
 

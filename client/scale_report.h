@@ -1,0 +1,59 @@
+// What `lockstep scale` writes: the measured rows as CSV, the model's
+// extrapolation as CSV, a self-contained SVG figure and the text table.
+// Pure formatting (no gRPC, no clock); the caller supplies every figure.
+#ifndef LOCKSTEP_CLIENT_SCALE_REPORT_H_
+#define LOCKSTEP_CLIENT_SCALE_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/scaling_model.h"
+
+namespace lockstep {
+
+struct ScaleReport {
+  std::string title;           // the job: model, data, mode, batch, steps
+  std::string date;            // when measured (shown in the figure)
+  bool weak = true;
+  double threshold = 0.8;
+  std::vector<scaling::Row> rows;    // sorted by K
+  std::vector<int> skipped;          // K beyond the idle workers
+  int first_below = 0;               // scaling::FirstKBelow, 0 = none
+  // The model (has_model false: not fitted, model_note says why).
+  bool has_model = false;
+  std::string model_note;
+  scaling::AlphaBetaFit fit;
+  bool fit_inferred = false;         // fitted to step-time growth, not reported comm time
+  std::string link;                  // e.g. "10 Gbit/s, 50 us"
+  scaling::AlphaBeta link_ab;        // scaling::WithLink(fit.ab, link)
+  double exposed_fraction = 1;       // the workload's, as extrapolated
+  double gradient_bytes = 0;
+  std::vector<scaling::Prediction> predictions;
+};
+
+// Header: k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,
+// speedup,step_ms,compute_ms,communication_ms,exposed_ms,peer_wait_ms,timing
+// then one row per K; timing is "reported" or "none" (the workers sent no
+// breakdown: the ms columns are 0 except step_ms = global batch / examples/s).
+std::string ScaleCsv(const std::vector<scaling::Row>& rows);
+
+// Header: k,compute_ms,ring_ms,ps1_ms,best_ps_shards,best_ps_ms,pick,
+// comm_ms,efficiency,examples_per_s,ideal_examples_per_s
+std::string ModelCsv(const std::vector<scaling::Prediction>& predictions);
+
+// The figure: throughput against the ideal line, efficiency per K with the
+// threshold and the first K below it marked, the per-step time breakdown
+// (compute / exposed transfer / peer wait / other) as stacked bars, and the
+// model's extrapolated efficiency (ring and ps) when fitted.
+std::string ScaleSvg(const ScaleReport& report);
+
+// The table and summary lines printed on stdout.
+std::string ScaleTable(const ScaleReport& report);
+
+// Writes `text` to `path`; errors name the file.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CLIENT_SCALE_REPORT_H_

@@ -1,0 +1,262 @@
+#include "client/scale_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace lockstep {
+namespace {
+
+bool Terminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Submits one run and waits for it to end.
+absl::StatusOr<v1::JobStatus> RunOne(ScaleBackend* backend, const v1::JobSpec& spec,
+                                     const ScaleOptions& options, uint64_t* id_out) {
+  const int k = spec.num_workers();
+  absl::StatusOr<uint64_t> id = backend->Submit(spec);
+  if (!id.ok()) {
+    return absl::Status(id.status().code(),
+                        absl::StrCat("K=", k, ": submit: ", id.status().message()));
+  }
+  *id_out = *id;
+  const absl::Time deadline = backend->Now() + options.job_timeout;
+  while (true) {
+    absl::StatusOr<v1::JobStatus> st = backend->Get(*id);
+    if (!st.ok()) {
+      return absl::Status(st.status().code(), absl::StrCat("K=", k, ": job ", *id, ": ",
+                                                           st.status().message()));
+    }
+    if (Terminal(st->state())) {
+      if (st->state() != v1::SUCCEEDED) {
+        return absl::AbortedError(absl::StrCat("K=", k, ": job ", *id, " ",
+                                               v1::JobState_Name(st->state()),
+                                               st->reason().empty() ? "" : ": ", st->reason()));
+      }
+      return st;
+    }
+    if (backend->Now() >= deadline) {
+      (void)backend->Cancel(*id);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "K=", k, ": job ", *id, " still ", v1::JobState_Name(st->state()), " at step ",
+          st->step(), " after ", absl::FormatDuration(options.job_timeout),
+          " (--job_timeout_s); cancelled it"));
+    }
+    backend->Sleep(options.poll);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> ParseKList(const std::string& text, const std::string& flag) {
+  std::vector<int> ks;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int k = 0;
+    if (!absl::SimpleAtoi(part, &k) || k < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": expected comma-separated positive integers, got \"", text, "\""));
+    }
+    ks.push_back(k);
+  }
+  return ks;
+}
+
+scaling::Measurement MeasurementFromStatus(int k, const v1::JobStatus& status) {
+  scaling::Measurement m;
+  m.k = k;
+  m.global_batch = status.spec().global_batch();
+  m.examples_per_second = status.examples_per_second();
+  int n = 0;
+  for (const v1::RankStatus& r : status.ranks()) {
+    if (!(r.median_step_seconds() > 0)) continue;
+    ++n;
+    m.step_seconds += r.median_step_seconds();
+    m.compute_seconds += r.median_compute_seconds();
+    m.communication_seconds += r.median_communication_seconds();
+    m.exposed_seconds += r.median_exposed_seconds();
+    m.peer_wait_seconds += r.median_peer_wait_seconds();
+  }
+  if (n > 0) {
+    m.has_timing = true;
+    m.step_seconds /= n;
+    m.compute_seconds /= n;
+    m.communication_seconds /= n;
+    m.exposed_seconds /= n;
+    m.peer_wait_seconds /= n;
+  }
+  return m;
+}
+
+scaling::Measurement MedianMeasurement(const std::vector<scaling::Measurement>& runs) {
+  scaling::Measurement m;
+  if (runs.empty()) return m;
+  m.k = runs.front().k;
+  m.global_batch = runs.front().global_batch;
+  auto med = [&](double scaling::Measurement::*field, bool timed_only) {
+    std::vector<double> v;
+    for (const scaling::Measurement& r : runs) {
+      if (!timed_only || r.has_timing) v.push_back(r.*field);
+    }
+    return Median(v);
+  };
+  m.examples_per_second = med(&scaling::Measurement::examples_per_second, false);
+  m.has_timing = std::any_of(runs.begin(), runs.end(),
+                             [](const scaling::Measurement& r) { return r.has_timing; });
+  if (m.has_timing) {
+    m.step_seconds = med(&scaling::Measurement::step_seconds, true);
+    m.compute_seconds = med(&scaling::Measurement::compute_seconds, true);
+    m.communication_seconds = med(&scaling::Measurement::communication_seconds, true);
+    m.exposed_seconds = med(&scaling::Measurement::exposed_seconds, true);
+    m.peer_wait_seconds = med(&scaling::Measurement::peer_wait_seconds, true);
+  }
+  return m;
+}
+
+absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& options,
+                                  const std::function<void(const std::string&)>& progress) {
+  if (options.ks.empty()) {
+    return absl::InvalidArgumentError("--workers_list: expected at least one K");
+  }
+  for (size_t i = 0; i < options.ks.size(); ++i) {
+    if (options.ks[i] < 1 || (i > 0 && options.ks[i] <= options.ks[i - 1])) {
+      return absl::InvalidArgumentError(
+          "--workers_list: expected distinct positive K in ascending order, e.g. 1,2,4,8");
+    }
+  }
+  if (options.base.steps() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--steps: expected a fixed number of steps per run (> 0), got ", options.base.steps()));
+  }
+  if (options.repeats < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--repeats: expected >= 1, got ", options.repeats));
+  }
+  const int64_t batch = options.base.global_batch();
+  if (batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch: expected >= 1, got ", batch));
+  }
+  if (!options.weak && batch < options.ks.back()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--batch=%d: strong scaling splits one global batch over K=%d workers; expected "
+        "--batch >= %d",
+        batch, options.ks.back(), options.ks.back()));
+  }
+  ScaleRun run;
+  absl::StatusOr<int> idle = backend->IdleWorkers();
+  if (!idle.ok()) {
+    return absl::Status(idle.status().code(),
+                        absl::StrCat("listing workers: ", idle.status().message()));
+  }
+  run.idle_workers = *idle;
+  for (int k : options.ks) (k <= *idle ? run.measured_ks : run.skipped).push_back(k);
+  if (run.measured_ks.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--workers_list: the coordinator lists ", *idle, " idle worker(s), fewer than the "
+        "smallest K (", options.ks.front(), ")"));
+  }
+  std::vector<std::vector<scaling::Measurement>> runs(run.measured_ks.size());
+  for (int rep = 0; rep < options.repeats; ++rep) {
+    for (size_t i = 0; i < run.measured_ks.size(); ++i) {
+      const int k = run.measured_ks[i];
+      v1::JobSpec spec = options.base;
+      spec.set_num_workers(k);
+      spec.set_global_batch(options.weak ? batch * k : batch);
+      if (spec.name().empty()) {
+        spec.set_name(absl::StrCat("scale ", options.weak ? "weak" : "strong", " K=", k));
+      }
+      uint64_t id = 0;
+      absl::StatusOr<v1::JobStatus> st = RunOne(backend, spec, options, &id);
+      if (!st.ok()) return st.status();
+      run.job_ids.push_back(id);
+      runs[i].push_back(MeasurementFromStatus(k, *st));
+      if (progress) {
+        progress(absl::StrFormat("K=%d run %d/%d: job %d, batch %d, %d steps, %.0f examples/s", k,
+                                 rep + 1, options.repeats, id, spec.global_batch(), st->step(),
+                                 st->examples_per_second()));
+      }
+      if (run.parameter_count == 0 && run.parameter_note.empty()) {
+        absl::StatusOr<int64_t> n = backend->ParameterCount(id);
+        if (n.ok() && *n > 0) {
+          run.parameter_count = *n;
+        } else {
+          run.parameter_note = absl::StrCat(
+              "parameter count of job ", id, " unknown: ",
+              n.ok() ? std::string("no weights") : std::string(n.status().message()));
+        }
+      }
+    }
+  }
+  for (const auto& r : runs) run.measurements.push_back(MedianMeasurement(r));
+  return run;
+}
+
+void AddModel(ScaleReport* report, const ModelOptions& o) {
+  report->has_model = false;
+  if (report->rows.empty()) {
+    report->model_note = "no K measured";
+    return;
+  }
+  if (o.parameter_count <= 0) {
+    report->model_note = "the job's parameter count is unknown";
+    return;
+  }
+  const bool ps = o.mode == v1::PS;
+  const int shards = ps ? std::max(1, o.ps_shards) : 0;
+  const scaling::Row& base = report->rows.front();
+  std::vector<scaling::CommSample> samples;
+  std::vector<double> exposed_share;
+  bool inferred = false;
+  for (const scaling::Row& row : report->rows) {
+    const bool is_base = &row == &base;
+    if (is_base && !(ps && row.m.has_timing)) continue;
+    const scaling::CommEstimate e = scaling::TransferSeconds(row, base, report->weak);
+    inferred = inferred || e.inferred;
+    samples.push_back({row.m.k, shards, 4.0 * o.parameter_count, e.seconds});
+    if (row.m.has_timing && row.m.communication_seconds > 0) {
+      exposed_share.push_back(std::min(1.0, row.m.exposed_seconds / row.m.communication_seconds));
+    }
+  }
+  absl::StatusOr<scaling::AlphaBetaFit> fit = scaling::FitAlphaBeta(samples);
+  if (!fit.ok()) {
+    report->model_note = std::string(fit.status().message());
+    return;
+  }
+  scaling::Workload w;
+  w.weak = report->weak;
+  w.bytes = 4.0 * o.parameter_count;
+  const double base_compute =
+      base.m.has_timing && base.m.compute_seconds > 0
+          ? base.m.compute_seconds
+          : (base.m.examples_per_second > 0 ? base.m.global_batch / base.m.examples_per_second
+                                            : 0);
+  w.compute_seconds = report->weak ? base_compute : base_compute * base.m.k;
+  w.batch = report->weak ? base.m.global_batch / std::max(1, base.m.k) : base.m.global_batch;
+  w.exposed_fraction = exposed_share.empty() ? 1.0 : Median(exposed_share);
+  const scaling::AlphaBeta ab = scaling::WithLink(fit->ab, o.link);
+  absl::StatusOr<std::vector<scaling::Prediction>> pred =
+      scaling::Extrapolate(w, ab, o.extrapolate, o.max_ps_shards);
+  if (!pred.ok()) {
+    report->model_note = std::string(pred.status().message());
+    return;
+  }
+  report->has_model = true;
+  report->fit = *fit;
+  report->fit_inferred = inferred;
+  report->link_ab = ab;
+  report->gradient_bytes = w.bytes;
+  report->exposed_fraction = w.exposed_fraction;
+  report->predictions = *std::move(pred);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,288 @@
+#include "client/scale_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace lockstep {
+namespace {
+
+// A coordinator with `idle` workers whose jobs finish at once (or never),
+// at examples/s given per K, with per-rank medians when `timing` is set.
+class FakeBackend : public ScaleBackend {
+ public:
+  int idle = 4;
+  std::map<int, double> eps;      // K -> examples/s
+  std::map<int, double> step_s;   // K -> per-rank median step seconds (0: no timing)
+  v1::JobState final_state = v1::SUCCEEDED;
+  bool never_ends = false;
+  std::vector<v1::JobSpec> submitted;
+  std::vector<uint64_t> cancelled;
+  int gets = 0;
+  absl::Time now = absl::UnixEpoch();
+
+  absl::StatusOr<int> IdleWorkers() override { return idle; }
+  absl::StatusOr<uint64_t> Submit(const v1::JobSpec& spec) override {
+    submitted.push_back(spec);
+    return submitted.size();
+  }
+  absl::StatusOr<v1::JobStatus> Get(uint64_t id) override {
+    ++gets;
+    const v1::JobSpec& spec = submitted.at(id - 1);
+    const int k = spec.num_workers();
+    v1::JobStatus st;
+    st.set_job_id(id);
+    *st.mutable_spec() = spec;
+    if (never_ends) {
+      st.set_state(v1::RUNNING);
+      st.set_step(3);
+      return st;
+    }
+    st.set_state(final_state);
+    if (final_state != v1::SUCCEEDED) st.set_reason("rank 1 lost");
+    st.set_step(spec.steps());
+    // Repeats differ: run r of a K gets eps x (1 + 0.1 r).
+    int runs_of_k = 0;
+    for (size_t i = 0; i < id; ++i) runs_of_k += submitted[i].num_workers() == k;
+    st.set_examples_per_second(eps[k] * (1 + 0.1 * (runs_of_k - 1)));
+    for (int r = 0; r < k; ++r) {
+      v1::RankStatus* rs = st.add_ranks();
+      rs->set_rank(r);
+      const double s = step_s[k];
+      if (s > 0) {
+        // Rank r: compute 0.6 s, communication 0.3 s + r x 0.02, exposed
+        // 0.2 s, wait 0.1 s + r x 0.02.
+        rs->set_median_step_seconds(s);
+        rs->set_median_compute_seconds(0.6 * s);
+        rs->set_median_communication_seconds((0.3 + 0.02 * r) * s);
+        rs->set_median_exposed_seconds(0.2 * s);
+        rs->set_median_peer_wait_seconds((0.1 + 0.02 * r) * s);
+      }
+    }
+    return st;
+  }
+  absl::Status Cancel(uint64_t id) override {
+    cancelled.push_back(id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> ParameterCount(uint64_t) override { return 203530; }
+  void Sleep(absl::Duration d) override { now += d; }
+  absl::Time Now() override { return now; }
+};
+
+ScaleOptions Options(std::vector<int> ks, bool weak = true) {
+  ScaleOptions o;
+  o.base.set_model("mlp:256");
+  o.base.set_global_batch(128);
+  o.base.set_steps(30);
+  o.base.set_num_workers(4);
+  o.ks = std::move(ks);
+  o.weak = weak;
+  return o;
+}
+
+TEST(ScaleRunner, WeakScalingSkipsKBeyondIdleWorkers) {
+  FakeBackend b;
+  b.idle = 2;
+  b.eps = {{1, 1000}, {2, 1800}};
+  std::vector<std::string> lines;
+  auto run = RunScale(&b, Options({1, 2, 4, 8}),
+                      [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->idle_workers, 2);
+  EXPECT_EQ(run->measured_ks, (std::vector<int>{1, 2}));
+  EXPECT_EQ(run->skipped, (std::vector<int>{4, 8}));
+  ASSERT_EQ(b.submitted.size(), 2u);
+  EXPECT_EQ(b.submitted[0].num_workers(), 1);
+  EXPECT_EQ(b.submitted[0].global_batch(), 128);
+  EXPECT_EQ(b.submitted[1].num_workers(), 2);
+  EXPECT_EQ(b.submitted[1].global_batch(), 256);
+  EXPECT_EQ(b.submitted[1].steps(), 30);
+  EXPECT_EQ(b.submitted[1].name(), "scale weak K=2");
+  ASSERT_EQ(run->measurements.size(), 2u);
+  EXPECT_EQ(run->measurements[1].k, 2);
+  EXPECT_EQ(run->measurements[1].global_batch, 256);
+  EXPECT_DOUBLE_EQ(run->measurements[1].examples_per_second, 1800);
+  EXPECT_FALSE(run->measurements[1].has_timing);
+  EXPECT_EQ(run->parameter_count, 203530);
+  EXPECT_EQ(lines.size(), 2u);
+  EXPECT_EQ(run->job_ids, (std::vector<uint64_t>{1, 2}));
+}
+
+TEST(ScaleRunner, StrongScalingKeepsGlobalBatch) {
+  FakeBackend b;
+  b.eps = {{1, 1000}, {2, 1500}, {4, 2000}};
+  auto run = RunScale(&b, Options({1, 2, 4}, false), nullptr);
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (const v1::JobSpec& s : b.submitted) EXPECT_EQ(s.global_batch(), 128);
+  EXPECT_EQ(b.submitted[2].num_workers(), 4);
+}
+
+TEST(ScaleRunner, RankMediansAveraged) {
+  FakeBackend b;
+  b.eps = {{2, 100}};
+  b.step_s = {{2, 1.0}};
+  auto run = RunScale(&b, Options({2}), nullptr);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const scaling::Measurement& m = run->measurements[0];
+  EXPECT_TRUE(m.has_timing);
+  EXPECT_DOUBLE_EQ(m.step_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(m.compute_seconds, 0.6);
+  EXPECT_DOUBLE_EQ(m.communication_seconds, 0.31);  // ranks 0.30 and 0.32
+  EXPECT_DOUBLE_EQ(m.exposed_seconds, 0.2);
+  EXPECT_DOUBLE_EQ(m.peer_wait_seconds, 0.11);
+}
+
+TEST(ScaleRunner, RepeatsInterleaveAndTakeTheMedian) {
+  FakeBackend b;
+  b.eps = {{1, 1000}, {2, 1800}};
+  ScaleOptions o = Options({1, 2});
+  o.repeats = 3;
+  auto run = RunScale(&b, o, nullptr);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(b.submitted.size(), 6u);
+  std::vector<int> order;
+  for (const auto& s : b.submitted) order.push_back(s.num_workers());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 1, 2, 1, 2}));
+  // Runs at x1.0, x1.1, x1.2: the median is x1.1.
+  EXPECT_DOUBLE_EQ(run->measurements[0].examples_per_second, 1100);
+  EXPECT_DOUBLE_EQ(run->measurements[1].examples_per_second, 1980);
+}
+
+TEST(ScaleRunner, FailedJobNamesKJobAndReason) {
+  FakeBackend b;
+  b.final_state = v1::FAILED;
+  auto run = RunScale(&b, Options({1}), nullptr);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(run.status().message(), "K=1: job 1 FAILED: rank 1 lost");
+}
+
+TEST(ScaleRunner, JobPastItsDeadlineIsCancelled) {
+  FakeBackend b;
+  b.never_ends = true;
+  ScaleOptions o = Options({1});
+  o.job_timeout = absl::Seconds(1);
+  o.poll = absl::Milliseconds(100);
+  auto run = RunScale(&b, o, nullptr);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(run.status().message().find("job 1 still RUNNING at step 3"), absl::string_view::npos)
+      << run.status();
+  EXPECT_EQ(b.cancelled, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(b.gets, 11);  // at 0, 0.1, ..., 1.0 s
+}
+
+TEST(ScaleRunner, BadOptionsNameTheFlag) {
+  FakeBackend b;
+  auto msg = [&](ScaleOptions o) { return std::string(RunScale(&b, o, nullptr).status().message()); };
+  EXPECT_NE(msg(Options({})).find("--workers_list"), std::string::npos);
+  EXPECT_NE(msg(Options({2, 1})).find("ascending"), std::string::npos);
+  ScaleOptions o = Options({1});
+  o.base.set_steps(0);
+  EXPECT_NE(msg(o).find("--steps"), std::string::npos);
+  o = Options({1});
+  o.repeats = 0;
+  EXPECT_NE(msg(o).find("--repeats"), std::string::npos);
+  o = Options({1, 256}, false);
+  b.idle = 300;
+  EXPECT_NE(msg(o).find("--batch=128: strong scaling"), std::string::npos);
+  b.idle = 0;
+  auto none = RunScale(&b, Options({1, 2}), nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("0 idle worker(s)"), absl::string_view::npos);
+  EXPECT_TRUE(b.submitted.empty());
+}
+
+TEST(ScaleRunner, ParseKList) {
+  EXPECT_EQ(*ParseKList("1,2,4,8", "workers_list"), (std::vector<int>{1, 2, 4, 8}));
+  auto bad = ParseKList("1,two", "extrapolate");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--extrapolate"), absl::string_view::npos);
+  EXPECT_FALSE(ParseKList("0", "workers_list").ok());
+  EXPECT_FALSE(ParseKList("", "workers_list").ok());
+}
+
+// Rows whose reported communication follows a known ring alpha-beta: the
+// model recovers it and extrapolates.
+TEST(ScaleRunner, AddModelFitsReportedCommunication) {
+  const scaling::AlphaBeta truth{20e-6, 0.5e-9};
+  const int64_t params = 250000;  // 1e6 bytes
+  std::vector<scaling::Measurement> ms;
+  for (int k : {1, 2, 4}) {
+    scaling::Measurement m;
+    m.k = k;
+    m.global_batch = 128 * k;
+    m.has_timing = true;
+    m.compute_seconds = 0.002;
+    m.peer_wait_seconds = 0.0001 * (k - 1);
+    m.communication_seconds =
+        scaling::RingAllReduceSeconds(k, 4.0 * params, truth) + m.peer_wait_seconds;
+    m.exposed_seconds = 0.5 * m.communication_seconds;
+    m.step_seconds = m.compute_seconds + m.exposed_seconds;
+    m.examples_per_second = m.global_batch / m.step_seconds;
+    ms.push_back(m);
+  }
+  ScaleReport report;
+  report.rows = scaling::Summarize(ms);
+  ModelOptions o;
+  o.parameter_count = params;
+  o.link.latency_seconds = 50e-6;
+  o.link.bandwidth_bytes_per_second = 1.25e9;
+  o.extrapolate = {16, 1024};
+  o.max_ps_shards = 8;
+  AddModel(&report, o);
+  ASSERT_TRUE(report.has_model) << report.model_note;
+  EXPECT_FALSE(report.fit_inferred);
+  EXPECT_EQ(report.fit.points, 2);
+  EXPECT_NEAR(report.fit.ab.alpha, 20e-6, 1e-12);
+  EXPECT_NEAR(report.fit.ab.beta, 0.5e-9, 1e-16);
+  EXPECT_NEAR(report.link_ab.alpha, 70e-6, 1e-12);
+  EXPECT_NEAR(report.link_ab.beta, 1.3e-9, 1e-16);
+  EXPECT_DOUBLE_EQ(report.exposed_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(report.gradient_bytes, 1e6);
+  ASSERT_EQ(report.predictions.size(), 2u);
+  const scaling::Prediction& p16 = report.predictions[0];
+  EXPECT_EQ(p16.k, 16);
+  EXPECT_DOUBLE_EQ(p16.compute_seconds, 0.002);
+  EXPECT_NEAR(p16.ring_seconds, 30 * 70e-6 + 2.0 * 15 / 16 * 1e6 * 1.3e-9, 1e-12);
+  // K = 1024: ring 2046 alpha + ~2 n beta = 145.8 ms beats ps S=8's
+  // 2 alpha + 256 n beta = 332.9 ms.
+  EXPECT_EQ(report.predictions[1].pick, "ring");
+  EXPECT_EQ(report.predictions[1].best_shards, 8);
+}
+
+TEST(ScaleRunner, AddModelInfersCommunicationWithoutTiming) {
+  scaling::Measurement one{1, 100, 1000};  // 0.1 s per step
+  scaling::Measurement two{2, 200, 1600};  // 0.125 s: 25 ms of communication
+  ScaleReport report;
+  report.rows = scaling::Summarize({one, two});
+  ModelOptions o;
+  o.parameter_count = 1000;  // 4000 bytes
+  o.extrapolate = {16};
+  AddModel(&report, o);
+  ASSERT_TRUE(report.has_model) << report.model_note;
+  EXPECT_TRUE(report.fit_inferred);
+  // One point: alpha taken as 0, 4000 beta = 25 ms.
+  EXPECT_EQ(report.fit.ab.alpha, 0);
+  EXPECT_NEAR(report.fit.ab.beta, 0.025 / 4000, 1e-15);
+  EXPECT_DOUBLE_EQ(report.exposed_fraction, 1);
+  EXPECT_DOUBLE_EQ(report.predictions[0].compute_seconds, 0.1);
+}
+
+TEST(ScaleRunner, AddModelExplainsWhyNot) {
+  ScaleReport report;
+  report.rows = scaling::Summarize({scaling::Measurement{1, 100, 1000}});
+  ModelOptions o;
+  o.parameter_count = 1000;
+  o.extrapolate = {16};
+  AddModel(&report, o);
+  EXPECT_FALSE(report.has_model);
+  EXPECT_NE(report.model_note.find("at least one K > 1"), std::string::npos) << report.model_note;
+  o.parameter_count = 0;
+  AddModel(&report, o);
+  EXPECT_NE(report.model_note.find("parameter count"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lockstep
