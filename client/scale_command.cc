@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
 
 #include <grpcpp/grpcpp.h>
 
@@ -51,14 +52,34 @@ class GrpcScaleBackend : public ScaleBackend {
             grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
         timeout_(std::chrono::seconds(std::max(1, rpc_timeout_s))) {}
 
+  // IDLE workers, and BUSY ones whose job has already ended: a worker turns
+  // IDLE on its first heartbeat after its job (a scale run just after
+  // another job would otherwise see them busy).
   absl::StatusOr<int> IdleWorkers() override {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
     v1::WorkerList list;
-    absl::Status s = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListRequest(), &list));
-    if (!s.ok()) return s;
+    {
+      grpc::ClientContext ctx;
+      Deadline(&ctx);
+      absl::Status s = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListRequest(), &list));
+      if (!s.ok()) return s;
+    }
+    v1::JobList jobs;
+    {
+      grpc::ClientContext ctx;
+      Deadline(&ctx);
+      absl::Status s = FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListRequest(), &jobs));
+      if (!s.ok()) return s;
+    }
+    std::set<uint64_t> ended;
+    for (const v1::JobStatus& j : jobs.jobs()) {
+      if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) {
+        ended.insert(j.job_id());
+      }
+    }
     int idle = 0;
-    for (const v1::WorkerInfo& w : list.workers()) idle += w.state() == v1::IDLE;
+    for (const v1::WorkerInfo& w : list.workers()) {
+      idle += w.state() == v1::IDLE || (w.state() == v1::BUSY && ended.count(w.job_id()) > 0);
+    }
     return idle;
   }
 

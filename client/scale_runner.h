@@ -32,7 +32,7 @@ namespace lockstep {
 class ScaleBackend {
  public:
   virtual ~ScaleBackend() = default;
-  // Workers the coordinator lists as IDLE.
+  // Workers free for the next job: IDLE, or BUSY with a job that has ended.
   virtual absl::StatusOr<int> IdleWorkers() = 0;
   // Submits the job (it may wait PENDING for its workers); returns its id.
   virtual absl::StatusOr<uint64_t> Submit(const v1::JobSpec& spec) = 0;
