@@ -135,6 +135,83 @@ double Model::OutputLoss(const float* z, const float* y, int64_t n, float* dz,
   return loss;
 }
 
+namespace {
+
+// Row panels of a [k, m] weight gradient of at most panel_floats elements.
+int64_t NumPanels(int64_t k, int64_t m, int64_t panel_floats) {
+  if (panel_floats <= 0 || k == 0) return 1;
+  const int64_t rows = std::max<int64_t>(1, panel_floats / std::max<int64_t>(m, 1));
+  return (k + rows - 1) / rows;
+}
+// First row of panel p of P over k rows (panels differ by at most a row).
+int64_t PanelRow(int64_t k, int64_t panels, int64_t p) { return k * p / panels; }
+
+}  // namespace
+
+std::vector<int64_t> Model::GradPieceStarts(int64_t panel_floats) const {
+  std::vector<int64_t> starts;
+  const int layers = static_cast<int>(dims_.size()) - 1;
+  for (int l = layers - 1; l >= 0; --l) {
+    const int64_t k = dims_[l], m = dims_[l + 1];
+    starts.push_back(layout_[2 * l + 1].offset);
+    const int64_t panels = NumPanels(k, m, panel_floats);
+    for (int64_t p = panels - 1; p >= 0; --p) {
+      starts.push_back(layout_[2 * l].offset + PanelRow(k, panels, p) * m);
+    }
+  }
+  return starts;
+}
+
+BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
+                                 const float* y, int64_t n, absl::Span<float> grad,
+                                 int64_t panel_floats, GradReadyListener* listener) {
+  BatchStats stats;
+  stats.count = n;
+  if (n == 0) {
+    listener->LossReady(0.0);
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    listener->ReadyFrom(0);
+    return stats;
+  }
+  const int layers = static_cast<int>(dims_.size()) - 1;
+  const float* z = Forward(params, x, n);
+  dz_.Resize(Shape{n, output_dim()});
+  stats.loss_sum = OutputLoss(z, y, n, dz_.data(), nullptr);
+  listener->LossReady(stats.loss_sum);
+  if (ones_.size() < n) {
+    ones_.Resize(Shape{n});
+    std::fill_n(ones_.data(), n, 1.0f);
+  }
+  for (int l = layers - 1; l >= 0; --l) {
+    const int64_t k = dims_[l], m = dims_[l + 1];
+    const float* a_in = l == 0 ? x : acts_[l - 1].data();
+    float* gw = grad.data() + layout_[2 * l].offset;
+    float* gb = grad.data() + layout_[2 * l + 1].offset;
+    // db = dZ^T 1 [m], then dW = A_in^T dZ [k,m] by row panels, last first:
+    // rows [r0, r1) of dW are columns [r0, r1) of A_in, transposed.
+    Gemv(true, n, m, 1.0f, dz_.data(), m, ones_.data(), 0.0f, gb);
+    listener->ReadyFrom(layout_[2 * l + 1].offset);
+    const int64_t panels = NumPanels(k, m, panel_floats);
+    for (int64_t p = panels - 1; p >= 0; --p) {
+      const int64_t r0 = PanelRow(k, panels, p), r1 = PanelRow(k, panels, p + 1);
+      if (r1 > r0) {
+        Gemm(true, false, r1 - r0, m, n, 1.0f, a_in + r0, k, dz_.data(), m, 0.0f,
+             gw + r0 * m, m);
+      }
+      listener->ReadyFrom(layout_[2 * l].offset + r0 * m);
+    }
+    if (l == 0) break;
+    const float* w = params.data() + layout_[2 * l].offset;
+    dz_prev_.Resize(Shape{n, k});
+    Gemm(false, true, n, k, m, 1.0f, dz_.data(), m, w, m, 0.0f, dz_prev_.data(), k);
+    const float* a = acts_[l - 1].data();
+    float* d = dz_prev_.data();
+    for (int64_t i = 0; i < n * k; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
+    std::swap(dz_, dz_prev_);
+  }
+  return stats;
+}
+
 BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
                                  const float* y, int64_t n, absl::Span<float> grad) {
   BatchStats stats;

@@ -56,6 +56,23 @@ struct EvalStats {
   double accuracy() const { return count ? static_cast<double>(correct) / count : 0.0; }
 };
 
+// Told by a backward pass run in pieces (Model::LossAndGradSum with a
+// listener) as the gradient becomes final, so a combine of the finished
+// part can start while the rest is computed (worker/step_combine.h).
+// Backward finishes the flat gradient from its END towards its start: the
+// last layer first, each layer's bias before its weight matrix, whose row
+// panels go from the last rows to the first. So "final" is always a
+// suffix grad[begin, num_params()).
+class GradReadyListener {
+ public:
+  virtual ~GradReadyListener() = default;
+  // The batch's loss sum, before any gradient is final.
+  virtual void LossReady(double loss_sum) = 0;
+  // grad[begin, num_params()) is final; begin decreases call by call and
+  // the last call has begin = 0.
+  virtual void ReadyFrom(int64_t begin) = 0;
+};
+
 class Model {
  public:
   // `dims` = {input, hidden..., output}; at least two entries, all > 0.
@@ -85,6 +102,22 @@ class Model {
   // length num_params()) and returns the loss sum and n. n may be 0.
   BatchStats LossAndGradSum(absl::Span<const float> params, const float* x,
                             const float* y, int64_t n, absl::Span<float> grad);
+
+  // The same, in pieces: each weight matrix's gradient dW = A^T dZ is
+  // computed in row panels of at most `panel_floats` elements (whole rows;
+  // <= 0 = one panel) and `listener` (not null) is told after each piece
+  // (see GradReadyListener). The result equals the call above up to the
+  // BLAS's summation within a panel: one Gemm per panel may round
+  // differently from one Gemm for the matrix; every rank that uses the
+  // same panel_floats gets the same bits.
+  BatchStats LossAndGradSum(absl::Span<const float> params, const float* x,
+                            const float* y, int64_t n, absl::Span<float> grad,
+                            int64_t panel_floats, GradReadyListener* listener);
+
+  // Where each piece of the call above begins in the flat gradient, in the
+  // order the pieces become final (strictly decreasing, last = 0): the
+  // ReadyFrom arguments of a call with n > 0.
+  std::vector<int64_t> GradPieceStarts(int64_t panel_floats) const;
 
   // Loss sum (and correct predictions for classification) without
   // gradients; processes the data in bounded chunks.

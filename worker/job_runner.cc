@@ -8,6 +8,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
 #include "common/train/job_spec_convert.h"
+#include "worker/step_combine.h"
 
 namespace lockstep {
 namespace {
@@ -125,6 +126,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   replica_ = *std::move(replica);
   Replica& r = *replica_;
 
+  auto combine_config = CombineConfigFromSpec(options_.spec);
+  if (!combine_config.ok()) return combine_config.status();
+  // Backward + combine, overlapped in buckets (step_combine.h).
+  StepCombiner step_combiner(combiner_, *combine_config, options_.world);
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
@@ -138,18 +143,23 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<int64_t> slice = sampler.Slice(step, options_.rank, options_.world);
-    BatchStats local = r.ComputeGradSum(train, slice);
-    int64_t count = local.count;
-    const auto t_combine = std::chrono::steady_clock::now();  // StepTiming
-    if (absl::Status s = combiner_->Combine(WireKey(), step, r.combine_buffer(), &count,
-                                            options_.combine_timeout);
+    BatchStats local;
+    int64_t count = 0;
+    // This step's compute / communication / exposed / peer-wait seconds.
+    CombineTiming combine_timing;
+    if (absl::Status s =
+            step_combiner.ComputeAndCombine(r, train, slice, WireKey(), step,
+                                            options_.combine_timeout, &local, &count,
+                                            &combine_timing);
         !s.ok()) {
       if (stop_.load()) {
         return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
       }
       return UserFacing(s);
     }
-    const double communication_seconds = SecondsSince(t_combine);
+    // StepTiming's parts add up to the step: the combine's part of it is
+    // what backward did not hide.
+    const double communication_seconds = combine_timing.exposed_seconds;
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
     const float lr = r.Apply(step, count);
     if (step == options_.perturb_at_step && r.num_params() > 0) {

@@ -135,8 +135,15 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   const int K = t_->world_size();
   const int r = t_->rank();
   const int64_t n = static_cast<int64_t>(grad.size());
-  if (count == nullptr) {
+  if (count == nullptr && o.with_count) {
     return absl::InvalidArgumentError(where + ": count is null");
+  }
+  int64_t no_count = 0;
+  if (count == nullptr) count = &no_count;
+  if (o.phase_base < 0 || o.phase_base > INT32_MAX - 2 * K) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: phase_base is %d, expected in [0, %d]", where, o.phase_base,
+        INT32_MAX - 2 * K));
   }
   if (*count < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -189,11 +196,17 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   }
   seg_base_[K] = static_cast<int32_t>(total_segments);
   if (static_cast<int64_t>(scratch_.size()) < max_seg) scratch_.resize(max_seg);
+  const bool packed = o.wire != WireFormat::kFloat32;
+  if (packed) {
+    if (static_cast<int64_t>(wire_.size()) < n) wire_.resize(n);
+    if (static_cast<int64_t>(scratch16_.size()) < max_seg) scratch16_.resize(max_seg);
+  }
 
   const int left = (r - 1 + K) % K;
   const int right = (r + 1) % K;
   const int steps = 2 * (K - 1);
   int64_t count_acc = *count;
+  const bool counted = o.with_count;
 
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
@@ -204,7 +217,38 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
     return grad.subspan(b, std::min(cb.end, b + seg) - b);
   };
   auto key = [&](int g, int32_t chunk) {
-    return MakeKey(o.job, o.step, g, chunk);
+    return MakeKey(o.job, o.step, o.phase_base + g, chunk);
+  };
+  // Sends segment j of chunk c at ring step g (borrowed, see the top). On a
+  // 16-bit wire from the encoded image wire_ (same positions as grad, so
+  // the borrow argument holds for it too): partial sums (g < K-1) and the
+  // completed chunk (g = K-1, which this rank also rounds for itself) are
+  // encoded now; later all-gather steps forward the bytes received.
+  auto send_segment = [&](int g, int c, int64_t j) -> absl::Status {
+    absl::Span<float> s = segment(c, j);
+    const MessageKey k = key(g, seg_base_[c] + static_cast<int32_t>(j));
+    if (!packed) return t_->SendBorrowed(right, k, AsBytes(s), deadline);
+    uint16_t* w = wire_.data() + (s.data() - grad.data());
+    if (g <= K - 1) {
+      Encode16(o.wire, s.data(), static_cast<int64_t>(s.size()), w);
+      if (g == K - 1) Decode16(o.wire, w, static_cast<int64_t>(s.size()), s.data());
+    }
+    return t_->SendBorrowed(
+        right, k,
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(w), s.size() * 2),
+        deadline);
+  };
+  bool first_recv = true;
+  // Recv, timing the call's first one (options.peer_wait_seconds).
+  auto recv = [&](const MessageKey& k, absl::Span<uint8_t> out) {
+    if (!first_recv || o.peer_wait_seconds == nullptr) {
+      return t_->Recv(left, k, out, deadline);
+    }
+    first_recv = false;
+    const absl::Time t0 = absl::Now();
+    absl::Status s = t_->Recv(left, k, out, deadline);
+    *o.peer_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
+    return s;
   };
   auto send_count = [&](int g) {
     uint8_t bytes[sizeof(int64_t)];
@@ -219,11 +263,10 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   const int64_t window_segments = std::max<int64_t>(
       1, o.first_step_window_bytes / (seg * static_cast<int64_t>(sizeof(float))));
   int32_t sent0 = 0;
-  bool count0_sent = r != 0;
+  bool count0_sent = r != 0 || !counted;
   auto send_step0 = [&](int64_t upto) -> absl::Status {
     while (sent0 < std::min<int64_t>(upto, own)) {
-      absl::Status s = t_->SendBorrowed(right, key(0, seg_base_[r] + sent0),
-                                        AsBytes(segment(r, sent0)), deadline);
+      absl::Status s = send_segment(0, r, sent0);
       if (!s.ok()) return s;
       ++sent0;
     }
@@ -243,8 +286,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   std::vector<int32_t> deferred;
   auto flush_deferred = [&](int c) -> absl::Status {
     for (int32_t j : deferred) {
-      absl::Status s = t_->SendBorrowed(right, key(1, seg_base_[c] + j),
-                                        AsBytes(segment(c, j)), deadline);
+      absl::Status s = send_segment(1, c, j);
       if (!s.ok()) return s;
     }
     deferred.clear();
@@ -258,17 +300,30 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
     for (int32_t j = 0; j < seg_base_[c + 1] - seg_base_[c]; ++j) {
       const int32_t id = seg_base_[c] + j;
       absl::Span<float> dst = segment(c, j);
-      if (reduce) {
+      if (packed) {
+        // Partial sums arrive in scratch and are added in float32; a
+        // completed chunk arrives in wire_ (forwarded from there as is).
+        uint16_t* w = reduce ? scratch16_.data()
+                             : wire_.data() + (dst.data() - grad.data());
+        absl::Status s = recv(key(g, id),
+                              absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(w),
+                                                  dst.size() * 2));
+        if (!s.ok()) return fail(s);
+        const int64_t len = static_cast<int64_t>(dst.size());
+        if (reduce) {
+          DecodeAdd16(o.wire, w, len, dst.data());
+        } else {
+          Decode16(o.wire, w, len, dst.data());
+        }
+      } else if (reduce) {
         absl::Span<float> in(scratch_.data(), dst.size());
-        absl::Status s = t_->Recv(left, key(g, id), AsWritableBytes(in),
-                                  deadline);
+        absl::Status s = recv(key(g, id), AsWritableBytes(in));
         if (!s.ok()) return fail(s);
         float* d = dst.data();
         const float* x = in.data();
         for (size_t i = 0; i < dst.size(); ++i) d[i] += x[i];
       } else {
-        absl::Status s = t_->Recv(left, key(g, id), AsWritableBytes(dst),
-                                  deadline);
+        absl::Status s = recv(key(g, id), AsWritableBytes(dst));
         if (!s.ok()) return fail(s);
       }
       if (g == 0) {
@@ -282,8 +337,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
         if (!s.ok()) return fail(s);
       }
       if (forward) {
-        absl::Status s = t_->SendBorrowed(right, key(g + 1, id),
-                                          AsBytes(dst), deadline);
+        absl::Status s = send_segment(g + 1, c, j);
         if (!s.ok()) return fail(s);
       }
     }
@@ -292,9 +346,9 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
       if (s.ok()) s = flush_deferred(c);
       if (!s.ok()) return fail(s);
     }
-    if (c == 0) {
+    if (counted && c == 0) {
       uint8_t bytes[sizeof(int64_t)];
-      absl::Status s = t_->Recv(left, key(g, kCountChunk), bytes, deadline);
+      absl::Status s = recv(key(g, kCountChunk), bytes);
       if (!s.ok()) return fail(s);
       int64_t v;
       std::memcpy(&v, bytes, sizeof(v));
@@ -313,7 +367,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
       }
     }
   }
-  *count = count_acc;
+  if (counted) *count = count_acc;
   return absl::OkStatus();
 }
 
@@ -324,35 +378,57 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
   const int K = t_->world_size();
   const int r = t_->rank();
   const size_t n = grad.size();
-  // One slot per rank: 2 floats' room for the int64 count, then n floats.
-  const size_t stride = n + 2;
-  const size_t msg_bytes = stride * sizeof(float);
+  const bool packed = o.wire != WireFormat::kFloat32;
+  // One slot per rank: the int64 count, then n values (floats, or halves
+  // on a 16-bit wire). Slots start on 8-byte boundaries.
+  const size_t msg_bytes =
+      sizeof(int64_t) + n * static_cast<size_t>(WireBytesPerFloat(o.wire));
+  const size_t stride = (msg_bytes + 7) / 8 * 8;
   if (msg_bytes > static_cast<size_t>(kMaxSegmentBytes)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: the direct algorithm sends the whole buffer in one message; %d "
         "floats exceed the %d-byte limit (use the ring)",
         where, n, kMaxSegmentBytes));
   }
-  if (direct_.size() < stride * K) direct_.resize(stride * K);
-  auto slot = [&](int p) { return direct_.data() + stride * p; };
+  uint8_t* base;
+  if (packed) {
+    if (direct16_.size() < stride * K) direct16_.resize(stride * K);
+    base = direct16_.data();
+  } else {
+    if (direct_.size() * sizeof(float) < stride * K) {
+      direct_.resize(stride * K / sizeof(float));
+    }
+    base = reinterpret_cast<uint8_t*>(direct_.data());
+  }
+  auto slot = [&](int p) { return base + stride * p; };
+  auto floats = [&](int p) { return reinterpret_cast<float*>(slot(p) + sizeof(int64_t)); };
+  auto halves = [&](int p) { return reinterpret_cast<uint16_t*>(slot(p) + sizeof(int64_t)); };
   std::memcpy(slot(r), count, sizeof(int64_t));
-  if (n > 0) std::memcpy(slot(r) + 2, grad.data(), n * sizeof(float));
-  const MessageKey k = MakeKey(o.job, o.step, /*phase=*/0, kDirectChunk);
+  if (n > 0) {
+    if (packed) {
+      Encode16(o.wire, grad.data(), static_cast<int64_t>(n), halves(r));
+    } else {
+      std::memcpy(floats(r), grad.data(), n * sizeof(float));
+    }
+  }
+  const MessageKey k = MakeKey(o.job, o.step, o.phase_base, kDirectChunk);
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(),
                         absl::StrCat(where, " (direct): ", s.message()));
   };
-  auto bytes = [&](int p) {
-    return absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(slot(p)), msg_bytes);
-  };
+  auto bytes = [&](int p) { return absl::Span<uint8_t>(slot(p), msg_bytes); };
   for (int d = 1; d < K; ++d) {
     absl::Status s = t_->SendBorrowed((r + d) % K, k, bytes(r), deadline);
     if (!s.ok()) return fail(s);
   }
+  const absl::Time recv_start = absl::Now();
   for (int d = 1; d < K; ++d) {
     const int from = (r - d + K) % K;
     absl::Status s = t_->Recv(from, k, bytes(from), deadline);
     if (!s.ok()) return fail(s);
+  }
+  if (o.peer_wait_seconds != nullptr) {
+    *o.peer_wait_seconds += absl::ToDoubleSeconds(absl::Now() - recv_start);
   }
   int64_t total = 0;
   for (int p = 0; p < K; ++p) {
@@ -366,12 +442,20 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
     }
   }
   float* d = grad.data();
-  if (n > 0) std::memcpy(d, slot(0) + 2, n * sizeof(float));
-  for (int p = 1; p < K; ++p) {
-    const float* x = slot(p) + 2;
-    for (size_t i = 0; i < n; ++i) d[i] += x[i];
+  if (packed) {
+    // Every rank sums the same K rounded buffers (its own rounded one too).
+    if (n > 0) Decode16(o.wire, halves(0), static_cast<int64_t>(n), d);
+    for (int p = 1; p < K; ++p) {
+      DecodeAdd16(o.wire, halves(p), static_cast<int64_t>(n), d);
+    }
+  } else {
+    if (n > 0) std::memcpy(d, floats(0), n * sizeof(float));
+    for (int p = 1; p < K; ++p) {
+      const float* x = floats(p);
+      for (size_t i = 0; i < n; ++i) d[i] += x[i];
+    }
   }
-  *count = total;
+  if (o.with_count) *count = total;
   return absl::OkStatus();
 }
 

@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
+#include "common/collective/wire_format.h"
 
 namespace lockstep {
 
@@ -87,6 +88,29 @@ struct AllReduceOptions {
   // received. Bounds what the transport must buffer for a slow peer (a
   // whole chunk of a 64 MiB buffer is 32 MiB at K = 2). >= 0.
   int64_t first_step_window_bytes = kDefaultFirstStepWindowBytes;
+  // How the gradient floats travel (wire_format.h). kFloat32 is exact. A
+  // 16-bit format sends every segment encoded and accumulates in float32:
+  // ring: each reduce-scatter hop sends its float32 partial sum rounded to
+  // 16 bits and the receiver adds the decoded value in float32; the rank
+  // that completes a chunk rounds it once, keeps the rounded value itself
+  // and sends those 16-bit values round the all-gather verbatim. Direct:
+  // every rank sends its rounded buffer and all ranks sum the K decoded
+  // buffers (its own too) in rank order. So every rank still ends with the
+  // same float32 bits. The count is always exact.
+  WireFormat wire = WireFormat::kFloat32;
+  // Added to every message's phase (>= 0): keeps several all-reduces of one
+  // step (the buckets of an overlapped combine) apart on the wire. The
+  // call uses phases [phase_base, phase_base + 2K - 2).
+  int32_t phase_base = 0;
+  // false: no count travels and *count is left as is (for the buckets that
+  // do not carry the step's count; count may then be null).
+  bool with_count = true;
+  // Out, when non-null: += the seconds this call spent blocked until peers'
+  // data started arriving: the ring's first receive (the left neighbour
+  // sends nothing of this buffer before it has it), or the direct
+  // exchange's receives from every peer. See worker/combiner.h
+  // (CombineTiming::peer_wait_seconds).
+  double* peer_wait_seconds = nullptr;
 };
 
 // Reusable all-reducer for one transport endpoint. Owns the scratch buffer
@@ -131,6 +155,9 @@ class RingAllReducer {
 
   Transport* const t_;
   std::vector<float> direct_;      // direct: K slots [count][n floats]
+  std::vector<uint8_t> direct16_;  // direct, 16-bit wire: K slots [count][n halves]
+  std::vector<uint16_t> wire_;     // 16-bit wire: encoded image of grad
+  std::vector<uint16_t> scratch16_;  // 16-bit wire: receive buffer, one segment
   std::vector<float> scratch_;     // receive buffer for one segment
   std::vector<int32_t> seg_base_;  // first global segment index of chunk c
 };

@@ -36,6 +36,45 @@ BatchStats Replica::ComputeGradSum(const Dataset& data,
   return stats;
 }
 
+namespace {
+
+// Writes the loss into the combine buffer's last slot before passing the
+// gradient's progress on.
+class LossSlotListener : public GradReadyListener {
+ public:
+  LossSlotListener(float* slot, int64_t n, GradReadyListener* out)
+      : slot_(slot), n_(n), out_(out) {}
+  void LossReady(double loss_sum) override {
+    *slot_ = static_cast<float>(loss_sum);
+    out_->LossReady(loss_sum);
+    out_->ReadyFrom(n_);
+  }
+  void ReadyFrom(int64_t begin) override { out_->ReadyFrom(begin); }
+
+ private:
+  float* const slot_;
+  const int64_t n_;
+  GradReadyListener* const out_;
+};
+
+}  // namespace
+
+BatchStats Replica::ComputeGradSum(const Dataset& data,
+                                   absl::Span<const int64_t> indices,
+                                   int64_t panel_floats, GradReadyListener* listener) {
+  GatherRows(data, indices, &batch_x_, &batch_y_);
+  LossSlotListener slot(&grad_.back(), num_params(), listener);
+  return model_->LossAndGradSum(params_, batch_x_.data(), batch_y_.data(),
+                                static_cast<int64_t>(indices.size()), grad(),
+                                panel_floats, &slot);
+}
+
+std::vector<int64_t> Replica::CombinePieceStarts(int64_t panel_floats) const {
+  std::vector<int64_t> starts = {num_params()};
+  for (int64_t s : model_->GradPieceStarts(panel_floats)) starts.push_back(s);
+  return starts;
+}
+
 float Replica::Apply(int64_t step, int64_t total_count) {
   SumToMean(grad(), total_count);
   const float lr = LearningRate(spec_.lr, spec_.global_batch, step);

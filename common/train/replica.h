@@ -41,6 +41,18 @@ class Replica {
   // grad() (overwritten). `data` must match the model's input dimension.
   BatchStats ComputeGradSum(const Dataset& data, absl::Span<const int64_t> indices);
 
+  // The same, with backward in pieces (Model::LossAndGradSum with a
+  // listener): `listener` is told in combine_buffer() coordinates, first
+  // ReadyFrom(num_params()) once the loss slot holds the loss sum, then
+  // each piece of the gradient as it becomes final, down to ReadyFrom(0).
+  // Its LossReady is called before that with the loss sum.
+  BatchStats ComputeGradSum(const Dataset& data, absl::Span<const int64_t> indices,
+                            int64_t panel_floats, GradReadyListener* listener);
+  // Where the pieces of the call above begin in combine_buffer(), in the
+  // order they become final: num_params() (the loss slot), then
+  // Model::GradPieceStarts.
+  std::vector<int64_t> CombinePieceStarts(int64_t panel_floats) const;
+
   // The gradient buffer (length num_params()): the local sum after
   // ComputeGradSum, to be replaced in place by the combined sum.
   absl::Span<float> grad() { return absl::MakeSpan(grad_.data(), num_params()); }

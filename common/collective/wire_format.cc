@@ -1,0 +1,119 @@
+#include "common/collective/wire_format.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<WireFormat> ParseWireFormat(absl::string_view name) {
+  if (name.empty() || name == "none") return WireFormat::kFloat32;
+  if (name == "bf16") return WireFormat::kBf16;
+  if (name == "fp16") return WireFormat::kFp16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected none, bf16 or fp16, got \"", name, "\""));
+}
+
+const char* WireFormatName(WireFormat w) {
+  switch (w) {
+    case WireFormat::kFloat32: return "none";
+    case WireFormat::kBf16: return "bf16";
+    case WireFormat::kFp16: return "fp16";
+  }
+  return "none";
+}
+
+uint16_t FloatToBf16(float f) {
+  const uint32_t u = Bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  }
+  // Round to nearest, ties to even; a carry into the exponent is right
+  // (it rounds up to the next power of two, or to infinity).
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
+
+uint16_t FloatToFp16(float f) {
+  const uint32_t u = Bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) {  // inf or NaN
+    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);
+  }
+  // 65520 and up round (ties to even) past 65504, the largest half.
+  if (a >= 0x477ff000u) return sign | 0x7c00u;
+  if (a < 0x38800000u) {
+    // Below 2^-14: a half subnormal, m x 2^-24. Scaling by 2^24 is exact,
+    // nearbyint rounds to nearest even (the default mode); m = 1024 is
+    // correctly the smallest normal's encoding.
+    const float scaled = FromBits(a) * 16777216.0f;
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  // Normal: rebias the exponent (127 -> 15), round 23 mantissa bits to 10.
+  uint32_t r = a - ((127u - 15u) << 23);
+  r += 0xfffu + ((r >> 13) & 1u);
+  return sign | static_cast<uint16_t>(r >> 13);
+}
+
+float Fp16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
+    return FromBits(Bits(v) | sign);
+  }
+  if (exp == 31) return FromBits(sign | 0x7f800000u | (mant << 13));
+  return FromBits(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+void Encode16(WireFormat w, const float* in, int64_t n, uint16_t* out) {
+  if (w == WireFormat::kBf16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = FloatToFp16(in[i]);
+  }
+}
+
+void Decode16(WireFormat w, const uint16_t* in, int64_t n, float* out) {
+  if (w == WireFormat::kBf16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFloat(in[i]);
+  }
+}
+
+void DecodeAdd16(WireFormat w, const uint16_t* in, int64_t n, float* acc) {
+  if (w == WireFormat::kBf16) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += Bf16ToFloat(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc[i] += Fp16ToFloat(in[i]);
+  }
+}
+
+void RoundTrip16(WireFormat w, float* v, int64_t n) {
+  if (w == WireFormat::kBf16) {
+    for (int64_t i = 0; i < n; ++i) v[i] = Bf16ToFloat(FloatToBf16(v[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) v[i] = Fp16ToFloat(FloatToFp16(v[i]));
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,101 @@
+#include "common/collective/wire_format.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+TEST(WireFormatTest, ParsesTheNamesAndRejectsOthers) {
+  EXPECT_EQ(*ParseWireFormat(""), WireFormat::kFloat32);
+  EXPECT_EQ(*ParseWireFormat("none"), WireFormat::kFloat32);
+  EXPECT_EQ(*ParseWireFormat("bf16"), WireFormat::kBf16);
+  EXPECT_EQ(*ParseWireFormat("fp16"), WireFormat::kFp16);
+  auto bad = ParseWireFormat("int8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "expected none, bf16 or fp16, got \"int8\"");
+  EXPECT_STREQ(WireFormatName(WireFormat::kBf16), "bf16");
+}
+
+TEST(WireFormatTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1).
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  // 1 + 3*2^-8 is halfway between 1+2^-7 and 1+2^-6: ties to even (1+2^-6).
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8))),
+            1.0f + std::ldexp(1.0f, -6));
+  // Just above half way rounds up.
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))),
+            1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(0.1f)), 0.10009765625f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::infinity())),
+            std::numeric_limits<float>::infinity());
+  // float32's range: 3e38 stays finite, within half a bf16 ulp (2^-9).
+  const float big = Bf16ToFloat(FloatToBf16(3e38f));
+  EXPECT_TRUE(std::isfinite(big));
+  EXPECT_LE(std::fabs(big - 3e38f), 3e38f * std::ldexp(1.0f, -9));
+}
+
+TEST(WireFormatTest, Fp16RoundsToNearestEvenWithIeeeRange) {
+  EXPECT_EQ(FloatToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToFp16(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToFp16(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);  // ties to even: infinity
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // half of it: ties to even (0)
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -26)), 0x0001);  // 0.75 units: up
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(Fp16ToFloat(0x03ff), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16(0.1f)), 0.0999755859375f);
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16(-0.0f)), -0.0f);
+  EXPECT_TRUE(std::signbit(Fp16ToFloat(FloatToFp16(-0.0f))));
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1).
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16(1.0f + std::ldexp(1.0f, -11))), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(FloatToFp16(1.0f + 3 * std::ldexp(1.0f, -11))),
+            1.0f + std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(FloatToFp16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(WireFormatTest, EveryHalfRoundTripsExactly) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t v = static_cast<uint16_t>(h);
+    const bool fp16_nan = (v & 0x7c00) == 0x7c00 && (v & 0x3ff) != 0;
+    if (!fp16_nan) {
+      ASSERT_EQ(FloatToFp16(Fp16ToFloat(v)), v) << std::hex << h;
+    }
+    const bool bf16_nan = (v & 0x7f80) == 0x7f80 && (v & 0x7f) != 0;
+    if (!bf16_nan) {
+      ASSERT_EQ(FloatToBf16(Bf16ToFloat(v)), v) << std::hex << h;
+    }
+  }
+}
+
+TEST(WireFormatTest, ArrayHelpersAccumulateInFloat32) {
+  const float in[3] = {1.0f, 0.1f, -3.0f};
+  for (WireFormat w : {WireFormat::kBf16, WireFormat::kFp16}) {
+    uint16_t enc[3];
+    Encode16(w, in, 3, enc);
+    float out[3];
+    Decode16(w, enc, 3, out);
+    float acc[3] = {1.0f, 1.0f, 1.0f};
+    DecodeAdd16(w, enc, 3, acc);
+    float rt[3] = {in[0], in[1], in[2]};
+    RoundTrip16(w, rt, 3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(out[i], rt[i]);
+      EXPECT_EQ(acc[i], 1.0f + rt[i]);
+    }
+    EXPECT_EQ(out[0], 1.0f);
+    EXPECT_EQ(out[2], -3.0f);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,118 @@
+// StepCombiner: one step's gradient computation and combine, overlapped as
+// PyTorch DDP does with gradient buckets.
+//
+// Backward finishes the flat gradient from its end towards its start (the
+// last layer first; the first layer's weight gradient, the largest, last,
+// computed in row panels: common/model.h). The combine buffer [gradient |
+// loss] is cut into buckets of about bucket_bytes (GradientCombiner::
+// PlanBuckets; ps: one per shard), bucket 0 being the tail with the loss
+// slot, which also carries the example count. A combine thread owned by
+// this object combines bucket 0, 1, ... in that fixed order on every rank,
+// each as soon as backward has finished it, while the compute thread goes
+// on with the next panels. After backward the compute thread waits for the
+// last bucket (the exposed communication).
+//
+// Every rank uses the same buckets and panels (both follow from the job
+// spec and the model), each bucket's all-reduce gives every rank the same
+// bits, so replicas stay bit-identical. Overlap changes the summation
+// grouping (per bucket, and one Gemm per panel) compared with one combine
+// of the whole buffer, so it may differ from it in the last bits.
+//
+// K = 1, or bucket_bytes = -1: no thread; backward, then one combine of the
+// whole buffer on the calling thread (the path without overlap).
+//
+// Thread-compatible: one ComputeAndCombine at a time (the job's thread).
+#ifndef LOCKSTEP_WORKER_STEP_COMBINE_H_
+#define LOCKSTEP_WORKER_STEP_COMBINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/collective/wire_format.h"
+#include "common/train/replica.h"
+#include "proto/job.pb.h"
+#include "worker/combiner.h"
+
+namespace lockstep {
+
+// JobSpec.bucket_bytes = 0. Measured on the 2-core development host (see
+// the README, "Overlap"): 4 buckets for the main job's MLP 784-256-10.
+inline constexpr int64_t kDefaultBucketBytes = 256 << 10;
+
+struct CombineConfig {
+  // JobSpec.bucket_bytes: 0 = kDefaultBucketBytes, -1 = no overlap, > 0.
+  int64_t bucket_bytes = 0;
+  WireFormat wire = WireFormat::kFloat32;  // JobSpec.compression
+};
+
+// From the job spec; InvalidArgument naming spec.bucket_bytes (expected
+// -1, 0 or > 0) or spec.compression (expected none, bf16 or fp16; ring
+// only).
+absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec);
+
+class StepCombiner : private GradReadyListener {
+ public:
+  // `combiner` is not owned and must outlive this; world = K.
+  StepCombiner(GradientCombiner* combiner, CombineConfig config, int world);
+  ~StepCombiner() override;  // stops and joins the combine thread
+  StepCombiner(const StepCombiner&) = delete;
+  StepCombiner& operator=(const StepCombiner&) = delete;
+
+  bool overlapped() const { return overlap_; }
+
+  // Computes r's gradient sum over `indices` of `data` (into
+  // r.combine_buffer(), with the loss) and combines it over all ranks under
+  // the wire key `job`: on success the buffer holds the global sums,
+  // *count the global example count and *local this rank's stats. Every
+  // rank must call with the same job, step and spec. Returns within about
+  // `timeout` (plus this rank's compute): errors name the peer, shard or
+  // bucket. *timing is filled on success and failure.
+  absl::Status ComputeAndCombine(Replica& r, const Dataset& data,
+                                 absl::Span<const int64_t> indices, uint64_t job,
+                                 int64_t step, absl::Duration timeout, BatchStats* local,
+                                 int64_t* count, CombineTiming* timing);
+
+  // The buckets of the last overlapped step (empty before), for tests.
+  std::vector<Range> buckets() const { return buckets_; }
+
+ private:
+  void LossReady(double) override {}
+  void ReadyFrom(int64_t begin) override;
+  void Loop();
+
+  GradientCombiner* const combiner_;
+  const CombineConfig config_;
+  const int world_;
+  const bool overlap_;
+  const int64_t bucket_floats_;
+  // The plan, made at the first step (and again if the buffer's length
+  // changes); read by the combine thread only while a step is active.
+  std::vector<Range> buckets_;
+  int64_t planned_n_ = -1;
+
+  absl::Mutex mu_;
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  bool active_ ABSL_GUARDED_BY(mu_) = false;  // a step is being combined
+  bool done_ ABSL_GUARDED_BY(mu_) = false;    // ... and the thread finished it
+  BucketCall call_ ABSL_GUARDED_BY(mu_);      // job, step, wire, deadline
+  absl::Span<float> buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t local_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t total_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ready_from_ ABSL_GUARDED_BY(mu_) = 0;  // buffer[ready_from_, n) final
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  double communication_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double peer_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;  // last member: started after everything above
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_STEP_COMBINE_H_
