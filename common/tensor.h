@@ -15,21 +15,24 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 
 namespace lockstep {
 
 // A shape is a list of non-negative dimensions; its element count is their
-// product (1 for a scalar, i.e. an empty shape).
+// product (1 for a scalar, i.e. an empty shape). Up to 4 dimensions are
+// stored inline, so making a Shape (e.g. Tensor::Resize(Shape{n, m}) on a
+// training step) does not allocate.
 class Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
-  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  explicit Shape(const std::vector<int64_t>& dims) : dims_(dims.begin(), dims.end()) {}
 
   int rank() const { return static_cast<int>(dims_.size()); }
   int64_t dim(int i) const { return dims_[i]; }
-  const std::vector<int64_t>& dims() const { return dims_; }
+  absl::Span<const int64_t> dims() const { return dims_; }
   int64_t num_elements() const;
   std::string ToString() const;  // e.g. "[784,256]"
 
@@ -37,7 +40,7 @@ class Shape {
   bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
 
  private:
-  std::vector<int64_t> dims_;
+  absl::InlinedVector<int64_t, 4> dims_;
 };
 
 // Non-owning view; the caller keeps the data alive for the view's lifetime.

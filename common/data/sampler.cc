@@ -66,20 +66,27 @@ uint64_t Xoshiro256StarStar::Bounded(uint64_t bound) {
   return static_cast<uint64_t>(m >> 64);
 }
 
-std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
+void EpochPermutationInto(int64_t n, uint64_t seed, int64_t epoch,
+                          std::vector<int64_t>* perm) {
   // Derive the stream seed from (seed, epoch) through two splitmix64
   // finalisations so nearby seeds/epochs give unrelated streams.
   uint64_t a = seed;
   uint64_t b = static_cast<uint64_t>(epoch) ^ 0xD1B54A32D192ED03ull;
   const uint64_t stream = SplitMix64Next(&a) ^ Rotl(SplitMix64Next(&b), 17);
   Xoshiro256StarStar rng(stream);
-  std::vector<int64_t> perm(n);
-  for (int64_t i = 0; i < n; ++i) perm[i] = i;
+  perm->resize(n);
+  int64_t* p = perm->data();
+  for (int64_t i = 0; i < n; ++i) p[i] = i;
   for (int64_t i = n - 1; i > 0; --i) {
     const int64_t j =
         static_cast<int64_t>(rng.Bounded(static_cast<uint64_t>(i) + 1));
-    std::swap(perm[i], perm[j]);
+    std::swap(p[i], p[j]);
   }
+}
+
+std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> perm;
+  EpochPermutationInto(n, seed, epoch, &perm);
   return perm;
 }
 
@@ -149,7 +156,7 @@ int64_t GlobalBatchSampler::BatchSize(int64_t step) const {
 
 void GlobalBatchSampler::LoadEpoch(int64_t epoch) {
   if (cached_epoch_ == epoch) return;
-  perm_ = EpochPermutation(n_, seed_, epoch);
+  EpochPermutationInto(n_, seed_, epoch, &perm_);  // reuses perm_'s buffer
   cached_epoch_ = epoch;
 }
 
@@ -165,6 +172,13 @@ std::vector<int64_t> GlobalBatchSampler::Batch(int64_t step) {
 
 std::vector<int64_t> GlobalBatchSampler::Slice(int64_t step, int rank,
                                                int world) {
+  std::vector<int64_t> out;
+  SliceInto(step, rank, world, &out);
+  return out;
+}
+
+void GlobalBatchSampler::SliceInto(int64_t step, int rank, int world,
+                                   std::vector<int64_t>* out) {
   ABSL_RAW_CHECK(step >= 0, "Slice: negative step");
   const std::pair<int64_t, int64_t> s =
       SliceBounds(BatchSize(step), rank, world);
@@ -172,7 +186,7 @@ std::vector<int64_t> GlobalBatchSampler::Slice(int64_t step, int rank,
   const int64_t end = begin + (s.second - s.first);
   absl::MutexLock lock(&mu_);
   LoadEpoch(EpochOf(step));
-  return std::vector<int64_t>(perm_.begin() + begin, perm_.begin() + end);
+  out->assign(perm_.begin() + begin, perm_.begin() + end);
 }
 
 }  // namespace lockstep

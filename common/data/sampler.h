@@ -56,6 +56,10 @@ class Xoshiro256StarStar {
 // The permutation of [0, n) used for `epoch`: a pure function of
 // (n, seed, epoch).
 std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch);
+// The same permutation written into *perm (resized to n; no allocation when
+// its capacity suffices).
+void EpochPermutationInto(int64_t n, uint64_t seed, int64_t epoch,
+                          std::vector<int64_t>* perm);
 
 // Thread-safe (internally locked): the cached permutation of the current
 // epoch is recomputed only when a step from another epoch is requested.
@@ -93,6 +97,11 @@ class GlobalBatchSampler {
   // Rank `rank`'s contiguous slice of Batch(step), per SliceBounds.
   // Requires 0 <= rank < world.
   std::vector<int64_t> Slice(int64_t step, int rank, int world);
+  // Slice(step, rank, world) written into *out, reusing its capacity: after
+  // the first call of a job (and the first epoch's permutation) a training
+  // step's slice allocates nothing, also when an epoch ends (the next
+  // permutation is computed into the cached one's buffer).
+  void SliceInto(int64_t step, int rank, int world, std::vector<int64_t>* out);
 
  private:
   // Ensures perm_ holds epoch `epoch`'s permutation.

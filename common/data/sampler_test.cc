@@ -209,5 +209,33 @@ TEST(GlobalBatchSamplerTest, CopyKeepsBehaviour) {
   EXPECT_EQ(copy.Batch(20), s.Batch(20));
 }
 
+
+TEST(GlobalBatchSamplerTest, SliceIntoMatchesSliceAndReusesItsBuffer) {
+  // 50 examples, batch 12: 5 steps per epoch, the last one 2 examples.
+  GlobalBatchSampler a(50, 12, 9);
+  GlobalBatchSampler b(50, 12, 9);
+  std::vector<int64_t> out;
+  out.reserve(6);  // the largest slice of rank 0 of 2
+  const int64_t* buffer = out.data();
+  for (int64_t step = 0; step < 17; ++step) {  // crosses three epoch ends
+    for (int rank = 0; rank < 2; ++rank) {
+      b.SliceInto(step, rank, 2, &out);
+      EXPECT_EQ(out, a.Slice(step, rank, 2)) << "step " << step << " rank " << rank;
+      EXPECT_EQ(out.data(), buffer) << "step " << step << ": reallocated";
+    }
+  }
+}
+
+TEST(EpochPermutationTest, IntoReusesTheBufferAndMatches) {
+  std::vector<int64_t> perm;
+  EpochPermutationInto(100, 3, 0, &perm);
+  const int64_t* buffer = perm.data();
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    EpochPermutationInto(100, 3, epoch, &perm);
+    EXPECT_EQ(perm, EpochPermutation(100, 3, epoch));
+    EXPECT_EQ(perm.data(), buffer);
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
