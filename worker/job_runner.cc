@@ -137,12 +137,13 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // Training lines: see JobRunnerOptions::log_interval.
   absl::Time last_line = clock_->Now();
   int64_t examples_since_line = 0;
+  std::vector<int64_t> slice;  // this rank's slice of the step's batch, reused
   for (int64_t step = 0; step < total; ++step) {
     if (stop_.load()) {
       return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<int64_t> slice = sampler.Slice(step, options_.rank, options_.world);
+    sampler.SliceInto(step, options_.rank, options_.world, &slice);  // no allocation
     BatchStats local;
     int64_t count = 0;
     // This step's compute / communication / exposed / peer-wait seconds.
