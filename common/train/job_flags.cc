@@ -31,6 +31,12 @@ ABSL_FLAG(std::string, sync, "ring", "ring | ps: how the workers combine gradien
 ABSL_FLAG(std::string, peer_transport, "grpc",
           "grpc | tcp: ring mode's peer data plane (grpc: each worker's gRPC server; "
           "tcp: raw sockets to each worker's --data_port); ignored in ps mode");
+ABSL_FLAG(int64_t, bucket_bytes, 0,
+          "Overlap the gradient combine with backward in buckets of this many bytes "
+          "(0 = default 256 KiB, -1 = off: combine after backward)");
+ABSL_FLAG(std::string, compression, "none",
+          "Gradient compression on the ring's wire: none | bf16 | fp16 (float32 "
+          "accumulation; ring jobs only)");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -164,6 +170,15 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
           absl::StrCat("--peer_transport: ", transport.status().message()));
     }
     spec.set_peer_transport(*transport);
+  }
+  if (use("bucket_bytes")) spec.set_bucket_bytes(absl::GetFlag(FLAGS_bucket_bytes));
+  if (use("compression")) {
+    const std::string c = absl::GetFlag(FLAGS_compression);
+    if (c != "none" && c != "bf16" && c != "fp16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--compression: expected none, bf16 or fp16, got \"", c, "\""));
+    }
+    spec.set_compression(c == "none" ? "" : c);
   }
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));

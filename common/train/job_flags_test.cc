@@ -103,6 +103,21 @@ TEST(JobFlagsTest, PeerTransportFlag) {
   absl::SetFlag(&FLAGS_peer_transport, "grpc");
 }
 
+TEST(JobFlagsTest, OverlapAndCompressionFlags) {
+  auto spec = FromArgs({});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->bucket_bytes(), 0);
+  EXPECT_EQ(spec->compression(), "");
+  spec = FromArgs({"--bucket_bytes=-1", "--compression=bf16"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->bucket_bytes(), -1);
+  EXPECT_EQ(spec->compression(), "bf16");
+  spec = FromArgs({"--compression=int8"});
+  EXPECT_EQ(spec.status().message(), "--compression: expected none, bf16 or fp16, got \"int8\"");
+  absl::SetFlag(&FLAGS_bucket_bytes, 0);
+  absl::SetFlag(&FLAGS_compression, "none");
+}
+
 TEST(JobFlagsTest, PeerTransportFromJobFileAndOverride) {
   const std::string file = TmpFile("tcp.txt", "model: \"softmax\"\npeer_transport: TCP\n");
   auto spec = FromArgs({"--job_file=" + file});

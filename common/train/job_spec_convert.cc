@@ -158,6 +158,22 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.ps_shards: expected >= 0 (0 = 1 shard), got ", spec.ps_shards()));
   }
+  if (spec.bucket_bytes() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.bucket_bytes: expected -1 (no overlap), 0 (default) or > 0, got ",
+        spec.bucket_bytes()));
+  }
+  const std::string& compression = spec.compression();
+  if (!compression.empty() && compression != "none" && compression != "bf16" &&
+      compression != "fp16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.compression: expected none, bf16 or fp16, got \"", compression, "\""));
+  }
+  if (!compression.empty() && compression != "none" && spec.sync_mode() == lockstep::v1::PS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.compression: ", compression,
+                     " is for ring jobs only (ps shards sum float32 gradients)"));
+  }
   return ToTrainSpec(spec).status();
 }
 

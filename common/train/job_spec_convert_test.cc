@@ -198,6 +198,15 @@ TEST(ValidateJobSpecTest, RejectsWithFieldNames) {
   spec.set_ps_shards(-1);
   ExpectInvalid(spec, "spec.ps_shards: expected >= 0");
   spec = Minimal();
+  spec.set_bucket_bytes(-2);
+  ExpectInvalid(spec, "spec.bucket_bytes: expected -1 (no overlap), 0 (default) or > 0, got -2");
+  spec = Minimal();
+  spec.set_compression("int8");
+  ExpectInvalid(spec, "spec.compression: expected none, bf16 or fp16, got \"int8\"");
+  spec.set_compression("bf16");
+  spec.set_sync_mode(v1::PS);
+  ExpectInvalid(spec, "spec.compression: bf16 is for ring jobs only");
+  spec = Minimal();
   spec.set_steps(-5);
   ExpectInvalid(spec, "spec.steps: expected >= 0, got -5");
 }
