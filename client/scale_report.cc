@@ -59,7 +59,8 @@ double TickStep(double max, int n) {
 }
 
 std::string Num(double v) {
-  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-2)) return absl::StrFormat("%.3g", v);
+  if (std::fabs(v) >= 1e4) return absl::StrFormat("%gk", v / 1000);
+  if (v != 0 && std::fabs(v) < 1e-2) return absl::StrFormat("%.3g", v);
   if (std::fabs(v - std::round(v)) < 1e-9) return absl::StrFormat("%.0f", v);
   return absl::StrFormat("%.2f", v);
 }
@@ -71,14 +72,16 @@ class Panel {
   Panel(std::string* out, double x0, double y0, double w, double h)
       : out_(out), x0_(x0), y0_(y0), w_(w), h_(h) {}
 
-  void SetX(double lo, double hi) {
+  // `pad`: pixels kept free at either end (room for a bar).
+  void SetX(double lo, double hi, double pad = 20) {
     xlo_ = lo;
     xhi_ = hi;
+    pad_ = pad;
   }
   void SetY(double ymax) { ymax_ = ymax > 0 ? ymax : 1; }
   double X(double v) const {
     if (xhi_ <= xlo_) return x0_ + w_ / 2;
-    return x0_ + 20 + (v - xlo_) / (xhi_ - xlo_) * (w_ - 40);
+    return x0_ + pad_ + (v - xlo_) / (xhi_ - xlo_) * (w_ - 2 * pad_);
   }
   double Y(double v) const { return y0_ + h_ - std::clamp(v / ymax_, 0.0, 1.05) * h_; }
   double Bottom() const { return y0_ + h_; }
@@ -146,7 +149,7 @@ class Panel {
 
   std::string* out_;
   double x0_, y0_, w_, h_;
-  double xlo_ = 0, xhi_ = 1, ymax_ = 1;
+  double xlo_ = 0, xhi_ = 1, ymax_ = 1, pad_ = 20;
 };
 
 const char* kBlue = "#1f77b4";
@@ -291,10 +294,10 @@ std::string ScaleSvg(const ScaleReport& r) {
     }
     p.SetY(ymax * 1.15);
     const int n = static_cast<int>(r.rows.size());
-    p.SetX(0, std::max(1, n - 1));
+    const double bw = std::min(50.0, 240.0 / std::max(1, n));
+    p.SetX(0, std::max(1, n - 1), bw);
     for (int i = 0; i < n; ++i) p.XTick(i, absl::StrCat(r.rows[i].m.k));
     p.Frame("Time per step (median, ms)", "ms per step");
-    const double bw = std::min(50.0, 300.0 / std::max(1, n));
     for (int i = 0; i < n; ++i) {
       const Parts parts = StepParts(r.rows[i].m);
       double base = 0;

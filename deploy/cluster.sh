@@ -5,6 +5,8 @@
 # started (also on Ctrl-C or failure).
 #
 #   bash deploy/cluster.sh [--workers_to_start=N] [--ps_servers=S] [job flags for `lockstep submit`]
+#   bash deploy/cluster.sh --scale [flags for `lockstep scale`]   # instead of one job,
+#       the scaling-efficiency curve, e.g. --scale --steps=1500 --workers_list=1,2,4 --out=/tmp/s
 #
 # Job flags default to the main job (MLP 784-256-10 on Fashion-MNIST, ring
 # mode, 4 workers). Examples:
@@ -20,10 +22,12 @@ BIN=${LOCKSTEP_BIN:-bazel-out/k8-opt/bin}
 n=4
 ps_servers=0
 args=()
+scale=0
 for a in "$@"; do
   case "$a" in
     --workers_to_start=*) n="${a#*=}" ;;
     --ps_servers=*) ps_servers="${a#*=}" ;;
+    --scale) scale=1 ;;
     *) args+=("$a") ;;
   esac
 done
@@ -59,7 +63,8 @@ for i in $(seq 1 "$n"); do
 done
 for i in $(seq 1 "$n"); do wait_file "$dir/worker$i.port" "worker $i" || exit 1; done
 echo "cluster: coordinator $coord, $n workers${ps_addrs:+, ps $ps_addrs} (logs in $dir)" >&2
-"$BIN/client/lockstep" --coordinator="$coord" submit --workers="$n" --follow "${args[@]}"
+run=(submit --workers="$n" --follow); [ "$scale" = 1 ] && run=(scale)
+"$BIN/client/lockstep" --coordinator="$coord" "${run[@]}" "${args[@]}"
 rc=$?
 "$BIN/client/lockstep" --coordinator="$coord" workers >&2
 exit $rc
