@@ -1,0 +1,603 @@
+// Scaling benchmark: the lockstep cluster (real coordinator, worker and ps
+// processes on 127.0.0.1) against the single-process `lockstep-train` on
+// the same job, and PyTorch DistributedDataParallel (gloo) beside it.
+//
+//   bazel run -c opt //bench:scaling [-- --steps=1500 --repeats=3 --skip_torch
+//                                        --extra_job_flags="--flag=v ..."]
+//
+// The job everywhere: MLP 784-256-10 on Debian's Fashion-MNIST (60,000
+// training images, loaded from disk by every process as the cluster does),
+// SGD momentum 0.9, lr 0.05 with cosine decay, seed 1, a fixed number of
+// steps, no per-epoch evaluation, one OpenBLAS (or torch) thread per
+// process. Each repeat runs, in this order: lockstep-train at batch 128 and
+// the global strong-scaling batch; the PyTorch runs; then per world size K
+// (1, then --worlds) a fresh cluster of exactly K workers (plus a second
+// cluster with 2 ps servers for ps S=2) running every mode's weak job
+// (128 per worker) and strong job (--strong_batch global); and
+// lockstep-train at batch 128 again. A ratio divides by the mean of that
+// repeat's two lockstep-train@128 runs; tables show medians over repeats.
+//
+// What is timed (setup never is) is printed with the results; see
+// PrintMethod(). Exit code: 0 when every run succeeded (targets may be
+// MISSED), 1 when a run failed, 2 bad flags.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/bench_process.h"
+#include "bench/local_cluster.h"
+
+ABSL_FLAG(int64_t, steps, 1500, "training steps of every run");
+ABSL_FLAG(int, repeats, 3, "repetitions of the whole matrix; medians are shown");
+ABSL_FLAG(int64_t, batch, 128,
+          "per-worker batch of weak scaling; lockstep-train's and torch's batch");
+ABSL_FLAG(int64_t, strong_batch, 256, "global batch of strong scaling");
+ABSL_FLAG(std::string, worlds, "2,4", "cluster sizes K besides K=1");
+ABSL_FLAG(std::string, modes, "tcp,grpc,ps1,ps2",
+          "combine modes: tcp (ring, raw TCP), grpc (ring, gRPC streams), ps1 (ps, the "
+          "coordinator hosts the shard), ps2 (ps, two lockstep-server shards)");
+ABSL_FLAG(bool, skip_torch, false, "do not run the PyTorch DDP anchor");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "interpreter with Debian's python3-torch (bench/setup_torch.sh)");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Fashion-MNIST IDX directory for the PyTorch anchor (lockstep uses --dataset)");
+ABSL_FLAG(std::string, dataset, "fashion-mnist", "job flag --dataset for every lockstep run");
+ABSL_FLAG(double, lr, 0.05, "learning rate everywhere");
+ABSL_FLAG(std::string, extra_job_flags, "",
+          "space-separated flags appended to every `lockstep submit` (e.g. job flags other "
+          "helpers add); not given to lockstep-train");
+ABSL_FLAG(std::string, extra_train_flags, "", "space-separated flags for lockstep-train");
+ABSL_FLAG(std::string, extra_worker_flags, "", "space-separated flags for lockstep-worker");
+ABSL_FLAG(std::string, extra_coordinator_flags, "",
+          "space-separated flags for lockstep-coordinator");
+ABSL_FLAG(std::string, extra_ps_flags, "", "space-separated flags for lockstep-server");
+ABSL_FLAG(std::string, bin_dir, "",
+          "directory holding server/, worker/, client/, bench/ (default: the runfiles)");
+ABSL_FLAG(int, job_timeout_s, 900, "deadline of one run");
+ABSL_FLAG(bool, keep_logs, false, "keep the temp directory with every process's log");
+
+namespace lockstep::bench {
+namespace {
+
+std::vector<std::string> Words(const std::string& s) {
+  return absl::StrSplit(s, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+std::string LoadAvg() {
+  absl::StatusOr<std::string> s = ReadFile("/proc/loadavg");
+  if (!s.ok()) return "?";
+  std::vector<std::string> f = Words(*s);
+  return f.size() >= 3 ? absl::StrCat(f[0], " ", f[1], " ", f[2]) : "?";
+}
+
+// One row of the tables.
+struct Run {
+  std::string key;    // unique
+  std::string label;  // what the row shows
+  enum Kind { kTrain, kTorch, kCluster } kind = kCluster;
+  int k = 1;                 // processes
+  int64_t global_batch = 0;  // examples per step, all processes
+  std::string mode;          // cluster: tcp | grpc | ps1 | ps2; torch: plain | ddp
+  std::string scaling;       // "weak", "strong", "" (K=1 / anchors)
+  std::string same_as;       // key of an identical run (not run again)
+};
+
+struct Sample {
+  double eps = 0;   // examples/s as measured (see PrintMethod)
+  double wall = 0;  // cluster: job started -> finished, seconds
+};
+
+class ScalingBench {
+ public:
+  ScalingBench(std::string root, std::string dir) : root_(std::move(root)), dir_(std::move(dir)) {}
+
+  int Main();
+
+ private:
+  void Plan();
+  void PrintMethod() const;
+  // Each returns a sample or an error naming the run.
+  absl::StatusOr<Sample> RunTrain(int64_t batch, const std::string& tag);
+  absl::StatusOr<Sample> RunTorch(const Run& r);
+  void RunClusters(int rep);
+  void Record(const Run& r, int rep, const absl::StatusOr<Sample>& s);
+  void PrintTable() const;
+  int PrintTargets() const;
+  double RatioMedian(const std::string& key, const std::string& denominator) const;
+  std::vector<std::string> JobFlags(const Run& r) const;
+
+  const std::string root_, dir_;
+  int64_t steps_ = 0, batch_ = 0, strong_ = 0;
+  int repeats_ = 0;
+  std::vector<int> worlds_;  // 1 first
+  std::vector<std::string> modes_;
+  bool torch_ = false;
+  std::vector<Run> runs_;
+  // key -> repeat -> sample; "train128a"/"train128b" are the two anchors.
+  std::map<std::string, std::map<int, Sample>> samples_;
+  std::map<std::string, std::string> failures_;  // key -> first error
+  std::string train_hash_, k1_hash_;              // weights hashes for the info line
+};
+
+void ScalingBench::Plan() {
+  runs_.push_back({"train128", absl::StrCat("lockstep-train, batch ", batch_), Run::kTrain, 1,
+                   batch_, "", "", ""});
+  if (strong_ != batch_) {
+    runs_.push_back({absl::StrCat("train", strong_),
+                     absl::StrCat("lockstep-train, batch ", strong_), Run::kTrain, 1, strong_,
+                     "", "", ""});
+  }
+  if (torch_) {
+    runs_.push_back({"torch1", "torch, 1 process, no DDP", Run::kTorch, 1, batch_, "plain", "", ""});
+    runs_.push_back({"ddp1", "torch DDP gloo, 1 process", Run::kTorch, 1, batch_, "ddp", "", ""});
+    runs_.push_back({"ddp2", absl::StrCat("torch DDP gloo, 2 processes (", batch_, " each)"),
+                     Run::kTorch, 2, 2 * batch_, "ddp", "weak", ""});
+  }
+  static const std::map<std::string, std::string> kModeName = {
+      {"tcp", "ring tcp"}, {"grpc", "ring grpc"}, {"ps1", "ps S=1"}, {"ps2", "ps S=2"}};
+  for (int k : worlds_) {
+    for (const std::string& m : modes_) {
+      std::vector<std::pair<std::string, int64_t>> kinds;
+      if (k == 1) {
+        kinds.push_back({"", batch_});
+      } else {
+        kinds.push_back({"weak", batch_ * k});
+        if (strong_ >= k) kinds.push_back({"strong", strong_});
+      }
+      std::string weak_key;
+      for (const auto& [scaling, global] : kinds) {
+        Run r;
+        r.kind = Run::kCluster;
+        r.k = k;
+        r.global_batch = global;
+        r.mode = m;
+        r.scaling = scaling;
+        r.key = absl::StrCat("k", k, "_", m, "_", scaling.empty() ? "one" : scaling);
+        r.label = absl::StrCat("cluster K=", k, " ", scaling, scaling.empty() ? "" : " ",
+                               kModeName.at(m));
+        if (scaling == "weak") weak_key = r.key;
+        if (scaling == "strong" && global == batch_ * k) r.same_as = weak_key;
+        runs_.push_back(r);
+      }
+    }
+  }
+}
+
+void ScalingBench::PrintMethod() const {
+  std::printf(
+      "How each figure is measured (process start, registration, dataset load and peer/ps\n"
+      "connection are never counted):\n"
+      "  lockstep-train   its own examples/s (--json): training examples / the summed time of\n"
+      "                   its steps (sampling, forward, backward, update); dataset load and the\n"
+      "                   untimed end-of-epoch test evaluations excluded.\n"
+      "  cluster          the coordinator's JobStatus.examples_per_second when the job ends:\n"
+      "                   examples of steps 1..N-1 / (time step N-1 completed - time step 0\n"
+      "                   completed) on the coordinator's clock (a step completes when every\n"
+      "                   rank has reported it), i.e. steps after one warm-up step. 'wall' =\n"
+      "                   job started -> finished (includes the workers' dataset load on a\n"
+      "                   cluster's first job, connection, step 0, the final evaluation and\n"
+      "                   weight upload), for information only.\n"
+      "  torch            rank 0: global examples of steps 1..N-1 / seconds from the end of\n"
+      "                   step 0 to the end of step N-1 (load and process-group set-up excluded).\n"
+      "  x train@%lld      per repeat, examples/s / the mean of that repeat's two lockstep-train\n"
+      "                   batch-%lld runs (one at its start, one at its end); median over repeats.\n"
+      "  x train@B        the same against lockstep-train at the run's global batch B, where run.\n",
+      static_cast<long long>(batch_), static_cast<long long>(batch_));
+}
+
+absl::StatusOr<Sample> ScalingBench::RunTrain(int64_t batch, const std::string& tag) {
+  const std::string out = absl::StrCat(dir_, "/", tag, ".json");
+  const std::string err = absl::StrCat(dir_, "/", tag, ".log");
+  std::vector<std::string> argv = {
+      absl::StrCat(root_, "/worker/lockstep-train"), "--json", "--model=mlp:256",
+      absl::StrCat("--dataset=", absl::GetFlag(FLAGS_dataset)), absl::StrCat("--batch=", batch),
+      absl::StrCat("--steps=", steps_), "--optimizer=sgd", "--momentum=0.9",
+      absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--decay=cosine", "--seed=1",
+      "--eval_each_epoch=false", "--blas_threads=1"};
+  for (std::string& f : Words(absl::GetFlag(FLAGS_extra_train_flags))) argv.push_back(f);
+  absl::StatusOr<pid_t> pid = Spawn(argv, {{"OPENBLAS_NUM_THREADS", "1"}}, out, err);
+  if (!pid.ok()) return pid.status();
+  absl::StatusOr<int> rc =
+      WaitExit(*pid, absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s)), "lockstep-train");
+  if (!rc.ok()) {
+    Stop({*pid}, absl::Seconds(1));
+    return rc.status();
+  }
+  absl::StatusOr<std::string> json = ReadFile(out);
+  const std::string key = "\"examples_per_second\": ";
+  size_t at = json.ok() ? json->find(key) : std::string::npos;
+  Sample s;
+  if (*rc != 0 || at == std::string::npos ||
+      !absl::SimpleAtod(std::string(json->substr(at + key.size(),
+                                                 json->find_first_of(",}", at) - at - key.size())),
+                        &s.eps)) {
+    absl::StatusOr<std::string> log = ReadFile(err);
+    return absl::InternalError(absl::StrCat("lockstep-train exited ", *rc, ": ",
+                                            absl::StripAsciiWhitespace(log.ok() ? *log : "")));
+  }
+  const std::string hkey = "\"weights_hash\": \"";
+  if (size_t h = json->find(hkey); h != std::string::npos && batch == batch_) {
+    train_hash_ = json->substr(h + hkey.size(), 32);
+  }
+  return s;
+}
+
+absl::StatusOr<Sample> ScalingBench::RunTorch(const Run& r) {
+  const std::string script = absl::StrCat(root_, "/bench/torch_ddp.py");
+  const std::string store = absl::StrCat(dir_, "/", r.key, "_store_", absl::ToUnixNanos(absl::Now()));
+  std::vector<pid_t> pids;
+  const std::string out0 = absl::StrCat(dir_, "/", r.key, ".out");
+  for (int rank = 0; rank < r.k; ++rank) {
+    std::vector<std::string> argv = {
+        absl::GetFlag(FLAGS_python), script, absl::StrCat("--rank=", rank),
+        absl::StrCat("--world=", r.k), absl::StrCat("--store=", store),
+        absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
+        absl::StrCat("--batch=", batch_), absl::StrCat("--steps=", steps_),
+        absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--momentum=0.9", "--seed=1"};
+    if (r.mode == "plain") argv.push_back("--no_ddp");
+    absl::StatusOr<pid_t> pid =
+        Spawn(argv,
+              {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}, {"MKL_NUM_THREADS", "1"},
+               {"GLOO_SOCKET_IFNAME", "lo"}},
+              rank == 0 ? out0 : "/dev/null", absl::StrCat(dir_, "/", r.key, ".", rank, ".log"));
+    if (!pid.ok()) {
+      Stop(pids, absl::Seconds(2));
+      return pid.status();
+    }
+    pids.push_back(*pid);
+  }
+  absl::Status failed;
+  for (pid_t p : pids) {
+    absl::StatusOr<int> rc =
+        WaitExit(p, absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s)), "torch_ddp.py");
+    if (!rc.ok() && failed.ok()) failed = rc.status();
+    if (rc.ok() && *rc != 0 && failed.ok()) {
+      failed = absl::InternalError(absl::StrCat("torch_ddp.py exited ", *rc, " (log ", dir_, "/",
+                                                r.key, ".*.log)"));
+    }
+  }
+  if (!failed.ok()) {
+    Stop(pids, absl::Seconds(2));
+    return failed;
+  }
+  absl::StatusOr<std::string> text = ReadFile(out0);
+  const std::string key = "examples_per_second=";
+  Sample s;
+  size_t at = text.ok() ? text->find(key) : std::string::npos;
+  if (at == std::string::npos ||
+      !absl::SimpleAtod(text->substr(at + key.size(), text->find(' ', at) - at - key.size()),
+                        &s.eps)) {
+    return absl::InternalError(absl::StrCat("torch_ddp.py printed no RESULT (", out0, ")"));
+  }
+  return s;
+}
+
+std::vector<std::string> ScalingBench::JobFlags(const Run& r) const {
+  std::vector<std::string> f = {
+      "--model=mlp:256", absl::StrCat("--dataset=", absl::GetFlag(FLAGS_dataset)),
+      absl::StrCat("--workers=", r.k), absl::StrCat("--batch=", r.global_batch),
+      absl::StrCat("--steps=", steps_), "--optimizer=sgd", "--momentum=0.9",
+      absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--decay=cosine", "--seed=1",
+      "--eval_each_epoch=false", absl::StrCat("--name=bench-", r.key)};
+  if (r.mode == "tcp" || r.mode == "grpc") {
+    f.push_back("--sync=ring");
+    f.push_back(absl::StrCat("--peer_transport=", r.mode));
+  } else {
+    f.push_back("--sync=ps");
+    f.push_back(absl::StrCat("--ps_shards=", r.mode == "ps2" ? 2 : 1));
+  }
+  for (std::string& w : Words(absl::GetFlag(FLAGS_extra_job_flags))) f.push_back(w);
+  return f;
+}
+
+void ScalingBench::Record(const Run& r, int rep, const absl::StatusOr<Sample>& s) {
+  if (s.ok()) {
+    samples_[r.key][rep] = *s;
+    return;
+  }
+  std::printf("\n  FAILED %s (repeat %d): %s\n", r.label.c_str(), rep + 1,
+              s.status().ToString().c_str());
+  failures_.emplace(r.key, s.status().ToString());
+}
+
+void ScalingBench::RunClusters(int rep) {
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  for (int k : worlds_) {
+    // Cluster A hosts the ps shard in the coordinator; cluster B has two ps servers.
+    for (int servers : {0, 2}) {
+      std::vector<const Run*> todo;
+      for (const Run& r : runs_) {
+        if (r.kind != Run::kCluster || r.k != k || !r.same_as.empty()) continue;
+        if ((r.mode == "ps2") == (servers == 2)) todo.push_back(&r);
+      }
+      if (todo.empty()) continue;
+      ClusterConfig c;
+      c.root = root_;
+      c.log_dir = absl::StrCat(dir_, "/rep", rep + 1, "_k", k, "_s", servers);
+      mkdir(c.log_dir.c_str(), 0755);
+      c.workers = k;
+      c.ps_servers = servers;
+      c.coordinator_flags = Words(absl::GetFlag(FLAGS_extra_coordinator_flags));
+      c.worker_flags = Words(absl::GetFlag(FLAGS_extra_worker_flags));
+      c.ps_flags = Words(absl::GetFlag(FLAGS_extra_ps_flags));
+      std::printf(" [K=%d%s", k, servers ? " 2 ps" : "");
+      std::fflush(stdout);
+      absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(c);
+      for (const Run* r : todo) {
+        absl::StatusOr<Sample> s;
+        if (!cluster.ok()) {
+          s = cluster.status();
+        } else {
+          std::printf(" %s%s", r->mode.c_str(), r->scaling == "strong" ? "/s" : "");
+          std::fflush(stdout);
+          absl::StatusOr<v1::JobStatus> job = (*cluster)->RunJob(JobFlags(*r), timeout);
+          if (!job.ok()) {
+            s = job.status();
+          } else if (job->state() != v1::SUCCEEDED || job->step() != steps_ || job->out_of_sync()) {
+            s = absl::InternalError(absl::StrCat("job ", job->job_id(), " ",
+                                                 v1::JobState_Name(job->state()), " at step ",
+                                                 job->step(), job->out_of_sync() ? " out of sync" : "",
+                                                 ": ", job->reason(), " (logs in ", c.log_dir, ")"));
+          } else {
+            Sample x;
+            x.eps = job->examples_per_second();
+            x.wall = job->finished_unix_s() - job->started_unix_s();
+            s = x;
+            if (r->k == 1 && r->mode == "tcp") k1_hash_ = job->final_hash();
+          }
+        }
+        Record(*r, rep, s);
+      }
+      std::printf("]");
+      std::fflush(stdout);
+    }  // the cluster stops here
+  }
+}
+
+double ScalingBench::RatioMedian(const std::string& key, const std::string& denominator) const {
+  auto it = samples_.find(key);
+  if (it == samples_.end()) return 0;
+  std::vector<double> ratios;
+  for (const auto& [rep, s] : it->second) {
+    double d = 0;
+    if (denominator == "train128") {
+      auto a = samples_.find("train128a"), b = samples_.find("train128b");
+      std::vector<double> both;
+      if (a != samples_.end() && a->second.count(rep)) both.push_back(a->second.at(rep).eps);
+      if (b != samples_.end() && b->second.count(rep)) both.push_back(b->second.at(rep).eps);
+      for (double v : both) d += v / both.size();
+    } else if (auto dn = samples_.find(denominator);
+               dn != samples_.end() && dn->second.count(rep)) {
+      d = dn->second.at(rep).eps;
+    }
+    if (d > 0) ratios.push_back(s.eps / d);
+  }
+  return Median(ratios);
+}
+
+void ScalingBench::PrintTable() const {
+  std::printf("\n%-48s %2s %6s %6s %10s %11s %9s %7s  %s\n", "run", "K", "b/proc", "global",
+              "ex/s", absl::StrCat("x train@", batch_).c_str(), "x train@B", "wall s",
+              "ex/s of each repeat (thousands)");
+  for (const Run& r : runs_) {
+    const std::string key = r.same_as.empty() ? r.key : r.same_as;
+    const std::string data_key = key == "train128" ? "train128a" : key;
+    auto it = samples_.find(data_key);
+    std::string label = r.label;
+    if (!r.same_as.empty()) label += " (same job as weak)";
+    if (it == samples_.end() || it->second.empty()) {
+      std::printf("%-48s %2d %6lld %6lld %10s   %s\n", label.c_str(), r.k,
+                  static_cast<long long>(r.global_batch / r.k),
+                  static_cast<long long>(r.global_batch), "FAILED",
+                  failures_.count(key) ? failures_.at(key).c_str() : "");
+      continue;
+    }
+    std::vector<double> eps, wall;
+    std::vector<std::string> each;
+    for (const auto& [rep, s] : it->second) {
+      eps.push_back(s.eps);
+      wall.push_back(s.wall);
+      each.push_back(absl::StrFormat("%.1f", s.eps / 1000));
+    }
+    if (key == "train128") {  // both anchor runs of every repeat
+      eps.clear();
+      each.clear();
+      for (const char* k : {"train128a", "train128b"}) {
+        if (!samples_.count(k)) continue;
+        for (const auto& [rep, s] : samples_.at(k)) {
+          eps.push_back(s.eps);
+          each.push_back(absl::StrFormat("%.1f", s.eps / 1000));
+        }
+      }
+    }
+    const std::string at_b = absl::StrCat("train", r.global_batch);
+    const double rb = r.global_batch == batch_ ? RatioMedian(data_key, "train128")
+                      : samples_.count(at_b)   ? RatioMedian(data_key, at_b)
+                                               : 0;
+    const double ra = key == "train128" ? 1.0 : RatioMedian(data_key, "train128");
+    std::printf("%-48s %2d %6lld %6lld %10.0f %10.2fx %9s %7s  %s\n", label.c_str(), r.k,
+                static_cast<long long>(r.global_batch / r.k),
+                static_cast<long long>(r.global_batch), Median(eps), ra,
+                rb > 0 ? absl::StrFormat("%.2fx", key == "train128" ? 1.0 : rb).c_str() : "-",
+                r.kind == Run::kCluster ? absl::StrFormat("%.1f", Median(wall)).c_str() : "-",
+                absl::StrJoin(each, " ").c_str());
+  }
+}
+
+int ScalingBench::PrintTargets() const {
+  struct Target {
+    std::string key, what;
+    double min, aim;
+  };
+  const std::vector<Target> targets = {
+      {"k1_tcp_one", "K=1 (ring tcp) >= 0.95x lockstep-train", 0.95, 0},
+      {"k2_tcp_weak", "K=2 weak ring tcp >= 1.4x (aim 1.6x)", 1.4, 1.6},
+      {"k2_grpc_weak", "K=2 weak ring grpc >= 1.2x", 1.2, 0},
+      {"k2_ps1_weak", "K=2 weak ps S=1 (coordinator hosts the shard) >= 0.9x", 0.9, 0},
+      {"k2_ps2_weak", "K=2 weak ps S=2 (two lockstep-server shards) >= 0.9x", 0.9, 0},
+  };
+  std::printf("\nTargets (ratio to lockstep-train at batch %lld, median over repeats):\n",
+              static_cast<long long>(batch_));
+  int missed = 0;
+  for (const Target& t : targets) {
+    if (!samples_.count(t.key) || samples_.at(t.key).empty()) {
+      std::printf("  %-7s %-58s (%s)\n", "MISSED", t.what.c_str(),
+                  failures_.count(t.key) ? "run failed" : "not run");
+      ++missed;
+      continue;
+    }
+    const double r = RatioMedian(t.key, "train128");
+    const bool met = r >= t.min;
+    missed += !met;
+    std::printf("  %-7s %-58s %.2fx%s\n", met ? "met" : "MISSED", t.what.c_str(), r,
+                t.aim > 0 ? (r >= t.aim ? "  (aim reached)" : "  (aim not reached)") : "");
+  }
+  std::printf("  %d of %zu targets missed\n", missed, targets.size());
+  return missed;
+}
+
+int ScalingBench::Main() {
+  steps_ = absl::GetFlag(FLAGS_steps);
+  batch_ = absl::GetFlag(FLAGS_batch);
+  strong_ = absl::GetFlag(FLAGS_strong_batch);
+  repeats_ = absl::GetFlag(FLAGS_repeats);
+  if (steps_ < 2 || batch_ < 1 || strong_ < 1 || repeats_ < 1) {
+    std::fprintf(stderr, "scaling: --steps must be >= 2, --batch, --strong_batch, --repeats >= 1\n");
+    return 2;
+  }
+  worlds_ = {1};
+  for (const std::string& w : Words(absl::StrReplaceAll(absl::GetFlag(FLAGS_worlds), {{",", " "}}))) {
+    int k = 0;
+    if (!absl::SimpleAtoi(w, &k) || k < 2 || k > 64) {
+      std::fprintf(stderr, "scaling: --worlds: expected sizes 2..64, got \"%s\"\n", w.c_str());
+      return 2;
+    }
+    if (std::find(worlds_.begin(), worlds_.end(), k) == worlds_.end()) worlds_.push_back(k);
+  }
+  for (const std::string& m : Words(absl::StrReplaceAll(absl::GetFlag(FLAGS_modes), {{",", " "}}))) {
+    if (m != "tcp" && m != "grpc" && m != "ps1" && m != "ps2") {
+      std::fprintf(stderr, "scaling: --modes: expected tcp, grpc, ps1 or ps2, got \"%s\"\n",
+                   m.c_str());
+      return 2;
+    }
+    modes_.push_back(m);
+  }
+  std::printf("lockstep scaling benchmark, %s, %u cores, load average %s\n",
+              absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone()).c_str(),
+              std::thread::hardware_concurrency(), LoadAvg().c_str());
+  std::printf("job: MLP 784-256-10 on %s (train split), SGD momentum 0.9, lr %g cosine, seed 1, "
+              "%lld steps, no per-epoch eval; 1 OpenBLAS/torch thread per process; %d repeat(s)\n",
+              absl::GetFlag(FLAGS_dataset).c_str(), absl::GetFlag(FLAGS_lr),
+              static_cast<long long>(steps_), repeats_);
+  if (!absl::GetFlag(FLAGS_extra_job_flags).empty()) {
+    std::printf("extra job flags: %s\n", absl::GetFlag(FLAGS_extra_job_flags).c_str());
+  }
+  torch_ = !absl::GetFlag(FLAGS_skip_torch);
+  if (torch_) {
+    if (!Succeeds({absl::GetFlag(FLAGS_python), "-c", "import torch, numpy, torch.distributed"},
+                  absl::Seconds(120))) {
+      std::printf("PyTorch anchor skipped: %s cannot import torch (a bench-only dependency: "
+                  "run `bash bench/setup_torch.sh` to install Debian's python3-torch)\n",
+                  absl::GetFlag(FLAGS_python).c_str());
+      torch_ = false;
+    } else {
+      std::printf("PyTorch anchor: %s bench/torch_ddp.py (Debian python3-torch), "
+                  "torch.set_num_threads(1), DDP over gloo on loopback\n",
+                  absl::GetFlag(FLAGS_python).c_str());
+    }
+  }
+  Plan();
+  PrintMethod();
+  const absl::Time start = absl::Now();
+  for (int rep = 0; rep < repeats_; ++rep) {
+    std::printf("repeat %d/%d: train", rep + 1, repeats_);
+    std::fflush(stdout);
+    Run anchor_a = runs_[0];
+    anchor_a.key = "train128a";
+    Record(anchor_a, rep, RunTrain(batch_, absl::StrCat("train128a_", rep)));
+    if (strong_ != batch_) Record(runs_[1], rep, RunTrain(strong_, absl::StrCat("train_b_", rep)));
+    for (const Run& r : runs_) {
+      if (r.kind != Run::kTorch) continue;
+      std::printf(" %s", r.key.c_str());
+      std::fflush(stdout);
+      Record(r, rep, RunTorch(r));
+    }
+    RunClusters(rep);
+    std::printf(" train");
+    std::fflush(stdout);
+    Run anchor_b = runs_[0];
+    anchor_b.key = "train128b";
+    Record(anchor_b, rep, RunTrain(batch_, absl::StrCat("train128b_", rep)));
+    std::printf(" (%.0f s, load %s)\n", absl::ToDoubleSeconds(absl::Now() - start),
+                LoadAvg().c_str());
+  }
+  PrintTable();
+  if (!train_hash_.empty() && !k1_hash_.empty()) {
+    std::printf("\nK=1 cluster final weights hash %s lockstep-train's at batch %lld (%s)\n",
+                train_hash_ == k1_hash_ ? "equals" : "DIFFERS FROM",
+                static_cast<long long>(batch_), train_hash_.c_str());
+  }
+  PrintTargets();
+  std::printf("total %.0f s; load average at the end %s. This machine is shared: figures are "
+              "noisy, compare ratios within one run.\n",
+              absl::ToDoubleSeconds(absl::Now() - start), LoadAvg().c_str());
+  if (!failures_.empty()) {
+    std::printf("%zu run(s) failed%s\n", failures_.size(),
+                absl::GetFlag(FLAGS_keep_logs) ? "" : " (logs kept)");
+  }
+  return failures_.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace lockstep::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<std::string> root =
+      lockstep::bench::FindRunfilesRoot(absl::GetFlag(FLAGS_bin_dir), "server/lockstep-coordinator");
+  if (!root.ok()) {
+    std::fprintf(stderr, "scaling: %s\n", std::string(root.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::string> dir = lockstep::bench::MakeTempDir("lockstep_scaling_");
+  if (!dir.ok()) {
+    std::fprintf(stderr, "scaling: %s\n", std::string(dir.status().message()).c_str());
+    return 1;
+  }
+  std::printf("binaries from %s; logs in %s\n", root->c_str(), dir->c_str());
+  lockstep::bench::ScalingBench bench(*root, *dir);
+  const int rc = bench.Main();
+  if (rc == 0 && !absl::GetFlag(FLAGS_keep_logs)) {
+    lockstep::bench::RemoveTree(*dir);
+  } else {
+    std::printf("logs kept in %s\n", dir->c_str());
+  }
+  return rc;
+}
