@@ -3,6 +3,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
+
+#include <unistd.h>
 #include <set>
 
 #include <grpcpp/grpcpp.h>
@@ -197,6 +200,9 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
   if (!ext.ok()) return Exit(ext.status());
   model.extrapolate = *ext;
   model.max_ps_shards = absl::GetFlag(FLAGS_max_ps_shards);
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) model.local_host = host;
+  model.local_cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (model.max_ps_shards < 1) {
     return Exit(absl::InvalidArgumentError("--max_ps_shards: expected >= 1"));
   }

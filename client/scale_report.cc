@@ -172,14 +172,15 @@ void XAxisOverK(Panel* p, const std::vector<int>& ks) {
 std::string ScaleCsv(const std::vector<Row>& rows) {
   std::string out =
       "k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,speedup,step_ms,compute_ms,"
-      "communication_ms,exposed_ms,peer_wait_ms,timing\n";
+      "communication_ms,exposed_ms,peer_wait_ms,timing,workers_per_host\n";
   for (const Row& r : rows) {
     const scaling::Measurement& m = r.m;
-    absl::StrAppendFormat(&out, "%d,%d,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s\n", m.k,
+    absl::StrAppendFormat(&out, "%d,%d,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%d\n", m.k,
                           m.global_batch, m.examples_per_second, r.ideal_examples_per_second,
                           r.efficiency, r.speedup, StepMs(m), Ms(m.compute_seconds),
                           Ms(m.communication_seconds), Ms(m.exposed_seconds),
-                          Ms(m.peer_wait_seconds), m.has_timing ? "reported" : "none");
+                          Ms(m.peer_wait_seconds), m.has_timing ? "reported" : "none",
+                          m.max_workers_per_host);
   }
   return out;
 }
@@ -365,6 +366,12 @@ std::string ScaleSvg(const ScaleReport& r) {
       p.Close();
     }
   }
+  double y = 770;
+  for (const std::string& note : r.notes) {
+    absl::StrAppendFormat(&out, "<text x=\"20\" y=\"%.0f\" font-size=\"11\" fill=\"#444\">%s</text>\n",
+                          y, Escape(absl::StrCat("note: ", note)));
+    y += 14;
+  }
   absl::StrAppend(&out, "</svg>\n");
   return out;
 }
@@ -396,6 +403,7 @@ std::string ScaleTable(const ScaleReport& r) {
     absl::StrAppendFormat(&out, "efficiency stays at or above %s at every K measured\n",
                           Num(r.threshold));
   }
+  for (const std::string& note : r.notes) absl::StrAppend(&out, "note: ", note, "\n");
   if (!r.has_model) {
     absl::StrAppend(&out, "model: not fitted: ", r.model_note, "\n");
     return out;

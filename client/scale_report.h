@@ -30,10 +30,12 @@ struct ScaleReport {
   double exposed_fraction = 1;       // the workload's, as extrapolated
   double gradient_bytes = 0;
   std::vector<scaling::Prediction> predictions;
+  std::vector<std::string> notes;    // printed under the table and the figure
 };
 
 // Header: k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,
-// speedup,step_ms,compute_ms,communication_ms,exposed_ms,peer_wait_ms,timing
+// speedup,step_ms,compute_ms,communication_ms,exposed_ms,peer_wait_ms,timing,
+// workers_per_host (the most ranks on one host)
 // then one row per K; timing is "reported" or "none" (the workers sent no
 // breakdown: the ms columns are 0 except step_ms = global batch / examples/s).
 std::string ScaleCsv(const std::vector<scaling::Row>& rows);

@@ -1,10 +1,12 @@
 #include "client/scale_runner.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace lockstep {
@@ -77,6 +79,14 @@ scaling::Measurement MeasurementFromStatus(int k, const v1::JobStatus& status) {
   m.k = k;
   m.global_batch = status.spec().global_batch();
   m.examples_per_second = status.examples_per_second();
+  std::map<std::string, int> per_host;
+  for (const v1::RankStatus& r : status.ranks()) {
+    const int c = ++per_host[r.hostname()];
+    if (c > m.max_workers_per_host) {
+      m.max_workers_per_host = c;
+      m.busiest_host = r.hostname();
+    }
+  }
   int n = 0;
   for (const v1::RankStatus& r : status.ranks()) {
     if (!(r.median_step_seconds() > 0)) continue;
@@ -103,6 +113,8 @@ scaling::Measurement MedianMeasurement(const std::vector<scaling::Measurement>& 
   if (runs.empty()) return m;
   m.k = runs.front().k;
   m.global_batch = runs.front().global_batch;
+  m.max_workers_per_host = runs.front().max_workers_per_host;
+  m.busiest_host = runs.front().busiest_host;
   auto med = [&](double scaling::Measurement::*field, bool timed_only) {
     std::vector<double> v;
     for (const scaling::Measurement& r : runs) {
@@ -214,17 +226,37 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
   const bool ps = o.mode == v1::PS;
   const int shards = ps ? std::max(1, o.ps_shards) : 0;
   const scaling::Row& base = report->rows.front();
-  std::vector<scaling::CommSample> samples;
+  std::vector<scaling::CommSample> samples, crowded;
+  std::vector<int> crowded_ks;
   std::vector<double> exposed_share;
   bool inferred = false;
   for (const scaling::Row& row : report->rows) {
     const bool is_base = &row == &base;
     if (is_base && !(ps && row.m.has_timing)) continue;
     const scaling::CommEstimate e = scaling::TransferSeconds(row, base, report->weak);
+    const scaling::CommSample sample{row.m.k, shards, 4.0 * o.parameter_count, e.seconds};
+    if (o.local_cpus > 0 && !o.local_host.empty() && row.m.busiest_host == o.local_host &&
+        row.m.max_workers_per_host > o.local_cpus) {
+      crowded.push_back(sample);
+      crowded_ks.push_back(row.m.k);
+      continue;
+    }
     inferred = inferred || e.inferred;
-    samples.push_back({row.m.k, shards, 4.0 * o.parameter_count, e.seconds});
+    samples.push_back(sample);
     if (row.m.has_timing && row.m.communication_seconds > 0) {
       exposed_share.push_back(std::min(1.0, row.m.exposed_seconds / row.m.communication_seconds));
+    }
+  }
+  if (!crowded.empty()) {
+    const bool keep = samples.empty();
+    report->notes.push_back(absl::StrFormat(
+        "K=%s ran more workers on %s than its %d CPUs: %s", absl::StrJoin(crowded_ks, ","),
+        o.local_host, o.local_cpus,
+        keep ? "no other K to fit, so the fit includes CPU sharing"
+             : "left out of the fit (the step time there measures CPU sharing, not the network)"));
+    if (keep) {
+      samples = crowded;
+      for (const scaling::Row& row : report->rows) inferred = inferred || !row.m.has_timing;
     }
   }
   absl::StatusOr<scaling::AlphaBetaFit> fit = scaling::FitAlphaBeta(samples);

@@ -90,6 +90,11 @@ struct ModelOptions {
   scaling::Link link;
   std::vector<int> extrapolate;    // K to predict
   int max_ps_shards = 64;          // ps shard counts tried: 1, 2, 4, ... <= this
+  // This host and its CPUs (0 = unknown): a K whose busiest host is this
+  // one with more workers than CPUs measured CPU sharing, and is left out
+  // of the fit (report->notes says so) unless nothing else is left.
+  std::string local_host;
+  int local_cpus = 0;
 };
 
 // Fits alpha and beta to report->rows (each row above the smallest K, and

@@ -48,6 +48,7 @@ class FakeBackend : public ScaleBackend {
     for (int r = 0; r < k; ++r) {
       v1::RankStatus* rs = st.add_ranks();
       rs->set_rank(r);
+      rs->set_hostname(r < 3 ? "a" : "b");
       const double s = step_s[k];
       if (s > 0) {
         // Rank r: compute 0.6 s, communication 0.3 s + r x 0.02, exposed
@@ -131,6 +132,8 @@ TEST(ScaleRunner, RankMediansAveraged) {
   EXPECT_DOUBLE_EQ(m.communication_seconds, 0.31);  // ranks 0.30 and 0.32
   EXPECT_DOUBLE_EQ(m.exposed_seconds, 0.2);
   EXPECT_DOUBLE_EQ(m.peer_wait_seconds, 0.11);
+  EXPECT_EQ(m.max_workers_per_host, 2);
+  EXPECT_EQ(m.busiest_host, "a");
 }
 
 TEST(ScaleRunner, RepeatsInterleaveAndTakeTheMedian) {
@@ -268,6 +271,38 @@ TEST(ScaleRunner, AddModelInfersCommunicationWithoutTiming) {
   EXPECT_NEAR(report.fit.ab.beta, 0.025 / 4000, 1e-15);
   EXPECT_DOUBLE_EQ(report.exposed_fraction, 1);
   EXPECT_DOUBLE_EQ(report.predictions[0].compute_seconds, 0.1);
+}
+
+// K = 4 ran 4 workers on this 2-CPU host: left out of the fit, which then
+// has only K = 2 (alpha taken as 0).
+TEST(ScaleRunner, AddModelLeavesOutKThatCrowdedThisHost) {
+  std::vector<scaling::Measurement> ms = {{1, 100, 1000}, {2, 200, 1600}, {4, 400, 1000}};
+  for (auto& m : ms) {
+    m.busiest_host = "vm";
+    m.max_workers_per_host = m.k;
+  }
+  ScaleReport report;
+  report.rows = scaling::Summarize(ms);
+  ModelOptions o;
+  o.parameter_count = 1000;
+  o.extrapolate = {16};
+  o.local_host = "vm";
+  o.local_cpus = 2;
+  AddModel(&report, o);
+  ASSERT_TRUE(report.has_model) << report.model_note;
+  EXPECT_EQ(report.fit.points, 1);
+  EXPECT_NEAR(report.fit.ab.beta, 0.025 / 4000, 1e-15);  // K = 2's 25 ms only
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.notes[0],
+            "K=4 ran more workers on vm than its 2 CPUs: left out of the fit (the step time "
+            "there measures CPU sharing, not the network)");
+  // Another host's crowding is not this host's business.
+  ScaleReport other;
+  other.rows = report.rows;
+  o.local_host = "elsewhere";
+  AddModel(&other, o);
+  EXPECT_EQ(other.fit.points, 2);
+  EXPECT_TRUE(other.notes.empty());
 }
 
 TEST(ScaleRunner, AddModelExplainsWhyNot) {

@@ -140,6 +140,9 @@ struct Measurement {
   double communication_seconds = 0;
   double exposed_seconds = 0;
   double peer_wait_seconds = 0;
+  // The most ranks of this run on one host, and that host ("" unknown).
+  int max_workers_per_host = 0;
+  std::string busiest_host;
 };
 
 struct Row {

@@ -46,10 +46,12 @@ import csv, sys, xml.etree.ElementTree as ET
 p = sys.argv[1]
 rows = list(csv.DictReader(open(p + ".csv")))
 cols = ["k", "global_batch", "examples_per_s", "ideal_examples_per_s", "efficiency", "speedup",
-        "step_ms", "compute_ms", "communication_ms", "exposed_ms", "peer_wait_ms", "timing"]
+        "step_ms", "compute_ms", "communication_ms", "exposed_ms", "peer_wait_ms", "timing",
+        "workers_per_host"]
 assert list(rows[0].keys()) == cols, rows[0].keys()
 assert [r["k"] for r in rows] == ["1", "2"], rows
 assert [r["global_batch"] for r in rows] == ["20", "40"], rows
+assert [r["workers_per_host"] for r in rows] == ["1", "2"], rows
 for r in rows:
     assert float(r["examples_per_s"]) > 0, r
     assert r["timing"] in ("reported", "none"), r
