@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
   lockstep::ConfigureFlagsUsage(
       "lockstep [--coordinator=HOST:PORT] "
       "submit|status|sync|jobs|workers|cancel|export|health|scale ...\n"
-      "  submit and scale take the job flags listed below (the same as lockstep-train's)");
+      "  submit takes the job flags listed below (the same as lockstep-train's); so does scale");
   std::vector<char*> args = lockstep::ParseFlagsOrExit(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];

@@ -298,7 +298,8 @@ std::string ScaleSvg(const ScaleReport& r) {
     const double bw = std::min(50.0, 240.0 / std::max(1, n));
     p.SetX(0, std::max(1, n - 1), bw);
     for (int i = 0; i < n; ++i) p.XTick(i, absl::StrCat(r.rows[i].m.k));
-    p.Frame("Time per step (median, ms)", "ms per step");
+    p.Frame(any_timing ? "Time per step (median, ms)" : "Time per step (batch / examples/s, ms)",
+            "ms per step");
     for (int i = 0; i < n; ++i) {
       const Parts parts = StepParts(r.rows[i].m);
       double base = 0;
