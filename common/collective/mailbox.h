@@ -15,7 +15,6 @@
 #define LOCKSTEP_COMMON_COLLECTIVE_MAILBOX_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
+#include "common/fifo.h"
 
 namespace lockstep {
 
@@ -80,7 +80,7 @@ class Mailbox {
   absl::Status CheckOpenLocked(int from, const MessageKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PeerStream {
-    std::deque<Message> queue;
+    Fifo<Message> queue;  // keeps its capacity: no allocation per message
     absl::Status closed;  // OK while open
     int64_t stale = 0;    // stale messages discarded from this peer
     MessageKey last_stale;

@@ -105,6 +105,14 @@ int64_t NumSegments(int64_t len, int64_t seg) { return (len + seg - 1) / seg; }
 
 }  // namespace
 
+const std::string& RingAllReducer::CallName::str() const {
+  if (text_.empty()) {
+    text_ = absl::StrFormat("ring all-reduce (job %d step %d, rank %d of %d, n=%d)", o_.job,
+                            o_.step, t_.rank(), t_.world_size(), n_);
+  }
+  return text_;
+}
+
 RingAllReducer::RingAllReducer(Transport* transport) : t_(transport) {
   ABSL_RAW_CHECK(t_ != nullptr, "RingAllReducer: transport is null");
 }
@@ -113,16 +121,14 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
                                        const AllReduceOptions& o) {
   // One deadline for every Send, Recv and the final flush of the call.
   const absl::Time deadline = absl::Now() + o.timeout;
-  const std::string where = absl::StrFormat(
-      "ring all-reduce (job %d step %d, rank %d of %d, n=%d)", o.job, o.step,
-      t_->rank(), t_->world_size(), grad.size());
+  const CallName where(o, *t_, grad.size());  // formatted only for an error
   absl::Status s = AllReduceBorrowing(grad, count, o, where, deadline);
   // Segments are sent with SendBorrowed straight from grad (and the direct
   // exchange's buffer): end the borrows before the caller may touch them.
   // On failure, at once (what is pending gets copied).
   absl::Status f = t_->FlushSends(s.ok() ? deadline : absl::Now());
   if (s.ok() && !f.ok()) {
-    return absl::Status(f.code(), absl::StrCat(where, ": ", f.message()));
+    return absl::Status(f.code(), absl::StrCat(where.str(), ": ", f.message()));
   }
   return s;
 }
@@ -130,44 +136,44 @@ absl::Status RingAllReducer::AllReduce(absl::Span<float> grad, int64_t* count,
 absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
                                                 int64_t* count,
                                                 const AllReduceOptions& o,
-                                                const std::string& where,
+                                                const CallName& where,
                                                 absl::Time deadline) {
   const int K = t_->world_size();
   const int r = t_->rank();
   const int64_t n = static_cast<int64_t>(grad.size());
   if (count == nullptr && o.with_count) {
-    return absl::InvalidArgumentError(where + ": count is null");
+    return absl::InvalidArgumentError(where.str() + ": count is null");
   }
   int64_t no_count = 0;
   if (count == nullptr) count = &no_count;
   if (o.phase_base < 0 || o.phase_base > INT32_MAX - 2 * K) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: phase_base is %d, expected in [0, %d]", where, o.phase_base,
+        "%s: phase_base is %d, expected in [0, %d]", where.str(), o.phase_base,
         INT32_MAX - 2 * K));
   }
   if (*count < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: count is %d, expected >= 0", where, *count));
+        "%s: count is %d, expected >= 0", where.str(), *count));
   }
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: timeout is %s, expected > 0", where,
+        absl::StrFormat("%s: timeout is %s, expected > 0", where.str(),
                         absl::FormatDuration(o.timeout)));
   }
   if (o.segment_bytes < static_cast<int64_t>(sizeof(float)) ||
       o.segment_bytes > kMaxSegmentBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: segment_bytes is %d, expected in [%d, %d]", where,
+        "%s: segment_bytes is %d, expected in [%d, %d]", where.str(),
         o.segment_bytes, sizeof(float), kMaxSegmentBytes));
   }
   if (o.direct_max_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: direct_max_bytes is %d, expected >= 0", where,
+        "%s: direct_max_bytes is %d, expected >= 0", where.str(),
         o.direct_max_bytes));
   }
   if (o.first_step_window_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: first_step_window_bytes is %d, expected >= 0", where,
+        "%s: first_step_window_bytes is %d, expected >= 0", where.str(),
         o.first_step_window_bytes));
   }
   if (K == 1) return absl::OkStatus();
@@ -191,7 +197,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: %d floats in segments of %d bytes need more than 2^31-1 "
           "segments; use a larger segment_bytes",
-          where, n, o.segment_bytes));
+          where.str(), n, o.segment_bytes));
     }
   }
   seg_base_[K] = static_cast<int32_t>(total_segments);
@@ -209,7 +215,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   const bool counted = o.with_count;
 
   auto fail = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(where.str(), ": ", s.message()));
   };
   auto segment = [&](int c, int64_t j) {
     const Range cb = ChunkBounds(n, K, c);
@@ -283,7 +289,8 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
   // Step-1 forwards made while step-0 sends are still going out wait here
   // (segment index j of the chunk) to keep per-peer FIFO order: all of step
   // 0 (and its count), then step 1.
-  std::vector<int32_t> deferred;
+  std::vector<int32_t>& deferred = deferred_;  // reused: no allocation per call
+  deferred.clear();
   auto flush_deferred = [&](int c) -> absl::Status {
     for (int32_t j : deferred) {
       absl::Status s = send_segment(1, c, j);
@@ -356,7 +363,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
         if (__builtin_add_overflow(count_acc, v, &count_acc)) {
           return absl::OutOfRangeError(absl::StrFormat(
               "%s: example count overflows int64 adding %d from peer %d",
-              where, v, left));
+              where.str(), v, left));
         }
       } else {
         count_acc = v;
@@ -373,7 +380,7 @@ absl::Status RingAllReducer::AllReduceBorrowing(absl::Span<float> grad,
 
 absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
                                     const AllReduceOptions& o,
-                                    const std::string& where,
+                                    const CallName& where,
                                     absl::Time deadline) {
   const int K = t_->world_size();
   const int r = t_->rank();
@@ -388,7 +395,7 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: the direct algorithm sends the whole buffer in one message; %d "
         "floats exceed the %d-byte limit (use the ring)",
-        where, n, kMaxSegmentBytes));
+        where.str(), n, kMaxSegmentBytes));
   }
   uint8_t* base;
   if (packed) {
@@ -414,7 +421,7 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
   const MessageKey k = MakeKey(o.job, o.step, o.phase_base, kDirectChunk);
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(),
-                        absl::StrCat(where, " (direct): ", s.message()));
+                        absl::StrCat(where.str(), " (direct): ", s.message()));
   };
   auto bytes = [&](int p) { return absl::Span<uint8_t>(slot(p), msg_bytes); };
   for (int d = 1; d < K; ++d) {
@@ -438,7 +445,7 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
       return absl::OutOfRangeError(absl::StrFormat(
           "%s (direct): example count %d from rank %d is negative or "
           "overflows the int64 total",
-          where, c, p));
+          where.str(), c, p));
     }
   }
   float* d = grad.data();

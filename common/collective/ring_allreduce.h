@@ -143,14 +143,29 @@ class RingAllReducer {
                          const AllReduceOptions& options);
 
  private:
+  // Names the call in errors ("ring all-reduce (job 3 step 41, rank 1 of
+  // 2, n=203531)"), formatted at the first str(): a call that succeeds
+  // allocates nothing for it.
+  class CallName {
+   public:
+    CallName(const AllReduceOptions& o, const Transport& t, size_t n) : o_(o), t_(t), n_(n) {}
+    const std::string& str() const;
+
+   private:
+    const AllReduceOptions& o_;
+    const Transport& t_;
+    const size_t n_;
+    mutable std::string text_;
+  };
+
   // AllReduce without the final FlushSends; `where` names the call in
   // errors, `deadline` bounds every Send and Recv.
   absl::Status AllReduceBorrowing(absl::Span<float> grad, int64_t* count,
                                   const AllReduceOptions& o,
-                                  const std::string& where,
+                                  const CallName& where,
                                   absl::Time deadline);
   absl::Status Direct(absl::Span<float> grad, int64_t* count,
-                      const AllReduceOptions& o, const std::string& where,
+                      const AllReduceOptions& o, const CallName& where,
                       absl::Time deadline);
 
   Transport* const t_;
@@ -160,6 +175,7 @@ class RingAllReducer {
   std::vector<uint16_t> scratch16_;  // 16-bit wire: receive buffer, one segment
   std::vector<float> scratch_;     // receive buffer for one segment
   std::vector<int32_t> seg_base_;  // first global segment index of chunk c
+  std::vector<int32_t> deferred_;  // step-1 forwards waiting for step 0's sends
 };
 
 // One-shot convenience: RingAllReducer(&t).AllReduce(...). Allocates a fresh

@@ -31,6 +31,14 @@ std::string WeightHash::ToHex() const {
   return absl::StrFormat("%016x%016x", hi, lo);
 }
 
+void WeightHash::WriteHex(char* out) const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    out[i] = kDigits[(hi >> (60 - 4 * i)) & 0xf];
+    out[16 + i] = kDigits[(lo >> (60 - 4 * i)) & 0xf];
+  }
+}
+
 struct WeightHasher::State {
   struct Deleter {
     void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }

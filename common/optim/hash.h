@@ -30,6 +30,11 @@ struct WeightHash {
 
   // 32 lowercase hex digits, hi then lo (XXH128 canonical big-endian order).
   std::string ToHex() const;
+  // The same 32 digits written to out[0, 32) (no terminating NUL) without
+  // allocating: for a per-step report that reuses its string
+  // (report.mutable_weights_hash()->assign(buf, kHexDigits)).
+  static constexpr int kHexDigits = 32;
+  void WriteHex(char* out) const;
 
   friend bool operator==(const WeightHash& a, const WeightHash& b) {
     return a.hi == b.hi && a.lo == b.lo;

@@ -172,5 +172,16 @@ TEST(HashReplicaTest, TracksOptimizerState) {
             HashReplica(wb, (*b)->steps(), (*b)->slots()));
 }
 
+TEST(HashWeightsTest, WriteHexEqualsToHex) {
+  for (const WeightHash h : {WeightHash{0x1, 0xab}, WeightHash{~0ull, 0x0123456789abcdefull},
+                             HashWeights(std::vector<float>{1.5f, -2.0f})}) {
+    char buf[WeightHash::kHexDigits + 1];
+    buf[WeightHash::kHexDigits] = '!';
+    h.WriteHex(buf);
+    EXPECT_EQ(std::string(buf, WeightHash::kHexDigits), h.ToHex());
+    EXPECT_EQ(buf[WeightHash::kHexDigits], '!');  // nothing past the 32 digits
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -36,6 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fifo.h"
 
 namespace lockstep {
 namespace {
@@ -518,7 +519,8 @@ struct TcpTransport::OutLink {
   int fd ABSL_GUARDED_BY(mu) = -1;
   // Bytes not yet taken by the kernel, in order; the front is partly
   // written (front_done bytes).
-  std::deque<PendingSend> backlog ABSL_GUARDED_BY(mu);
+  // A Fifo keeps its capacity: no allocation per backlogged message.
+  Fifo<PendingSend> backlog ABSL_GUARDED_BY(mu);
   size_t front_done ABSL_GUARDED_BY(mu) = 0;
   int64_t backlog_bytes ABSL_GUARDED_BY(mu) = 0;
   int borrowed ABSL_GUARDED_BY(mu) = 0;  // entries with ext != nullptr
@@ -815,8 +817,8 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
     iovec iov[kMaxIov];
     int niov = 0;
     size_t skip = link.front_done;
-    for (auto it = link.backlog.begin();
-         it != link.backlog.end() && niov + 2 <= kMaxIov; ++it) {
+    for (size_t i = 0; i < link.backlog.size() && niov + 2 <= kMaxIov; ++i) {
+      PendingSend* it = &link.backlog[i];
       const size_t own = it->owned.size();
       if (skip < own) {
         iov[niov++] = {it->owned.data() + skip, own - skip};
@@ -842,7 +844,8 @@ bool TcpTransport::FlushLocked(int to, OutLink& link) {
           to, link.backlog_bytes, w < 0 ? std::strerror(errno) : "closed"));
       close(link.fd);
       link.fd = -1;
-      for (auto& b : link.backlog) {
+      for (size_t i = 0; i < link.backlog.size(); ++i) {
+        PendingSend& b = link.backlog[i];
         if (link.spare.size() < 4) link.spare.push_back(std::move(b.owned));
       }
       link.backlog.clear();
@@ -893,7 +896,8 @@ absl::Status TcpTransport::FlushSends(absl::Time deadline) {
       // Out of time (or shutting down): copy what is still borrowed; it is
       // still sent, by the writer thread.
       const int64_t pending_bytes = link.backlog_bytes;
-      for (PendingSend& p : link.backlog) {
+      for (size_t i = 0; i < link.backlog.size(); ++i) {
+        PendingSend& p = link.backlog[i];
         if (p.ext == nullptr) continue;
         p.owned.insert(p.owned.end(), p.ext, p.ext + p.ext_len);
         p.ext = nullptr;
