@@ -121,8 +121,8 @@ absl::Status LocalCluster::WaitWorkersIdle() {
   }
 }
 
-absl::StatusOr<v1::JobStatus> LocalCluster::RunJob(const std::vector<std::string>& job_flags,
-                                                  absl::Duration timeout) {
+absl::StatusOr<JobRun> LocalCluster::RunJob(const std::vector<std::string>& job_flags,
+                                           absl::Duration timeout, absl::Duration poll) {
   const int n = ++jobs_;
   const std::string out = absl::StrCat(config_.log_dir, "/submit", n, ".out");
   const std::string err = absl::StrCat(config_.log_dir, "/submit", n, ".err");
@@ -145,15 +145,25 @@ absl::StatusOr<v1::JobStatus> LocalCluster::RunJob(const std::vector<std::string
                      absl::StripAsciiWhitespace(why.ok() ? *why : "")));
   }
   const absl::Time deadline = absl::Now() + timeout;
+  JobRun run;
   for (;;) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     v1::JobRef ref;
     ref.set_job_id(id);
     v1::JobStatus status;
+    const absl::Time sent = absl::Now();
     absl::Status s = FromGrpc(stub_->GetJob(&ctx, ref, &status), absl::StrCat("GetJob ", id));
     if (!s.ok()) return s;
-    if (Terminal(status.state())) return status;
+    if (Terminal(status.state())) {
+      run.status = std::move(status);
+      return run;
+    }
+    if (status.state() == v1::RUNNING) {
+      // The midpoint of the call: the step count is exact at some instant
+      // between sending and the reply (loopback, well under a millisecond).
+      run.progress.push_back({sent + (absl::Now() - sent) / 2, status.step()});
+    }
     if (absl::Now() > deadline) {
       grpc::ClientContext cctx;
       SetDeadline(&cctx);
@@ -164,7 +174,7 @@ absl::StatusOr<v1::JobStatus> LocalCluster::RunJob(const std::vector<std::string
                                                       status.step(), " after ",
                                                       absl::FormatDuration(timeout)));
     }
-    absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(poll);
   }
 }
 

@@ -29,6 +29,17 @@ struct ClusterConfig {
   absl::Duration start_timeout = absl::Seconds(60);
 };
 
+// A finished job: its final status and what the GetJob polls saw while it
+// ran (the bench's clock, the coordinator's completed-step count).
+struct JobRun {
+  v1::JobStatus status;
+  struct Progress {
+    absl::Time at;
+    int64_t step = 0;  // JobStatus.step: steps every rank completed
+  };
+  std::vector<Progress> progress;  // RUNNING polls only, in time order
+};
+
 class LocalCluster {
  public:
   // Starts the processes and waits until K workers are registered and idle.
@@ -41,11 +52,13 @@ class LocalCluster {
   LocalCluster& operator=(const LocalCluster&) = delete;
 
   // `lockstep --coordinator=ADDR submit <job_flags>`, then polls GetJob every
-  // 50 ms until the job ends and returns its final status (any end state:
-  // the caller checks). Errors: the client failed (its stderr quoted), an
-  // RPC failed, or the job did not end within `timeout` (it is cancelled).
-  absl::StatusOr<v1::JobStatus> RunJob(const std::vector<std::string>& job_flags,
-                                       absl::Duration timeout);
+  // `poll` until the job ends and returns its final status (any end state:
+  // the caller checks) and the polls' progress. Errors: the client failed
+  // (its stderr quoted), an RPC failed, or the job did not end within
+  // `timeout` (it is cancelled).
+  absl::StatusOr<JobRun> RunJob(const std::vector<std::string>& job_flags,
+                                       absl::Duration timeout,
+                                       absl::Duration poll = absl::Milliseconds(50));
 
   const std::string& address() const { return address_; }
 

@@ -74,6 +74,9 @@ ABSL_FLAG(std::string, extra_ps_flags, "", "space-separated flags for lockstep-s
 ABSL_FLAG(std::string, bin_dir, "",
           "directory holding server/, worker/, client/, bench/ (default: the runfiles)");
 ABSL_FLAG(int, job_timeout_s, 900, "deadline of one run");
+ABSL_FLAG(int64_t, warmup_steps, -1,
+          "cluster and torch runs: steps before the timed window (-1: steps / 20, at least 1)");
+ABSL_FLAG(int, poll_ms, 50, "GetJob poll interval while a cluster job runs");
 ABSL_FLAG(bool, keep_logs, false, "keep the temp directory with every process's log");
 
 namespace lockstep::bench {
@@ -110,9 +113,29 @@ struct Run {
 };
 
 struct Sample {
-  double eps = 0;   // examples/s as measured (see PrintMethod)
-  double wall = 0;  // cluster: job started -> finished, seconds
+  double eps = 0;        // examples/s as measured (see PrintMethod)
+  double coord_eps = 0;  // cluster: the coordinator's own figure
+  double wall = 0;       // cluster: job started -> finished, seconds
+  bool fallback = false;  // cluster: too few polls, eps = coord_eps
 };
+
+// Examples/s from the GetJob polls: from the first poll that saw at least
+// `warmup` steps completed to the last poll that saw fewer steps than the
+// most any poll saw (so the plateau after the last step, while the workers
+// evaluate and upload, is not counted). 0 when fewer than two such polls.
+double PolledRate(const JobRun& run, int64_t warmup, int64_t global_batch) {
+  int64_t max_step = 0;
+  for (const auto& p : run.progress) max_step = std::max(max_step, p.step);
+  const JobRun::Progress* first = nullptr;
+  const JobRun::Progress* last = nullptr;
+  for (const auto& p : run.progress) {
+    if (first == nullptr && p.step >= warmup) first = &p;
+    if (p.step < max_step) last = &p;
+  }
+  if (first == nullptr || last == nullptr || last->step <= first->step) return 0;
+  const double seconds = absl::ToDoubleSeconds(last->at - first->at);
+  return seconds > 0 ? static_cast<double>(last->step - first->step) * global_batch / seconds : 0;
+}
 
 class ScalingBench {
  public:
@@ -134,7 +157,7 @@ class ScalingBench {
   std::vector<std::string> JobFlags(const Run& r) const;
 
   const std::string root_, dir_;
-  int64_t steps_ = 0, batch_ = 0, strong_ = 0;
+  int64_t steps_ = 0, batch_ = 0, strong_ = 0, warmup_ = 1;
   int repeats_ = 0;
   std::vector<int> worlds_;  // 1 first
   std::vector<std::string> modes_;
@@ -197,18 +220,23 @@ void ScalingBench::PrintMethod() const {
       "  lockstep-train   its own examples/s (--json): training examples / the summed time of\n"
       "                   its steps (sampling, forward, backward, update); dataset load and the\n"
       "                   untimed end-of-epoch test evaluations excluded.\n"
-      "  cluster          the coordinator's JobStatus.examples_per_second when the job ends:\n"
-      "                   examples of steps 1..N-1 / (time step N-1 completed - time step 0\n"
-      "                   completed) on the coordinator's clock (a step completes when every\n"
-      "                   rank has reported it), i.e. steps after one warm-up step. 'wall' =\n"
-      "                   job started -> finished (includes the workers' dataset load on a\n"
-      "                   cluster's first job, connection, step 0, the final evaluation and\n"
-      "                   weight upload), for information only.\n"
-      "  torch            rank 0: global examples of steps 1..N-1 / seconds from the end of\n"
-      "                   step 0 to the end of step N-1 (load and process-group set-up excluded).\n"
+      "  cluster ex/s     steps after warm-up, timed by this bench: it polls GetJob every %d ms\n"
+      "                   while the job runs and divides the steps completed (by every rank,\n"
+      "                   as the coordinator counts them) between the first poll that saw\n"
+      "                   >= %lld steps and the last poll before the final count, times the\n"
+      "                   global batch, by the time between those polls. 'coord' = the\n"
+      "                   coordinator's own JobStatus.examples_per_second (steps 1..N-1 over\n"
+      "                   step 0's to step N-1's completion), as a cross-check. 'wall' = job\n"
+      "                   started -> finished (includes the workers' dataset load on a\n"
+      "                   cluster's first job, connection, the final evaluation and weight\n"
+      "                   upload), for information only.\n"
+      "  torch            rank 0: global examples of steps %lld..N-1 / seconds from the end of\n"
+      "                   step %lld-1 to the end of step N-1 (load and process-group set-up excluded).\n"
       "  x train@%lld      per repeat, examples/s / the mean of that repeat's two lockstep-train\n"
       "                   batch-%lld runs (one at its start, one at its end); median over repeats.\n"
       "  x train@B        the same against lockstep-train at the run's global batch B, where run.\n",
+      absl::GetFlag(FLAGS_poll_ms), static_cast<long long>(warmup_),
+      static_cast<long long>(warmup_), static_cast<long long>(warmup_),
       static_cast<long long>(batch_), static_cast<long long>(batch_));
 }
 
@@ -260,6 +288,7 @@ absl::StatusOr<Sample> ScalingBench::RunTorch(const Run& r) {
         absl::StrCat("--world=", r.k), absl::StrCat("--store=", store),
         absl::StrCat("--data_dir=", absl::GetFlag(FLAGS_data_dir)),
         absl::StrCat("--batch=", batch_), absl::StrCat("--steps=", steps_),
+        absl::StrCat("--warmup=", warmup_),
         absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--momentum=0.9", "--seed=1"};
     if (r.mode == "plain") argv.push_back("--no_ddp");
     absl::StatusOr<pid_t> pid =
@@ -357,9 +386,11 @@ void ScalingBench::RunClusters(int rep) {
         } else {
           std::printf(" %s%s", r->mode.c_str(), r->scaling == "strong" ? "/s" : "");
           std::fflush(stdout);
-          absl::StatusOr<v1::JobStatus> job = (*cluster)->RunJob(JobFlags(*r), timeout);
-          if (!job.ok()) {
-            s = job.status();
+          absl::StatusOr<JobRun> run = (*cluster)->RunJob(
+              JobFlags(*r), timeout, absl::Milliseconds(absl::GetFlag(FLAGS_poll_ms)));
+          const v1::JobStatus* job = run.ok() ? &run->status : nullptr;
+          if (!run.ok()) {
+            s = run.status();
           } else if (job->state() != v1::SUCCEEDED || job->step() != steps_ || job->out_of_sync()) {
             s = absl::InternalError(absl::StrCat("job ", job->job_id(), " ",
                                                  v1::JobState_Name(job->state()), " at step ",
@@ -367,7 +398,12 @@ void ScalingBench::RunClusters(int rep) {
                                                  ": ", job->reason(), " (logs in ", c.log_dir, ")"));
           } else {
             Sample x;
-            x.eps = job->examples_per_second();
+            x.coord_eps = job->examples_per_second();
+            x.eps = PolledRate(*run, warmup_, r->global_batch);
+            if (x.eps <= 0) {
+              x.eps = x.coord_eps;
+              x.fallback = true;
+            }
             x.wall = job->finished_unix_s() - job->started_unix_s();
             s = x;
             if (r->k == 1 && r->mode == "tcp") k1_hash_ = job->final_hash();
@@ -403,9 +439,10 @@ double ScalingBench::RatioMedian(const std::string& key, const std::string& deno
 }
 
 void ScalingBench::PrintTable() const {
-  std::printf("\n%-48s %2s %6s %6s %10s %11s %9s %7s  %s\n", "run", "K", "b/proc", "global",
-              "ex/s", absl::StrCat("x train@", batch_).c_str(), "x train@B", "wall s",
+  std::printf("\n%-48s %2s %6s %6s %10s %11s %9s %8s %7s  %s\n", "run", "K", "b/proc", "global",
+              "ex/s", absl::StrCat("x train@", batch_).c_str(), "x train@B", "coord", "wall s",
               "ex/s of each repeat (thousands)");
+  bool any_fallback = false;
   for (const Run& r : runs_) {
     const std::string key = r.same_as.empty() ? r.key : r.same_as;
     const std::string data_key = key == "train128" ? "train128a" : key;
@@ -419,12 +456,14 @@ void ScalingBench::PrintTable() const {
                   failures_.count(key) ? failures_.at(key).c_str() : "");
       continue;
     }
-    std::vector<double> eps, wall;
+    std::vector<double> eps, wall, coord;
     std::vector<std::string> each;
     for (const auto& [rep, s] : it->second) {
       eps.push_back(s.eps);
       wall.push_back(s.wall);
-      each.push_back(absl::StrFormat("%.1f", s.eps / 1000));
+      coord.push_back(s.coord_eps);
+      each.push_back(absl::StrFormat("%.1f%s", s.eps / 1000, s.fallback ? "*" : ""));
+      any_fallback |= s.fallback;
     }
     if (key == "train128") {  // both anchor runs of every repeat
       eps.clear();
@@ -442,12 +481,18 @@ void ScalingBench::PrintTable() const {
                       : samples_.count(at_b)   ? RatioMedian(data_key, at_b)
                                                : 0;
     const double ra = key == "train128" ? 1.0 : RatioMedian(data_key, "train128");
-    std::printf("%-48s %2d %6lld %6lld %10.0f %10.2fx %9s %7s  %s\n", label.c_str(), r.k,
+    const bool cluster = r.kind == Run::kCluster;
+    std::printf("%-48s %2d %6lld %6lld %10.0f %10.2fx %9s %8s %7s  %s\n", label.c_str(), r.k,
                 static_cast<long long>(r.global_batch / r.k),
                 static_cast<long long>(r.global_batch), Median(eps), ra,
                 rb > 0 ? absl::StrFormat("%.2fx", key == "train128" ? 1.0 : rb).c_str() : "-",
-                r.kind == Run::kCluster ? absl::StrFormat("%.1f", Median(wall)).c_str() : "-",
+                cluster ? absl::StrFormat("%.0f", Median(coord)).c_str() : "-",
+                cluster ? absl::StrFormat("%.1f", Median(wall)).c_str() : "-",
                 absl::StrJoin(each, " ").c_str());
+  }
+  if (any_fallback) {
+    std::printf("* too few GetJob polls inside the timed window (a very short job): the "
+                "coordinator's figure is used\n");
   }
 }
 
@@ -485,11 +530,15 @@ int ScalingBench::PrintTargets() const {
 
 int ScalingBench::Main() {
   steps_ = absl::GetFlag(FLAGS_steps);
+  warmup_ = absl::GetFlag(FLAGS_warmup_steps) >= 0 ? absl::GetFlag(FLAGS_warmup_steps)
+                                                    : std::max<int64_t>(1, steps_ / 20);
   batch_ = absl::GetFlag(FLAGS_batch);
   strong_ = absl::GetFlag(FLAGS_strong_batch);
   repeats_ = absl::GetFlag(FLAGS_repeats);
-  if (steps_ < 2 || batch_ < 1 || strong_ < 1 || repeats_ < 1) {
-    std::fprintf(stderr, "scaling: --steps must be >= 2, --batch, --strong_batch, --repeats >= 1\n");
+  if (steps_ < 2 || batch_ < 1 || strong_ < 1 || repeats_ < 1 || warmup_ < 1 ||
+      warmup_ >= steps_ || absl::GetFlag(FLAGS_poll_ms) < 1) {
+    std::fprintf(stderr, "scaling: --steps must be >= 2, 1 <= --warmup_steps < --steps, --batch, "
+                         "--strong_batch, --repeats, --poll_ms >= 1\n");
     return 2;
   }
   worlds_ = {1};

@@ -36,4 +36,5 @@ rows=$(grep -cE '^(lockstep-train|cluster K=).* [1-9][0-9]* +[0-9]+\.[0-9]+x ' "
 [ "$rows" = 8 ] || fail "expected 8 rows with examples/s > 0, got $rows"
 # --skip_torch: no torch rows.
 grep -q "^torch" "$out" && fail "torch rows despite --skip_torch"
+cat "$out"
 echo PASS
