@@ -43,19 +43,22 @@
 
 namespace lockstep {
 
-// JobSpec.bucket_bytes = 0. Measured on the 2-core development host (see
-// the README, "Overlap"): 4 buckets for the main job's MLP 784-256-10.
+// The bucket size of JobSpec.bucket_bytes = 0 for ring jobs over TCP
+// (other jobs default to no overlap). Measured on the 2-core development
+// host (see the README, "Overlap"): 4 buckets for the main job's MLP
+// 784-256-10.
 inline constexpr int64_t kDefaultBucketBytes = 256 << 10;
 
 struct CombineConfig {
-  // JobSpec.bucket_bytes: 0 = kDefaultBucketBytes, -1 = no overlap, > 0.
+  // -1 = no overlap, > 0 = bucket bytes, 0 = kDefaultBucketBytes.
   int64_t bucket_bytes = 0;
   WireFormat wire = WireFormat::kFloat32;  // JobSpec.compression
 };
 
-// From the job spec; InvalidArgument naming spec.bucket_bytes (expected
-// -1, 0 or > 0) or spec.compression (expected none, bf16 or fp16; ring
-// only).
+// From the job spec, with JobSpec.bucket_bytes = 0 resolved: 256 KiB
+// buckets for ring over TCP, no overlap (-1) for ring over gRPC and ps.
+// InvalidArgument naming spec.bucket_bytes (expected -1, 0 or > 0) or
+// spec.compression (expected none, bf16 or fp16; ring only).
 absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec);
 
 class StepCombiner : private GradReadyListener {

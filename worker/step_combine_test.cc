@@ -397,8 +397,17 @@ TEST(StepCombinerTest, ConfigFromTheJobSpecNamesBadFields) {
   spec.set_sync_mode(v1::RING);
   auto c = CombineConfigFromSpec(spec);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->bucket_bytes, 0);
+  EXPECT_EQ(c->bucket_bytes, -1);  // ring over gRPC: no overlap by default
   EXPECT_EQ(c->wire, WireFormat::kFloat32);
+  spec.set_peer_transport(v1::TCP);
+  c = CombineConfigFromSpec(spec);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->bucket_bytes, kDefaultBucketBytes);  // ring over TCP: 256 KiB
+  spec.set_sync_mode(v1::PS);
+  EXPECT_EQ(CombineConfigFromSpec(spec)->bucket_bytes, -1);
+  spec.set_bucket_bytes(4096);
+  EXPECT_EQ(CombineConfigFromSpec(spec)->bucket_bytes, 4096);
+  spec.set_sync_mode(v1::RING);
   spec.set_compression("bf16");
   spec.set_bucket_bytes(-1);
   c = CombineConfigFromSpec(spec);
