@@ -67,6 +67,8 @@
 #include "server/ps/ps_metrics.h"
 #include "server/status_page.h"
 #include "server/ps/ps_service.h"
+#include "common/process_tuning.h"
+#include "common/psnet/ps_tcp_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to listen on; port 0 lets the OS choose");
@@ -84,6 +86,10 @@ ABSL_FLAG(int64_t, lost_after_ms, 3000,
 ABSL_FLAG(std::vector<std::string>, ps_addresses, {},
           "comma-separated parameter-server addresses, shard s at index s (default: "
           "the advertised address)");
+ABSL_FLAG(int32_t, ps_data_port, 0,
+          "port of the raw-TCP data plane of the coordinator's parameter-server shard (jobs "
+          "with --ps_transport=tcp), on the --listen host: 0 = chosen by the OS (workers learn "
+          "it over gRPC), -1 = off");
 ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many jobs (>= 0)");
 ABSL_FLAG(std::string, metrics_host, "",
           "host of the HTTP server for Prometheus (GET /metrics, /healthz) and the status page "
@@ -182,6 +188,11 @@ int Run(int argc, char** argv) {
     return kExitBadFlags;
   }
   const Logger logger = Logger::Stderr(*log_options).WithComponent("coordinator");
+  // glibc malloc keeps freed memory; no Abseil deadlock detection. The
+  // hosted ps shard receives and sends a model-sized message per worker and
+  // step: with fresh pages for each (10-20 us per 4 KiB page here), a K=2
+  // ps step of the main job took 13-25 ms instead of about 4 (issue 9).
+  TuneProcessForThroughput();
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::string listen_host;
   int listen_port = 0;
@@ -200,6 +211,11 @@ int Run(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_weights_jobs) < 0) {
     logger.Error(absl::StrCat("--max_weights_jobs: expected >= 0, got ",
                               absl::GetFlag(FLAGS_max_weights_jobs)));
+    return kExitBadFlags;
+  }
+  if (absl::GetFlag(FLAGS_ps_data_port) < -1 || absl::GetFlag(FLAGS_ps_data_port) > 65535) {
+    logger.Error(absl::StrCat("--ps_data_port: expected -1 (off), 0 (OS-chosen) or a port, got ",
+                              absl::GetFlag(FLAGS_ps_data_port)));
     return kExitBadFlags;
   }
   for (const std::string& ps : absl::GetFlag(FLAGS_ps_addresses)) {
@@ -227,8 +243,10 @@ int Run(int argc, char** argv) {
   Coordinator coordinator(options, &clock);
   CoordinatorService service(&coordinator);
   // The coordinator also hosts a parameter-server shard: ps-mode jobs use it
-  // when no --ps_addresses are given.
-  PsService ps_service;
+  // when no --ps_addresses are given. One registry behind its gRPC service
+  // and its raw-TCP data plane (started below, once listening).
+  PsShardRegistry ps_registry;
+  PsService ps_service(&ps_registry);
 
   // Health: NOT_SERVING until listening with the address known, and again
   // from the shutdown signal on. Reflection for grpcurl & co.
@@ -263,6 +281,18 @@ int Run(int argc, char** argv) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     if (server != nullptr) server->Shutdown();
     return kExitBindFailed;
+  }
+
+  std::unique_ptr<PsTcpServer> ps_data_plane;
+  if (absl::GetFlag(FLAGS_ps_data_port) >= 0) {
+    auto started = PsTcpServer::Start(&ps_registry, listen_host, absl::GetFlag(FLAGS_ps_data_port));
+    if (!started.ok()) {
+      logger.Error(absl::StrCat("--ps_data_port: ", started.status().message()));
+      server->Shutdown();
+      return kExitBindFailed;
+    }
+    ps_data_plane = *std::move(started);
+    ps_service.SetDataAddress(ps_data_plane->port());
   }
 
   // A wildcard listen host gives ":port": workers then dial the coordinator's
@@ -349,6 +379,7 @@ int Run(int argc, char** argv) {
   if (*metrics_http != nullptr) (*metrics_http)->Shutdown();
   service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (ps_data_plane != nullptr) ps_data_plane->Shutdown();
   stop_ticking.Notify();
   ticker.join();
   server->Wait();

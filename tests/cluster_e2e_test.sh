@@ -3,7 +3,8 @@
 # coordinator and three worker daemons; submit + follow, status, sync,
 # export, the same ring job over the raw-TCP peer transport (same final
 # weights), cancel (workers idle again within 2 s), jobs one after the other
-# on the same daemons, ps mode, bad input naming the field, a worker whose
+# on the same daemons, ps mode over gRPC and over the shard's raw-TCP data
+# plane (same final weights), bad input naming the field, a worker whose
 # dataset has another shape, and the coordinator serving on after errors.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -79,11 +80,20 @@ grep -q "INFO  worker: job started job=$tid rank=0 world=2 worker=w-[0-9]* mode=
 echo "== ps job on the same daemons"
 out=$(cli submit --workers=2 --sync=ps --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps job: $out"
+ps_hash=$(json "d['final_hash']" <<<"$out")
 
-for mode in ring ring/tcp ps; do
+echo "== the same ps job over the shard's raw-TCP data plane: same final weights"
+out=$(cli submit --workers=2 --sync=ps --ps_transport=tcp --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps tcp job exit $?: $out"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps tcp job: $out"
+[ "$(json "d['final_hash']" <<<"$out")" = "$ps_hash" ] || fail "ps tcp job weights differ from the grpc ps job's ($ps_hash): $out"
+ptid=$(json "d['job_id']" <<<"$out")
+grep -q "INFO  worker: job started job=$ptid rank=[01] world=2 worker=w-[0-9]* mode=ps/tcp" "$T/w1.log" \
+  || fail "worker 1 did not run job $ptid as ps/tcp"
+
+for mode in ring ring/tcp ps ps/tcp; do
 echo "== cancel ($mode): workers idle again within 2 s"
-transport=grpc; [ "$mode" = ring/tcp ] && transport=tcp
-id=$(cli submit --workers=2 --sync=${mode%/tcp} --peer_transport=$transport --model=mlp:64 --dataset="$DATA" --batch=20 --steps=1000000) || fail "submit"
+transport=grpc; [ "${mode#*/}" = tcp ] && transport=tcp
+id=$(cli submit --workers=2 --sync=${mode%/tcp} --peer_transport=$transport --ps_transport=$transport --model=mlp:64 --dataset="$DATA" --batch=20 --steps=1000000) || fail "submit"
 for _ in $(seq 200); do s=$(cli status "$id" --json | json "int(d['step'])"); [ "$s" -gt 2 ] && break; sleep 0.05; done
 [ "$s" -gt 2 ] || fail "job $id never stepped"
 t0=$(date +%s.%N)
@@ -130,7 +140,7 @@ out=$(cli submit --workers=2 --model=logistic --dataset="$ABS" --steps=5 --follo
 grep -q "binary" <<<"$out" || fail "logistic on 3 classes: $out"
 out=$(cli submit --workers=2 --model=softmax --dataset="$ABS" --batch=16 --steps=15 --follow --json) || fail "last job"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "last job: $out"
-n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 9 ] || fail "jobs: $n"
+n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 11 ] || fail "jobs: $n"
 
 echo "== a replica that drifts is caught at that step and named"
 "$WORKER" --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \

@@ -138,14 +138,18 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
         "%s: bucket %d of %d [%d, %d) is not a shard of the plan", where, call.bucket,
         call.num_buckets, call.range.begin, call.range.end));
   }
-  if (absl::Status st = shards_[s]->Push(call.job, call.step, rank_, data, *count, call.deadline);
+  // StartRound/FinishRound: a push then a pull, which a client may send as
+  // one message (the raw-TCP ps data plane does).
+  if (absl::Status st =
+          shards_[s]->StartRound(call.job, call.step, rank_, data, *count, call.deadline);
       !st.ok()) {
     return absl::Status(st.code(), absl::StrFormat("%s: push to shard %d: %s", where, s,
                                                    st.message()));
   }
   int64_t total = 0;
   const absl::Time t0 = absl::Now();
-  absl::Status st = shards_[s]->Pull(call.job, call.step, rank_, data, &total, call.deadline);
+  absl::Status st =
+      shards_[s]->FinishRound(call.job, call.step, rank_, data, &total, call.deadline);
   if (peer_wait_seconds != nullptr) *peer_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrFormat("%s: pull from shard %d: %s", where, s,

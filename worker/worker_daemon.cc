@@ -12,6 +12,7 @@
 #include "common/collective/chunking.h"
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/grpc_ps_client.h"
+#include "common/psnet/ps_tcp_client.h"
 #include "worker/job_data.h"
 
 namespace lockstep {
@@ -104,7 +105,7 @@ struct WorkerDaemon::RunningJob {
   std::atomic<bool> report_claimed{false};
   absl::Mutex mu;
   std::unique_ptr<JobTransport> transport ABSL_GUARDED_BY(mu);
-  std::vector<GrpcPsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
+  std::vector<PsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
   JobRunner* runner ABSL_GUARDED_BY(mu) = nullptr;
   std::thread thread;
 
@@ -115,7 +116,7 @@ struct WorkerDaemon::RunningJob {
     absl::MutexLock l(&mu);
     if (runner != nullptr) runner->RequestStop();
     if (transport != nullptr) transport->Shutdown();
-    for (GrpcPsClient* c : ps_clients) c->Cancel();
+    for (PsClient* c : ps_clients) c->Cancel();
   }
 };
 
@@ -323,7 +324,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                             {"rank", a.rank()},
                             {"world", k},
                             {"worker", wid},
-                            {"mode", a.spec().sync_mode() == v1::PS ? "ps"
+                            {"mode", a.spec().sync_mode() == v1::PS
+                                         ? (a.spec().ps_transport() == v1::TCP ? "ps/tcp" : "ps")
                                      : tcp                          ? "ring/tcp"
                                                                     : "ring/grpc"},
                             {"model", a.spec().model()}});
@@ -347,7 +349,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       data_ = data;
     }
     std::unique_ptr<GradientCombiner> combiner;
+    // gRPC clients of the shards, and (ps_transport TCP) their raw-TCP
+    // data-plane clients, which the combine then uses.
     std::vector<std::unique_ptr<GrpcPsClient>> ps_clients;
+    std::vector<std::unique_ptr<PsTcpClient>> ps_tcp_clients;
     std::vector<PsClient*> ps_ptrs;
     std::vector<std::unique_ptr<PsClient>> ps_wrapped;  // options_.wrap_ps_client's
     // The ps clients are replaced when the buffer length changes; the job's
@@ -355,22 +360,25 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     auto publish_ps = [&] {
       absl::MutexLock l(&job->mu);
       job->ps_clients.clear();
-      for (auto& c : ps_clients) {
-        job->ps_clients.push_back(c.get());
-        if (job->stop.load()) c->Cancel();
+      for (auto& c : ps_clients) job->ps_clients.push_back(c.get());
+      for (auto& c : ps_tcp_clients) job->ps_clients.push_back(c.get());
+      if (job->stop.load()) {
+        for (PsClient* c : job->ps_clients) c->Cancel();
       }
     };
     if (a.spec().sync_mode() == v1::PS) {
       const int shards = a.ps_addresses_size();
+      const bool ps_tcp = a.spec().ps_transport() == v1::TCP;
       if (shards < 1) return absl::FailedPreconditionError("assignment has no ps_addresses");
       combiner = std::make_unique<PsCombiner>(
-          [&, shards](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
+          [&, shards, ps_tcp](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
             {
               absl::MutexLock l(&job->mu);
               job->ps_clients.clear();
             }
             ps_ptrs.clear();
             ps_wrapped.clear();  // before the clients they wrap
+            ps_tcp_clients.clear();
             ps_clients.clear();
             for (int s = 0; s < shards; ++s) {
               auto [b, e] = ShardBounds(n, shards, s);
@@ -385,6 +393,15 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                   grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), addr, s, k,
                   e - b));
               ps_ptrs.push_back(ps_clients.back().get());
+              if (ps_tcp) {
+                // The shard's raw-TCP data plane, at the port its gRPC
+                // server names (and the host we dial it at).
+                publish_ps();  // a stop while asking must cancel the RPC
+                auto data = ps_clients.back()->DataAddress(absl::Now() + options_.rpc_timeout);
+                if (!data.ok()) return data.status();
+                ps_tcp_clients.push_back(std::make_unique<PsTcpClient>(*data, s, k, e - b));
+                ps_ptrs.back() = ps_tcp_clients.back().get();
+              }
               if (options_.wrap_ps_client) {
                 ps_wrapped.push_back(options_.wrap_ps_client(ps_ptrs.back()));
                 ps_ptrs.back() = ps_wrapped.back().get();

@@ -65,6 +65,31 @@ class CountingPsClient : public PsClient {
     }
     return s;
   }
+  // The pipelined round (the raw-TCP ps client sends push and pull as one
+  // message): forwarded, counted like Push and Pull.
+  absl::Status StartRound(uint64_t job, int64_t step, int worker,
+                          absl::Span<const float> shard_grad_sum, int64_t count,
+                          absl::Time deadline) override {
+    absl::Status s = inner_->StartRound(job, step, worker, shard_grad_sum, count, deadline);
+    if (s.ok()) {
+      sent_->Increment(static_cast<double>(shard_grad_sum.size() * sizeof(float) +
+                                           sizeof(int64_t)));
+    } else {
+      metrics_->RpcError("Push", absl::StatusCodeToString(s.code()));
+    }
+    return s;
+  }
+  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                           int64_t* count, absl::Time deadline) override {
+    absl::Status s = inner_->FinishRound(job, step, worker, out, count, deadline);
+    if (s.ok()) {
+      received_->Increment(static_cast<double>(out.size() * sizeof(float) + sizeof(int64_t)));
+    } else {
+      metrics_->RpcError("Pull", absl::StatusCodeToString(s.code()));
+    }
+    return s;
+  }
+  void Cancel() override { inner_->Cancel(); }
 
  private:
   PsClient* const inner_;

@@ -182,6 +182,67 @@ std::vector<int64_t> PsShard::RetainedSteps(uint64_t job) const {
   return steps;
 }
 
+PsShardRegistry::PsShardRegistry(int max_jobs, int64_t max_shard_floats)
+    : max_jobs_(max_jobs), max_shard_floats_(max_shard_floats) {
+  ABSL_RAW_CHECK(max_jobs >= 1, "PsShardRegistry: max_jobs must be >= 1");
+}
+
+absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
+    uint64_t job, int shard, int num_workers, int64_t shard_len) {
+  if (num_workers < 1 || num_workers > kMaxWorkers || shard < 0 ||
+      shard >= kMaxShards || shard_len < 0 || shard_len > max_shard_floats_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps: job ", job, ": expected num_workers in [1, ", kMaxWorkers,
+        "], shard in [0, ", kMaxShards, ") and shard_len in [0, ",
+        max_shard_floats_, "], got ", num_workers, ", ", shard, ", ",
+        shard_len));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    while (!created_.empty() && static_cast<int>(jobs_.size()) >= max_jobs_) {
+      jobs_.erase(created_.front());
+      created_.pop_front();
+    }
+    it = jobs_.emplace(job, std::map<int, std::shared_ptr<PsShard>>()).first;
+    created_.push_back(job);
+  }
+  std::shared_ptr<PsShard>& s = it->second[shard];
+  if (s == nullptr) {
+    s = std::make_shared<PsShard>(num_workers, shard_len, shard);
+  } else if (s->num_workers() != num_workers || s->shard_len() != shard_len) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps: job ", job, " shard ", shard, " holds K=", s->num_workers(),
+        " and ", s->shard_len(), " floats; request says K=", num_workers,
+        " and ", shard_len));
+  }
+  return s;
+}
+
+int PsShardRegistry::num_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(jobs_.size());
+}
+
+void PsShardRegistry::CountPush(int64_t bytes) {
+  pushes_.fetch_add(1, std::memory_order_relaxed);
+  pushed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void PsShardRegistry::CountPull(int64_t bytes) {
+  pulls_.fetch_add(1, std::memory_order_relaxed);
+  pulled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+PsShardRegistry::Stats PsShardRegistry::stats() const {
+  Stats s;
+  s.pushes = pushes_.load(std::memory_order_relaxed);
+  s.pulls = pulls_.load(std::memory_order_relaxed);
+  s.pushed_bytes = pushed_bytes_.load(std::memory_order_relaxed);
+  s.pulled_bytes = pulled_bytes_.load(std::memory_order_relaxed);
+  return s;
+}
+
 InProcessPsClient::InProcessPsClient(std::shared_ptr<PsShard> shard)
     : shard_(std::move(shard)) {
   ABSL_RAW_CHECK(shard_ != nullptr, "InProcessPsClient: shard is null");
@@ -248,18 +309,18 @@ absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
   };
   for (int s = 0; s < S; ++s) {
     const Range rg = ShardBounds(n, S, s);
-    absl::Status st =
-        shards[s]->Push(o.job, o.step, o.worker,
-                        grad.subspan(rg.begin, rg.size()), *count, deadline);
+    absl::Status st = shards[s]->StartRound(
+        o.job, o.step, o.worker, grad.subspan(rg.begin, rg.size()), *count,
+        deadline);
     if (!st.ok()) return fail("push to", s, st);
   }
   int64_t total = 0;
   for (int s = 0; s < S; ++s) {
     const Range rg = ShardBounds(n, S, s);
     int64_t c = 0;
-    absl::Status st = shards[s]->Pull(o.job, o.step, o.worker,
-                                      grad.subspan(rg.begin, rg.size()), &c,
-                                      deadline);
+    absl::Status st = shards[s]->FinishRound(
+        o.job, o.step, o.worker, grad.subspan(rg.begin, rg.size()), &c,
+        deadline);
     if (!st.ok()) return fail("pull from", s, st);
     if (s == 0) {
       total = c;

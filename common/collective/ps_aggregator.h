@@ -22,18 +22,22 @@
 // error. ForgetJob releases a finished job.
 //
 // The worker side talks to shard s through the abstract PsClient (an
-// in-process implementation is below; a gRPC one will live in worker/), and
-// PsAllReduce does one push/pull round over all shards.
+// in-process implementation is below; gRPC: common/grpcutil/grpc_ps_client.h;
+// raw TCP: common/psnet/ps_tcp_client.h), and PsAllReduce does one push/pull
+// round over all shards.
 #ifndef LOCKSTEP_COMMON_COLLECTIVE_PS_AGGREGATOR_H_
 #define LOCKSTEP_COMMON_COLLECTIVE_PS_AGGREGATOR_H_
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -133,6 +137,81 @@ class PsClient {
   virtual absl::Status Pull(uint64_t job, int64_t step, int worker,
                             absl::Span<float> out, int64_t* count,
                             absl::Time deadline) = 0;
+
+  // One push/pull round in two halves, so that a client can pipeline it:
+  // PsAllReduce calls StartRound on every shard, then FinishRound on every
+  // shard, with the same (job, step, worker). StartRound hands the push to
+  // the server (it may return before the server answered: its errors may
+  // then come from FinishRound); FinishRound returns the reduced shard
+  // (PsShard::Pull semantics). Every StartRound that returned OK is followed
+  // by a FinishRound of the same (job, step, worker), or the round is given
+  // up (the next StartRound of that worker drops it). The defaults are
+  // Push and Pull, one RPC each.
+  virtual absl::Status StartRound(uint64_t job, int64_t step, int worker,
+                                  absl::Span<const float> shard_grad_sum,
+                                  int64_t count, absl::Time deadline) {
+    return Push(job, step, worker, shard_grad_sum, count, deadline);
+  }
+  virtual absl::Status FinishRound(uint64_t job, int64_t step, int worker,
+                                   absl::Span<float> out, int64_t* count,
+                                   absl::Time deadline) {
+    return Pull(job, step, worker, out, count, deadline);
+  }
+
+  // Makes calls in flight return CancelledError soon and every later call
+  // at once (a worker whose job was ended must not wait out a pull's
+  // deadline). Any thread. The default does nothing (in-process clients
+  // never wait on a network).
+  virtual void Cancel() {}
+};
+
+// The shards a parameter server holds, one PsShard per (job key, shard
+// index), created on first use with the K and shard length the first
+// request names; later requests must name the same (else
+// FailedPreconditionError naming both). Shared by the server's gRPC service
+// and its raw-TCP data plane, so both see one state and one set of counters.
+//
+// Memory: at most `max_jobs` job keys are held; a request for a new key
+// beyond that drops the shards of the key created longest ago (not the
+// lowest key: keys of a restarted coordinator's jobs may sort below old
+// ones). A shard longer than `max_shard_floats` or a K above kMaxWorkers is
+// refused (InvalidArgumentError) before anything is allocated. Thread-safe.
+class PsShardRegistry {
+ public:
+  static constexpr int kMaxWorkers = 1 << 16;
+  static constexpr int kMaxShards = 1 << 12;
+  // 256 Mi floats = 1 GiB per shard.
+  static constexpr int64_t kDefaultMaxShardFloats = int64_t{1} << 28;
+
+  explicit PsShardRegistry(int max_jobs = 8,
+                           int64_t max_shard_floats = kDefaultMaxShardFloats);
+
+  absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard,
+                                                    int num_workers,
+                                                    int64_t shard_len);
+  int num_jobs() const;
+  int64_t max_shard_floats() const { return max_shard_floats_; }
+
+  // Successful pushes and pulls through any front end, and their payload
+  // bytes (gradient floats x 4 + the 8-byte count), for the metrics.
+  struct Stats {
+    int64_t pushes = 0, pulls = 0;
+    int64_t pushed_bytes = 0;  // received in pushes
+    int64_t pulled_bytes = 0;  // sent in pull replies
+  };
+  void CountPush(int64_t bytes);
+  void CountPull(int64_t bytes);
+  Stats stats() const;
+
+ private:
+  const int max_jobs_;
+  const int64_t max_shard_floats_;
+  std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0},
+      pulled_bytes_{0};
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> created_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
 // PsClient calling a PsShard in the same process (shares its ownership).

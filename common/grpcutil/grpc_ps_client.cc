@@ -45,6 +45,31 @@ void GrpcPsClient::Cancel() {
   for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
 }
 
+absl::StatusOr<std::string> GrpcPsClient::DataAddress(absl::Time deadline) {
+  v1::DataAddressRequest req;
+  v1::DataAddressReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  ctx.set_wait_for_ready(true);
+  if (!Begin(&ctx)) return Named(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  grpc::Status rpc = stub_->DataAddress(&ctx, req, &reply);
+  End(&ctx);
+  if (absl::Status s = Named(rpc); !s.ok()) return s;
+  if (reply.port() <= 0 || reply.port() > 65535) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps shard ", shard_, " (", address_,
+        "): spec.ps_transport is TCP but this server has no raw-TCP data plane (start "
+        "lockstep-server with --data_port >= 0, the coordinator with --ps_data_port >= 0, or "
+        "submit with --ps_transport=grpc)"));
+  }
+  std::string host = reply.host();
+  if (host.empty()) {
+    const size_t colon = address_.rfind(':');
+    host = colon == std::string::npos ? address_ : address_.substr(0, colon);
+  }
+  return absl::StrCat(host, ":", reply.port());
+}
+
 absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
                                 absl::Span<const float> shard_grad_sum, int64_t count,
                                 absl::Time deadline) {

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/collective/ps_aggregator.h"
 #include "proto/ps.grpc.pb.h"
@@ -33,7 +34,13 @@ class GrpcPsClient : public PsClient {
   // Cancels the calls in flight and makes every later call return
   // CANCELLED at once (a worker whose job was ended must not wait out a
   // pull's deadline). Any thread.
-  void Cancel();
+  void Cancel() override;
+
+  // The shard server's raw-TCP data plane address (DataAddress RPC): its
+  // host, or the host of `address` when it names none, and its data port.
+  // FailedPreconditionError naming the shard when the server has none (an
+  // older server, or --data_port=-1).
+  absl::StatusOr<std::string> DataAddress(absl::Time deadline);
 
  private:
   absl::Status Named(const grpc::Status& s) const;

@@ -38,6 +38,10 @@ ABSL_FLAG(int64_t, bucket_bytes, 0,
 ABSL_FLAG(std::string, compression, "none",
           "Gradient compression on the ring's wire: none | bf16 | fp16 (float32 "
           "accumulation; ring jobs only)");
+ABSL_FLAG(std::string, ps_transport, "grpc",
+          "grpc | tcp: ps mode's data plane (grpc: Push/Pull RPCs to each shard's gRPC "
+          "server; tcp: raw sockets to each shard's data port, much faster); ignored in ring "
+          "mode");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -180,6 +184,14 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
           absl::StrCat("--compression: expected none, bf16 or fp16, got \"", c, "\""));
     }
     spec.set_compression(c == "none" ? "" : c);
+  }
+  if (use("ps_transport")) {
+    auto transport = ParsePeerTransport(absl::GetFlag(FLAGS_ps_transport));
+    if (!transport.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ps_transport: ", transport.status().message()));
+    }
+    spec.set_ps_transport(*transport);
   }
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));

@@ -18,6 +18,7 @@
 ABSL_DECLARE_FLAG(std::string, job_file);
 ABSL_DECLARE_FLAG(std::string, sync);
 ABSL_DECLARE_FLAG(std::string, peer_transport);
+ABSL_DECLARE_FLAG(std::string, ps_transport);
 ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
 ABSL_DECLARE_FLAG(std::string, compression);
 ABSL_DECLARE_FLAG(std::string, optimizer);

@@ -121,6 +121,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.peer_transport: expected GRPC or TCP, got ",
                      static_cast<int>(spec.peer_transport())));
   }
+  if (!lockstep::v1::PeerTransport_IsValid(spec.ps_transport())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.ps_transport: expected GRPC or TCP, got ",
+                     static_cast<int>(spec.ps_transport())));
+  }
   if (spec.num_workers() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.num_workers: expected >= 1, got ", spec.num_workers()));

@@ -41,6 +41,7 @@ absl::StatusOr<TrainSpec> ToTrainSpec(const lockstep::v1::JobSpec& spec);
 // an InvalidArgument naming the field:
 //   spec.sync_mode     RING or PS
 //   spec.peer_transport  GRPC (the default, 0) or TCP
+//   spec.ps_transport  GRPC (the default, 0) or TCP
 //   spec.num_workers   >= 1
 //   spec.global_batch  >= num_workers
 //   spec.lr.base_lr    finite and > 0

@@ -1,8 +1,10 @@
 // The collective conformance suite's parameter-server part, run over real
 // gRPC on loopback: PsService servers on OS-chosen ports, GrpcPsClient
 // clients.
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -13,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "absl/time/clock.h"
 #include "common/grpcutil/grpc_ps_client.h"
+#include "common/psnet/ps_tcp_client.h"
+#include "common/psnet/ps_tcp_server.h"
 #include "server/ps/ps_service.h"
 
 namespace lockstep {
@@ -165,6 +169,117 @@ TEST(PsServiceEvictionTest, DropsTheJobCreatedLongestAgoNotTheLowestKey) {
   pulled = c.Pull(9, 0, 0, out, &count, absl::Now() + absl::Milliseconds(300));
   EXPECT_EQ(pulled.code(), absl::StatusCode::kDeadlineExceeded) << pulled;
   local->server->Shutdown();
+}
+
+// One registry behind a gRPC PsService and a raw-TCP data plane, as
+// lockstep-server and the coordinator run them.
+struct DualPs {
+  DualPs() : service(&registry) {
+    auto tcp = PsTcpServer::Start(&registry, "127.0.0.1", 0);
+    EXPECT_TRUE(tcp.ok()) << tcp.status();
+    data_plane = *std::move(tcp);
+    service.SetDataAddress(data_plane->port());
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service);
+    server = b.BuildAndStart();
+    address = "127.0.0.1:" + std::to_string(port);
+  }
+  ~DualPs() {
+    server->Shutdown();
+    data_plane->Shutdown();
+  }
+  PsShardRegistry registry;
+  PsService service;
+  std::unique_ptr<PsTcpServer> data_plane;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+TEST(PsDataPlaneTest, DataAddressNamesTheTcpPortAtTheDialedHost) {
+  DualPs ps;
+  GrpcPsClient c(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()), ps.address,
+                 0, 1, 1);
+  absl::StatusOr<std::string> data = c.DataAddress(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, "127.0.0.1:" + std::to_string(ps.data_plane->port()));
+  // A server without a data plane says so, naming the shard and the way out.
+  ps.service.SetDataAddress(0);
+  data = c.DataAddress(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kFailedPrecondition) << data.status();
+  EXPECT_NE(data.status().message().find("ps shard 0 (" + ps.address + ")"), std::string::npos);
+  EXPECT_NE(data.status().message().find("--ps_transport=grpc"), std::string::npos);
+}
+
+// The same rounds over gRPC and over the raw-TCP data plane give the same
+// bits (the server sums in rank order either way), and one job may even mix
+// them (one registry): K = 3 workers, S = 2 shards, non-integer data.
+TEST(PsDataPlaneTest, TcpAndGrpcGiveTheSameBits) {
+  constexpr int k = 3, shards = 2;
+  constexpr int64_t n = 10007;
+  std::vector<DualPs> servers(shards);
+  std::vector<std::vector<float>> in(k, std::vector<float>(n));
+  for (int r = 0; r < k; ++r) {
+    std::mt19937 gen(7 + r);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : in[r]) x = dist(gen) * (r + 1) * 1e3f;
+  }
+  // transport[w]: 0 gRPC, 1 TCP.
+  auto run = [&](uint64_t job, const std::vector<int>& transport) {
+    std::vector<std::vector<float>> bufs = in;
+    std::vector<absl::Status> st(k);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < k; ++w) {
+      threads.emplace_back([&, w] {
+        std::vector<std::unique_ptr<PsClient>> owned;
+        std::vector<PsClient*> clients;
+        for (int s = 0; s < shards; ++s) {
+          const Range rg = ShardBounds(n, shards, s);
+          auto g = std::make_unique<GrpcPsClient>(
+              grpc::CreateChannel(servers[s].address, grpc::InsecureChannelCredentials()),
+              servers[s].address, s, k, rg.size());
+          if (transport[w] == 1) {
+            auto data = g->DataAddress(absl::Now() + absl::Seconds(10));
+            if (!data.ok()) {
+              st[w] = data.status();
+              return;
+            }
+            owned.push_back(std::make_unique<PsTcpClient>(*data, s, k, rg.size()));
+          } else {
+            owned.push_back(std::move(g));
+          }
+          clients.push_back(owned.back().get());
+        }
+        int64_t count = w + 1;
+        PsAllReduceOptions o;
+        o.job = job;
+        o.worker = w;
+        o.timeout = absl::Seconds(60);
+        st[w] = PsAllReduce(clients, absl::MakeSpan(bufs[w]), &count, o);
+        if (st[w].ok() && count != 6) st[w] = absl::InternalError("wrong count");
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < k; ++w) EXPECT_TRUE(st[w].ok()) << "worker " << w << ": " << st[w];
+    for (int w = 1; w < k; ++w) {
+      EXPECT_EQ(std::memcmp(bufs[0].data(), bufs[w].data(), n * sizeof(float)), 0)
+          << "worker " << w << " differs from worker 0";
+    }
+    return bufs[0];
+  };
+  const std::vector<float> grpc_bits = run(1, {0, 0, 0});
+  const std::vector<float> tcp_bits = run(2, {1, 1, 1});
+  const std::vector<float> mixed_bits = run(3, {1, 0, 1});
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = (in[0][i] + in[1][i]) + in[2][i];
+  EXPECT_EQ(std::memcmp(grpc_bits.data(), want.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(tcp_bits.data(), want.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(mixed_bits.data(), want.data(), n * sizeof(float)), 0);
+  // Both front ends count into the one registry's stats (the metrics).
+  const PsService::Stats s = servers[0].service.stats();
+  EXPECT_EQ(s.pushes, 3 * k);
+  EXPECT_EQ(s.pulls, 3 * k);
 }
 
 }  // namespace

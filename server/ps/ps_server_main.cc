@@ -17,6 +17,7 @@
 #include "common/log_flags.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
+#include "common/psnet/ps_tcp_server.h"
 #include "server/ps/ps_service.h"
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
@@ -27,6 +28,9 @@ ABSL_FLAG(std::string, role, "ps", "Server role; only \"ps\" (parameter-server s
 ABSL_FLAG(std::string, listen, "127.0.0.1:7080", "Address to serve on (port 0 = OS-chosen)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(int32_t, max_jobs, 8, "Jobs whose shards are held at once (oldest dropped)");
+ABSL_FLAG(int32_t, data_port, 0,
+          "Port of the raw-TCP ps data plane (jobs with --ps_transport=tcp), on the --listen "
+          "host: 0 = chosen by the OS (workers learn it over gRPC), -1 = off");
 ABSL_FLAG(std::string, metrics_host, "",
           "Host of the HTTP server for Prometheus (GET /metrics, /healthz); default: the "
           "--listen host");
@@ -39,7 +43,8 @@ ABSL_FLAG(std::string, metrics_port_file, "", "Write the metrics server's bound 
 int main(int argc, char** argv) {
   lockstep::ConfigureFlagsUsage(
       "lockstep parameter-server shard.\n"
-      "  lockstep-server --role=ps --listen=HOST:PORT [--port_file=F] [--log_format=text|json]");
+      "  lockstep-server --role=ps --listen=HOST:PORT [--data_port=P] [--port_file=F] "
+      "[--log_format=text|json]");
   lockstep::ParseFlagsOrExit(argc, argv);
   // Log lines from here on (common/log.h); only a bad logging flag itself
   // is reported as a plain line.
@@ -64,7 +69,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  lockstep::PsService service(absl::GetFlag(FLAGS_max_jobs));
+  if (absl::GetFlag(FLAGS_data_port) < -1 || absl::GetFlag(FLAGS_data_port) > 65535) {
+    log.Error(absl::StrCat("--data_port: expected -1 (off), 0 (OS-chosen) or a port, got ",
+                           absl::GetFlag(FLAGS_data_port)));
+    return 2;
+  }
+
+  // One registry of shards behind both front ends: gRPC Push/Pull and the
+  // raw-TCP data plane (common/psnet/ps_tcp_server.h).
+  lockstep::PsShardRegistry registry(absl::GetFlag(FLAGS_max_jobs));
+  lockstep::PsService service(&registry);
   // Health: SERVING once listening, NOT_SERVING from the shutdown signal on.
   lockstep::HealthService health({lockstep::v1::ParameterServer::service_full_name()});
   lockstep::EnableServerReflection();
@@ -91,6 +105,18 @@ int main(int argc, char** argv) {
     log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     return 1;
   }
+  std::unique_ptr<lockstep::PsTcpServer> data_plane;
+  if (absl::GetFlag(FLAGS_data_port) >= 0) {
+    auto started = lockstep::PsTcpServer::Start(&registry, lockstep::HostOfAddress(listen),
+                                                absl::GetFlag(FLAGS_data_port));
+    if (!started.ok()) {
+      log.Error(absl::StrCat("--data_port: ", started.status().message()));
+      server->Shutdown();
+      return 1;
+    }
+    data_plane = *std::move(started);
+    service.SetDataAddress(data_plane->port());
+  }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     if (absl::Status s = lockstep::WritePortFile(absl::GetFlag(FLAGS_port_file), port); !s.ok()) {
       log.Error(absl::StrCat("--port_file: ", s.message()));
@@ -100,7 +126,8 @@ int main(int argc, char** argv) {
   }
   log.Info("listening", {{"role", "ps"},
                          {"address", lockstep::JoinHostPort(listen_host, port)},
-                         {"port", port}});
+                         {"port", port},
+                         {"data_port", data_plane != nullptr ? data_plane->port() : -1}});
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
@@ -118,5 +145,6 @@ int main(int argc, char** argv) {
   log.Info("shutting down", {{"signal", lockstep::ShutdownSignalName(sig)}});
   health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (data_plane != nullptr) data_plane->Shutdown();
   return 0;
 }

@@ -12,33 +12,23 @@
 
 namespace lockstep {
 
-absl::StatusOr<std::shared_ptr<PsShard>> PsService::GetShard(uint64_t job, int shard,
-                                                             int num_workers,
-                                                             int64_t shard_len) {
-  if (num_workers < 1 || shard < 0 || shard_len < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ps: job ", job, ": expected num_workers >= 1, shard >= 0 and shard_len >= 0, got ",
-        num_workers, ", ", shard, ", ", shard_len));
-  }
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job);
-  if (it == jobs_.end()) {
-    while (!created_.empty() && static_cast<int>(jobs_.size()) >= max_jobs_) {
-      jobs_.erase(created_.front());
-      created_.pop_front();
-    }
-    it = jobs_.emplace(job, std::map<int, std::shared_ptr<PsShard>>()).first;
-    created_.push_back(job);
-  }
-  std::shared_ptr<PsShard>& s = it->second[shard];
-  if (s == nullptr) {
-    s = std::make_shared<PsShard>(num_workers, shard_len, shard);
-  } else if (s->num_workers() != num_workers || s->shard_len() != shard_len) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps: job ", job, " shard ", shard, " holds K=", s->num_workers(), " and ",
-        s->shard_len(), " floats; request says K=", num_workers, " and ", shard_len));
-  }
-  return s;
+PsService::PsService(int max_jobs)
+    : owned_(std::make_unique<PsShardRegistry>(max_jobs)), registry_(owned_.get()) {}
+
+PsService::PsService(PsShardRegistry* registry) : registry_(registry) {}
+
+void PsService::SetDataAddress(int port, std::string host) {
+  absl::MutexLock l(&data_mu_);
+  data_host_ = std::move(host);
+  data_port_ = port;
+}
+
+grpc::Status PsService::DataAddress(grpc::ServerContext*, const v1::DataAddressRequest*,
+                                    v1::DataAddressReply* reply) {
+  absl::MutexLock l(&data_mu_);
+  reply->set_port(data_port_);
+  reply->set_host(data_host_);
+  return grpc::Status::OK;
 }
 
 grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
@@ -49,24 +39,38 @@ grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
         ": grad_sum has ", req->grad_sum().size(), " bytes, expected shard_len ",
         req->shard_len(), " x 4")));
   }
-  auto shard = GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
+  auto shard =
+      registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
   if (!shard.ok()) return ToGrpcStatus(shard.status());
-  // The bytes are float32 in the sender's (and our) native layout.
-  std::vector<float> data(req->shard_len());
-  if (!data.empty()) std::memcpy(data.data(), req->grad_sum().data(), req->grad_sum().size());
+  // The bytes are float32 in the sender's (and our) native layout; copied
+  // into an aligned scratch buffer kept across calls.
+  std::unique_ptr<std::vector<float>> data;
+  {
+    absl::MutexLock l(&scratch_mu_);
+    if (!scratch_.empty()) {
+      data = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+  }
+  if (data == nullptr) data = std::make_unique<std::vector<float>>();
+  data->resize(req->shard_len());
+  if (!data->empty()) std::memcpy(data->data(), req->grad_sum().data(), req->grad_sum().size());
   absl::Status pushed =
-      (*shard)->Push(req->job(), req->step(), req->worker_rank(), data, req->count());
+      (*shard)->Push(req->job(), req->step(), req->worker_rank(), *data, req->count());
+  {
+    absl::MutexLock l(&scratch_mu_);
+    if (scratch_.size() < 16) scratch_.push_back(std::move(data));
+  }
   if (pushed.ok()) {
-    pushes_.fetch_add(1, std::memory_order_relaxed);
-    pushed_bytes_.fetch_add(static_cast<int64_t>(req->grad_sum().size() + sizeof(int64_t)),
-                            std::memory_order_relaxed);
+    registry_->CountPush(static_cast<int64_t>(req->grad_sum().size() + sizeof(int64_t)));
   }
   return ToGrpcStatus(pushed);
 }
 
 grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                              v1::PullReply* reply) {
-  auto shard = GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
+  auto shard =
+      registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
   if (!shard.ok()) return ToGrpcStatus(shard.status());
   std::string* bytes = reply->mutable_grad_sum();
   bytes->resize(static_cast<size_t>(req->shard_len()) * sizeof(float));
@@ -101,24 +105,8 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
   waiting_pulls_.fetch_sub(1, std::memory_order_relaxed);
   if (!s.ok()) return ToGrpcStatus(s);
   reply->set_count(count);
-  pulls_.fetch_add(1, std::memory_order_relaxed);
-  pulled_bytes_.fetch_add(static_cast<int64_t>(bytes->size() + sizeof(int64_t)),
-                          std::memory_order_relaxed);
+  registry_->CountPull(static_cast<int64_t>(bytes->size() + sizeof(int64_t)));
   return grpc::Status::OK;
-}
-
-PsService::Stats PsService::stats() const {
-  Stats s;
-  s.pushes = pushes_.load(std::memory_order_relaxed);
-  s.pulls = pulls_.load(std::memory_order_relaxed);
-  s.pushed_bytes = pushed_bytes_.load(std::memory_order_relaxed);
-  s.pulled_bytes = pulled_bytes_.load(std::memory_order_relaxed);
-  return s;
-}
-
-int PsService::num_jobs() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(jobs_.size());
 }
 
 }  // namespace lockstep

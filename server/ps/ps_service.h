@@ -1,7 +1,9 @@
 // The parameter-server gRPC service (lockstep.v1.ParameterServer): a thin
 // adapter from Push/Pull RPCs to PsShard objects (common/collective), one
-// per (job, shard), created on first use from the K and shard length the
-// request carries. The server sums and returns; workers apply the update.
+// per (job, shard), held by a PsShardRegistry (created on first use from the
+// K and shard length the request carries). The server sums and returns;
+// workers apply the update. DataAddress tells workers where the same
+// registry's raw-TCP data plane listens (common/psnet/ps_tcp_server.h).
 //
 // Memory: at most `max_jobs` jobs (job keys: a job's group key, and its
 // shape-agreement key) are held; a request for a new key beyond that drops
@@ -17,10 +19,10 @@
 #define LOCKSTEP_SERVER_PS_PS_SERVICE_H_
 
 #include <atomic>
-#include <deque>
-#include <map>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -33,45 +35,50 @@ namespace lockstep {
 
 class PsService final : public v1::ParameterServer::Service {
  public:
-  explicit PsService(int max_jobs = 8) : max_jobs_(max_jobs) {}
+  // A service with its own registry of `max_jobs` jobs.
+  explicit PsService(int max_jobs = 8);
+  // A service over `registry` (not owned; shared with the raw-TCP data
+  // plane, common/psnet/ps_tcp_server.h).
+  explicit PsService(PsShardRegistry* registry);
 
   grpc::Status Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
                     v1::PushReply* reply) override;
   grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                     v1::PullReply* reply) override;
+  grpc::Status DataAddress(grpc::ServerContext* ctx, const v1::DataAddressRequest* req,
+                           v1::DataAddressReply* reply) override;
+
+  // What DataAddress answers: the raw-TCP data plane's port (0 = none) and
+  // host ("" = the host the caller dialed). Any thread.
+  void SetDataAddress(int port, std::string host = "");
 
   // Jobs currently held (for tests and status).
-  int num_jobs() const;
+  int num_jobs() const { return registry_->num_jobs(); }
 
   // Pull handlers currently waiting for pushes (for tests and status).
   int waiting_pulls() const { return waiting_pulls_.load(std::memory_order_relaxed); }
 
-  // Successful calls since start and their payload bytes (gradient floats x
-  // 4 + the 8-byte count), for the metrics.
-  struct Stats {
-    int64_t pushes = 0, pulls = 0;
-    int64_t pushed_bytes = 0;  // received in pushes
-    int64_t pulled_bytes = 0;  // sent in pull replies
-  };
-  Stats stats() const;
+  // Successful pushes and pulls since start (gRPC and the TCP data plane
+  // sharing the registry) and their payload bytes (gradient floats x 4 +
+  // the 8-byte count), for the metrics.
+  using Stats = PsShardRegistry::Stats;
+  Stats stats() const { return registry_->stats(); }
 
   // A waiting Pull checks this often whether its client has cancelled, and
   // then returns CANCELLED, freeing its server thread.
   static constexpr absl::Duration kCancelCheckEvery = absl::Milliseconds(50);
 
  private:
-  // The shard for (job, shard), created with (num_workers, shard_len); an
-  // existing shard with other dimensions is a FAILED_PRECONDITION naming
-  // both.
-  absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard, int num_workers,
-                                                    int64_t shard_len);
-
-  const int max_jobs_;
+  std::unique_ptr<PsShardRegistry> owned_;
+  PsShardRegistry* const registry_;
   std::atomic<int> waiting_pulls_{0};
-  std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0}, pulled_bytes_{0};
-  mutable absl::Mutex mu_;
-  std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> created_ ABSL_GUARDED_BY(mu_);  // jobs_'s keys, oldest first
+  absl::Mutex data_mu_;
+  int data_port_ ABSL_GUARDED_BY(data_mu_) = 0;
+  std::string data_host_ ABSL_GUARDED_BY(data_mu_);
+  // Scratch for pushes, reused across calls (a fresh 1 MB buffer per push
+  // costs page faults); guarded by its own mutex, one per concurrent push.
+  absl::Mutex scratch_mu_;
+  std::vector<std::unique_ptr<std::vector<float>>> scratch_ ABSL_GUARDED_BY(scratch_mu_);
 };
 
 }  // namespace lockstep

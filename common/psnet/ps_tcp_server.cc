@@ -1,0 +1,326 @@
+#include "common/psnet/ps_tcp_server.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace lockstep {
+namespace {
+
+using psnet::Frame;
+using psnet::Kind;
+
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
+
+// True when the client closed its end or the connection failed (checked
+// without blocking while a request waits for the step's other pushes).
+bool ClientGone(int fd) {
+  pollfd p = {fd, static_cast<short>(POLLRDHUP), 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+absl::Status SendFrame(int fd, const Frame& f, const void* payload, absl::Time deadline) {
+  uint8_t h[psnet::kFrameBytes];
+  psnet::EncodeFrame(f, h);
+  iovec iov[2] = {{h, sizeof(h)}, {const_cast<void*>(payload), static_cast<size_t>(f.len)}};
+  return psnet::WriteFully(fd, iov, f.len > 0 ? 2 : 1, deadline);
+}
+
+absl::Status SendError(int fd, const Frame& req, const absl::Status& error, absl::Time deadline) {
+  std::string text(error.message().substr(0, psnet::kMaxErrorBytes));
+  Frame f;
+  f.kind = static_cast<uint32_t>(Kind::kError);
+  f.job = req.job;
+  f.step = req.step;
+  f.worker = req.worker;
+  f.count = static_cast<int64_t>(error.code());
+  f.len = static_cast<int64_t>(text.size());
+  return SendFrame(fd, f, text.data(), deadline);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsTcpServer>> PsTcpServer::Start(PsShardRegistry* registry,
+                                                                const std::string& host,
+                                                                int port,
+                                                                PsTcpServerOptions options) {
+  int bound = 0;
+  absl::StatusOr<int> fd = psnet::Listen(host, port, &bound);
+  if (!fd.ok()) {
+    return absl::Status(fd.status().code(),
+                        absl::StrCat("ps data plane: ", fd.status().message()));
+  }
+  const int wake = eventfd(0, EFD_CLOEXEC);
+  if (wake < 0) {
+    const std::string e = psnet::Errno("eventfd");
+    close(*fd);
+    return absl::UnavailableError(absl::StrCat("ps data plane: ", e));
+  }
+  return std::unique_ptr<PsTcpServer>(new PsTcpServer(registry, *fd, wake, bound, options));
+}
+
+PsTcpServer::PsTcpServer(PsShardRegistry* registry, int listen_fd, int wake_fd, int port,
+                         PsTcpServerOptions options)
+    : registry_(registry),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      port_(port),
+      options_(options) {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+PsTcpServer::~PsTcpServer() {
+  Shutdown();
+  close(listen_fd_);
+  close(wake_fd_);
+}
+
+void PsTcpServer::Shutdown() {
+  if (stop_.exchange(true)) return;
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+  accept_thread_.join();
+  {
+    absl::MutexLock l(&mu_);
+    shut_down_ = true;
+    // Only Reap closes a connection's fd (after joining its thread), so
+    // every fd here is still open.
+    for (const auto& c : conns_) shutdown(c->fd, SHUT_RDWR);
+  }
+  Reap(/*all=*/true);
+}
+
+int64_t PsTcpServer::rejected_connections() const {
+  absl::MutexLock l(&mu_);
+  return rejected_;
+}
+
+std::string PsTcpServer::last_rejection() const {
+  absl::MutexLock l(&mu_);
+  return last_rejection_;
+}
+
+int PsTcpServer::connections() const {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (const auto& c : conns_) n += c->done.load() ? 0 : 1;
+  return n;
+}
+
+void PsTcpServer::Reject(const std::string& why) {
+  absl::MutexLock l(&mu_);
+  ++rejected_;
+  last_rejection_ = why;
+}
+
+void PsTcpServer::Reap(bool all) {
+  std::vector<std::unique_ptr<Conn>> finished;
+  {
+    absl::MutexLock l(&mu_);
+    auto keep = conns_.begin();
+    for (auto& c : conns_) {
+      if (all || c->done.load()) {
+        finished.push_back(std::move(c));
+      } else {
+        *keep++ = std::move(c);
+      }
+    }
+    conns_.erase(keep, conns_.end());
+  }
+  for (auto& c : finished) {
+    if (c->thread.joinable()) c->thread.join();
+    close(c->fd);
+  }
+}
+
+void PsTcpServer::AcceptLoop() {
+  while (!stop_.load()) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int n = poll(p, 2, 200);
+    Reap(/*all=*/false);
+    if (n <= 0 || p[1].revents != 0 || (p[0].revents & POLLIN) == 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    absl::MutexLock l(&mu_);
+    if (shut_down_ || static_cast<int>(conns_.size()) >= options_.max_connections) {
+      ++rejected_;
+      last_rejection_ = absl::StrCat("connection refused: ", conns_.size(),
+                                     " connections open, max_connections is ",
+                                     options_.max_connections);
+      // Best effort: tell the client why (its hello reply).
+      uint8_t r[psnet::kHelloReplyBytes];
+      const std::string& why = last_rejection_;
+      psnet::EncodeHelloReply(static_cast<int32_t>(absl::StatusCode::kResourceExhausted),
+                              static_cast<int64_t>(why.size()), r);
+      (void)!send(fd, r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)!send(fd, why.data(), why.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(fd);
+      continue;
+    }
+    auto conn = std::make_unique<Conn>();
+    conn->fd = fd;
+    Conn* raw = conn.get();
+    conns_.push_back(std::move(conn));
+    raw->thread = std::thread([this, raw] {
+      Serve(raw);
+      raw->done.store(true);
+    });
+  }
+}
+
+void PsTcpServer::Serve(Conn* conn) {
+  const int fd = conn->fd;
+  // ---- hello
+  uint8_t hb[psnet::kHelloBytes];
+  if (!psnet::ReadFully(fd, hb, sizeof(hb), absl::Now() + options_.hello_timeout).ok()) {
+    Reject("connection closed or silent before its hello");
+    return;
+  }
+  psnet::Hello hello;
+  absl::Status st = psnet::DecodeHello(hb, &hello);
+  std::shared_ptr<PsShard> shard;
+  if (st.ok()) {
+    absl::StatusOr<std::shared_ptr<PsShard>> s =
+        registry_->GetShard(hello.job, hello.shard, hello.num_workers, hello.shard_len);
+    if (s.ok()) {
+      shard = *std::move(s);
+    } else {
+      st = s.status();
+    }
+  }
+  {
+    const std::string text(st.message().substr(0, psnet::kMaxErrorBytes));
+    uint8_t r[psnet::kHelloReplyBytes];
+    psnet::EncodeHelloReply(static_cast<int32_t>(st.code()), static_cast<int64_t>(text.size()),
+                            r);
+    iovec iov[2] = {{r, sizeof(r)}, {const_cast<char*>(text.data()), text.size()}};
+    const absl::Status sent = psnet::WriteFully(fd, iov, text.empty() ? 1 : 2,
+                                                absl::Now() + options_.hello_timeout);
+    if (!st.ok()) {
+      Reject(absl::StrCat("hello refused: ", st.message()));
+      return;
+    }
+    if (!sent.ok()) return;
+  }
+  const std::string where = absl::StrFormat("ps data plane: job %d shard %d (K=%d, %d floats)",
+                                            hello.job, hello.shard, hello.num_workers,
+                                            hello.shard_len);
+  const int64_t payload_bytes = hello.shard_len * static_cast<int64_t>(sizeof(float));
+  std::vector<float> buf;  // the push, then the reduced shard; allocated once
+
+  // ---- requests
+  while (!stop_.load()) {
+    // Wait for the next request in slices (shutdown, idle timeout).
+    const absl::Time idle_until = absl::Now() + options_.idle_timeout;
+    absl::Status ready;
+    for (;;) {
+      ready = psnet::WaitFd(fd, POLLIN, std::min(idle_until, absl::Now() + absl::Milliseconds(200)));
+      if (ready.ok() || stop_.load() || absl::Now() >= idle_until) break;
+    }
+    if (!ready.ok()) return;  // idle or shutting down: close
+    uint8_t fb[psnet::kFrameBytes];
+    bool clean_eof = false;
+    const absl::Time frame_deadline = absl::Now() + options_.frame_timeout;
+    if (!psnet::ReadFully(fd, fb, sizeof(fb), frame_deadline, &clean_eof).ok()) return;
+    Frame f;
+    absl::Status bad = psnet::DecodeFrame(fb, &f);
+    const Kind kind = static_cast<Kind>(f.kind);
+    if (bad.ok()) {
+      const bool pushes = kind == Kind::kPush || kind == Kind::kRound;
+      if (!pushes && kind != Kind::kPull) {
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            where, ": frame kind ", f.kind, " (", psnet::KindName(f.kind),
+            "), expected PUSH, PULL or ROUND"));
+      } else if (f.job != hello.job) {
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", psnet::KindName(f.kind), " names job ", f.job,
+            ", but this connection's hello named job ", hello.job));
+      } else if (f.chunk != 0) {
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", psnet::KindName(f.kind), " names chunk ", f.chunk,
+            ", expected 0 (one bucket per shard)"));
+      } else if (f.worker < 0 || f.worker >= hello.num_workers) {
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", psnet::KindName(f.kind), " from worker ", f.worker,
+            ", expected a worker in [0, ", hello.num_workers, ")"));
+      } else if (f.len != (pushes ? payload_bytes : 0)) {
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", psnet::KindName(f.kind), " (step ", f.step, ", worker ", f.worker,
+            ") carries ", f.len, " payload bytes, expected ", pushes ? payload_bytes : 0,
+            pushes ? " (the shard's length x 4)" : ""));
+      }
+    }
+    if (!bad.ok()) {
+      // The stream cannot be trusted past a bad header: answer and close.
+      Reject(std::string(bad.message()));
+      (void)SendError(fd, f, bad, absl::Now() + options_.frame_timeout);
+      return;
+    }
+    if (buf.size() != static_cast<size_t>(hello.shard_len)) buf.resize(hello.shard_len);
+    absl::Status s;
+    if (kind != Kind::kPull) {
+      if (!psnet::ReadFully(fd, buf.data(), static_cast<size_t>(payload_bytes), frame_deadline)
+               .ok()) {
+        return;
+      }
+      s = shard->Push(f.job, f.step, f.worker, buf, f.count);
+      if (s.ok()) registry_->CountPush(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
+      if (kind == Kind::kPush) {
+        Frame ack;
+        ack.kind = static_cast<uint32_t>(Kind::kAck);
+        ack.job = f.job;
+        ack.step = f.step;
+        ack.worker = f.worker;
+        const absl::Status sent = s.ok() ? SendFrame(fd, ack, nullptr, frame_deadline)
+                                         : SendError(fd, f, s, frame_deadline);
+        if (!sent.ok()) return;
+        continue;
+      }
+    }
+    int64_t total = 0;
+    if (s.ok()) {
+      // Wait for the step's other pushes, in slices: a client that hung up
+      // (its job was cancelled) or a shutdown ends the wait early.
+      const absl::Duration wait =
+          std::clamp(absl::Microseconds(f.wait_us), absl::ZeroDuration(), psnet::kMaxWait);
+      const absl::Time deadline = absl::Now() + wait;
+      for (;;) {
+        const absl::Time slice = std::min(deadline, absl::Now() + kWaitSlice);
+        s = shard->Pull(f.job, f.step, f.worker, absl::MakeSpan(buf), &total, slice);
+        if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
+        if (stop_.load() || ClientGone(fd)) return;
+      }
+    }
+    absl::Status sent;
+    if (s.ok()) {
+      Frame r;
+      r.kind = static_cast<uint32_t>(Kind::kResult);
+      r.job = f.job;
+      r.step = f.step;
+      r.worker = f.worker;
+      r.count = total;
+      r.len = payload_bytes;
+      sent = SendFrame(fd, r, buf.data(), absl::Now() + options_.frame_timeout);
+      if (sent.ok()) registry_->CountPull(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
+    } else {
+      sent = SendError(fd, f, s, absl::Now() + options_.frame_timeout);
+    }
+    if (!sent.ok()) return;
+  }
+}
+
+}  // namespace lockstep

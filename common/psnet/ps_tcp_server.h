@@ -1,0 +1,112 @@
+// The raw-TCP data plane of a parameter server (wire format: ps_wire.h): a
+// listening socket and one thread per worker connection, over the same
+// PsShardRegistry as the server's gRPC service, so a shard's state and
+// counters are one whatever the front end.
+//
+// Why: over gRPC a ps round of the main job's 814 KB gradient crosses
+// gRPC's threads, protobuf copies and HTTP/2 flow control twice per worker
+// (Push, then Pull). Here a worker sends one ROUND message per shard and
+// step and reads the reduced shard straight into its gradient buffer; the
+// server reads each push into the connection's buffer, folds it into the
+// shard (rank order, PsShard), waits for the step's K pushes and writes
+// the sum back from the same buffer.
+//
+// Threading: one accept thread, one thread per connection (at most
+// max_connections; more are refused with a hello reply that says so).
+// Blocking I/O with deadlines in those threads; no lock is held across I/O.
+// A connection thread waiting for a step's pushes checks every 50 ms whether
+// its client hung up or the server is shutting down.
+//
+// Bad input never stops the server: a hello that does not fit (magic,
+// version, K, shard length against the job's shard and the server's cap) is
+// answered with the error and closed; a frame that does not fit (kind, job,
+// chunk, worker, payload length) is answered with ERROR naming the field
+// and closed, before any payload is read. rejected_connections() counts
+// both.
+#ifndef LOCKSTEP_COMMON_PSNET_PS_TCP_SERVER_H_
+#define LOCKSTEP_COMMON_PSNET_PS_TCP_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/collective/ps_aggregator.h"
+#include "common/psnet/ps_wire.h"
+
+namespace lockstep {
+
+struct PsTcpServerOptions {
+  // How long an accepted connection may take to send its hello.
+  absl::Duration hello_timeout = absl::Seconds(5);
+  // A connection without a request for this long is closed (clients stop
+  // reusing a connection long before: PsTcpClientOptions::max_idle).
+  absl::Duration idle_timeout = absl::Minutes(10);
+  // Once a frame has started, its header and payload must arrive within this.
+  absl::Duration frame_timeout = absl::Seconds(30);
+  int max_connections = 256;
+};
+
+class PsTcpServer {
+ public:
+  // Listens on host:port (port 0: OS-chosen; "0.0.0.0" / "[::]" every
+  // interface). `registry` is not owned and must outlive the server.
+  static absl::StatusOr<std::unique_ptr<PsTcpServer>> Start(PsShardRegistry* registry,
+                                                            const std::string& host, int port,
+                                                            PsTcpServerOptions options = {});
+  ~PsTcpServer();  // Shutdown()
+  PsTcpServer(const PsTcpServer&) = delete;
+  PsTcpServer& operator=(const PsTcpServer&) = delete;
+
+  int port() const { return port_; }
+
+  // Stops accepting, ends every connection (waiting requests return at
+  // once) and joins the threads. Idempotent.
+  void Shutdown();
+
+  // Hellos and frames refused (see the header comment), and the last reason.
+  int64_t rejected_connections() const;
+  std::string last_rejection() const;
+  // Connections currently open.
+  int connections() const;
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  PsTcpServer(PsShardRegistry* registry, int listen_fd, int wake_fd, int port,
+              PsTcpServerOptions options);
+  void AcceptLoop();
+  void Serve(Conn* conn);
+  void Reject(const std::string& why);
+  // Joins and frees finished connection threads (all when `all`).
+  void Reap(bool all);
+
+  PsShardRegistry* const registry_;
+  const int listen_fd_;
+  const int wake_fd_;  // eventfd: wakes the accept loop on shutdown
+  const int port_;
+  const PsTcpServerOptions options_;
+  std::atomic<bool> stop_{false};
+  std::thread accept_thread_;
+
+  mutable absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_rejection_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_PSNET_PS_TCP_SERVER_H_

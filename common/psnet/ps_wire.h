@@ -1,0 +1,133 @@
+// Wire format and socket helpers of the raw-TCP parameter-server data plane
+// (ps_tcp_server.h serves it, ps_tcp_client.h dials it). No proto: fixed
+// little-endian headers (x86-64 byte order), payloads verbatim.
+//
+// A connection carries one job's requests for one shard of one server:
+//
+//   client -> server, once:  hello (40 bytes)
+//     u32 magic 'LKPH' | u32 version | u64 job | i32 shard | i32 num_workers |
+//     i64 shard_len | u64 0
+//   server -> client, once:  hello reply (16 bytes, then `len` bytes of text)
+//     u32 magic 'LKPR' | i32 code (absl::StatusCode; 0 = accepted) | i64 len
+//
+// The server checks the hello against the job's shard before it allocates
+// anything (PsShardRegistry: the first hello or gRPC request of a job fixes
+// its K and shard length, bounded by the server's cap; later ones must match)
+// and answers with the error text, naming the job, shard and both shapes,
+// when it does not fit; it then closes the connection and keeps serving.
+//
+// Then any number of requests, one at a time, each answered before the next:
+//
+//   frame (56 bytes, then `len` payload bytes), both directions:
+//     u32 magic 'LKPF' | u32 kind | u64 job | i64 step | i32 worker |
+//     i32 chunk | i64 count | i64 len | i64 wait_us
+//
+//   kind     direction  payload                 count         answer
+//   PUSH     c -> s     shard_len floats        examples      ACK or ERROR
+//   PULL     c -> s     none                    0             RESULT or ERROR
+//   ROUND    c -> s     shard_len floats        examples      RESULT or ERROR
+//   ACK      s -> c     none                    0
+//   RESULT   s -> c     shard_len floats (sum)  total count
+//   ERROR    s -> c     message text (<= 4 KiB) absl code
+//
+// ROUND is a push and the pull of the same (job, step, worker) in one
+// message: one message each way per shard and step. A PULL or ROUND waits
+// at the server for the step's other pushes for wait_us (at most kMaxWait),
+// then answers ERROR naming the workers whose pushes are missing; it stops
+// waiting early when the client closes its end or the server shuts down.
+// Every request names (job, step, worker, chunk); job must be the hello's,
+// chunk 0 (ps combines one bucket per shard), worker in [0, K), and a
+// payload exactly the shard's length: anything else is answered with ERROR
+// (naming the field and what was expected) and the connection is closed,
+// the server keeps serving the others. Pushes are idempotent per (job,
+// step, worker) (PsShard).
+#ifndef LOCKSTEP_COMMON_PSNET_PS_WIRE_H_
+#define LOCKSTEP_COMMON_PSNET_PS_WIRE_H_
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace lockstep {
+namespace psnet {
+
+constexpr uint32_t kHelloMagic = 0x48504b4c;       // "LKPH"
+constexpr uint32_t kHelloReplyMagic = 0x52504b4c;  // "LKPR"
+constexpr uint32_t kFrameMagic = 0x46504b4c;       // "LKPF"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHelloBytes = 40;
+constexpr size_t kHelloReplyBytes = 16;
+constexpr size_t kFrameBytes = 56;
+constexpr int64_t kMaxErrorBytes = 4096;
+// Longest a PULL or ROUND waits at the server for the step's other pushes.
+constexpr absl::Duration kMaxWait = absl::Minutes(5);
+
+enum class Kind : uint32_t {
+  kPush = 1,
+  kPull = 2,
+  kRound = 3,
+  kAck = 4,
+  kResult = 5,
+  kError = 6,
+};
+const char* KindName(uint32_t kind);
+
+struct Hello {
+  uint64_t job = 0;
+  int32_t shard = 0;
+  int32_t num_workers = 0;
+  int64_t shard_len = 0;
+};
+
+struct Frame {
+  uint32_t kind = 0;
+  uint64_t job = 0;
+  int64_t step = 0;
+  int32_t worker = 0;
+  int32_t chunk = 0;
+  int64_t count = 0;
+  int64_t len = 0;  // payload bytes
+  int64_t wait_us = 0;
+};
+
+void EncodeHello(const Hello& h, uint8_t out[kHelloBytes]);
+// InvalidArgumentError naming what is wrong (magic, version).
+absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h);
+void EncodeHelloReply(int32_t code, int64_t len, uint8_t out[kHelloReplyBytes]);
+absl::Status DecodeHelloReply(const uint8_t in[kHelloReplyBytes], int32_t* code,
+                              int64_t* len);
+void EncodeFrame(const Frame& f, uint8_t out[kFrameBytes]);
+// Checks the magic and that len >= 0; the caller checks the rest.
+absl::Status DecodeFrame(const uint8_t in[kFrameBytes], Frame* f);
+
+// ---- Socket helpers (blocking semantics over non-blocking sockets, every
+// wait bounded by a deadline; a socket shut down by another thread makes
+// them return UnavailableError at once).
+
+std::string Errno(const char* what);
+// Listens on host:port (port 0 = OS-chosen; "[::1]" brackets allowed; ""
+// or "0.0.0.0" = every interface). Returns the fd; *bound = the port.
+absl::StatusOr<int> Listen(const std::string& host, int port, int* bound);
+// Connects to "host:port" before `deadline`; TCP_NODELAY set.
+absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline);
+// Waits for `events` on fd until `deadline`: OK (ready, or in error, which
+// the next I/O call reports), DeadlineExceededError.
+absl::Status WaitFd(int fd, short events, absl::Time deadline);
+// Reads exactly n bytes. UnavailableError on end of stream / reset ("end of
+// stream" when the peer closed before the first byte: *clean_eof set).
+absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline,
+                       bool* clean_eof = nullptr);
+// Writes the iovecs completely (modified in place).
+absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline);
+// Reads and drops n bytes.
+absl::Status Discard(int fd, int64_t n, absl::Time deadline);
+
+}  // namespace psnet
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_PSNET_PS_WIRE_H_
