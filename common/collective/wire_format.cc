@@ -60,11 +60,13 @@ uint16_t FloatToFp16(float f) {
   // 65520 and up round (ties to even) past 65504, the largest half.
   if (a >= 0x477ff000u) return sign | 0x7c00u;
   if (a < 0x38800000u) {
-    // Below 2^-14: a half subnormal, m x 2^-24. Scaling by 2^24 is exact,
-    // nearbyint rounds to nearest even (the default mode); m = 1024 is
-    // correctly the smallest normal's encoding.
-    const float scaled = FromBits(a) * 16777216.0f;
-    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+    // Below 2^-14: a half subnormal, m x 2^-24. Adding 0.5 (exponent -1,
+    // ulp 2^-24) lines the 10 result bits up at the bottom of the float's
+    // mantissa, rounded to nearest even by the float addition itself (the
+    // default rounding mode); m = 1024 is correctly the smallest normal's
+    // encoding. (F. Giesen's float_to_half_fast3_rtne.)
+    const float magic = FromBits(126u << 23);  // 0.5
+    return sign | static_cast<uint16_t>(Bits(FromBits(a) + magic) - (126u << 23));
   }
   // Normal: rebias the exponent (127 -> 15), round 23 mantissa bits to 10.
   uint32_t r = a - ((127u - 15u) << 23);
