@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -78,6 +79,9 @@ ABSL_FLAG(int64_t, warmup_steps, -1,
           "cluster and torch runs: steps before the timed window (-1: steps / 20, at least 1)");
 ABSL_FLAG(int, poll_ms, 50, "GetJob poll interval while a cluster job runs");
 ABSL_FLAG(bool, keep_logs, false, "keep the temp directory with every process's log");
+ABSL_FLAG(bool, snapshot_binaries, true,
+          "copy the binaries into the temp directory first, so a rebuild during the run "
+          "cannot mix versions");
 
 namespace lockstep::bench {
 namespace {
@@ -521,12 +525,33 @@ int ScalingBench::PrintTargets() const {
     const double r = RatioMedian(t.key, "train128");
     const bool met = r >= t.min;
     missed += !met;
-    std::printf("  %-7s %-58s %.2fx%s\n", met ? "met" : "MISSED", t.what.c_str(), r,
+    std::printf("  %-7s %-58s %.3fx%s\n", met ? "met" : "MISSED", t.what.c_str(), r,
                 t.aim > 0 ? (r >= t.aim ? "  (aim reached)" : "  (aim not reached)") : "");
   }
   std::printf("  %d of %zu targets missed\n", missed, targets.size());
   return missed;
 }
+
+}  // namespace
+
+// Copies the programs the bench starts (same relative paths) under `to`.
+absl::StatusOr<std::string> SnapshotBinaries(const std::string& root, const std::string& to) {
+  for (const char* rel : {"server/lockstep-coordinator", "server/ps/lockstep-server",
+                          "worker/lockstep-worker", "worker/lockstep-train", "client/lockstep",
+                          "bench/torch_ddp.py", "bench/setup_torch.sh"}) {
+    const std::filesystem::path dst = std::filesystem::path(to) / rel;
+    std::error_code ec;
+    std::filesystem::create_directories(dst.parent_path(), ec);
+    if (!ec) std::filesystem::copy_file(std::filesystem::path(root) / rel, dst, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("copying ", root, "/", rel, " to ", dst.string(),
+                                              ": ", ec.message(), " (or pass --nosnapshot_binaries)"));
+    }
+  }
+  return to;
+}
+
+namespace {
 
 int ScalingBench::Main() {
   steps_ = absl::GetFlag(FLAGS_steps);
@@ -640,8 +665,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scaling: %s\n", std::string(dir.status().message()).c_str());
     return 1;
   }
-  std::printf("binaries from %s; logs in %s\n", root->c_str(), dir->c_str());
-  lockstep::bench::ScalingBench bench(*root, *dir);
+  std::string bin = *root;
+  if (absl::GetFlag(FLAGS_snapshot_binaries)) {
+    absl::StatusOr<std::string> copy = lockstep::bench::SnapshotBinaries(*root, *dir + "/bin");
+    if (!copy.ok()) {
+      std::fprintf(stderr, "scaling: %s\n", std::string(copy.status().message()).c_str());
+      return 1;
+    }
+    bin = *copy;
+  }
+  std::printf("binaries from %s%s; logs in %s\n", root->c_str(),
+              bin == *root ? "" : absl::StrCat(" (copied to ", bin, ")").c_str(), dir->c_str());
+  lockstep::bench::ScalingBench bench(bin, *dir);
   const int rc = bench.Main();
   if (rc == 0 && !absl::GetFlag(FLAGS_keep_logs)) {
     lockstep::bench::RemoveTree(*dir);
