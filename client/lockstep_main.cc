@@ -164,6 +164,24 @@ void PrintStatus(const v1::JobStatus& j) {
                   r.hostname().c_str(), static_cast<long long>(r.step()),
                   r.last_hash().c_str(), r.in_sync() ? "yes" : "NO", r.last_heartbeat_age_s());
     }
+    // Medians over each rank's last 64 steps (worker/step_observer.h): a
+    // step is compute + exposed communication + waiting on the coordinator;
+    // communication (in flight) may overlap compute.
+    bool timed = false;
+    for (const v1::RankStatus& r : j.ranks()) {
+      timed = timed || r.median_step_seconds() > 0 || r.resident_bytes() > 0;
+    }
+    if (timed) {
+      std::printf("  %-4s %9s %9s %9s %9s %9s %10s   (ms: medians of the last 64 steps)\n",
+                  "rank", "step", "compute", "exposed", "comm", "peer wait", "RSS");
+      for (const v1::RankStatus& r : j.ranks()) {
+        std::printf("  %-4d %9.3f %9.3f %9.3f %9.3f %9.3f %6.1f MiB\n", r.rank(),
+                    1e3 * r.median_step_seconds(), 1e3 * r.median_compute_seconds(),
+                    1e3 * r.median_exposed_seconds(), 1e3 * r.median_communication_seconds(),
+                    1e3 * r.median_peer_wait_seconds(),
+                    static_cast<double>(r.resident_bytes()) / (1 << 20));
+      }
+    }
   }
 }
 

@@ -46,6 +46,18 @@ std::pair<std::string, std::vector<int32_t>> Majority(const std::vector<std::str
   return {best, differing};
 }
 
+// Median of `v` (mean of the two middle values for an even count; 0 when
+// empty). Reorders v.
+double Median(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + mid);
+  return (lower + upper) / 2;
+}
+
 }  // namespace
 
 bool IsTerminalJobState(v1::JobState s) {
@@ -137,6 +149,11 @@ absl::StatusOr<Coordinator::Job*> Coordinator::ReportingJobLocked(
 
 void Coordinator::BumpLocked(Job* job) { job->version = ++version_; }
 
+void Coordinator::StateChangedLocked(Job* job) {
+  BumpLocked(job);
+  job->state_events.emplace_back(job->version, StatusLocked(*job, clock_->Now()));
+}
+
 void Coordinator::EndJobLocked(Job* job, v1::JobState state, std::string reason) {
   if (job->state == v1::PENDING) {
     pending_.erase(std::remove(pending_.begin(), pending_.end(), job->id), pending_.end());
@@ -160,7 +177,7 @@ void Coordinator::EndJobLocked(Job* job, v1::JobState state, std::string reason)
               state == v1::FAILED ? "job failed" : "job cancelled",
               {{"job", job->id}, {"steps", job->steps_done}, {"reason", job->reason}});
   }
-  BumpLocked(job);
+  StateChangedLocked(job);
 }
 
 void Coordinator::FailJobLocked(Job* job, std::string reason) {
@@ -237,7 +254,7 @@ void Coordinator::ScheduleLocked() {
     }
     job->state = v1::RUNNING;
     job->started = clock_->Now();
-    BumpLocked(job);
+    StateChangedLocked(job);
     std::vector<std::string> ids;
     for (const Rank& r : job->ranks) ids.push_back(r.worker_id);
     std::vector<LogField> fields = {{"job", job->id},
@@ -436,6 +453,19 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   if (request.step() <= rank.last_step) return reply;  // duplicate or stale
   rank.last_step = request.step();
   rank.last_hash = absl::AsciiStrToLower(request.weights_hash());
+  StepTimes times;
+  times.step = request.step_seconds();
+  times.compute = request.compute_seconds();
+  times.communication = request.communication_seconds();
+  times.exposed = request.exposed_seconds();
+  times.peer_wait = request.peer_wait_seconds();
+  if (rank.times.size() < static_cast<size_t>(kTimingWindow)) {
+    rank.times.push_back(times);
+  } else {
+    rank.times[rank.times_next] = times;
+  }
+  rank.times_next = (rank.times_next + 1) % kTimingWindow;
+  if (request.resident_bytes() > 0) rank.resident_bytes = request.resident_bytes();
   if (job->spec.steps() == 0 && request.total_steps() > job->total_steps) {
     job->total_steps = request.total_steps();
   }
@@ -762,7 +792,7 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
   job->total_steps = spec.steps();
   Job* j = job.get();
   jobs_.emplace(j->id, std::move(job));
-  BumpLocked(j);
+  StateChangedLocked(j);
   pending_.push_back(j->id);
   LogLocked(LogLevel::kInfo, "job submitted",
             {{"job", j->id},
@@ -806,6 +836,19 @@ v1::JobStatus Coordinator::StatusLocked(const Job& job, absl::Time now) const {
     rs->set_last_hash(rank.last_hash);
     rs->set_in_sync(rank.in_sync);
     rs->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - rank.last_heartbeat));
+    std::vector<double> v;
+    v.reserve(rank.times.size());
+    auto median = [&](double StepTimes::*part) {
+      v.clear();
+      for (const StepTimes& t : rank.times) v.push_back(t.*part);
+      return Median(v);
+    };
+    rs->set_median_step_seconds(median(&StepTimes::step));
+    rs->set_median_compute_seconds(median(&StepTimes::compute));
+    rs->set_median_communication_seconds(median(&StepTimes::communication));
+    rs->set_median_exposed_seconds(median(&StepTimes::exposed));
+    rs->set_median_peer_wait_seconds(median(&StepTimes::peer_wait));
+    rs->set_resident_bytes(rank.resident_bytes);
   }
   s.set_submitted_unix_s(UnixSeconds(job.submitted));
   s.set_started_unix_s(UnixSeconds(job.started));
@@ -923,6 +966,60 @@ absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> Coordinator::WaitForJobChange
   auto changed = [job, seen_version]() { return job->version > seen_version; };
   mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
   return std::make_pair(StatusLocked(*job, clock_->Now()), job->version);
+}
+
+absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEvents(uint64_t job_id,
+                                                                  uint64_t seen_version,
+                                                                  absl::Time last_sent,
+                                                                  absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = JobOrNotFoundLocked(job_id);
+  if (!found.ok()) return found.status();
+  const Job* job = *found;
+  const absl::Time not_before = last_sent == absl::InfinitePast()
+                                    ? absl::InfinitePast()
+                                    : last_sent + options_.watch_interval;
+  auto state_changed = [job, seen_version] {
+    return !job->state_events.empty() && job->state_events.back().first > seen_version;
+  };
+  // Evaluated by absl::Mutex on every release of mu_ while waiting: cheap,
+  // and nothing is serialised until it holds.
+  auto ready = [&] {
+    if (seen_version == 0 || state_changed()) return true;
+    return job->version > seen_version && clock_->Now() >= not_before;
+  };
+  while (!ready()) {
+    absl::Time wake = deadline;
+    if (job->version > seen_version) {
+      // Changed, but too soon after the last event: look again when the
+      // interval is over (Clock time, mapped onto real time).
+      wake = std::min(wake, absl::Now() + (not_before - clock_->Now()));
+    }
+    if (absl::Now() >= deadline) break;
+    mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+  }
+  JobEvents out;
+  out.version = seen_version;
+  if (!ready()) return out;  // deadline: nothing to send
+  const absl::Time now = clock_->Now();
+  out.sent = now;
+  if (seen_version != 0) {
+    for (const auto& [version, status] : job->state_events) {
+      if (version <= seen_version) continue;
+      out.events.push_back(status);
+      out.version = version;
+    }
+  }
+  // The current snapshot when it is newer than the state changes sent, the
+  // job has not ended (the terminal snapshot is the last event), and its
+  // interval is over (or no state change is being sent).
+  const bool terminal = !out.events.empty() && IsTerminalJobState(out.events.back().state());
+  if (!terminal && job->version > out.version &&
+      (out.events.empty() || now >= not_before)) {
+    out.events.push_back(StatusLocked(*job, now));
+    out.version = job->version;
+  }
+  return out;
 }
 
 }  // namespace lockstep

@@ -82,6 +82,11 @@
 //   the job's worker at that rank. When the job is not RUNNING the report
 //   is not recorded and reply.stop = true with the reason
 //   ("job 3 is CANCELLED: cancelled by user").
+//   Timing: each recorded report's step / compute / communication / exposed
+//   / peer-wait seconds go into the rank's window of its last kTimingWindow
+//   (64) reports; RankStatus.median_* are the medians over that window
+//   (mean of the two middle values for an even count; 0 before any report)
+//   and RankStatus.resident_bytes the last nonzero resident_bytes reported.
 //   Idempotent: each rank's steps must arrive in increasing order; a report
 //   for a step <= the last one recorded for that rank is a duplicate (or
 //   stale) and ignored (the first report wins).
@@ -181,6 +186,9 @@ struct CoordinatorOptions {
   int max_jobs_with_weights = 8;
   // Sync checks kept per job (>= 1); counters stay exact beyond it.
   int64_t max_sync_history = 100000;
+  // Watchers (NextJobEvents: WatchJob streams) get at most one progress
+  // event per this interval (Clock time); state changes come at once.
+  absl::Duration watch_interval = absl::Milliseconds(200);
   // Event lines (component "coordinator"): worker registered/lost/back, job
   // submitted/started/succeeded/failed/cancelled, hash mismatch at step t
   // naming the ranks and workers. Not owned; nullptr = stderr text lines.
@@ -295,6 +303,30 @@ class Coordinator {
   absl::StatusOr<std::pair<lockstep::v1::JobStatus, uint64_t>> WaitForJobChange(
       uint64_t job_id, uint64_t seen_version, absl::Time deadline);
 
+  // Coalesced watch (WatchJob): what a watcher that has seen `seen_version`
+  // and last got events at Clock time `last_sent` should send next.
+  //   * seen_version 0: the current snapshot, at once.
+  //   * every state change (PENDING, RUNNING, the end) after seen_version:
+  //     the snapshot taken when it happened, at once and in order, never
+  //     coalesced away (the terminal one is always the last event);
+  //   * otherwise, once the job changed after seen_version and the Clock
+  //     reads >= last_sent + options.watch_interval: the current snapshot.
+  // Progress (step reports) therefore reaches a watcher at most once per
+  // watch_interval, however many ranks report how many steps, and nothing
+  // is serialised for watchers between those events. Blocks (real time)
+  // until there is something to send or `deadline`; `events` is empty then.
+  // NOT_FOUND for an unknown job.
+  struct JobEvents {
+    std::vector<lockstep::v1::JobStatus> events;  // oldest first
+    uint64_t version = 0;                         // the next seen_version
+    absl::Time sent = absl::InfinitePast();       // the next last_sent
+  };
+  absl::StatusOr<JobEvents> NextJobEvents(uint64_t job_id, uint64_t seen_version,
+                                          absl::Time last_sent, absl::Time deadline);
+
+  // Reports kept per rank for the RankStatus medians.
+  static constexpr int kTimingWindow = 64;
+
  private:
   struct Worker {
     int64_t seq = 0;  // N of "w-N"
@@ -316,6 +348,10 @@ class Coordinator {
     std::vector<std::optional<StepReport>> reports;  // index = rank
     int count = 0;
   };
+  // One step report's timing (ReportStepRequest fields 9, 13-16).
+  struct StepTimes {
+    double step = 0, compute = 0, communication = 0, exposed = 0, peer_wait = 0;
+  };
   struct Rank {
     std::string worker_id, address, hostname;
     std::string data_address;  // the worker's, when the job started
@@ -327,6 +363,11 @@ class Coordinator {
     bool done = false;          // ReportDone ok
     std::string done_hash;
     double done_test_accuracy = 0, done_test_loss = 0;
+    // The last kTimingWindow reports' timing (ring buffer) and the last
+    // resident memory reported.
+    std::vector<StepTimes> times;
+    size_t times_next = 0;
+    int64_t resident_bytes = 0;
   };
   struct StoredCheck {
     int64_t step = 0;
@@ -364,6 +405,9 @@ class Coordinator {
     std::shared_ptr<const FinalWeights> weights;
     std::optional<Upload> upload;
     uint64_t version = 0;
+    // Snapshot at each state change (PENDING, RUNNING, the end: at most 3)
+    // with the version it was taken at, for NextJobEvents.
+    std::vector<std::pair<uint64_t, lockstep::v1::JobStatus>> state_events;
     JobSeries series;  // bounded loss / eval / sync-strip history (status page)
   };
 
@@ -376,6 +420,8 @@ class Coordinator {
   absl::StatusOr<Job*> ReportingJobLocked(uint64_t job_id, const std::string& worker_id,
                                           int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BumpLocked, and a snapshot for watchers (the job's state changed).
+  void StateChangedLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RUNNING/PENDING -> `state` with `reason`; workers stay bound.
   void EndJobLocked(Job* job, lockstep::v1::JobState state, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

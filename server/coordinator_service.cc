@@ -137,7 +137,10 @@ grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::JobRef* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
+  // Coalesced (Coordinator::NextJobEvents): every state change at once, the
+  // progress at most once per watch interval.
   uint64_t seen = 0;
+  absl::Time last_sent = absl::InfinitePast();
   while (true) {
     if (context->IsCancelled()) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "WatchJob: cancelled by the client");
@@ -146,18 +149,21 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "WatchJob: the coordinator is shutting down");
     }
-    absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> change =
-        coordinator_->WaitForJobChange(request->job_id(), seen, absl::Now() + kWatchSlice);
-    if (!change.ok()) return ToGrpcStatus(change.status());
-    if (change->second == seen) continue;  // slice ended without a change
-    seen = change->second;
-    v1::JobEvent event;
-    *event.mutable_status() = std::move(change->first);
-    const bool terminal = IsTerminalJobState(event.status().state());
-    if (!writer->Write(event)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "WatchJob: the client went away");
+    absl::StatusOr<Coordinator::JobEvents> next = coordinator_->NextJobEvents(
+        request->job_id(), seen, last_sent, absl::Now() + kWatchSlice);
+    if (!next.ok()) return ToGrpcStatus(next.status());
+    if (next->events.empty()) continue;  // slice ended with nothing to send
+    seen = next->version;
+    last_sent = next->sent;
+    for (v1::JobStatus& status : next->events) {
+      v1::JobEvent event;
+      *event.mutable_status() = std::move(status);
+      const bool terminal = IsTerminalJobState(event.status().state());
+      if (!writer->Write(event)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "WatchJob: the client went away");
+      }
+      if (terminal) return grpc::Status::OK;
     }
-    if (terminal) return grpc::Status::OK;
   }
 }
 

@@ -222,6 +222,9 @@ TEST_F(CoordinatorServiceTest, WatchJobStreamsEveryChangeUntilTerminal) {
     v1::ReportStepReply reply;
     ASSERT_TRUE(stub_->ReportStep(Ctx().get(), step, &reply).ok());
   }
+  // Progress reaches watchers at most once per watch interval (200 ms of
+  // the coordinator's Clock) after the last event.
+  clock_.Advance(absl::Milliseconds(200));
   do {
     ASSERT_TRUE(reader->Read(&event));
   } while (event.status().checked_steps() < 1);

@@ -1151,3 +1151,156 @@ TEST_F(CoordinatorTest, DrainDoesNotWaitForLostWorkers) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Polls NextJobEvents without blocking, as the WatchJob stream would after
+// each report, and keeps what it would have sent.
+class Watcher {
+ public:
+  Watcher(Coordinator* c, uint64_t job) : c_(c), job_(job) {}
+  // The number of events this poll would send.
+  int Poll() {
+    absl::StatusOr<Coordinator::JobEvents> e =
+        c_->NextJobEvents(job_, seen_, last_sent_, absl::InfinitePast());
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok() || e->events.empty()) return 0;
+    seen_ = e->version;
+    last_sent_ = e->sent;
+    for (const v1::JobStatus& s : e->events) got_.push_back(s);
+    return static_cast<int>(e->events.size());
+  }
+  const std::vector<v1::JobStatus>& got() const { return got_; }
+  uint64_t seen() const { return seen_; }
+  absl::Time last_sent() const { return last_sent_; }
+
+ private:
+  Coordinator* c_;
+  uint64_t job_;
+  uint64_t seen_ = 0;
+  absl::Time last_sent_ = absl::InfinitePast();
+  std::vector<v1::JobStatus> got_;
+};
+
+TEST_F(CoordinatorTest, WatchersGetProgressAtMostEveryIntervalAndEveryStateChangeAtOnce) {
+  const uint64_t job = Submit(Spec(1));  // PENDING: no worker yet
+  Watcher watcher(coord_.get(), job);
+  EXPECT_EQ(watcher.Poll(), 1);  // the current snapshot at once
+  EXPECT_EQ(watcher.Poll(), 0);  // nothing changed
+  const std::string w = Register(1);
+  ASSERT_TRUE(Beat(w).has_assignment());  // RUNNING
+  Beat(w, job);
+  EXPECT_EQ(watcher.Poll(), 1);  // a state change: at once, though no time passed
+  // 2000 reports, one per millisecond of Clock time, each followed by a
+  // poll: progress reaches the watcher every 200 ms (10 events), not 2000
+  // times.
+  for (int64_t step = 0; step < 2000; ++step) {
+    clock_.Advance(absl::Milliseconds(1));
+    ASSERT_TRUE(Step(job, 0, w, step, Hash(7)).ok());
+    EXPECT_EQ(watcher.Poll(), (step + 1) % 200 == 0 ? 1 : 0) << "step " << step;
+  }
+  // The end: at once, although the last event went out 0 ms ago.
+  ASSERT_TRUE(Done(job, 0, w, true, Hash(7)).ok());
+  EXPECT_EQ(watcher.Poll(), 1);
+  EXPECT_EQ(watcher.Poll(), 0);
+
+  const std::vector<v1::JobStatus>& got = watcher.got();
+  ASSERT_EQ(got.size(), 13u);  // PENDING, RUNNING, 10 x progress, SUCCEEDED
+  EXPECT_EQ(got[0].state(), v1::PENDING);
+  EXPECT_EQ(got[1].state(), v1::RUNNING);
+  EXPECT_EQ(got[1].step(), 0);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(got[2 + i].state(), v1::RUNNING);
+    EXPECT_EQ(got[2 + i].step(), 200 * (i + 1));
+  }
+  EXPECT_EQ(got[12].state(), v1::SUCCEEDED);
+  EXPECT_EQ(got[12].step(), 2000);
+  EXPECT_EQ(got[12].final_hash(), Hash(7));
+}
+
+TEST_F(CoordinatorTest, StateChangesBetweenTwoPollsAllReachTheWatcherInOrder) {
+  const uint64_t job = Submit(Spec(1));
+  Watcher watcher(coord_.get(), job);
+  ASSERT_EQ(watcher.Poll(), 1);  // PENDING
+  const std::string w = Register(1);
+  ASSERT_TRUE(Beat(w).has_assignment());  // RUNNING
+  Beat(w, job);
+  ASSERT_TRUE(Step(job, 0, w, 0, Hash(1)).ok());
+  ASSERT_TRUE(coord_->CancelJob(job).ok());  // CANCELLED before the next poll
+  EXPECT_EQ(watcher.Poll(), 2);
+  ASSERT_EQ(watcher.got().size(), 3u);
+  EXPECT_EQ(watcher.got()[1].state(), v1::RUNNING);
+  EXPECT_EQ(watcher.got()[2].state(), v1::CANCELLED);  // the final event is the last
+  EXPECT_EQ(watcher.got()[2].step(), 1);
+  // Later changes (none reach a watcher of an ended job anyway) send nothing
+  // after the terminal event.
+  EXPECT_EQ(watcher.Poll(), 0);
+}
+
+TEST_F(CoordinatorTest, ABlockedWatcherSleepsThroughThrottledProgressAndWakesOnTheEnd) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(1, &w);
+  Watcher watcher(coord_.get(), job);
+  ASSERT_EQ(watcher.Poll(), 1);  // RUNNING, at Clock time T
+  absl::StatusOr<Coordinator::JobEvents> woke;
+  std::thread waiter([&] {
+    woke = coord_->NextJobEvents(job, watcher.seen(), watcher.last_sent(),
+                                 absl::Now() + absl::Seconds(30));
+  });
+  // The Clock stays at T: reports are progress inside the interval and do
+  // not end the wait.
+  for (int64_t step = 0; step < 50; ++step) ASSERT_TRUE(Step(job, 0, w[0], step, Hash(1)).ok());
+  ASSERT_TRUE(coord_->CancelJob(job).ok());
+  waiter.join();
+  ASSERT_TRUE(woke.ok()) << woke.status();
+  ASSERT_EQ(woke->events.size(), 1u);
+  EXPECT_EQ(woke->events[0].state(), v1::CANCELLED);
+  EXPECT_EQ(woke->events[0].step(), 50);
+}
+
+TEST_F(CoordinatorTest, RanksShowTheMediansOfTheirLast64ReportsAndResidentMemory) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  auto report = [&](int rank, int64_t step, double seconds, int64_t resident) {
+    v1::ReportStepRequest req;
+    req.set_worker_id(w[rank]);
+    req.set_job_id(job);
+    req.set_rank(rank);
+    req.set_step(step);
+    req.set_weights_hash(Hash(1));
+    req.set_step_seconds(seconds);
+    req.set_compute_seconds(seconds / 2);
+    req.set_communication_seconds(seconds / 4);
+    req.set_exposed_seconds(seconds / 8);
+    req.set_peer_wait_seconds(seconds / 16);
+    req.set_resident_bytes(resident);
+    ASSERT_TRUE(coord_->ReportStep(req).ok());
+  };
+  // Before any report: zeros.
+  EXPECT_EQ(Job(job).ranks(0).median_step_seconds(), 0);
+  // Rank 0: 0.5, 0.1, 0.3, 0.2, 0.4 -> median 0.3. Rank 1: four reports,
+  // 1, 2, 3, 4 -> (2 + 3) / 2.
+  const double r0[] = {0.5, 0.1, 0.3, 0.2, 0.4};
+  for (int i = 0; i < 5; ++i) report(0, i, r0[i], i == 4 ? 0 : 1000 + i);  // 0: not reported
+  for (int i = 0; i < 4; ++i) report(1, i, i + 1, 2000);
+  v1::JobStatus s = Job(job);
+  EXPECT_DOUBLE_EQ(s.ranks(0).median_step_seconds(), 0.3);
+  EXPECT_DOUBLE_EQ(s.ranks(0).median_compute_seconds(), 0.15);
+  EXPECT_DOUBLE_EQ(s.ranks(0).median_communication_seconds(), 0.075);
+  EXPECT_DOUBLE_EQ(s.ranks(0).median_exposed_seconds(), 0.0375);
+  EXPECT_DOUBLE_EQ(s.ranks(0).median_peer_wait_seconds(), 0.01875);
+  EXPECT_EQ(s.ranks(0).resident_bytes(), 1003);  // the last nonzero
+  EXPECT_DOUBLE_EQ(s.ranks(1).median_step_seconds(), 2.5);
+  EXPECT_EQ(s.ranks(1).resident_bytes(), 2000);
+  // Rank 1, 70 more reports of 5..74 s: the window holds the last 64
+  // (11..74), median (42 + 43) / 2. A duplicate report changes nothing.
+  for (int i = 0; i < 70; ++i) report(1, 4 + i, 5 + i, 3000);
+  report(1, 10, 1000, 4000);  // step 10 again: ignored
+  s = Job(job);
+  EXPECT_DOUBLE_EQ(s.ranks(1).median_step_seconds(), 42.5);
+  EXPECT_EQ(s.ranks(1).resident_bytes(), 3000);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -7,11 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
+#include "common/process_stats.h"
 #include "common/train/job_spec_convert.h"
 #include "worker/step_combine.h"
 
 namespace lockstep {
 namespace {
+
+// Steps between two reads of the resident memory (a system call).
+constexpr int64_t kResidentEvery = 16;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -97,6 +101,27 @@ absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
       " classes, ", shapes[3 * majority + 2], " examples"));
 }
 
+void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, double loss,
+                               int64_t examples, float lr, const StepTiming& timing,
+                               int64_t resident_bytes, v1::ReportStepRequest* report) const {
+  report->set_worker_id(options_.worker_id);
+  report->set_job_id(options_.job_id);
+  report->set_rank(options_.rank);
+  report->set_step(step);
+  report->set_epoch(epoch);  // 1-based, like the trainer's lines
+  report->set_total_steps(total);
+  report->clear_weights_hash();  // the reporter thread fills it in
+  report->set_loss(loss);
+  report->set_examples(examples);
+  report->set_step_seconds(timing.step_seconds());
+  report->set_lr(lr);
+  report->set_compute_seconds(timing.compute_seconds);
+  report->set_communication_seconds(timing.communication_seconds);
+  report->set_exposed_seconds(timing.exposed_seconds);
+  report->set_peer_wait_seconds(timing.peer_wait_seconds);
+  report->set_resident_bytes(resident_bytes);
+}
+
 absl::StatusOr<JobOutcome> JobRunner::Run() {
   const uint64_t job = options_.job_id;
   auto spec = ToTrainSpec(options_.spec);
@@ -138,11 +163,27 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   absl::Time last_line = clock_->Now();
   int64_t examples_since_line = 0;
   std::vector<int64_t> slice;  // this rank's slice of the step's batch, reused
+  // Step reports, pipelined (step_reporter.h); `report` is refilled every
+  // step (Submit swaps it with an older one: no allocation).
+  StepReporterOptions report_options;
+  report_options.lag = options_.report_lag;
+  report_options.timeout = options_.report_timeout;
+  report_options.stop = &stop_;
+  report_options.job_id = job;
+  report_options.worker_id = options_.worker_id;
+  StepReporter reporter(reporter_, report_options);
+  v1::ReportStepRequest report;
+  WarmReport(options_.worker_id, &report);
+  int64_t resident_bytes = 0;
   for (int64_t step = 0; step < total; ++step) {
     if (stop_.load()) {
       return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
     }
+    // StepTiming (step_observer.h): wait, then exposed and compute.
+    const auto t_wait = std::chrono::steady_clock::now();
+    if (absl::Status s = reporter.WaitForRoom(); !s.ok()) return s;
     const auto t0 = std::chrono::steady_clock::now();
+    double wait_seconds = std::chrono::duration<double>(t0 - t_wait).count();
     sampler.SliceInto(step, options_.rank, options_.world, &slice);  // no allocation
     BatchStats local;
     int64_t count = 0;
@@ -158,47 +199,32 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       }
       return UserFacing(s);
     }
-    // StepTiming's parts add up to the step: the combine's part of it is
-    // what backward did not hide.
-    const double communication_seconds = combine_timing.exposed_seconds;
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
+    // The reporter thread may still be hashing the previous step's weights.
+    const auto t_hash = std::chrono::steady_clock::now();
+    if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
+    wait_seconds += SecondsSince(t_hash);
     const float lr = r.Apply(step, count);
     if (step == options_.perturb_at_step && r.num_params() > 0) {
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
     }
-    const double step_seconds = SecondsSince(t0);
-
-    v1::ReportStepRequest report;
-    report.set_worker_id(options_.worker_id);
-    report.set_job_id(job);
-    report.set_rank(options_.rank);
-    report.set_step(step);
-    report.set_epoch(step / per_epoch + 1);  // 1-based, like the trainer's lines
-    report.set_total_steps(total);
-    report.set_weights_hash(r.Hash().ToHex());
-    report.set_loss(global_loss);
-    report.set_examples(local.count);
-    report.set_step_seconds(step_seconds);
-    report.set_lr(lr);
-    const auto t_report = std::chrono::steady_clock::now();
-    auto stop = reporter_->ReportStep(report);
-    if (!stop.ok()) return stop.status();
-    if (options_.observer != nullptr) {
-      StepTiming timing;
-      timing.job = job;
-      timing.step = step;
-      timing.examples = local.count;
-      timing.communication_seconds = communication_seconds;
-      timing.compute_seconds =
-          std::chrono::duration<double>(t_report - t0).count() - communication_seconds;
-      timing.wait_seconds = SecondsSince(t_report);
-      options_.observer->OnStep(timing);
-    }
-    if (*stop) {
-      return absl::CancelledError(
-          absl::StrCat("job ", job, " stopped by the coordinator after step ", step));
-    }
+    StepTiming timing;
+    timing.job = job;
+    timing.step = step;
+    timing.examples = local.count;
+    timing.wait_seconds = wait_seconds;
+    timing.exposed_seconds = combine_timing.exposed_seconds;
+    timing.communication_seconds = combine_timing.communication_seconds;
+    timing.peer_wait_seconds = combine_timing.peer_wait_seconds;
+    timing.compute_seconds =
+        SecondsSince(t_wait) - timing.wait_seconds - timing.exposed_seconds;
+    // Resident memory: /proc/self/statm is read every kResidentEvery steps.
+    if (step % kResidentEvery == 0) resident_bytes = ResidentBytes();
+    FillStepReport(step, step / per_epoch + 1, total, global_loss, local.count, lr, timing,
+                   resident_bytes, &report);
+    reporter.Submit(&report, r.params());
+    if (options_.observer != nullptr) options_.observer->OnStep(timing);
 
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;
     examples_since_line += count;
@@ -240,8 +266,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                          {"test_loss", outcome.test_loss}});
     }
   }
+  // Every reply in before the job counts as done: a mismatch or a stop in
+  // the last `report_lag` steps still fails or stops it.
+  if (absl::Status s = reporter.Flush(); !s.ok()) return s;
   outcome.steps = total;
-  outcome.weights_hash = r.Hash().ToHex();
+  outcome.weights_hash = total > 0 ? reporter.last_hash().ToHex() : r.Hash().ToHex();
   if (options_.rank == 0) {
     if (absl::Status s = reporter_->UploadWeights(job, r); !s.ok()) return s;
   }

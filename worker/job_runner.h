@@ -6,8 +6,12 @@
 //   2. forward + backward on the slice: gradient SUM, loss sum, count;
 //   3. Combine: (sum, loss, count) summed over all ranks, bit-identical;
 //   4. Apply: mean = sum / total count, learning rate of t, optimizer step;
-//   5. hash the weights and report (step, hash, loss) to the coordinator,
-//      which compares all ranks' hashes; stop when it says so.
+//   5. hash the weights and report (step, hash, loss, timing) to the
+//      coordinator, which compares all ranks' hashes; stop when it says so.
+//      Reports are pipelined (step_reporter.h): the next step starts
+//      without waiting for the reply, but at most `report_lag` steps run
+//      ahead of the replies, and the job ends (final weights, ReportDone)
+//      only after every reply is in.
 // At epoch ends (and at the end) rank 0 evaluates on the test split.
 // When done, rank 0 uploads the final weights.
 //
@@ -32,20 +36,9 @@
 #include "proto/coordinator.pb.h"
 #include "worker/combiner.h"
 #include "worker/step_observer.h"
+#include "worker/step_reporter.h"
 
 namespace lockstep {
-
-// What a running job tells the coordinator. Implemented over gRPC by the
-// worker daemon and by in-memory fakes in tests.
-class JobReporter {
- public:
-  virtual ~JobReporter() = default;
-  // Returns true when the job must stop (cancelled or failed elsewhere).
-  virtual absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) = 0;
-  virtual absl::Status ReportEval(const v1::ReportEvalRequest& report) = 0;
-  // Final weights of rank 0, with the model's parameter layout.
-  virtual absl::Status UploadWeights(uint64_t job, const Replica& replica) = 0;
-};
 
 struct JobRunnerOptions {
   uint64_t job_id = 0;     // the coordinator's job id: reports, logs, errors
@@ -62,6 +55,11 @@ struct JobRunnerOptions {
   // Fault injection for tests: after applying this step's update, nudge
   // this replica's first weight by one ulp, so its hash drifts (-1 = off).
   int64_t perturb_at_step = -1;
+  // Steps the job may run ahead of the coordinator's replies to its step
+  // reports (step_reporter.h; 0 = wait for each reply), and the longest
+  // wait for one reply.
+  int report_lag = kReportLag;
+  absl::Duration report_timeout = absl::Seconds(30);
   // Told each step's timing (compute / communication / wait, see
   // step_observer.h). Not owned; nullptr = none.
   StepObserver* observer = nullptr;
@@ -125,6 +123,11 @@ class JobRunner {
   std::atomic<bool> stop_{false};
   absl::Status AgreeOnShape(const Dataset& train);
   std::string PeerName(int rank) const;
+  // Fills every field of step `step`'s report but the weights hash (the
+  // StepReporter adds it); reuses the message's storage.
+  void FillStepReport(int64_t step, int64_t epoch, int64_t total, double loss, int64_t examples,
+                      float lr, const StepTiming& timing, int64_t resident_bytes,
+                      v1::ReportStepRequest* report) const;
   // options_.group_key, or job_id when it is 0.
   uint64_t WireKey() const;
   // `s` with the wire keys in its message replaced by "job <job_id>".

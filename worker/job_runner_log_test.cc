@@ -15,16 +15,16 @@
 namespace lockstep {
 namespace {
 
-// Every step takes 3 s of fake time (the clock moves in ReportStep).
-class ClockReporter : public JobReporter {
+// Every step takes 3 s of fake time: the clock moves when the job thread
+// tells the observer a step ended (before that step's log line). Step
+// reports are sent on another thread, so the clock does not move there.
+class ClockReporter : public JobReporter, public StepObserver {
  public:
   explicit ClockReporter(FakeClock* clock) : clock_(clock) {}
-  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest&) override {
-    clock_->Advance(absl::Seconds(3));
-    return false;
-  }
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest&) override { return false; }
   absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
   absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+  void OnStep(const StepTiming&) override { clock_->Advance(absl::Seconds(3)); }
 
  private:
   FakeClock* clock_;
@@ -58,6 +58,7 @@ TEST(JobRunnerLogTest, LinesEveryTenSecondsAtEpochEndsAndEvals) {
   o.logger = &logger;
   o.clock = clock.get();  // log_interval: the default 10 s
   ClockReporter reporter(clock.get());
+  o.observer = &reporter;
   SoloCombiner combiner;
   JobRunner runner(o, &data, &combiner, &reporter);
   ASSERT_TRUE(runner.Run().ok());
@@ -111,6 +112,7 @@ TEST(JobRunnerLogTest, JsonLinesCarryJobAndStep) {
   o.logger = &logger;
   o.clock = clock.get();
   ClockReporter reporter(clock.get());
+  o.observer = &reporter;
   SoloCombiner combiner;
   JobRunner runner(o, &data, &combiner, &reporter);
   ASSERT_TRUE(runner.Run().ok());

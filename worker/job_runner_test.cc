@@ -4,7 +4,9 @@
 // and all replicas' hashes agree at every step.
 #include "worker/job_runner.h"
 
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -27,10 +29,25 @@ class FakeReporter : public JobReporter {
  public:
   explicit FakeReporter(int64_t stop_after = -1) : stop_after_(stop_after) {}
   absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& r) override {
+    bool stop = false;
+    {
+      absl::MutexLock l(&mu_);
+      hashes_[r.step()][r.rank()] = r.weights_hash();
+      losses_[r.step()][r.rank()] = r.loss();
+      reports_.push_back(r);
+      stop = stop_after_ >= 0 && r.step() >= stop_after_;
+    }
+    // As the worker daemon does when a reply says stop: stop the runners and
+    // shut their transport down (a rank may be waiting on a peer that
+    // stopped already).
+    if (stop && on_stop_ && !stopped_.exchange(true)) on_stop_();
+    return stop;
+  }
+  // Called (once, on a reporter thread) when a reply first says stop.
+  void set_on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
+  std::vector<v1::ReportStepRequest> reports() {
     absl::MutexLock l(&mu_);
-    hashes_[r.step()][r.rank()] = r.weights_hash();
-    losses_[r.step()][r.rank()] = r.loss();
-    return stop_after_ >= 0 && r.step() >= stop_after_;
+    return reports_;
   }
   absl::Status ReportEval(const v1::ReportEvalRequest& r) override {
     absl::MutexLock l(&mu_);
@@ -61,7 +78,10 @@ class FakeReporter : public JobReporter {
 
  private:
   const int64_t stop_after_;
+  std::function<void()> on_stop_;
+  std::atomic<bool> stopped_{false};
   absl::Mutex mu_;
+  std::vector<v1::ReportStepRequest> reports_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::map<int, std::string>> hashes_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::map<int, double>> losses_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportEvalRequest> evals_ ABSL_GUARDED_BY(mu_);
@@ -91,7 +111,8 @@ struct RunResult {
 RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
                  FakeReporter* reporter, int shards = 2,
                  const std::map<int, const TrainTest*>& data_of_rank = {},
-                 AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto) {
+                 AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto,
+                 int report_lag = kReportLag) {
   spec.set_num_workers(k);
   spec.set_sync_mode(ps ? v1::PS : v1::RING);
   spec.set_ps_shards(shards);
@@ -128,9 +149,18 @@ RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
       combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r), algorithm));
     }
     o.peer_names = {"a0", "a1", "a2", "a3"};
+    o.report_lag = report_lag;
     const TrainTest* d = data_of_rank.count(r) ? data_of_rank.at(r) : &data;
     runners.push_back(std::make_unique<JobRunner>(o, d, combiners.back().get(), reporter));
   }
+  reporter->set_on_stop([&] {
+    for (auto& runner : runners) runner->RequestStop();
+    for (int a = 0; a < k; ++a) {
+      for (int b = 0; b < k; ++b) {
+        if (a != b) hub.BreakLink(a, b);
+      }
+    }
+  });
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
     threads.emplace_back([&, r] {
@@ -143,6 +173,7 @@ RunResult RunJob(v1::JobSpec spec, int k, bool ps, const TrainTest& data,
     });
   }
   for (auto& t : threads) t.join();
+  reporter->set_on_stop(nullptr);
   return result;
 }
 
@@ -351,14 +382,50 @@ TEST(JobRunnerTest, APerturbedReplicaShowsUpInItsHashFromThatStepOn) {
   }
 }
 
-TEST(JobRunnerTest, CoordinatorStopEndsEveryRankAtTheSameStep) {
+TEST(JobRunnerTest, CoordinatorStopEndsEveryRankAtTheNextBoundaryWithinTheLag) {
   TrainTest data = Blobs(100, 0);
-  FakeReporter reporter(/*stop_after=*/4);
-  RunResult run = RunJob(MlpSpec(), 3, false, data, &reporter);
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(run.status[r].code(), absl::StatusCode::kCancelled) << run.status[r];
+  for (int lag : {0, 1, kReportLag}) {
+    SCOPED_TRACE(lag);
+    FakeReporter reporter(/*stop_after=*/4);  // the replies to step >= 4 say stop
+    RunResult run =
+        RunJob(MlpSpec(), 3, false, data, &reporter, 2, {}, AllReduceAlgorithm::kAuto, lag);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(run.status[r].code(), absl::StatusCode::kCancelled) << run.status[r];
+    }
+    // Some rank reported step 4 (whose reply said stop); no rank ran past
+    // step 4 + lag (step s starts only once the reply to step s - lag - 1
+    // is in); every rank's reports of steps 0..3 - lag were answered before
+    // it could start step 4. Lag 0: steps 0..4 exactly.
+    const auto hashes = reporter.hashes();
+    EXPECT_GE(hashes.size(), 5u);
+    EXPECT_LE(hashes.size(), static_cast<size_t>(5 + lag));
+    for (int64_t s = 0; s <= 3 - lag; ++s) EXPECT_EQ(hashes.at(s).size(), 3u) << "step " << s;
   }
-  EXPECT_EQ(reporter.hashes().size(), 5u);  // steps 0..4, none after the stop
+}
+
+TEST(JobRunnerTest, ReportsCarryTheStepTimingAndResidentMemory) {
+  TrainTest data = Blobs(100, 0);
+  FakeReporter reporter;
+  v1::JobSpec spec = MlpSpec();
+  spec.set_steps(6);
+  RunResult run = RunJob(spec, 1, false, data, &reporter);
+  ASSERT_TRUE(run.status[0].ok()) << run.status[0];
+  const std::vector<v1::ReportStepRequest> reports = reporter.reports();
+  ASSERT_EQ(reports.size(), 6u);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const v1::ReportStepRequest& r = reports[i];
+    EXPECT_EQ(r.step(), static_cast<int64_t>(i));  // in step order
+    EXPECT_EQ(r.weights_hash().size(), 32u);
+    EXPECT_GT(r.compute_seconds(), 0);
+    // K = 1: the combine is not overlapped and waits for nobody.
+    EXPECT_EQ(r.exposed_seconds(), r.communication_seconds());
+    EXPECT_EQ(r.peer_wait_seconds(), 0);
+    // The parts add up to the step (wait = step - compute - exposed >= 0).
+    EXPECT_GE(r.step_seconds(), r.compute_seconds() + r.exposed_seconds() - 1e-12);
+    EXPECT_GT(r.resident_bytes(), 0);
+  }
+  // The last report's hash is the final weights'.
+  EXPECT_EQ(reports.back().weights_hash(), HashWeights(run.params[0]).ToHex());
 }
 
 TEST(JobRunnerTest, AWorkerWhoseDatasetHasAnotherShapeIsNamedOnEveryRank) {

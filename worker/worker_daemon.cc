@@ -37,8 +37,14 @@ std::string CoordinatorHost(absl::string_view target) {
 // JobReporter over the coordinator's gRPC service.
 class GrpcReporter : public JobReporter {
  public:
-  GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id)
-      : stub_(stub), timeout_(timeout), worker_id_(std::move(worker_id)) {}
+  // `on_stop` runs (on the reporter thread) when a ReportStep reply says
+  // stop: the job's combine may be waiting on a peer that stopped already.
+  GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id,
+               std::function<void()> on_stop)
+      : stub_(stub),
+        timeout_(timeout),
+        worker_id_(std::move(worker_id)),
+        on_stop_(std::move(on_stop)) {}
 
   absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
     grpc::ClientContext ctx;
@@ -46,6 +52,7 @@ class GrpcReporter : public JobReporter {
     v1::ReportStepReply reply;
     absl::Status s = FromGrpcStatus(stub_->ReportStep(&ctx, report, &reply));
     if (!s.ok()) return Named(s);
+    if (reply.stop() && on_stop_) on_stop_();
     return reply.stop();
   }
   absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
@@ -92,6 +99,7 @@ class GrpcReporter : public JobReporter {
   v1::Coordinator::Stub* stub_;
   absl::Duration timeout_;
   std::string worker_id_;
+  std::function<void()> on_stop_;
 };
 
 }  // namespace
@@ -330,7 +338,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                                                     : "ring/grpc"},
                             {"model", a.spec().model()}});
   SetBlasThreads(options_.blas_threads);
-  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid);
+  // Step reports are pipelined (worker/step_reporter.h): a reply that says
+  // stop arrives while the job thread may already be in the next combine,
+  // so it stops the job as a heartbeat's stop_job does.
+  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, [job] { job->RequestStop(); });
 
   auto run = [&]() -> absl::StatusOr<JobOutcome> {
     // Dataset from this machine's disk, cached across jobs.

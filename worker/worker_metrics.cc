@@ -118,16 +118,18 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry* r)
           "0 when no job runs.")),
       compute_(r->AddHistogram(
           "lockstep_worker_step_compute_seconds",
-          "Per step: batch slicing, forward + backward, optimizer update and weight hash.",
+          "Per step: batch slicing, forward + backward and optimizer update on the job thread "
+          "(worker/step_observer.h).",
           StepSecondsBuckets())),
       communication_(r->AddHistogram(
           "lockstep_worker_step_communication_seconds",
-          "Per step: the gradient combine (all-reduce or ps push/pull), including waiting "
-          "there for slower ranks.",
+          "Per step: the gradient combine (all-reduce or ps push/pull) in flight, including "
+          "waiting there for slower ranks; with overlap, partly hidden behind backward.",
           StepSecondsBuckets())),
       wait_(r->AddHistogram(
           "lockstep_worker_step_wait_seconds",
-          "Per step: the ReportStep round trip to the coordinator that gates the next step.",
+          "Per step: blocked on the coordinator (more than the report lag of replies "
+          "outstanding) or on the previous step's weights hash.",
           StepSecondsBuckets())),
       sent_(r->AddCounterFamily("lockstep_transport_sent_bytes_total",
                                 "Payload bytes sent, by data plane (tcp, grpc ring peers; ps "
@@ -156,7 +158,7 @@ void WorkerMetrics::OnStep(const StepTiming& t) {
   communication_->Observe(t.communication_seconds);
   wait_->Observe(t.wait_seconds);
   absl::MutexLock l(&mu_);
-  window_seconds_ += t.compute_seconds + t.communication_seconds + t.wait_seconds;
+  window_seconds_ += t.step_seconds();
   window_examples_ += t.examples;
   if (window_seconds_ >= 1.0) {
     examples_per_second_->Set(static_cast<double>(window_examples_) / window_seconds_);

@@ -8,7 +8,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/collective/inproc_transport.h"
+#include "common/clock.h"
 #include "common/collective/ps_aggregator.h"
+#include "common/log.h"
 #include "common/metrics/metrics.h"
 #include "gtest/gtest.h"
 #include "worker/job_runner.h"
@@ -85,8 +87,9 @@ TEST(WorkerMetrics, StepsExamplesTimesAndRate) {
   StepTiming t;
   t.examples = 60;
   t.compute_seconds = 0.25;
+  t.exposed_seconds = 0.25;
   t.communication_seconds = 0.25;
-  t.wait_seconds = 0.125;  // 0.625 s per step
+  t.wait_seconds = 0.125;  // 0.625 s per step: compute + exposed + wait
   m.OnStep(t);
   // Less than 1 s of steps: no rate yet.
   EXPECT_EQ(Lines(r, "lockstep_worker_examples_per_second"),
@@ -128,21 +131,41 @@ class SlowIdentityCombiner : public GradientCombiner {
   }
 };
 
+// Answers each report 2 ms after the job thread finished its step (the
+// observer's OnStep, the last thing the job thread does in a step before
+// the next step's wait for the reply).
 class SlowReporter : public JobReporter {
  public:
-  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest&) override {
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& r) override {
+    {
+      absl::MutexLock l(&mu_);
+      auto seen = [this, &r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return observed_ > r.step(); };
+      mu_.Await(absl::Condition(&seen));
+    }
     Spin(absl::Milliseconds(2));
     return false;
   }
+  void Observed(int64_t step) {
+    absl::MutexLock l(&mu_);
+    observed_ = step + 1;
+  }
   absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
   absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+
+ private:
+  absl::Mutex mu_;
+  int64_t observed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class Recorder : public StepObserver {
  public:
+  explicit Recorder(SlowReporter* reporter = nullptr) : reporter_(reporter) {}
   void OnStep(const StepTiming& t) override {
-    absl::MutexLock l(&mu_);
-    steps_.push_back(t);
+    {
+      absl::MutexLock l(&mu_);
+      steps_.push_back(t);
+    }
+    if (reporter_ != nullptr) reporter_->Observed(t.step);
   }
   std::vector<StepTiming> steps() {
     absl::MutexLock l(&mu_);
@@ -150,6 +173,7 @@ class Recorder : public StepObserver {
   }
 
  private:
+  SlowReporter* const reporter_;
   absl::Mutex mu_;
   std::vector<StepTiming> steps_ ABSL_GUARDED_BY(mu_);
 };
@@ -174,10 +198,19 @@ TEST(JobRunnerObserver, SplitsEachStepIntoComputeCommunicationAndWait) {
   o.spec.set_epochs(2);
   o.spec.mutable_optimizer()->set_kind("sgd");
   o.spec.mutable_lr()->set_base_lr(0.1f);
-  Recorder recorder;
-  o.observer = &recorder;
-  SlowIdentityCombiner combiner;
   SlowReporter reporter;
+  Recorder recorder(&reporter);
+  o.observer = &recorder;
+  // No log lines (warnings only): nothing slow between a step's end and
+  // the next step's wait.
+  auto sink = std::make_shared<StringLogSink>();
+  const Logger logger(sink, std::make_shared<RealClock>(),
+                      LogOptions{LogFormat::kText, LogLevel::kWarn});
+  o.logger = &logger;
+  // Lag 0: each step waits for the previous step's reply (2 ms), so that
+  // wait shows in every step but the first.
+  o.report_lag = 0;
+  SlowIdentityCombiner combiner;
   JobRunner runner(o, &data, &combiner, &reporter);
   auto out = runner.Run();
   ASSERT_TRUE(out.ok()) << out.status();
@@ -189,7 +222,10 @@ TEST(JobRunnerObserver, SplitsEachStepIntoComputeCommunicationAndWait) {
     EXPECT_EQ(steps[i].step, static_cast<int64_t>(i));
     EXPECT_EQ(steps[i].examples, examples[i]);
     EXPECT_GE(steps[i].communication_seconds, 0.003);
-    EXPECT_GE(steps[i].wait_seconds, 0.002);
+    EXPECT_EQ(steps[i].exposed_seconds, steps[i].communication_seconds);  // no overlap
+    // The reply comes 2 ms after the previous step's OnStep; the wait
+    // starts a few microseconds after it.
+    if (i > 0) EXPECT_GE(steps[i].wait_seconds, 0.0015) << "step " << i;
     EXPECT_GE(steps[i].compute_seconds, 0.0);
   }
 }

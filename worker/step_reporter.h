@@ -1,0 +1,164 @@
+// Step reports, pipelined: the job thread does not wait for the
+// coordinator's reply to step t's report before it starts step t+1, but it
+// never runs more than `lag` steps ahead of the coordinator's replies.
+//
+//   job thread                          reporter thread
+//   ----------                          ---------------
+//   WaitForRoom()  (<= lag unanswered)
+//   compute + combine of step t         hashes step t-1's weights, sends
+//   WaitHashed()   (t-1's hash done)    its report, waits for the reply
+//   Apply (changes the weights)
+//   Submit(report t, weights)  ------>  hashes the weights (XXH3-128), sends
+//   ...                                 ReportStep(t), records the reply
+//   Flush()        (every reply in)
+//
+// Lag L (kReportLag = 2): step s starts only when the replies to every
+// report of a step < s - L have arrived, so while step s runs at most the
+// reports of steps s-L .. s-1 are unanswered (L = 0 is the synchronous
+// protocol: each step waits for the previous step's reply). A reply that
+// says stop (the job was cancelled or failed, e.g. the coordinator found a
+// hash mismatch) is seen at the next step boundary: WaitForRoom returns
+// CANCELLED naming the step whose reply said so. Reports after it are not
+// sent.
+//
+// The weights are hashed on the reporter thread straight from the replica's
+// parameters (no copy), which is safe because nothing writes them until the
+// next step's Apply, and the job thread calls WaitHashed() before it.
+// WaitHashed() hashes on the job thread itself when the reporter thread has
+// not started (it is waiting for a reply), so the job thread never waits
+// for the network there.
+//
+// Every wait ends by options.timeout (DEADLINE_EXCEEDED naming the step
+// whose reply is missing) or soon (<= 20 ms) after *options.stop becomes
+// true (CANCELLED). The job thread's calls do not allocate on success
+// (reports are swapped into slots made once), so a step's hot path stays
+// allocation-free.
+//
+// Threading: WaitForRoom/WaitHashed/Submit/Flush from one thread (the job
+// thread); the JobReporter is called on the reporter thread (ReportStep)
+// only. The destructor stops the thread after the report in flight, if any,
+// returns (JobReporter calls carry their own deadlines).
+#ifndef LOCKSTEP_WORKER_STEP_REPORTER_H_
+#define LOCKSTEP_WORKER_STEP_REPORTER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/optim/hash.h"
+#include "common/train/replica.h"
+#include "proto/coordinator.pb.h"
+
+namespace lockstep {
+
+// What a running job tells the coordinator. Implemented over gRPC by the
+// worker daemon and by in-memory fakes in tests.
+class JobReporter {
+ public:
+  virtual ~JobReporter() = default;
+  // Returns true when the job must stop (cancelled or failed elsewhere).
+  // Called on the StepReporter's thread, one report at a time, in step
+  // order.
+  virtual absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) = 0;
+  virtual absl::Status ReportEval(const v1::ReportEvalRequest& report) = 0;
+  // Final weights of rank 0, with the model's parameter layout.
+  virtual absl::Status UploadWeights(uint64_t job, const Replica& replica) = 0;
+};
+
+// Steps a worker may run ahead of the coordinator's replies (see above).
+inline constexpr int kReportLag = 2;
+
+struct StepReporterOptions {
+  int lag = kReportLag;  // >= 0
+  // Longest wait for a reply (or a hash) in any call.
+  absl::Duration timeout = absl::Seconds(30);
+  // The job's stop flag (JobRunner::RequestStop); nullptr = none. Waits
+  // return CANCELLED soon after it is set.
+  const std::atomic<bool>* stop = nullptr;
+  uint64_t job_id = 0;  // for messages
+  // The reports' worker_id: the slots' strings are sized once, up front, so
+  // no step allocates (see WarmReport).
+  std::string worker_id;
+};
+
+// Sizes the strings of `report` (worker_id, weights_hash) so that filling
+// it later reuses their storage.
+void WarmReport(const std::string& worker_id, v1::ReportStepRequest* report);
+
+class StepReporter {
+ public:
+  // `reporter` is not owned and must outlive this.
+  StepReporter(JobReporter* reporter, StepReporterOptions options);
+  ~StepReporter();
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
+
+  // Blocks until at most `lag` submitted reports are unanswered. OK, or
+  // CANCELLED (a reply said stop, or *stop was set), the first failed
+  // report's error, or DEADLINE_EXCEEDED.
+  absl::Status WaitForRoom();
+  // Blocks until the weights passed with the last Submit are hashed (call
+  // before changing them). Errors as WaitForRoom.
+  absl::Status WaitHashed();
+  // Queues `*report` (its weights_hash is filled in with the hash of
+  // `weights`, which must stay unchanged until WaitHashed() returns) and
+  // leaves an older report's message in *report for reuse. Requires a
+  // preceding WaitForRoom() that returned OK.
+  void Submit(v1::ReportStepRequest* report, absl::Span<const float> weights);
+  // Blocks until every submitted report is answered. Errors as WaitForRoom.
+  absl::Status Flush();
+
+  // Hash of the last submitted weights; requires a successful WaitHashed()
+  // or Flush() after the last Submit.
+  WeightHash last_hash();
+  // Reports answered so far (for tests).
+  int64_t answered();
+
+ private:
+  enum class HashState { kPending, kHashing, kDone };
+  struct Slot {
+    v1::ReportStepRequest report;
+    absl::Span<const float> weights;
+    HashState hash_state = HashState::kDone;
+    WeightHash hash;
+  };
+
+  void Loop();
+  // Waits until `ready` (with mu_ held) or the timeout / stop; `what`
+  // names the missing thing in the DEADLINE_EXCEEDED message.
+  absl::Status Await(bool (StepReporter::*ready)() const, const char* what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The verdict so far: stop / error, or OK.
+  absl::Status StateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LastHashed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllAnswered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Slot& SlotOf(int64_t i) { return slots_[static_cast<size_t>(i) % slots_.size()]; }
+
+  JobReporter* const reporter_;
+  const StepReporterOptions options_;
+
+  absl::Mutex mu_;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // lag + 1, ring
+  int64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;  // reports queued
+  int64_t answered_ ABSL_GUARDED_BY(mu_) = 0;   // replies in (or skipped after an end)
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  // The end the coordinator (or the network) decided: a reply said stop at
+  // stop_step_, or a report failed.
+  int64_t stop_step_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started after everything above
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_STEP_REPORTER_H_

@@ -1,0 +1,253 @@
+// StepReporter: the job thread runs at most `lag` steps ahead of the
+// coordinator's replies, learns a stop at the next step boundary, flushes
+// before the end, and never waits past its deadline. The fake coordinator
+// answers only when the test opens its gate, so every expectation below is
+// exact (no sleeps; polls with a deadline).
+#include "worker/step_reporter.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+// Answers report i only after the test released i (Release(n): reports
+// 0..n-1 may be answered). Stops the job at stop_at, fails at fail_at.
+class GatedReporter : public JobReporter {
+ public:
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& r) override {
+    absl::MutexLock l(&mu_);
+    received_.push_back(r);
+    const int64_t i = static_cast<int64_t>(received_.size()) - 1;
+    auto open = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return released_ > i; };
+    mu_.Await(absl::Condition(&open));
+    if (r.step() == fail_at_) return absl::UnavailableError("coordinator: connection reset");
+    return stop_at_ >= 0 && r.step() >= stop_at_;
+  }
+  absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
+  absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+
+  void Release(int64_t n) {
+    absl::MutexLock l(&mu_);
+    released_ = n;
+  }
+  int64_t received() {
+    absl::MutexLock l(&mu_);
+    return static_cast<int64_t>(received_.size());
+  }
+  std::vector<v1::ReportStepRequest> reports() {
+    absl::MutexLock l(&mu_);
+    return received_;
+  }
+  void set_stop_at(int64_t s) {
+    absl::MutexLock l(&mu_);
+    stop_at_ = s;
+  }
+  void set_fail_at(int64_t s) {
+    absl::MutexLock l(&mu_);
+    fail_at_ = s;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::ReportStepRequest> received_ ABSL_GUARDED_BY(mu_);
+  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stop_at_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t fail_at_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+// Polls `f` until true or 10 s pass.
+template <typename F>
+bool Eventually(F f) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (f()) return true;
+    std::this_thread::yield();
+  }
+  return f();
+}
+
+v1::ReportStepRequest Report(int64_t step) {
+  v1::ReportStepRequest r;
+  r.set_worker_id("w-1");
+  r.set_job_id(3);
+  r.set_step(step);
+  return r;
+}
+
+// A job thread that submits steps 0..steps-1 with WaitForRoom first and
+// records how far it got.
+struct Job {
+  explicit Job(StepReporter* reporter, int64_t steps, const std::vector<float>* weights)
+      : thread([this, reporter, steps, weights] {
+          for (int64_t s = 0; s < steps; ++s) {
+            absl::Status st = reporter->WaitForRoom();
+            if (st.ok()) st = reporter->WaitHashed();
+            if (!st.ok()) {
+              result = st;
+              return;
+            }
+            v1::ReportStepRequest r = Report(s);
+            reporter->Submit(&r, *weights);
+            submitted.store(s + 1);
+          }
+          result = reporter->Flush();
+          flushed.store(true);
+        }) {}
+  ~Job() { Join(); }
+  void Join() {
+    if (thread.joinable()) thread.join();
+  }
+  std::atomic<int64_t> submitted{0};
+  std::atomic<bool> flushed{false};
+  absl::Status result;
+  std::thread thread;
+};
+
+TEST(StepReporter, RunsAtMostLagStepsAheadOfTheReplies) {
+  for (int lag : {0, 1, 2, 3}) {
+    SCOPED_TRACE(lag);
+    GatedReporter coordinator;
+    StepReporterOptions o;
+    o.lag = lag;
+    o.job_id = 3;
+    StepReporter reporter(&coordinator, o);
+    const std::vector<float> weights = {1.0f, 2.0f, 3.0f};
+    {
+      Job job(&reporter, 10, &weights);
+      for (int64_t answered = 0; answered <= 10; ++answered) {
+        // With `answered` replies in, the job submits exactly
+        // answered + lag + 1 reports (step s starts once step s-lag-1 is
+        // answered), and stays there.
+        const int64_t expect = std::min<int64_t>(10, answered + lag + 1);
+        ASSERT_TRUE(Eventually([&] { return job.submitted.load() == expect; }))
+            << "answered " << answered << ": submitted " << job.submitted.load();
+        ASSERT_TRUE(Eventually([&] { return coordinator.received() == std::min(expect, answered + 1); }));
+        if (answered < 10) {
+          // It does not run further while the reply is missing.
+          EXPECT_EQ(job.submitted.load(), expect);
+          EXPECT_FALSE(job.flushed.load());
+        }
+        coordinator.Release(answered + 1);
+      }
+      ASSERT_TRUE(Eventually([&] { return job.flushed.load(); }));
+    }
+    EXPECT_EQ(reporter.answered(), 10);
+    // In step order, each with the hash of the weights it was given.
+    const std::vector<v1::ReportStepRequest> got = coordinator.reports();
+    ASSERT_EQ(got.size(), 10u);
+    for (int64_t s = 0; s < 10; ++s) {
+      EXPECT_EQ(got[s].step(), s);
+      EXPECT_EQ(got[s].weights_hash(), HashWeights(weights).ToHex());
+    }
+    EXPECT_EQ(reporter.last_hash(), HashWeights(weights));
+  }
+}
+
+TEST(StepReporter, AStopIsSeenAtTheNextBoundaryAndNothingIsSentAfterIt) {
+  GatedReporter coordinator;
+  coordinator.set_stop_at(4);  // the reply to step 4 says stop
+  StepReporterOptions o;
+  o.lag = 2;
+  o.job_id = 3;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> weights = {1.0f};
+  Job job(&reporter, 100, &weights);
+  coordinator.Release(4);  // steps 0..3 answered: the job submits 0..6
+  ASSERT_TRUE(Eventually([&] { return job.submitted.load() == 7; }));
+  EXPECT_EQ(job.submitted.load(), 7);
+  coordinator.Release(100);
+  job.Join();
+  // Step 4's reply said stop: the job ends at the boundary before step 7,
+  // and reports 5 and 6 (already queued) are not sent.
+  EXPECT_EQ(job.result.code(), absl::StatusCode::kCancelled) << job.result;
+  EXPECT_EQ(job.submitted.load(), 7);
+  const std::vector<v1::ReportStepRequest> got = coordinator.reports();
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got.back().step(), 4);
+}
+
+TEST(StepReporter, StopAndErrorsComeBackNamingTheStep) {
+  {
+    GatedReporter coordinator;
+    coordinator.set_stop_at(2);
+    coordinator.Release(100);
+    StepReporterOptions o;
+    o.job_id = 3;
+    StepReporter reporter(&coordinator, o);
+    const std::vector<float> weights = {1.0f};
+    Job job(&reporter, 100, &weights);
+    job.Join();
+    const absl::Status result = job.result;
+    EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+    EXPECT_NE(result.message().find("job 3 stopped by the coordinator (its reply to step 2's"),
+              std::string::npos)
+        << result;
+  }
+  {
+    GatedReporter coordinator;
+    coordinator.set_fail_at(1);
+    coordinator.Release(100);
+    StepReporter reporter(&coordinator, StepReporterOptions{});
+    const std::vector<float> weights = {1.0f};
+    Job job(&reporter, 100, &weights);
+    job.Join();
+    const absl::Status result = job.result;
+    EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+    EXPECT_EQ(coordinator.received(), 2);  // nothing after the failed report
+  }
+}
+
+TEST(StepReporter, EveryWaitHasADeadlineAndTheStopFlagEndsIt) {
+  GatedReporter coordinator;  // never answers until released
+  std::atomic<bool> stop{false};
+  StepReporterOptions o;
+  o.lag = 0;
+  o.timeout = absl::Milliseconds(50);
+  o.stop = &stop;
+  o.job_id = 3;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> weights = {1.0f};
+  ASSERT_TRUE(reporter.WaitForRoom().ok());
+  v1::ReportStepRequest r = Report(0);
+  reporter.Submit(&r, weights);
+  absl::Status s = reporter.WaitForRoom();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("step 0 of job 3"), std::string::npos) << s;
+  s = reporter.Flush();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  stop.store(true);
+  s = reporter.Flush();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  coordinator.Release(1);  // lets the destructor join the reporter thread
+}
+
+TEST(StepReporter, TheJobThreadHashesItselfWhenTheReporterWaitsForAReply) {
+  GatedReporter coordinator;
+  StepReporterOptions o;
+  o.lag = 2;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> a = {1.0f, 2.0f}, b = {3.0f};
+  ASSERT_TRUE(reporter.WaitForRoom().ok());
+  v1::ReportStepRequest r = Report(0);
+  reporter.Submit(&r, a);
+  // The reporter thread hashes a and blocks in step 0's ReportStep.
+  ASSERT_TRUE(Eventually([&] { return coordinator.received() == 1; }));
+  ASSERT_TRUE(reporter.WaitForRoom().ok());
+  r = Report(1);
+  reporter.Submit(&r, b);
+  // Not answered, so the reporter thread cannot hash b: WaitHashed does.
+  ASSERT_TRUE(reporter.WaitHashed().ok());
+  EXPECT_EQ(reporter.last_hash(), HashWeights(b));
+  coordinator.Release(2);
+  ASSERT_TRUE(reporter.Flush().ok());
+  EXPECT_EQ(coordinator.reports()[1].weights_hash(), HashWeights(b).ToHex());
+}
+
+}  // namespace
+}  // namespace lockstep
