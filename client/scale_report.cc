@@ -18,13 +18,16 @@ using scaling::Row;
 
 double Ms(double seconds) { return seconds * 1e3; }
 
+// Wall time per step: global batch / examples/s (the throughput's own
+// step time, which the rank medians need not add up to).
 double StepMs(const scaling::Measurement& m) {
-  if (m.has_timing && m.step_seconds > 0) return Ms(m.step_seconds);
   return m.examples_per_second > 0 ? Ms(m.global_batch / m.examples_per_second) : 0;
 }
 
-// The stacked parts of a step: compute, exposed transfer (exposed minus
-// the peer wait inside it), peer wait, and the rest of the step.
+// The stacked parts of a step's wall time: the ranks' median compute,
+// exposed transfer (exposed minus the peer wait inside it) and peer wait,
+// and the rest of the wall time (service, scheduling, slower-than-median
+// steps).
 struct Parts {
   double compute = 0, transfer = 0, wait = 0, other = 0;
 };
@@ -172,15 +175,15 @@ void XAxisOverK(Panel* p, const std::vector<int>& ks) {
 std::string ScaleCsv(const std::vector<Row>& rows) {
   std::string out =
       "k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,speedup,step_ms,compute_ms,"
-      "communication_ms,exposed_ms,peer_wait_ms,timing,workers_per_host\n";
+      "communication_ms,exposed_ms,peer_wait_ms,timing,workers_per_host,median_step_ms\n";
   for (const Row& r : rows) {
     const scaling::Measurement& m = r.m;
-    absl::StrAppendFormat(&out, "%d,%d,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%d\n", m.k,
+    absl::StrAppendFormat(&out, "%d,%d,%.1f,%.1f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%d,%.4f\n", m.k,
                           m.global_batch, m.examples_per_second, r.ideal_examples_per_second,
                           r.efficiency, r.speedup, StepMs(m), Ms(m.compute_seconds),
                           Ms(m.communication_seconds), Ms(m.exposed_seconds),
                           Ms(m.peer_wait_seconds), m.has_timing ? "reported" : "none",
-                          m.max_workers_per_host);
+                          m.max_workers_per_host, Ms(m.step_seconds));
   }
   return out;
 }
@@ -298,8 +301,7 @@ std::string ScaleSvg(const ScaleReport& r) {
     const double bw = std::min(50.0, 240.0 / std::max(1, n));
     p.SetX(0, std::max(1, n - 1), bw);
     for (int i = 0; i < n; ++i) p.XTick(i, absl::StrCat(r.rows[i].m.k));
-    p.Frame(any_timing ? "Time per step (median, ms)" : "Time per step (batch / examples/s, ms)",
-            "ms per step");
+    p.Frame("Wall time per step = batch / examples/s", "ms per step");
     for (int i = 0; i < n; ++i) {
       const Parts parts = StepParts(r.rows[i].m);
       double base = 0;
@@ -321,7 +323,7 @@ std::string ScaleSvg(const ScaleReport& r) {
       p.Legend(0, kBlue, "compute");
       p.Legend(1, kOrange, "exposed communication (transfer)");
       p.Legend(2, kRed, "waiting for the slowest peer");
-      p.Legend(3, kLight, "other (step - the above)");
+      p.Legend(3, kLight, "rest of the wall time per step");
     } else {
       p.Legend(0, kLight, "step time; the workers reported no breakdown");
     }
@@ -379,17 +381,21 @@ std::string ScaleSvg(const ScaleReport& r) {
 
 std::string ScaleTable(const ScaleReport& r) {
   std::string out = absl::StrCat("lockstep scale: ", r.title, "\n");
-  absl::StrAppendFormat(&out, "%4s %7s %12s %12s %10s %8s %8s %8s %8s %8s %8s\n", "K", "batch",
-                        "examples/s", "ideal", "efficiency", "speedup", "step ms", "compute",
-                        "comm", "exposed", "wait");
+  absl::StrAppend(&out,
+                  "(step ms: wall time per step, batch / examples/s; the rest: medians over the "
+                  "steps, averaged over the ranks)\n");
+  absl::StrAppendFormat(&out, "%4s %7s %12s %12s %10s %8s %8s %8s %8s %8s %8s %8s\n", "K",
+                        "batch", "examples/s", "ideal", "efficiency", "speedup", "step ms",
+                        "med step", "compute", "comm", "exposed", "wait");
   for (const Row& row : r.rows) {
     const scaling::Measurement& m = row.m;
     const auto ms = [&](double s) {
       return m.has_timing ? absl::StrFormat("%.3f", Ms(s)) : std::string("-");
     };
-    absl::StrAppendFormat(&out, "%4d %7d %12.0f %12.0f %10.3f %8.2f %8.3f %8s %8s %8s %8s\n", m.k,
-                          m.global_batch, m.examples_per_second, row.ideal_examples_per_second,
-                          row.efficiency, row.speedup, StepMs(m), ms(m.compute_seconds),
+    absl::StrAppendFormat(&out, "%4d %7d %12.0f %12.0f %10.3f %8.2f %8.3f %8s %8s %8s %8s %8s\n",
+                          m.k, m.global_batch, m.examples_per_second,
+                          row.ideal_examples_per_second, row.efficiency, row.speedup, StepMs(m),
+                          ms(m.step_seconds), ms(m.compute_seconds),
                           ms(m.communication_seconds), ms(m.exposed_seconds),
                           ms(m.peer_wait_seconds));
   }
@@ -422,6 +428,7 @@ std::string ScaleTable(const ScaleReport& r) {
                         "gradient %.0f bytes per worker; %.0f%% of communication exposed\n",
                         r.link, r.link_ab.alpha * 1e6, r.link_ab.beta * 1e9, r.gradient_bytes,
                         100 * r.exposed_fraction);
+  absl::StrAppend(&out, "(ps S=n: n parameter-server hosts beside the K workers)\n");
   absl::StrAppendFormat(&out, "%5s %10s %10s %10s %10s %8s %10s %12s\n", "K", "compute ms",
                         "ring ms", "ps S=1 ms", "best ps ms", "pick", "efficiency", "examples/s");
   for (const Prediction& q : r.predictions) {

@@ -53,13 +53,15 @@ TEST(ScaleReport, CsvRowsAndColumns) {
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0],
             "k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,speedup,step_ms,"
-            "compute_ms,communication_ms,exposed_ms,peer_wait_ms,timing,workers_per_host");
+            "compute_ms,communication_ms,exposed_ms,peer_wait_ms,timing,workers_per_host,"
+            "median_step_ms");
   // K = 2: ideal 2000, efficiency 0.9, speedup 1.8, step 256/1800 s.
-  EXPECT_EQ(lines[2], "2,256,1800.0,2000.0,0.9000,1.8000,142.2222,0.0000,0.0000,0.0000,0.0000,none,0");
+  EXPECT_EQ(lines[2], "2,256,1800.0,2000.0,0.9000,1.8000,142.2222,0.0000,0.0000,0.0000,0.0000,none,0,0.0000");
   const std::string timed = ScaleCsv(Rows(true));
   EXPECT_TRUE(absl::StrContains(
       timed,
-      "\n4,512,2400.0,4000.0,0.6000,2.4000,213.3333,100.0000,30.0000,20.0000,5.0000,reported,0\n"))
+      "\n4,512,2400.0,4000.0,0.6000,2.4000,213.3333,100.0000,30.0000,20.0000,5.0000,reported,0,"
+      "213.3333\n"))
       << timed;
 }
 
@@ -140,7 +142,7 @@ TEST(ScaleReport, TableSaysWhereEfficiencyFalls) {
   EXPECT_TRUE(absl::StrContains(t, "efficiency falls below 0.80 at K=4")) << t;
   EXPECT_TRUE(absl::StrContains(t, "skipped K=8: more than the idle workers")) << t;
   EXPECT_TRUE(absl::StrContains(t, "model: not fitted")) << t;
-  EXPECT_EQ(Count(t, "\n"), 1 + 1 + 3 + 3);
+  EXPECT_EQ(Count(t, "\n"), 1 + 2 + 3 + 3);
 }
 
 TEST(ScaleReport, NotesUnderTableAndFigure) {

@@ -267,11 +267,13 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
   scaling::Workload w;
   w.weak = report->weak;
   w.bytes = 4.0 * o.parameter_count;
+  // Everything in the smallest K's wall time per step but its exposed
+  // communication: the model then reproduces that K's measured examples/s.
+  const double base_wall =
+      base.m.examples_per_second > 0 ? base.m.global_batch / base.m.examples_per_second : 0;
   const double base_compute =
-      base.m.has_timing && base.m.compute_seconds > 0
-          ? base.m.compute_seconds
-          : (base.m.examples_per_second > 0 ? base.m.global_batch / base.m.examples_per_second
-                                            : 0);
+      base.m.has_timing ? std::max(0.5 * base_wall, base_wall - base.m.exposed_seconds)
+                        : base_wall;
   w.compute_seconds = report->weak ? base_compute : base_compute * base.m.k;
   w.batch = report->weak ? base.m.global_batch / std::max(1, base.m.k) : base.m.global_batch;
   w.exposed_fraction = exposed_share.empty() ? 1.0 : Median(exposed_share);

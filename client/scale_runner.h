@@ -102,8 +102,9 @@ struct ModelOptions {
 // extrapolates. The fit explains each row's transfer time
 // (scaling::TransferSeconds: reported communication minus peer wait, or
 // the step time's growth when the workers reported no breakdown). The
-// workload: compute per step of the smallest K's row (reported compute, or
-// its whole step time without a breakdown, times K0 for strong scaling),
+// workload: compute per step of the smallest K's row (its wall time per
+// step, global batch / examples/s, minus its reported exposed
+// communication, at least half the wall time; times K0 for strong scaling),
 // batch at K = 1, 4 bytes per parameter, and the median share of
 // communication that was exposed (1 without a breakdown). Sets has_model,
 // or model_note saying why not.
