@@ -54,9 +54,10 @@ ABSL_FLAG(int64_t, batch, 128,
           "per-worker batch of weak scaling; lockstep-train's and torch's batch");
 ABSL_FLAG(int64_t, strong_batch, 256, "global batch of strong scaling");
 ABSL_FLAG(std::string, worlds, "2,4", "cluster sizes K besides K=1");
-ABSL_FLAG(std::string, modes, "tcp,grpc,ps1,ps2",
+ABSL_FLAG(std::string, modes, "tcp,grpc,ps1,ps2,ps1t,ps2t",
           "combine modes: tcp (ring, raw TCP), grpc (ring, gRPC streams), ps1 (ps, the "
-          "coordinator hosts the shard), ps2 (ps, two lockstep-server shards)");
+          "coordinator hosts the shard), ps2 (ps, two lockstep-server shards), both with "
+          "--ps_transport=grpc; ps1t, ps2t: the same with --ps_transport=tcp");
 ABSL_FLAG(bool, skip_torch, false, "do not run the PyTorch DDP anchor");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "interpreter with Debian's python3-torch (bench/setup_torch.sh)");
@@ -104,6 +105,9 @@ std::string LoadAvg() {
   return f.size() >= 3 ? absl::StrCat(f[0], " ", f[1], " ", f[2]) : "?";
 }
 
+// ps with two lockstep-server shards (a cluster with --ps_addresses).
+bool TwoServers(const std::string& mode) { return mode == "ps2" || mode == "ps2t"; }
+
 // One row of the tables.
 struct Run {
   std::string key;    // unique
@@ -111,7 +115,7 @@ struct Run {
   enum Kind { kTrain, kTorch, kCluster } kind = kCluster;
   int k = 1;                 // processes
   int64_t global_batch = 0;  // examples per step, all processes
-  std::string mode;          // cluster: tcp | grpc | ps1 | ps2; torch: plain | ddp
+  std::string mode;          // cluster: tcp | grpc | ps1 | ps2 | ps1t | ps2t; torch: plain | ddp
   std::string scaling;       // "weak", "strong", "" (K=1 / anchors)
   std::string same_as;       // key of an identical run (not run again)
 };
@@ -188,7 +192,8 @@ void ScalingBench::Plan() {
                      Run::kTorch, 2, 2 * batch_, "ddp", "weak", ""});
   }
   static const std::map<std::string, std::string> kModeName = {
-      {"tcp", "ring tcp"}, {"grpc", "ring grpc"}, {"ps1", "ps S=1"}, {"ps2", "ps S=2"}};
+      {"tcp", "ring tcp"},      {"grpc", "ring grpc"},    {"ps1", "ps S=1 grpc"},
+      {"ps2", "ps S=2 grpc"},   {"ps1t", "ps S=1 tcp"},   {"ps2t", "ps S=2 tcp"}};
   for (int k : worlds_) {
     for (const std::string& m : modes_) {
       std::vector<std::pair<std::string, int64_t>> kinds;
@@ -344,7 +349,8 @@ std::vector<std::string> ScalingBench::JobFlags(const Run& r) const {
     f.push_back(absl::StrCat("--peer_transport=", r.mode));
   } else {
     f.push_back("--sync=ps");
-    f.push_back(absl::StrCat("--ps_shards=", r.mode == "ps2" ? 2 : 1));
+    f.push_back(absl::StrCat("--ps_shards=", TwoServers(r.mode) ? 2 : 1));
+    f.push_back(absl::StrCat("--ps_transport=", r.mode.back() == 't' ? "tcp" : "grpc"));
   }
   for (std::string& w : Words(absl::GetFlag(FLAGS_extra_job_flags))) f.push_back(w);
   return f;
@@ -368,7 +374,7 @@ void ScalingBench::RunClusters(int rep) {
       std::vector<const Run*> todo;
       for (const Run& r : runs_) {
         if (r.kind != Run::kCluster || r.k != k || !r.same_as.empty()) continue;
-        if ((r.mode == "ps2") == (servers == 2)) todo.push_back(&r);
+        if (TwoServers(r.mode) == (servers == 2)) todo.push_back(&r);
       }
       if (todo.empty()) continue;
       ClusterConfig c;
@@ -509,15 +515,17 @@ int ScalingBench::PrintTargets() const {
       {"k1_tcp_one", "K=1 (ring tcp) >= 0.95x lockstep-train", 0.95, 0},
       {"k2_tcp_weak", "K=2 weak ring tcp >= 1.4x (aim 1.6x)", 1.4, 1.6},
       {"k2_grpc_weak", "K=2 weak ring grpc >= 1.2x", 1.2, 0},
-      {"k2_ps1_weak", "K=2 weak ps S=1 (coordinator hosts the shard) >= 0.9x", 0.9, 0},
-      {"k2_ps2_weak", "K=2 weak ps S=2 (two lockstep-server shards) >= 0.9x", 0.9, 0},
+      {"k2_ps1_weak", "K=2 weak ps S=1 grpc (coordinator hosts the shard) >= 0.9x", 0.9, 0},
+      {"k2_ps2_weak", "K=2 weak ps S=2 grpc (two lockstep-server shards) >= 0.9x", 0.9, 0},
+      {"k2_ps1t_weak", "K=2 weak ps S=1 tcp (coordinator hosts the shard) >= 0.9x", 0.9, 0},
+      {"k2_ps2t_weak", "K=2 weak ps S=2 tcp (two lockstep-server shards) >= 0.9x", 0.9, 0},
   };
   std::printf("\nTargets (ratio to lockstep-train at batch %lld, median over repeats):\n",
               static_cast<long long>(batch_));
   int missed = 0;
   for (const Target& t : targets) {
     if (!samples_.count(t.key) || samples_.at(t.key).empty()) {
-      std::printf("  %-7s %-58s (%s)\n", "MISSED", t.what.c_str(),
+      std::printf("  %-7s %-62s (%s)\n", "MISSED", t.what.c_str(),
                   failures_.count(t.key) ? "run failed" : "not run");
       ++missed;
       continue;
@@ -525,7 +533,7 @@ int ScalingBench::PrintTargets() const {
     const double r = RatioMedian(t.key, "train128");
     const bool met = r >= t.min;
     missed += !met;
-    std::printf("  %-7s %-58s %.3fx%s\n", met ? "met" : "MISSED", t.what.c_str(), r,
+    std::printf("  %-7s %-62s %.3fx%s\n", met ? "met" : "MISSED", t.what.c_str(), r,
                 t.aim > 0 ? (r >= t.aim ? "  (aim reached)" : "  (aim not reached)") : "");
   }
   std::printf("  %d of %zu targets missed\n", missed, targets.size());
@@ -576,8 +584,9 @@ int ScalingBench::Main() {
     if (std::find(worlds_.begin(), worlds_.end(), k) == worlds_.end()) worlds_.push_back(k);
   }
   for (const std::string& m : Words(absl::StrReplaceAll(absl::GetFlag(FLAGS_modes), {{",", " "}}))) {
-    if (m != "tcp" && m != "grpc" && m != "ps1" && m != "ps2") {
-      std::fprintf(stderr, "scaling: --modes: expected tcp, grpc, ps1 or ps2, got \"%s\"\n",
+    if (m != "tcp" && m != "grpc" && m != "ps1" && m != "ps2" && m != "ps1t" && m != "ps2t") {
+      std::fprintf(stderr,
+                   "scaling: --modes: expected tcp, grpc, ps1, ps2, ps1t or ps2t, got \"%s\"\n",
                    m.c_str());
       return 2;
     }
