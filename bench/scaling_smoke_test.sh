@@ -2,11 +2,11 @@
 # Smoke test of //bench:scaling in a tiny configuration: 20 steps, one
 # repeat, no PyTorch, K = 1 and 2, ring over raw TCP and ps with two
 # lockstep-server shards over the ps raw-TCP data plane. It checks that
-# every run succeeds (real
-# coordinator, workers and ps processes, jobs submitted with the lockstep
-# client), that the table and the target lines are printed, and that the
-# K=1 cluster job ends with the same weights hash as lockstep-train. It
-# checks no timing: the figures of a 20-step run mean nothing.
+# every run succeeds (real coordinator, workers and ps processes, jobs
+# submitted with the lockstep client), that the table and the target lines
+# are printed, and that the K=1 cluster job ends with the same weights hash
+# as lockstep-train. It checks no timing: the figures of a 20-step run
+# mean nothing.
 #   scaling_smoke_test.sh <path of //bench:scaling>
 set -uo pipefail
 bench=$1
