@@ -1,5 +1,6 @@
 #include "common/collective/mailbox.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@ Mailbox::Mailbox(int owner_rank, int world_size)
                  "Mailbox: owner_rank must be in [0, world_size)");
   absl::MutexLock l(&mu_);
   peers_.resize(world_size);
+  pool_.reserve(kMaxPooledBuffers);  // recycling never grows it
 }
 
 absl::Status Mailbox::CheckOpenLocked(int from, const MessageKey& key) const {
@@ -35,6 +37,7 @@ absl::Status Mailbox::Deliver(int from, const MessageKey& key,
         rank_, KeyToString(key), from, world_size_));
   }
   std::vector<uint8_t> buf;
+  size_t buffer_bytes = 0;
   {
     absl::MutexLock l(&mu_);
     absl::Status s = CheckOpenLocked(from, key);
@@ -43,9 +46,16 @@ absl::Status Mailbox::Deliver(int from, const MessageKey& key,
       buf = std::move(pool_.back());
       pool_.pop_back();
     }
+    largest_message_ = std::max(largest_message_, data.size());
+    buffer_bytes = largest_message_;
   }
-  // Copy outside the lock; assign reuses the pooled capacity when it fits.
-  buf.assign(data.begin(), data.end());
+  // Every buffer is made (or grown to) the largest message size seen so
+  // far, with its pages touched (resize zero-fills), so messages of mixed
+  // sizes (counts, segments, buckets) never reallocate or fault in fresh
+  // pages after warm-up: a new buffer is needed only when more messages
+  // than ever before are queued at once. Copy outside the lock.
+  if (buf.size() < buffer_bytes) buf.resize(buffer_bytes);
+  if (!data.empty()) std::memcpy(buf.data(), data.data(), data.size());
   Message m;
   m.key = key;
   m.size = data.size();
@@ -177,7 +187,8 @@ int64_t Mailbox::stale_discarded() const {
 
 void Mailbox::RecycleLocked(std::vector<uint8_t> buf) {
   if (buf.capacity() == 0 || pool_.size() >= kMaxPooledBuffers) return;
-  buf.clear();
+  // Keeps its size (and touched pages): Deliver grows it only when a larger
+  // message has been seen.
   pool_.push_back(std::move(buf));
 }
 

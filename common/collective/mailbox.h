@@ -6,8 +6,10 @@
 // every transport matches messages identically.
 //
 // Memory: message buffers are recycled through a small free list (up to
-// kMaxPooledBuffers), so a steady stream of same-sized messages allocates
-// nothing after warm-up.
+// kMaxPooledBuffers), each as large as the largest message seen so far, so
+// a steady stream of messages (of any mix of sizes) allocates nothing and
+// touches no fresh page after warm-up. Message::size, not the buffer's
+// size, is the message's length.
 //
 // Thread-safety: all methods are thread-safe. Per-peer order is the order in
 // which Deliver calls for that peer return.
@@ -94,6 +96,7 @@ class Mailbox {
   absl::CondVar cv_;  // signalled on every Deliver and ClosePeer
   std::vector<PeerStream> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<uint8_t>> pool_ ABSL_GUARDED_BY(mu_);
+  size_t largest_message_ ABSL_GUARDED_BY(mu_) = 0;  // bytes; pooled buffers' size
   int64_t stale_total_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
