@@ -1,5 +1,7 @@
 #include "common/collective/wire_format.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -54,8 +56,9 @@ uint16_t FloatToFp16(float f) {
   const uint32_t u = Bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) {  // inf or NaN
-    return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u);
+  if (a >= 0x7f800000u) {  // inf, or NaN: quiet, payload truncated (as F16C)
+    return a == 0x7f800000u ? (sign | 0x7c00u)
+                            : static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
   }
   // 65520 and up round (ties to even) past 65504, the largest half.
   if (a >= 0x477ff000u) return sign | 0x7c00u;
@@ -82,13 +85,51 @@ float Fp16ToFloat(uint16_t h) {
     const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
     return FromBits(Bits(v) | sign);
   }
-  if (exp == 31) return FromBits(sign | 0x7f800000u | (mant << 13));
+  if (exp == 31) {  // inf, or NaN made quiet (as F16C)
+    return FromBits(sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0u));
+  }
   return FromBits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
+
+namespace {
+
+// fp16 arrays with the F16C instructions (x86-64 since 2012), 8 at a time:
+// the scalar code above branches per value and costs about 2x the main
+// job's step time; the hardware conversion gives the same bits (IEEE
+// round to nearest even; NaNs as above).
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) void EncodeFp16F16c(const float* in, int64_t n,
+                                                         uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = FloatToFp16(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void DecodeFp16F16c(const uint16_t* in, int64_t n,
+                                                         float* out, bool add) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_ps(out + i, add ? _mm256_add_ps(_mm256_loadu_ps(out + i), f) : f);
+  }
+  for (; i < n; ++i) out[i] = add ? out[i] + Fp16ToFloat(in[i]) : Fp16ToFloat(in[i]);
+}
+
+}  // namespace
 
 void Encode16(WireFormat w, const float* in, int64_t n, uint16_t* out) {
   if (w == WireFormat::kBf16) {
     for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(in[i]);
+  } else if (HasF16c()) {
+    EncodeFp16F16c(in, n, out);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = FloatToFp16(in[i]);
   }
@@ -97,6 +138,8 @@ void Encode16(WireFormat w, const float* in, int64_t n, uint16_t* out) {
 void Decode16(WireFormat w, const uint16_t* in, int64_t n, float* out) {
   if (w == WireFormat::kBf16) {
     for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(in[i]);
+  } else if (HasF16c()) {
+    DecodeFp16F16c(in, n, out, /*add=*/false);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFloat(in[i]);
   }
@@ -105,6 +148,8 @@ void Decode16(WireFormat w, const uint16_t* in, int64_t n, float* out) {
 void DecodeAdd16(WireFormat w, const uint16_t* in, int64_t n, float* acc) {
   if (w == WireFormat::kBf16) {
     for (int64_t i = 0; i < n; ++i) acc[i] += Bf16ToFloat(in[i]);
+  } else if (HasF16c()) {
+    DecodeFp16F16c(in, n, acc, /*add=*/true);
   } else {
     for (int64_t i = 0; i < n; ++i) acc[i] += Fp16ToFloat(in[i]);
   }
@@ -117,5 +162,7 @@ void RoundTrip16(WireFormat w, float* v, int64_t n) {
     for (int64_t i = 0; i < n; ++i) v[i] = Fp16ToFloat(FloatToFp16(v[i]));
   }
 }
+
+bool Fp16UsesF16c() { return HasF16c(); }
 
 }  // namespace lockstep

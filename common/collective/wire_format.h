@@ -45,6 +45,10 @@ void DecodeAdd16(WireFormat w, const uint16_t* in, int64_t n, float* acc);
 // wire.
 void RoundTrip16(WireFormat w, float* v, int64_t n);
 
+// Whether the fp16 array functions above use the CPU's F16C conversion
+// instructions (same bits as the scalar functions), for tests.
+bool Fp16UsesF16c();
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_COLLECTIVE_WIRE_FORMAT_H_

@@ -1,7 +1,10 @@
 #include "common/collective/wire_format.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -95,6 +98,40 @@ TEST(WireFormatTest, ArrayHelpersAccumulateInFloat32) {
     EXPECT_EQ(out[0], 1.0f);
     EXPECT_EQ(out[2], -3.0f);
   }
+}
+
+// The array functions (F16C when the CPU has it) give the scalar bits,
+// for every half and for float32 values across the whole range.
+TEST(WireFormatTest, Fp16ArraysMatchTheScalarConversion) {
+  std::vector<float> in;
+  for (uint64_t v = 0; v < 0x100000000ull; v += 0x00012345u) {
+    const uint32_t u = static_cast<uint32_t>(v);
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    in.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 3e-8f, 6.1e-5f,
+                  std::numeric_limits<float>::infinity()}) {
+    in.push_back(f);
+  }
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<uint16_t> enc(n);
+  Encode16(WireFormat::kFp16, in.data(), n, enc.data());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(enc[i], FloatToFp16(in[i])) << in[i];
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> dec(0x10000), acc(0x10000, 1.0f);
+  Decode16(WireFormat::kFp16, halves.data(), 0x10000, dec.data());
+  DecodeAdd16(WireFormat::kFp16, halves.data(), 0x10000, acc.data());
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float want = Fp16ToFloat(static_cast<uint16_t>(h));
+    uint32_t a, b;
+    std::memcpy(&a, &dec[h], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << std::hex << h;
+    if (!std::isnan(want)) ASSERT_EQ(acc[h], 1.0f + want) << std::hex << h;
+  }
+  std::printf("fp16 arrays use F16C: %s\n", Fp16UsesF16c() ? "yes" : "no");
 }
 
 }  // namespace
