@@ -6,9 +6,10 @@
 #   A. defaults: every daemon listens on 0.0.0.0 with no --advertise. The
 #      workers must show three distinct 10.x addresses (the IPs the
 #      coordinator sees them call from, never the shared host name), and a
-#      K=3 job trains to the end over ring tcp, ring grpc and ps (the
-#      coordinator's own shard, dialled at the host the workers reach it
-#      at), every step in sync, one final hash across the three.
+#      K=3 job trains to the end over ring tcp, ring grpc, ps and ps over
+#      the shard's raw-TCP data plane (the coordinator's own shard, dialled
+#      at the host the workers reach it at; its data port learned over
+#      gRPC), every step in sync, one final hash across the four.
 #   B. --advertise=10.x.0.N on every daemon, a bare host as a user would
 #      first try: the bound port is added; the same three jobs, same hash.
 #   C. two workers claiming one address (--advertise=vm): the second is
@@ -84,9 +85,10 @@ start_cluster() {
   done
   wait_workers 3
 }
-run_jobs() {  # trains the same job over ring tcp, ring grpc and ps; prints the hashes
+run_jobs() {  # trains the same job over ring tcp, ring grpc, ps and ps tcp; prints the hashes
   local hashes=()
-  for mode in "--sync=ring --peer_transport=tcp" "--sync=ring --peer_transport=grpc" "--sync=ps"; do
+  for mode in "--sync=ring --peer_transport=tcp" "--sync=ring --peer_transport=grpc" "--sync=ps" \
+      "--sync=ps --ps_transport=tcp"; do
     out=$(cli submit --workers=3 --model=softmax --steps=30 --batch=48 $mode --follow --json) \
       || fail "$1 $mode: exit $? $out"
     [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$1 $mode: $out"
@@ -97,7 +99,8 @@ run_jobs() {  # trains the same job over ring tcp, ring grpc and ps; prints the 
     hashes+=("$(json "d['final_hash']" <<<"$out")")
   done
   [ "${hashes[0]}" = "${hashes[1]}" ] && [ "${hashes[0]}" = "${hashes[2]}" ] \
-    || fail "$1: final hashes differ across tcp/grpc/ps: ${hashes[*]}"
+    && [ "${hashes[0]}" = "${hashes[3]}" ] \
+    || fail "$1: final hashes differ across tcp/grpc/ps/ps tcp: ${hashes[*]}"
   echo "${hashes[0]}"
 }
 
@@ -111,7 +114,7 @@ daddrs=$(json "sorted(w['data_address'] for w in d['workers'])" <<<"$ws")
 hosts=$(json "sorted(set(w['hostname'] for w in d['workers']))" <<<"$ws")
 [ "$hosts" = "['$(hostname)']" ] || fail "A: expected one shared host name, got $hosts"
 hash_a=$(run_jobs A) || { echo "$hash_a"; exit 1; }
-echo "A: ring tcp, ring grpc and ps all SUCCEEDED in sync, final hash $hash_a"
+echo "A: ring tcp, ring grpc, ps and ps tcp all SUCCEEDED in sync, final hash $hash_a"
 stop_all
 
 echo "== B: --advertise=HOST without a port on every daemon"
@@ -120,7 +123,7 @@ addrs=$(cli workers --json | json "sorted(w['address'] for w in d['workers'])")
 [ "$addrs" = "['$NET.2:7071', '$NET.3:7071', '$NET.4:7071']" ] || fail "B: worker addresses $addrs"
 hash_b=$(run_jobs B) || { echo "$hash_b"; exit 1; }
 [ "$hash_a" = "$hash_b" ] || fail "B: final hash $hash_b, defaults gave $hash_a"
-echo "B: same three jobs SUCCEEDED, same final hash"
+echo "B: same four jobs SUCCEEDED, same final hash"
 stop_all
 
 echo "== C: two workers claiming one address are refused, never swapped"

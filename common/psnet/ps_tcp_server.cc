@@ -155,30 +155,35 @@ void PsTcpServer::AcceptLoop() {
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    absl::MutexLock l(&mu_);
-    if (shut_down_ || static_cast<int>(conns_.size()) >= options_.max_connections) {
-      ++rejected_;
-      last_rejection_ = absl::StrCat("connection refused: ", conns_.size(),
-                                     " connections open, max_connections is ",
-                                     options_.max_connections);
-      // Best effort: tell the client why (its hello reply).
-      uint8_t r[psnet::kHelloReplyBytes];
-      const std::string& why = last_rejection_;
-      psnet::EncodeHelloReply(static_cast<int32_t>(absl::StatusCode::kResourceExhausted),
-                              static_cast<int64_t>(why.size()), r);
-      (void)!send(fd, r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
-      (void)!send(fd, why.data(), why.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      close(fd);
-      continue;
+    std::string refused;
+    {
+      absl::MutexLock l(&mu_);
+      if (shut_down_ || static_cast<int>(conns_.size()) >= options_.max_connections) {
+        ++rejected_;
+        last_rejection_ = absl::StrCat("connection refused: ", conns_.size(),
+                                       " connections open, max_connections is ",
+                                       options_.max_connections);
+        refused = last_rejection_;
+      } else {
+        auto conn = std::make_unique<Conn>();
+        conn->fd = fd;
+        Conn* raw = conn.get();
+        conns_.push_back(std::move(conn));
+        raw->thread = std::thread([this, raw] {
+          Serve(raw);
+          raw->done.store(true);
+        });
+      }
     }
-    auto conn = std::make_unique<Conn>();
-    conn->fd = fd;
-    Conn* raw = conn.get();
-    conns_.push_back(std::move(conn));
-    raw->thread = std::thread([this, raw] {
-      Serve(raw);
-      raw->done.store(true);
-    });
+    if (!refused.empty()) {
+      // Best effort, never blocking: tell the client why (its hello reply).
+      uint8_t r[psnet::kHelloReplyBytes];
+      psnet::EncodeHelloReply(static_cast<int32_t>(absl::StatusCode::kResourceExhausted),
+                              static_cast<int64_t>(refused.size()), r);
+      (void)!send(fd, r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)!send(fd, refused.data(), refused.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      close(fd);
+    }
   }
 }
 

@@ -34,9 +34,10 @@ using ::testing::HasSubstr;
 
 // A registry and its data-plane server on 127.0.0.1:0.
 struct LocalServer {
-  explicit LocalServer(int max_jobs = 8, int64_t max_floats = PsShardRegistry::kDefaultMaxShardFloats)
+  explicit LocalServer(int max_jobs = 8, int64_t max_floats = PsShardRegistry::kDefaultMaxShardFloats,
+                       PsTcpServerOptions options = {})
       : registry(max_jobs, max_floats) {
-    auto s = PsTcpServer::Start(&registry, "127.0.0.1", 0);
+    auto s = PsTcpServer::Start(&registry, "127.0.0.1", 0, options);
     EXPECT_TRUE(s.ok()) << s.status();
     server = *std::move(s);
     address = absl::StrCat("127.0.0.1:", server->port());
@@ -368,6 +369,25 @@ TEST(PsTcpTest, BadHellosAndFramesAreAnsweredClosedAndCounted) {
   int64_t count = 0;
   ASSERT_TRUE(a.Pull(5, 0, 1, absl::MakeSpan(out), &count, soon).ok());
   EXPECT_EQ(out, (std::vector<float>{2, 2, 2}));
+}
+
+TEST(PsTcpTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
+  PsTcpServerOptions o;
+  o.max_connections = 1;
+  auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
+  PsTcpClient a(server->address, 0, 2, 1);
+  const std::vector<float> g = {1};
+  ASSERT_TRUE(a.Push(1, 0, 0, g, 1, absl::Now() + absl::Seconds(5)).ok());  // keeps its connection
+  PsTcpClient b(server->address, 0, 2, 1);
+  absl::Status s = b.Push(1, 0, 1, g, 1, absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("max_connections is 1"));
+  // The first client's connection still works.
+  ASSERT_TRUE(a.Push(1, 0, 1, g, 1, absl::Now() + absl::Seconds(5)).ok());
+  std::vector<float> out(1);
+  int64_t count = 0;
+  ASSERT_TRUE(a.Pull(1, 0, 0, absl::MakeSpan(out), &count, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(out[0], 2.0f);
 }
 
 TEST(PsTcpTest, CancelEndsAWaitingRoundAtOnceAndFreesTheServer) {
