@@ -11,13 +11,15 @@
 # (RankStatus.resident_bytes, from common/process_stats.h) must be nonzero
 # and within the budget too.
 # Environment (for the README's figure): RSS_WORKERS (default 2),
-# RSS_STEPS (default 300; 0 = RSS_EPOCHS epochs), RSS_EPOCHS (default 1).
+# RSS_STEPS (default 300; 0 = RSS_EPOCHS epochs), RSS_EPOCHS (default 1),
+# RSS_BATCH (global batch, default 128 per worker).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=10
 source "$(dirname "$0")/e2e_lib.sh"
 K="${RSS_WORKERS:-2}"; STEPS="${RSS_STEPS:-300}"; EPOCHS="${RSS_EPOCHS:-1}"
+BATCH="${RSS_BATCH:-$((128 * K))}"
 DIR=/usr/share/datasets/fashion-mnist
 [ -s "$DIR/train-images-idx3-ubyte.gz" ] || fail "no Fashion-MNIST in $DIR (deploy/setup.sh installs dataset-fashion-mnist)"
 
@@ -33,7 +35,7 @@ cli() { "$CLI" --coordinator="$C" "$@"; }
 for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = "$K" ] && break; sleep 0.05; done
 [ "$(cli workers | grep -c IDLE)" = "$K" ] || fail "$K workers not idle"
 
-out=$(cli submit --workers="$K" --model=mlp:256 --dataset=fashion-mnist --batch=$((128 * K)) \
+out=$(cli submit --workers="$K" --model=mlp:256 --dataset=fashion-mnist --batch="$BATCH" \
       --steps="$STEPS" --epochs="$EPOCHS" --optimizer=sgd --momentum=0.9 --lr=0.05 \
       --peer_transport=tcp --follow --json) || fail "job exit $?: $out"
 echo "$out" > "$T/job.json"
