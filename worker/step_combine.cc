@@ -28,15 +28,12 @@ absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec) {
         spec.bucket_bytes()));
   }
   c.bucket_bytes = spec.bucket_bytes();
-  if (c.bucket_bytes == 0) {
-    // The default: overlap where it was measured to pay (README, "Overlap"):
-    // ring over raw TCP. Over gRPC, several messages per step cost more
-    // than the overlap saves; in ps mode (one bucket per shard) it made no
-    // difference with one shard.
-    c.bucket_bytes = spec.sync_mode() == v1::RING && spec.peer_transport() == v1::TCP
-                         ? kDefaultBucketBytes
-                         : -1;
-  }
+  // The default is no overlap: on the 2-core development host it paid
+  // only where every worker process had a core to itself (K = 2 over raw
+  // TCP: 1.33x) and cost 1.7x with 4 workers on the 2 cores; over gRPC
+  // several messages per step cost more than the overlap saves (README,
+  // "Overlap"). --bucket_bytes=262144 turns it on.
+  if (c.bucket_bytes == 0) c.bucket_bytes = -1;
   auto wire = ParseWireFormat(spec.compression());
   if (!wire.ok()) {
     return absl::InvalidArgumentError(

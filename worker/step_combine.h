@@ -43,10 +43,10 @@
 
 namespace lockstep {
 
-// The bucket size of JobSpec.bucket_bytes = 0 for ring jobs over TCP
-// (other jobs default to no overlap). Measured on the 2-core development
-// host (see the README, "Overlap"): 4 buckets for the main job's MLP
-// 784-256-10.
+// The bucket size a CombineConfig with bucket_bytes = 0 uses (a JobSpec's
+// 0 means no overlap, see CombineConfigFromSpec). The best of the sizes
+// measured on the 2-core development host (README, "Overlap"): 4 buckets
+// for the main job's MLP 784-256-10.
 inline constexpr int64_t kDefaultBucketBytes = 256 << 10;
 
 struct CombineConfig {
@@ -55,8 +55,8 @@ struct CombineConfig {
   WireFormat wire = WireFormat::kFloat32;  // JobSpec.compression
 };
 
-// From the job spec, with JobSpec.bucket_bytes = 0 resolved: 256 KiB
-// buckets for ring over TCP, no overlap (-1) for ring over gRPC and ps.
+// From the job spec, with JobSpec.bucket_bytes = 0 resolved to -1 (no
+// overlap: the default, measured in the README, "Overlap").
 // InvalidArgument naming spec.bucket_bytes (expected -1, 0 or > 0) or
 // spec.compression (expected none, bf16 or fp16; ring only).
 absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec);

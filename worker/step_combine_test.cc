@@ -397,12 +397,12 @@ TEST(StepCombinerTest, ConfigFromTheJobSpecNamesBadFields) {
   spec.set_sync_mode(v1::RING);
   auto c = CombineConfigFromSpec(spec);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->bucket_bytes, -1);  // ring over gRPC: no overlap by default
+  EXPECT_EQ(c->bucket_bytes, -1);  // no overlap by default
   EXPECT_EQ(c->wire, WireFormat::kFloat32);
   spec.set_peer_transport(v1::TCP);
   c = CombineConfigFromSpec(spec);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->bucket_bytes, kDefaultBucketBytes);  // ring over TCP: 256 KiB
+  EXPECT_EQ(c->bucket_bytes, -1);
   spec.set_sync_mode(v1::PS);
   EXPECT_EQ(CombineConfigFromSpec(spec)->bucket_bytes, -1);
   spec.set_bucket_bytes(4096);

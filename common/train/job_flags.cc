@@ -33,8 +33,8 @@ ABSL_FLAG(std::string, peer_transport, "grpc",
           "tcp: raw sockets to each worker's --data_port); ignored in ps mode");
 ABSL_FLAG(int64_t, bucket_bytes, 0,
           "Overlap the gradient combine with backward in buckets of this many bytes "
-          "(0 = default: 256 KiB for ring over tcp, off otherwise; -1 = off: combine "
-          "after backward)");
+          "(0 = default: off; -1 = off: combine after backward; 262144 = 4 buckets for "
+          "mlp:256)");
 ABSL_FLAG(std::string, compression, "none",
           "Gradient compression on the ring's wire: none | bf16 | fp16 (float32 "
           "accumulation; ring jobs only)");
