@@ -35,31 +35,33 @@ void PsShard::FoldLocked(Slot& slot, int worker,
 absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
                            absl::Span<const float> shard_grad_sum,
                            int64_t count) {
-  const std::string where =
-      absl::StrFormat("ps shard %d: push (job %d step %d) from worker %d",
-                      shard_index_, job, step, worker);
+  // Formatted only on error: no allocation on a step's hot path.
+  auto where = [&] {
+    return absl::StrFormat("ps shard %d: push (job %d step %d) from worker %d",
+                           shard_index_, job, step, worker);
+  };
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: worker must be in [0, %d)", where, num_workers_));
+        "%s: worker must be in [0, %d)", where(), num_workers_));
   }
   if (static_cast<int64_t>(shard_grad_sum.size()) != shard_len_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: gradient has %d floats, expected the shard length %d", where,
+        "%s: gradient has %d floats, expected the shard length %d", where(),
         shard_grad_sum.size(), shard_len_));
   }
   if (count < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: count is %d, expected >= 0", where, count));
+        absl::StrFormat("%s: count is %d, expected >= 0", where(), count));
   }
   if (step < 0) {
-    return absl::InvalidArgumentError(where + ": step must be >= 0");
+    return absl::InvalidArgumentError(where() + ": step must be >= 0");
   }
 
   absl::MutexLock l(&mu_);
   Job& js = jobs_[job];
   if (IsGone(js, step)) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: step is older than the retained steps %d and %d", where,
+        "%s: step is older than the retained steps %d and %d", where(),
         js.latest - 1, js.latest));
   }
   Slot& sl = js.slots[static_cast<uint64_t>(step) & 1];
@@ -84,12 +86,12 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
     if (sl.counts[worker] == count) return absl::OkStatus();  // duplicate
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: duplicate push with count %d, but the first push had count %d",
-        where, count, sl.counts[worker]));
+        where(), count, sl.counts[worker]));
   }
   int64_t total;
   if (__builtin_add_overflow(sl.total_count, count, &total)) {
     return absl::OutOfRangeError(
-        absl::StrFormat("%s: total example count overflows int64", where));
+        absl::StrFormat("%s: total example count overflows int64", where()));
   }
   sl.total_count = total;
   sl.pushed[worker] = 1;
@@ -109,23 +111,24 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
 absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
                            absl::Span<float> out, int64_t* count,
                            absl::Time deadline) {
-  const std::string where =
-      absl::StrFormat("ps shard %d: pull (job %d step %d) by worker %d",
-                      shard_index_, job, step, worker);
+  auto where = [&] {
+    return absl::StrFormat("ps shard %d: pull (job %d step %d) by worker %d",
+                           shard_index_, job, step, worker);
+  };
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: worker must be in [0, %d)", where, num_workers_));
+        "%s: worker must be in [0, %d)", where(), num_workers_));
   }
   if (static_cast<int64_t>(out.size()) != shard_len_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: output has %d floats, expected the shard length %d", where,
+        "%s: output has %d floats, expected the shard length %d", where(),
         out.size(), shard_len_));
   }
   if (count == nullptr) {
-    return absl::InvalidArgumentError(where + ": count is null");
+    return absl::InvalidArgumentError(where() + ": count is null");
   }
   if (step < 0) {
-    return absl::InvalidArgumentError(where + ": step must be >= 0");
+    return absl::InvalidArgumentError(where() + ": step must be >= 0");
   }
 
   absl::MutexLock l(&mu_);
@@ -139,7 +142,7 @@ absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s: step is older than the retained steps %d and %d (garbage "
             "collected)",
-            where, js.latest - 1, js.latest));
+            where(), js.latest - 1, js.latest));
       }
       const Slot& s = js.slots[static_cast<uint64_t>(step) & 1];
       if (s.active && s.step == step) sl = &s;
@@ -157,7 +160,7 @@ absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
       return absl::DeadlineExceededError(absl::StrFormat(
           "%s: timed out after %d of %d pushes; missing pushes from "
           "workers [%s]",
-          where, num_workers_ - static_cast<int>(missing.size()),
+          where(), num_workers_ - static_cast<int>(missing.size()),
           num_workers_, absl::StrJoin(missing, ", ")));
     }
     timed_out = cv_.WaitWithDeadline(&mu_, deadline);
@@ -280,31 +283,32 @@ absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
                          const PsAllReduceOptions& o) {
   const int S = static_cast<int>(shards.size());
   const int64_t n = static_cast<int64_t>(grad.size());
-  const std::string where =
-      absl::StrFormat("ps all-reduce (job %d step %d, worker %d, %d shards)",
-                      o.job, o.step, o.worker, S);
-  if (S == 0) return absl::InvalidArgumentError(where + ": no shards");
+  auto where = [&] {
+    return absl::StrFormat("ps all-reduce (job %d step %d, worker %d, %d shards)",
+                           o.job, o.step, o.worker, S);
+  };
+  if (S == 0) return absl::InvalidArgumentError(where() + ": no shards");
   for (int s = 0; s < S; ++s) {
     if (shards[s] == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: client for shard %d is null", where, s));
+          absl::StrFormat("%s: client for shard %d is null", where(), s));
     }
   }
   if (count == nullptr) {
-    return absl::InvalidArgumentError(where + ": count is null");
+    return absl::InvalidArgumentError(where() + ": count is null");
   }
   if (*count < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: count is %d, expected >= 0", where, *count));
+        absl::StrFormat("%s: count is %d, expected >= 0", where(), *count));
   }
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: timeout is %s, expected > 0", where,
+        absl::StrFormat("%s: timeout is %s, expected > 0", where(),
                         absl::FormatDuration(o.timeout)));
   }
   const absl::Time deadline = absl::Now() + o.timeout;
   auto fail = [&](const char* what, int s, const absl::Status& st) {
-    return absl::Status(st.code(), absl::StrFormat("%s: %s shard %d: %s", where,
+    return absl::Status(st.code(), absl::StrFormat("%s: %s shard %d: %s", where(),
                                                    what, s, st.message()));
   };
   for (int s = 0; s < S; ++s) {
@@ -327,7 +331,7 @@ absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
     } else if (c != total) {
       return absl::InternalError(absl::StrFormat(
           "%s: shard %d reports a total count of %d but shard 0 reports %d",
-          where, s, c, total));
+          where(), s, c, total));
     }
   }
   *count = total;

@@ -213,13 +213,11 @@ void PsTcpServer::Serve(Conn* conn) {
     psnet::EncodeHelloReply(static_cast<int32_t>(st.code()), static_cast<int64_t>(text.size()),
                             r);
     iovec iov[2] = {{r, sizeof(r)}, {const_cast<char*>(text.data()), text.size()}};
+    // Counted before the answer goes out (a client that read it sees it).
+    if (!st.ok()) Reject(absl::StrCat("hello refused: ", st.message()));
     const absl::Status sent = psnet::WriteFully(fd, iov, text.empty() ? 1 : 2,
                                                 absl::Now() + options_.hello_timeout);
-    if (!st.ok()) {
-      Reject(absl::StrCat("hello refused: ", st.message()));
-      return;
-    }
-    if (!sent.ok()) return;
+    if (!st.ok() || !sent.ok()) return;
   }
   const std::string where = absl::StrFormat("ps data plane: job %d shard %d (K=%d, %d floats)",
                                             hello.job, hello.shard, hello.num_workers,
