@@ -115,10 +115,13 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
   if (absl::Status s = Connected(call.buffer_size); !s.ok()) return s;
   const int shards = static_cast<int>(shards_.size());
   const absl::Duration left = call.deadline - absl::Now();
-  const std::string where = absl::StrFormat("ps all-reduce (job %d step %d, worker %d, %d shards)",
-                                            call.job, call.step, rank_, shards);
+  // Formatted only for an error (no allocation on a step's hot path).
+  auto where = [&] {
+    return absl::StrFormat("ps all-reduce (job %d step %d, worker %d, %d shards)", call.job,
+                           call.step, rank_, shards);
+  };
   if (left <= absl::ZeroDuration()) {
-    return absl::DeadlineExceededError(where + ": deadline passed before it started");
+    return absl::DeadlineExceededError(where() + ": deadline passed before it started");
   }
   if (call.num_buckets == 1) {
     PsAllReduceOptions o;
@@ -135,7 +138,7 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
   const int s = shards - 1 - call.bucket;
   if (call.num_buckets != shards || s < 0 || !(call.range == ShardBounds(call.buffer_size, shards, s))) {
     return absl::InternalError(absl::StrFormat(
-        "%s: bucket %d of %d [%d, %d) is not a shard of the plan", where, call.bucket,
+        "%s: bucket %d of %d [%d, %d) is not a shard of the plan", where(), call.bucket,
         call.num_buckets, call.range.begin, call.range.end));
   }
   // StartRound/FinishRound: a push then a pull, which a client may send as
@@ -143,7 +146,7 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
   if (absl::Status st =
           shards_[s]->StartRound(call.job, call.step, rank_, data, *count, call.deadline);
       !st.ok()) {
-    return absl::Status(st.code(), absl::StrFormat("%s: push to shard %d: %s", where, s,
+    return absl::Status(st.code(), absl::StrFormat("%s: push to shard %d: %s", where(), s,
                                                    st.message()));
   }
   int64_t total = 0;
@@ -152,7 +155,7 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
       shards_[s]->FinishRound(call.job, call.step, rank_, data, &total, call.deadline);
   if (peer_wait_seconds != nullptr) *peer_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrFormat("%s: pull from shard %d: %s", where, s,
+    return absl::Status(st.code(), absl::StrFormat("%s: pull from shard %d: %s", where(), s,
                                                    st.message()));
   }
   if (call.with_count) *count = total;
