@@ -611,11 +611,12 @@ TEST(HotPathTest, MlpAdamInProcessK2) { RunCase({"mlp:256", 2, false, "adam"}); 
 TEST(HotPathTest, MlpTcpK2) { RunCase({"mlp:256", 2, true}); }
 TEST(HotPathTest, WideMlpTcpK2Ring) { RunCase({"mlp:512", 2, true}); }
 // ps mode over in-process shards: the worker side and the aggregator
-// (PsAllReduce, PsShard). Disabled until they stop formatting their error
-// context on every call (2026-11-30: 6 allocations per rank and step, all
-// eager StrFormat in PsShard::Push/Pull, PsAllReduce and
-// PsCombiner::CombineBucket); run it with --gtest_also_run_disabled_tests.
-TEST(HotPathTest, DISABLED_MlpInProcessPsK2S2) { RunCase({"mlp:256", 2, false, "sgd", 2}); }
+// (PsAllReduce, PsShard) on the ranks' threads. Error context is formatted
+// only on error now (it was 6 allocations per rank and step); the shard's
+// step buffers, which live in the server process in a real job, still
+// allocate a few times early (2026-11-30: 4 allocations and ~400 faults
+// in steps 2..23, at steps 2 and 5), inside the in-process bound of 8.
+TEST(HotPathTest, MlpInProcessPsK2S2) { RunCase({"mlp:256", 2, false, "sgd", 2}); }
 
 }  // namespace
 }  // namespace lockstep
