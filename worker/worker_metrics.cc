@@ -46,52 +46,44 @@ class CountingPsClient : public PsClient {
   absl::Status Push(uint64_t job, int64_t step, int worker,
                     absl::Span<const float> shard_grad_sum, int64_t count,
                     absl::Time deadline) override {
-    absl::Status s = inner_->Push(job, step, worker, shard_grad_sum, count, deadline);
-    if (s.ok()) {
-      sent_->Increment(static_cast<double>(shard_grad_sum.size() * sizeof(float) +
-                                           sizeof(int64_t)));
-    } else {
-      metrics_->RpcError("Push", absl::StatusCodeToString(s.code()));
-    }
-    return s;
+    return Sent(inner_->Push(job, step, worker, shard_grad_sum, count, deadline),
+                shard_grad_sum.size());
   }
   absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                     int64_t* count, absl::Time deadline) override {
-    absl::Status s = inner_->Pull(job, step, worker, out, count, deadline);
-    if (s.ok()) {
-      received_->Increment(static_cast<double>(out.size() * sizeof(float) + sizeof(int64_t)));
-    } else {
-      metrics_->RpcError("Pull", absl::StatusCodeToString(s.code()));
-    }
-    return s;
+    return Received(inner_->Pull(job, step, worker, out, count, deadline), out.size());
   }
   // The pipelined round (the raw-TCP ps client sends push and pull as one
   // message): forwarded, counted like Push and Pull.
   absl::Status StartRound(uint64_t job, int64_t step, int worker,
                           absl::Span<const float> shard_grad_sum, int64_t count,
                           absl::Time deadline) override {
-    absl::Status s = inner_->StartRound(job, step, worker, shard_grad_sum, count, deadline);
-    if (s.ok()) {
-      sent_->Increment(static_cast<double>(shard_grad_sum.size() * sizeof(float) +
-                                           sizeof(int64_t)));
-    } else {
-      metrics_->RpcError("Push", absl::StatusCodeToString(s.code()));
-    }
-    return s;
+    return Sent(inner_->StartRound(job, step, worker, shard_grad_sum, count, deadline),
+                shard_grad_sum.size());
   }
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                            int64_t* count, absl::Time deadline) override {
-    absl::Status s = inner_->FinishRound(job, step, worker, out, count, deadline);
-    if (s.ok()) {
-      received_->Increment(static_cast<double>(out.size() * sizeof(float) + sizeof(int64_t)));
-    } else {
-      metrics_->RpcError("Pull", absl::StatusCodeToString(s.code()));
-    }
-    return s;
+    return Received(inner_->FinishRound(job, step, worker, out, count, deadline), out.size());
   }
   void Cancel() override { inner_->Cancel(); }
 
  private:
+  // On success, the bytes moved (the floats and the count) onto `bytes`;
+  // otherwise the error counted as an RPC error of `rpc` ("Push" / "Pull").
+  absl::Status Counted(absl::Status s, size_t floats, Counter* bytes, const char* rpc) {
+    if (s.ok()) {
+      bytes->Increment(static_cast<double>(floats * sizeof(float) + sizeof(int64_t)));
+    } else {
+      metrics_->RpcError(rpc, absl::StatusCodeToString(s.code()));
+    }
+    return s;
+  }
+  absl::Status Sent(absl::Status s, size_t floats) {
+    return Counted(std::move(s), floats, sent_, "Push");
+  }
+  absl::Status Received(absl::Status s, size_t floats) {
+    return Counted(std::move(s), floats, received_, "Pull");
+  }
   PsClient* const inner_;
   Counter* const sent_;
   Counter* const received_;
