@@ -42,11 +42,17 @@ echo "$out" > "$T/job.json"
 cli status "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" "$T/job.json")" \
   --json > "$T/status.json" || fail "status"
 
-python3 - "$T/job.json" "$T/status.json" "${wpids[@]}" <<'PY' || fail "resident memory over budget (see above)"
+# Under AddressSanitizer (CI's second pass) the shadow memory and the
+# 256 MiB free quarantine make RSS say nothing about the program: the job
+# and the reported resident_bytes are still checked, the budget is not.
+SANITIZED=0
+grep -aq __asan_init "$WORKER" && SANITIZED=1
+python3 - "$T/job.json" "$T/status.json" "$SANITIZED" "${wpids[@]}" <<'PY' || fail "resident memory over budget (see above)"
 import json, sys
 job = json.load(open(sys.argv[1]))
 status = json.load(open(sys.argv[2]))
-pids = sys.argv[3:]
+sanitized = sys.argv[3] == "1"
+pids = sys.argv[4:]
 assert job["state"] == "SUCCEEDED", job
 MiB = 1 << 20
 # The model and its state, from the job's shape: MLP 784-256-10.
@@ -64,6 +70,9 @@ print(f"budget: 1.5 x (parameters {params / MiB:.2f} + gradient {grad / MiB:.2f}
       f"optimizer state {opt / MiB:.2f} + dataset {dataset / MiB:.2f} "
       f"[{train}+{test} examples x ({dim}+1) floats]) MiB + 64 MiB = "
       f"1.5 x {base / MiB:.2f} + 64 = {budget / MiB:.1f} MiB")
+if sanitized:
+    print("sanitizer build: the budget is printed but not enforced")
+    budget = float("inf")
 ok = True
 for i, pid in enumerate(pids, 1):
     fields = {}

@@ -220,7 +220,9 @@ TEST(BucketApiTest, EveryBucketSumsExactlyOnEveryRankWithAwkwardSizes) {
             for (size_t b = 1; b < plans[0].size(); ++b) {
               EXPECT_EQ(plans[0][b].end, plans[0][b - 1].begin);
             }
-            if (path.ps && k > 0) EXPECT_EQ(static_cast<int>(plans[0].size()), path.shards);
+            if (path.ps && k > 0) {
+              EXPECT_EQ(static_cast<int>(plans[0].size()), path.shards);
+            }
             for (int r = 0; r < k; ++r) {
               EXPECT_EQ(plans[r], plans[0]);
               EXPECT_EQ(counts[r], k * (k + 1) / 2);
