@@ -23,6 +23,8 @@ _LIBS = {
     "openblas": ["openblas"],
     "xxhash": ["libxxhash"],
     "zlib": ["zlib"],
+    # SQLite (libsqlite3-dev): the coordinator's --state_dir database.
+    "sqlite3": ["sqlite3"],
     "gtest": ["gtest", "gmock"],
     "gtest_main": ["gtest_main", "gmock", "gtest"],
 }
