@@ -148,6 +148,30 @@ int64_t PanelRow(int64_t k, int64_t panels, int64_t p) { return k * p / panels; 
 
 }  // namespace
 
+double Model::StartBackward(absl::Span<const float> params, const float* x, const float* y,
+                            int64_t n) {
+  const float* z = Forward(params, x, n);
+  dz_.Resize(Shape{n, output_dim()});
+  const double loss_sum = OutputLoss(z, y, n, dz_.data(), nullptr);
+  if (ones_.size() < n) {
+    ones_.Resize(Shape{n});
+    std::fill_n(ones_.data(), n, 1.0f);
+  }
+  return loss_sum;
+}
+
+void Model::BackpropInput(absl::Span<const float> params, int l, int64_t n) {
+  // dA_in = dZ W^T   [n,k], then through the ReLU of layer l-1.
+  const int64_t k = dims_[l], m = dims_[l + 1];
+  const float* w = params.data() + layout_[2 * l].offset;
+  dz_prev_.Resize(Shape{n, k});
+  Gemm(false, true, n, k, m, 1.0f, dz_.data(), m, w, m, 0.0f, dz_prev_.data(), k);
+  const float* a = acts_[l - 1].data();
+  float* d = dz_prev_.data();
+  for (int64_t i = 0; i < n * k; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
+  std::swap(dz_, dz_prev_);
+}
+
 std::vector<int64_t> Model::GradPieceStarts(int64_t panel_floats) const {
   std::vector<int64_t> starts;
   const int layers = static_cast<int>(dims_.size()) - 1;
@@ -174,14 +198,8 @@ BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
     return stats;
   }
   const int layers = static_cast<int>(dims_.size()) - 1;
-  const float* z = Forward(params, x, n);
-  dz_.Resize(Shape{n, output_dim()});
-  stats.loss_sum = OutputLoss(z, y, n, dz_.data(), nullptr);
+  stats.loss_sum = StartBackward(params, x, y, n);
   listener->LossReady(stats.loss_sum);
-  if (ones_.size() < n) {
-    ones_.Resize(Shape{n});
-    std::fill_n(ones_.data(), n, 1.0f);
-  }
   for (int l = layers - 1; l >= 0; --l) {
     const int64_t k = dims_[l], m = dims_[l + 1];
     const float* a_in = l == 0 ? x : acts_[l - 1].data();
@@ -201,13 +219,7 @@ BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
       listener->ReadyFrom(layout_[2 * l].offset + r0 * m);
     }
     if (l == 0) break;
-    const float* w = params.data() + layout_[2 * l].offset;
-    dz_prev_.Resize(Shape{n, k});
-    Gemm(false, true, n, k, m, 1.0f, dz_.data(), m, w, m, 0.0f, dz_prev_.data(), k);
-    const float* a = acts_[l - 1].data();
-    float* d = dz_prev_.data();
-    for (int64_t i = 0; i < n * k; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
-    std::swap(dz_, dz_prev_);
+    BackpropInput(params, l, n);
   }
   return stats;
 }
@@ -221,13 +233,7 @@ BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
     return stats;
   }
   const int layers = static_cast<int>(dims_.size()) - 1;
-  const float* z = Forward(params, x, n);
-  dz_.Resize(Shape{n, output_dim()});
-  stats.loss_sum = OutputLoss(z, y, n, dz_.data(), nullptr);
-  if (ones_.size() < n) {
-    ones_.Resize(Shape{n});
-    std::fill_n(ones_.data(), n, 1.0f);
-  }
+  stats.loss_sum = StartBackward(params, x, y, n);
   for (int l = layers - 1; l >= 0; --l) {
     const int64_t k = dims_[l], m = dims_[l + 1];
     const float* a_in = l == 0 ? x : acts_[l - 1].data();
@@ -237,14 +243,7 @@ BatchStats Model::LossAndGradSum(absl::Span<const float> params, const float* x,
     Gemm(true, false, k, m, n, 1.0f, a_in, k, dz_.data(), m, 0.0f, gw, m);
     Gemv(true, n, m, 1.0f, dz_.data(), m, ones_.data(), 0.0f, gb);
     if (l == 0) break;
-    // dA_in = dZ W^T   [n,k], then through the ReLU of layer l-1.
-    const float* w = params.data() + layout_[2 * l].offset;
-    dz_prev_.Resize(Shape{n, k});
-    Gemm(false, true, n, k, m, 1.0f, dz_.data(), m, w, m, 0.0f, dz_prev_.data(), k);
-    const float* a = acts_[l - 1].data();
-    float* d = dz_prev_.data();
-    for (int64_t i = 0; i < n * k; ++i) d[i] = a[i] > 0.0f ? d[i] : 0.0f;
-    std::swap(dz_, dz_prev_);
+    BackpropInput(params, l, n);
   }
   return stats;
 }

@@ -130,6 +130,13 @@ class Model {
   // Loss sum over the logits; writes dLoss/dlogits into dz when non-null.
   double OutputLoss(const float* z, const float* y, int64_t n, float* dz,
                     int64_t* correct) const;
+  // Backward, shared by both LossAndGradSum: StartBackward runs the forward
+  // pass, puts dLoss/dlogits into dz_ and returns the loss sum (n > 0);
+  // BackpropInput moves dz_ from layer l's output to its input (through
+  // the ReLU of layer l-1), for l >= 1.
+  double StartBackward(absl::Span<const float> params, const float* x, const float* y,
+                       int64_t n);
+  void BackpropInput(absl::Span<const float> params, int l, int64_t n);
 
   std::string kind_;
   std::vector<int64_t> dims_;
