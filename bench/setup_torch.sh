@@ -4,6 +4,8 @@
 # A bench-only dependency: nothing in //... builds or tests against it.
 # Idempotent: does nothing when the packages are installed and import.
 set -euo pipefail
+# shellcheck source=bench/apt_install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh"
 
 PKGS=(python3-torch python3-numpy)
 # Debian's packages install into /usr/lib/python3/dist-packages: use the
@@ -11,10 +13,7 @@ PKGS=(python3-torch python3-numpy)
 PY=/usr/bin/python3
 
 installed() {
-  local p
-  for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || return 1
-  done
+  pkgs_installed "${PKGS[@]}" || return 1
   "$PY" -c 'import torch, numpy, torch.distributed' >/dev/null 2>&1 || return 1
 }
 
@@ -23,18 +22,7 @@ if installed; then
   exit 0
 fi
 
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-APT=("${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600)
-if ! "${APT[@]}" install -y --no-install-recommends "${PKGS[@]}"; then
-  # The package lists may be missing or stale on a fresh machine.
-  "${APT[@]}" update
-  "${APT[@]}" install -y --no-install-recommends "${PKGS[@]}"
-fi
-
+apt_install "${PKGS[@]}"
 if ! installed; then
   echo "setup_torch: packages installed but '$PY -c \"import torch\"' fails" >&2
   exit 1
