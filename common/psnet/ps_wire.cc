@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/net/resolve.h"
 
 namespace lockstep {
 namespace psnet {
@@ -191,15 +192,13 @@ absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline) {
         absl::StrCat("address \"", address, "\": expected HOST:PORT"));
   }
   const std::string host = Unbracketed(address.substr(0, colon));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const int gai = getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints, &res);
-  if (gai != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve ", address, ": ", gai_strerror(gai)));
+  // Bounded by `deadline` (common/net/resolve.h; getaddrinfo is not).
+  absl::StatusOr<AddrInfoList> resolved = Resolve(host, absl::StrCat(port), deadline);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat(address, ": ", resolved.status().message()));
   }
+  addrinfo* res = resolved->get();
   std::string err = "no address";
   int fd = -1;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
@@ -228,7 +227,6 @@ absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline) {
       fd = -1;
     }
   }
-  freeaddrinfo(res);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot connect to ", address, ": ", err));
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/fifo.h"
+#include "common/net/resolve.h"
 
 namespace lockstep {
 namespace {
@@ -613,17 +614,17 @@ absl::Status TcpTransport::ConnectLocked(int to, OutLink& link,
                                          absl::Time deadline) {
   const absl::Time start = absl::Now();
   const absl::Time until = std::min(deadline, start + options_.connect_timeout);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const int gai = getaddrinfo(host_ports_[to].first.c_str(),
-                              host_ports_[to].second.c_str(), &hints, &res);
-  if (gai != 0) {
+  // A numeric address resolves at once; a name is looked up within the
+  // connect's time and a shutdown interrupts the wait (common/net/resolve.h:
+  // getaddrinfo itself cannot be interrupted or bounded).
+  absl::StatusOr<AddrInfoList> resolved = Resolve(
+      host_ports_[to].first, host_ports_[to].second, until, inbox_->wake_fd);
+  if (!resolved.ok()) {
+    if (resolved.status().code() == absl::StatusCode::kCancelled) return resolved.status();
     return absl::UnavailableError(
-        absl::StrCat("cannot resolve its address: ", gai_strerror(gai)));
+        absl::StrCat("cannot resolve its address: ", resolved.status().message()));
   }
+  addrinfo* res = resolved->get();
   std::string err = "no address";
   int fd = -1;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
@@ -656,14 +657,12 @@ absl::Status TcpTransport::ConnectLocked(int to, OutLink& link,
       err = std::string(s.message());
       if (s.code() == absl::StatusCode::kCancelled) {
         close(fd);
-        freeaddrinfo(res);
         return s;
       }
       close(fd);
       fd = -1;
     }
   }
-  freeaddrinfo(res);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrFormat(
         "cannot connect within %s (the smaller of the send deadline and "
