@@ -1,0 +1,72 @@
+// Replica state transfer over gRPC (proto/state.proto): the server side
+// serves what this worker published on its StateBoard; the client side
+// fetches a peer's state with a deadline and checks its size against the
+// job before allocating.
+//
+// Usage (a rank that must copy rank s's state at step boundary b):
+//   source rank s:  board.Publish(group, b, EncodeReplicaState(replica, b));
+//   receiver:       auto bytes = FetchReplicaState(peer_address_of_s,
+//                       {group, b, ExpectedStateBytes(replica), deadline, "rank 1"});
+//                   auto next = RestoreReplicaState(*bytes, &replica);  // == b
+// The receiver may ask before the source has published: NOT_FOUND replies
+// are retried every 10 ms until the deadline.
+//
+// Threading: the service is gRPC-callback based and never blocks; the client
+// call blocks the calling thread until the state arrived or the deadline.
+#ifndef LOCKSTEP_WORKER_NET_STATE_SERVICE_H_
+#define LOCKSTEP_WORKER_NET_STATE_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "common/train/state_board.h"
+#include "proto/state.grpc.pb.h"
+
+namespace lockstep {
+
+// Bytes per StateChunk (well under gRPC's 4 MiB message limit).
+inline constexpr int64_t kStateChunkBytes = 1 << 20;
+
+class StateServiceImpl final : public v1::ReplicaState::CallbackService {
+ public:
+  // `board` is not owned and must outlive the service. `logger`: where
+  // transfers are logged (component "state"; nullptr = stderr).
+  explicit StateServiceImpl(const StateBoard* board, const Logger* logger = nullptr);
+
+  grpc::ServerWriteReactor<v1::StateChunk>* FetchState(
+      grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
+
+  // Requests answered NOT_FOUND so far (for tests).
+  int64_t misses() const { return misses_.load(); }
+
+ private:
+  const StateBoard* const board_;
+  std::atomic<int64_t> misses_{0};
+  const Logger log_;
+};
+
+struct FetchStateOptions {
+  uint64_t group = 0;
+  int64_t step = 0;
+  // The only size accepted (ExpectedStateBytes of the receiving replica):
+  // a peer announcing another size is refused before anything is allocated.
+  int64_t expected_bytes = 0;
+  absl::Time deadline = absl::InfinitePast();  // required
+  std::string requester;  // for the peer's log
+};
+
+// Fetches the state `options` names from the peer at `address`. Errors name
+// the peer: DEADLINE_EXCEEDED (not published in time, or the transfer
+// stalled), FAILED_PRECONDITION (size differs from expected_bytes), DATA_LOSS
+// (chunks out of order or short), or the RPC's error (UNAVAILABLE when the
+// peer died).
+absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
+                                              const FetchStateOptions& options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_NET_STATE_SERVICE_H_
