@@ -3,20 +3,48 @@
 // weights). Plain C++: no gRPC here; the lockstep.v1 protobuf messages are
 // used as data types. server/coordinator_service.h adapts it to gRPC.
 //
-// Thread-safety: every public method is thread-safe (one absl::Mutex).
+// Thread-safety: every public method is thread-safe (one absl::Mutex, mu_).
 // Time: decisions ("worker lost", throughput, timestamps) read the injected
-// Clock; only WaitForJobChange blocks, against real time.
+// Clock; only WaitForJobChange, NextJobEvents and WaitForWorkersIdle block,
+// against real time. No lock is held across I/O: event log lines are queued
+// under mu_ and written after it is released (coordinator_log.cc).
 //
-// ---- Worker protocol -----------------------------------------------------
+// ---- Map: where each behaviour lives ----------------------------------------
+// The Coordinator is a facade: it owns the parts below (plain classes and
+// functions, not thread-safe, called under mu_) and ties them together.
+//   server/worker_registry.h  workers by id, register/re-register address
+//                             rules, heartbeat bookkeeping, lost detection,
+//                             idle workers in id order.
+//   server/scheduler.h        strict-FIFO start of the head PENDING job,
+//                             binding K idle workers as ranks, the ps / tcp
+//                             preconditions, no_wait.
+//   server/job_store.h        job records by id, id allocation, the PENDING
+//                             FIFO, lookups, the JobStatus snapshot, the
+//                             per-change persistence hook.
+//   server/sync_checker.h     per-step replica hash checks (majority,
+//                             differing ranks), the bounded sync history and
+//                             exact counters, the step's loss / examples.
+//   server/rank_timing.h      per-rank timing windows and medians.
+//   server/weights_store.h    final-weights uploads in chunks, published
+//                             weights, eviction order.
+//   server/watch_fanout.h     version counter, state-change snapshots, what a
+//                             watcher is sent next (NextJobEvents).
+//   server/job_series.h       the status page's bounded curves per job.
+// Facade files: coordinator.cc (construction, helpers, job end, scheduling
+// loop, workers: register / heartbeat / tick), coordinator_reports.cc
+// (ReportStep / ReportEval / ReportDone / weights upload),
+// coordinator_queries.cc (submit, cancel, reads, watches),
+// coordinator_drain.cc (leaving and draining), coordinator_log.cc (event
+// lines).
+//
+// ---- Worker protocol (coordinator.cc) ---------------------------------------
 // RegisterWorker(address, data_address) -> worker id "w-1", "w-2", ... in
 //   registration order, state IDLE. An address with an empty host
 //   (":7071", a worker listening on a wildcard address) gets the IP address
-//   the call came from (`caller_host`). An address held by another LIVE
-//   worker (not LOST) whose hostname or pid differs is refused with
-//   ALREADY_EXISTS naming both: two hosts claiming one address are never
-//   silently swapped (a restarted worker is accepted once its old id is
-//   LOST). Registering an address held by a LOST worker, or again by the
-//   same process, drops the old worker id (its heartbeats then get
+//   the call came from (`caller_host`). Address conflicts: see
+//   worker_registry.h (ALREADY_EXISTS for a live worker of another process).
+//   Registering an address held by a LOST worker, or again by the same
+//   process, drops the old worker id (its heartbeats then get
 //   reregister=true); if it was bound to a RUNNING job, that job FAILS
 //   naming the old worker. data_address may be empty (no TCP data plane).
 // Heartbeat(worker_id, job_id, step):
@@ -46,33 +74,18 @@
 //   heartbeats with job_id 0 after its job ended, so a worker still winding
 //   down is never handed a new job.
 // Tick(): workers not heard from for more than options.lost_after become
-//   LOST; a RUNNING job with a LOST rank FAILS with
+//   LOST (worker_registry.h); a RUNNING job with a LOST rank FAILS with
 //   "worker w-3 (rank 2, 127.0.0.1:4567) lost: no heartbeat for 3.2s".
-//   Then PENDING jobs are scheduled. Scheduling also runs on submit and
-//   whenever a worker becomes IDLE.
+//   Then PENDING jobs are scheduled (scheduler.h). Scheduling also runs on
+//   submit and whenever a worker becomes IDLE.
 //
-// ---- Jobs ----------------------------------------------------------------
+// ---- Jobs (coordinator_queries.cc, coordinator_reports.cc) -------------------
 // SubmitJob validates (ValidateJobSpec: errors name the field), assigns ids
-// 1, 2, 3, ... and queues the job PENDING. Scheduling is strict FIFO (no
-// back-filling: a job waits behind an earlier PENDING job even if it would
-// fit): the head job starts when at least K workers are IDLE, on the K idle
-// workers with the lowest ids (by number: w-2 < w-10); rank r = r-th of
-// them; ring order = rank order. The job is RUNNING from that moment.
-// no_wait: fail with RESOURCE_EXHAUSTED ("job needs 4 idle workers, 2 are
-// idle (w-1, w-2)") instead of queueing when the job cannot start at once;
-// nothing is created and no id is used.
-// PS mode: ps_addresses = options.ps_addresses, or, when none are
-// configured, the advertised address of this coordinator (main hosts the
-// ParameterServer service then). A job uses the first S = PsShards(spec)
-// of them; S larger than the number available -> FAILED_PRECONDITION naming
-// spec.ps_shards.
-// Ring peer transport (spec.peer_transport): the assignment always carries
-// every rank's data address (RegisterWorkerRequest.data_address, "" when
-// the worker registered none) next to its peer address. A TCP ring job
-// whose K chosen workers include one without a data address FAILS when it
-// would start ("spec.peer_transport: TCP needs every worker's data address;
-// worker w-2 (10.0.0.2:5000) has none (...)"); its workers stay IDLE and
-// the next PENDING job is scheduled.
+// 1, 2, 3, ... (job_store.h) and queues the job PENDING; when and where it
+// starts, PS addresses, the TCP data-address check and no_wait:
+// scheduler.h. A job that fails to start leaves its workers IDLE and the
+// next PENDING job is scheduled. The job is RUNNING from the moment it is
+// bound.
 //
 // ReportStep(job, rank, step t, hash, loss, examples, ...):
 //   NOT_FOUND "job 42 not found"; INVALID_ARGUMENT for a rank outside
@@ -82,26 +95,21 @@
 //   the job's worker at that rank. When the job is not RUNNING the report
 //   is not recorded and reply.stop = true with the reason
 //   ("job 3 is CANCELLED: cancelled by user").
-//   Timing: each recorded report's step / compute / communication / exposed
-//   / peer-wait seconds go into the rank's window of its last kTimingWindow
-//   (64) reports; RankStatus.median_* are the medians over that window
-//   (mean of the two middle values for an even count; 0 before any report)
-//   and RankStatus.resident_bytes the last nonzero resident_bytes reported.
+//   Timing: rank_timing.h (RankStatus.median_*); RankStatus.resident_bytes
+//   is the last nonzero resident_bytes reported.
 //   Idempotent: each rank's steps must arrive in increasing order; a report
 //   for a step <= the last one recorded for that rank is a duplicate (or
 //   stale) and ignored (the first report wins).
-//   When all K ranks reported step t: the majority hash is the most common
-//   one (ties: the one of the lowest rank); ranks with another hash differ.
-//   A SyncCheck is appended to the history; a mismatch marks the job
-//   out_of_sync and FAILED with "replicas diverged at step t: rank(s) 2
-//   differ from the majority hash <hex>" (halting; no repair yet).
+//   When all K ranks reported step t it is checked (sync_checker.h: majority
+//   hash, differing ranks, history). A mismatch marks the job out_of_sync
+//   and FAILED with "replicas diverged at step t: rank(s) 2 differ from the
+//   majority hash <hex>" (halting; no repair yet).
 //   Progress at a completed step t:
 //     step    = t + 1 (steps every rank completed)
 //     epoch   = the largest epoch the ranks reported for t
-//     loss    = examples-weighted mean of the ranks' reported losses,
-//               sum(loss_r * examples_r) / sum(examples_r) (plain mean when
-//               every rank reports 0 examples). Equals the global-batch mean
-//               whether ranks report their slice's mean or the global one.
+//     loss    = examples-weighted mean of the ranks' reported losses
+//               (sync_checker.h). Equals the global-batch mean whether
+//               ranks report their slice's mean or the global one.
 //     examples_per_second = examples of the steps completed after the first
 //               one / (Clock time of the latest completion - Clock time of
 //               the first completion), so start-up (dataset loading,
@@ -117,10 +125,9 @@
 //   job FAILS ("replicas finished with different weights: rank(s) 1 differ
 //   from the majority hash <hex>"). Ignored (OK) when the job already ended.
 // UploadWeightsChunk / FinishWeightsUpload: rank 0 uploads the final weights
-//   (float32 LE) in chunks in offset order (offset 0 restarts the upload),
-//   while the job is RUNNING or SUCCEEDED. Complete when total floats
-//   arrived; then has_weights = true. The final weights of at most
-//   options.max_jobs_with_weights jobs are kept (oldest evicted first).
+//   while the job is RUNNING or SUCCEEDED; chunks, publishing and eviction
+//   (at most options.max_jobs_with_weights jobs): weights_store.h. A job
+//   that ends other than SUCCEEDED loses its weights and its upload.
 // CancelJob: PENDING/RUNNING -> CANCELLED, reason "cancelled by user";
 //   already terminal jobs are returned unchanged with OK (idempotent cancel).
 //   Unknown id -> NOT_FOUND "job 42 not found".
@@ -151,10 +158,7 @@
 #define LOCKSTEP_SERVER_COORDINATOR_H_
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -162,6 +166,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -169,6 +174,12 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "server/job_series.h"
+#include "server/job_store.h"
+#include "server/rank_timing.h"
+#include "server/sync_checker.h"
+#include "server/watch_fanout.h"
+#include "server/weights_store.h"
+#include "server/worker_registry.h"
 
 namespace lockstep {
 
@@ -201,24 +212,6 @@ struct CoordinatorOptions {
   // constructed (a later start has a larger one; at least 1).
   uint64_t incarnation = 0;
 };
-
-// Final weights of a job, as uploaded by rank 0. Immutable once published.
-struct FinalWeights {
-  uint64_t job_id = 0;
-  int64_t total = 0;       // floats
-  std::string data;        // total * 4 bytes, float32 little-endian
-  std::vector<std::string> block_names;
-  std::vector<int64_t> block_shapes;  // flattened dims, -1 separates blocks
-};
-
-// SUCCEEDED, FAILED or CANCELLED.
-bool IsTerminalJobState(lockstep::v1::JobState state);
-
-// Chunk of `w` starting at float `offset` with at most `max_floats` floats
-// (>= 1). The chunk at offset 0 also carries block_names / block_shapes.
-// Precondition: 0 <= offset < w.total (or offset == 0 for an empty w).
-lockstep::v1::WeightsChunk MakeWeightsChunk(const FinalWeights& w, int64_t offset,
-                                            int64_t max_floats);
 
 class Coordinator {
  public:
@@ -316,109 +309,25 @@ class Coordinator {
   // is serialised for watchers between those events. Blocks (real time)
   // until there is something to send or `deadline`; `events` is empty then.
   // NOT_FOUND for an unknown job.
-  struct JobEvents {
-    std::vector<lockstep::v1::JobStatus> events;  // oldest first
-    uint64_t version = 0;                         // the next seen_version
-    absl::Time sent = absl::InfinitePast();       // the next last_sent
-  };
+  // (watch_fanout.h: the rules, decided by NextEvents.)
+  using JobEvents = ::lockstep::JobEvents;
   absl::StatusOr<JobEvents> NextJobEvents(uint64_t job_id, uint64_t seen_version,
                                           absl::Time last_sent, absl::Time deadline);
 
   // Reports kept per rank for the RankStatus medians.
-  static constexpr int kTimingWindow = 64;
+  static constexpr int kTimingWindow = RankTiming::kSize;
 
  private:
-  struct Worker {
-    int64_t seq = 0;  // N of "w-N"
-    std::string id, address, hostname;
-    std::string data_address;  // raw-TCP peer hub ("" = none)
-    int64_t pid = 0;
-    lockstep::v1::WorkerState state = lockstep::v1::IDLE;
-    uint64_t job_id = 0;  // bound job (0 = none)
-    int rank = -1;
-    absl::Time last_seen;
-  };
-  struct StepReport {
-    std::string hash;
-    double loss = 0;
-    int64_t examples = 0;
-    int64_t epoch = 0;
-  };
-  struct PendingStep {
-    std::vector<std::optional<StepReport>> reports;  // index = rank
-    int count = 0;
-  };
-  // One step report's timing (ReportStepRequest fields 9, 13-16).
-  struct StepTimes {
-    double step = 0, compute = 0, communication = 0, exposed = 0, peer_wait = 0;
-  };
-  struct Rank {
-    std::string worker_id, address, hostname;
-    std::string data_address;  // the worker's, when the job started
-    int64_t last_step = -1;  // last 0-based step recorded
-    std::string last_hash;
-    bool in_sync = true;
-    absl::Time last_heartbeat;
-    bool acknowledged = false;  // the worker started the job
-    bool done = false;          // ReportDone ok
-    std::string done_hash;
-    double done_test_accuracy = 0, done_test_loss = 0;
-    // The last kTimingWindow reports' timing (ring buffer) and the last
-    // resident memory reported.
-    std::vector<StepTimes> times;
-    size_t times_next = 0;
-    int64_t resident_bytes = 0;
-  };
-  struct StoredCheck {
-    int64_t step = 0;
-    std::string majority;
-    std::vector<int32_t> differing;
-    std::vector<std::string> rank_hashes;  // empty when all ranks matched
-  };
-  struct Upload {
-    std::string worker_id;
-    int64_t total = 0, received = 0;
-    std::shared_ptr<FinalWeights> weights;
-  };
-  struct Job {
-    uint64_t id = 0;
-    lockstep::v1::JobSpec spec;
-    lockstep::v1::JobState state = lockstep::v1::PENDING;
-    std::string reason;
-    int k = 0;
-    std::vector<std::string> ps_addresses;
-    std::vector<Rank> ranks;
-    std::map<int64_t, PendingStep> pending_steps;
-    int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;
-    // When the first step completed and the examples done by then: the
-    // throughput excludes start-up (data loading, connecting).
-    absl::Time first_step_time = absl::InfinitePast();
-    int64_t first_step_examples = 0;
-    double loss = 0, examples_per_second = 0;
-    double test_accuracy = 0, test_loss = 0;
-    bool out_of_sync = false;
-    int64_t checked = 0, mismatched = 0, first_mismatch = -1;
-    std::deque<StoredCheck> history;
-    absl::Time submitted, started = absl::InfinitePast(),
-                          finished = absl::InfinitePast();
-    std::string final_hash;
-    std::shared_ptr<const FinalWeights> weights;
-    std::optional<Upload> upload;
-    uint64_t version = 0;
-    // Snapshot at each state change (PENDING, RUNNING, the end: at most 3)
-    // with the version it was taken at, for NextJobEvents.
-    std::vector<std::pair<uint64_t, lockstep::v1::JobStatus>> state_events;
-    JobSeries series;  // bounded loss / eval / sync-strip history (status page)
-  };
+  using Job = JobRecord;
+  using Rank = RankRecord;
+  using Worker = WorkerRecord;
 
-  Worker* FindWorkerLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Job* FindJobLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Job*> JobOrNotFoundLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job a worker reports on as rank `rank` (ReportStep/Eval/Done):
   // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of range,
   // FAILED_PRECONDITION unless the job started with `worker_id` as `rank`.
   absl::StatusOr<Job*> ReportingJobLocked(uint64_t job_id, const std::string& worker_id,
                                           int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every change of a job: a new watch version, and the store's hook.
   void BumpLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // BumpLocked, and a snapshot for watchers (the job's state changed).
   void StateChangedLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -426,12 +335,11 @@ class Coordinator {
   void EndJobLocked(Job* job, lockstep::v1::JobState state, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobLocked(Job* job, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<Worker*> IdleWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> PsAddressesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts PENDING jobs in FIFO order while they can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CompleteStepLocked(Job* job, int64_t step, const PendingStep& ps)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishWeightsLocked(Job* job, std::shared_ptr<const FinalWeights> w)
+  // Progress, curves and the mismatch verdict of a checked step.
+  void ApplyCompletedStepLocked(Job* job, const CompletedStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   lockstep::v1::JobStatus StatusLocked(const Job& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -476,15 +384,11 @@ class Coordinator {
 
   absl::Mutex mu_;
   std::string advertise_ ABSL_GUARDED_BY(mu_);
-  int64_t next_worker_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int64_t, Worker> workers_ ABSL_GUARDED_BY(mu_);  // by seq
-  std::map<uint64_t, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> pending_ ABSL_GUARDED_BY(mu_);  // FIFO of PENDING ids
-  std::deque<uint64_t> weights_order_ ABSL_GUARDED_BY(mu_);  // jobs holding weights
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  JobStore jobs_ ABSL_GUARDED_BY(mu_);
+  WeightsStore weights_ ABSL_GUARDED_BY(mu_);
+  WatchVersions versions_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;  // BeginDrain was called
-  Counters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<QueuedLog> queued_logs_ ABSL_GUARDED_BY(mu_);
 };
 

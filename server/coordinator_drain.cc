@@ -22,10 +22,10 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
   if (reason.empty()) reason = "it deregistered";
   Locked lock(this);  // writes this call's log lines after unlocking
   v1::DeregisterWorkerReply reply;
-  Worker* w = FindWorkerLocked(request.worker_id());
+  Worker* w = workers_.Find(request.worker_id());
   if (w == nullptr) return reply;
   if (w->job_id != 0) {
-    Job* job = FindJobLocked(w->job_id);
+    Job* job = jobs_.Find(w->job_id);
     const bool finished_its_part = job != nullptr && w->rank >= 0 &&
                                    w->rank < static_cast<int>(job->ranks.size()) &&
                                    job->ranks[w->rank].worker_id == w->id &&
@@ -38,7 +38,7 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
   }
   LogLocked(LogLevel::kInfo, "worker left",
             {{"worker", w->id}, {"address", w->address}, {"reason", reason}});
-  workers_.erase(w->seq);
+  workers_.Remove(w->seq);
   ScheduleLocked();
   return reply;
 }
@@ -48,13 +48,13 @@ std::vector<uint64_t> Coordinator::BeginDrain(const std::string& reason) {
   std::vector<uint64_t> failed;
   if (draining_) return failed;
   draining_ = true;
-  for (auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : jobs_.all()) {
     if (job->state == v1::PENDING || job->state == v1::RUNNING) {
       FailJobLocked(job.get(), reason);
       failed.push_back(id);
     }
   }
-  pending_.clear();
+  jobs_.ClearPending();
   return failed;
 }
 
@@ -65,10 +65,7 @@ bool Coordinator::draining() {
 
 bool Coordinator::WaitForWorkersIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto none_busy = [this]() {
-    return std::none_of(workers_.begin(), workers_.end(),
-                        [](const auto& entry) { return entry.second.state == v1::BUSY; });
-  };
+  auto none_busy = [this]() { return !workers_.AnyBusy(); };
   return mu_.AwaitWithDeadline(absl::Condition(&none_busy), deadline);
 }
 

@@ -1,0 +1,163 @@
+// Coordinator facade: the user-facing calls — SubmitJob, CancelJob, the
+// reads (GetJob, ListJobs, ListWorkers, GetSyncHistory, GetWeights,
+// GetJobSeries) and the watches (WaitForJobChange, NextJobEvents).
+// Contracts: coordinator.h; the parts: job_store.h, scheduler.h,
+// sync_checker.h, weights_store.h, watch_fanout.h.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/train/job_spec_convert.h"
+#include "server/coordinator.h"
+#include "server/scheduler.h"
+
+namespace lockstep {
+
+namespace v1 = ::lockstep::v1;
+
+absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
+  const v1::JobSpec& spec = request.spec();
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  const absl::Time now = clock_->Now();
+  Locked lock(this);  // writes this call's log lines after unlocking
+  if (draining_) return absl::UnavailableError("coordinator is shutting down");
+  if (absl::Status s = CheckPsShardsAtSubmit(spec, PsAddressesLocked()); !s.ok()) return s;
+  const int k = spec.num_workers();
+  if (request.no_wait()) {
+    if (absl::Status s = CheckCanStartNow(k, workers_.Idle(), jobs_.pending().size()); !s.ok()) {
+      return s;
+    }
+  }
+  Job* j = jobs_.Create(spec, now);
+  StateChangedLocked(j);
+  LogLocked(LogLevel::kInfo, "job submitted",
+            {{"job", j->id},
+             {"model", spec.model()},
+             {"mode", ModeName(spec)},
+             {"workers", k},
+             {"batch", spec.global_batch()},
+             {"name", spec.name()}});
+  ScheduleLocked();
+  v1::SubmitJobReply reply;
+  reply.set_job_id(j->id);
+  reply.set_state(j->state);
+  return reply;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> job = jobs_.FindOrNotFound(job_id);
+  if (!job.ok()) return job.status();
+  return StatusLocked(**job, now);
+}
+
+v1::JobList Coordinator::ListJobs() {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  v1::JobList list;
+  for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
+  return list;
+}
+
+v1::WorkerList Coordinator::ListWorkers() {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  v1::WorkerList list;
+  for (const auto& [seq, w] : workers_.all()) {
+    v1::WorkerInfo* info = list.add_workers();
+    info->set_worker_id(w.id);
+    info->set_address(w.address);
+    info->set_data_address(w.data_address);
+    info->set_hostname(w.hostname);
+    info->set_state(w.state);
+    info->set_job_id(w.job_id);
+    info->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - w.last_seen));
+  }
+  return list;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
+  const absl::Time now = clock_->Now();
+  Locked lock(this);  // writes this call's log lines after unlocking
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  if (!IsTerminalJobState(job->state)) {
+    EndJobLocked(job, v1::CANCELLED, "cancelled by user");
+    ScheduleLocked();
+  }
+  return StatusLocked(*job, now);
+}
+
+absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistory(uint64_t job_id,
+                                                            int64_t max_entries) {
+  if (max_entries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_entries: expected >= 0 (0 = all), got ", max_entries));
+  }
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  return (*found)->sync.History(job_id, max_entries);
+}
+
+absl::StatusOr<std::shared_ptr<const FinalWeights>> Coordinator::GetWeights(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  std::shared_ptr<const FinalWeights> w = weights_.Get(job_id);
+  if (w == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " has no final weights (not uploaded yet, or evicted: only the last ",
+        options_.max_jobs_with_weights, " jobs' weights are kept)"));
+  }
+  return w;
+}
+
+absl::StatusOr<JobSeriesSnapshot> Coordinator::GetJobSeries(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  return (*found)->series.Snapshot();
+}
+
+absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> Coordinator::WaitForJobChange(
+    uint64_t job_id, uint64_t seen_version, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  const Job* job = *found;
+  auto changed = [job, seen_version]() { return job->watch.version > seen_version; };
+  mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
+  return std::make_pair(StatusLocked(*job, clock_->Now()), job->watch.version);
+}
+
+absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEvents(uint64_t job_id,
+                                                                  uint64_t seen_version,
+                                                                  absl::Time last_sent,
+                                                                  absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  const Job* job = *found;
+  const absl::Time not_before = WatchNotBefore(last_sent, options_.watch_interval);
+  // Evaluated by absl::Mutex on every release of mu_ while waiting: cheap,
+  // and nothing is serialised until it holds.
+  auto ready = [&] { return WatchReady(job->watch, seen_version, clock_->Now(), not_before); };
+  while (!ready()) {
+    absl::Time wake = deadline;
+    if (job->watch.version > seen_version) {
+      // Changed, but too soon after the last event: look again when the
+      // interval is over (Clock time, mapped onto real time).
+      wake = std::min(wake, absl::Now() + (not_before - clock_->Now()));
+    }
+    if (absl::Now() >= deadline) break;
+    mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+  }
+  const absl::Time now = clock_->Now();
+  return NextEvents(job->watch, seen_version, now, not_before,
+                    [&] { return StatusLocked(*job, now); });
+}
+
+}  // namespace lockstep

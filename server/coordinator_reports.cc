@@ -1,0 +1,215 @@
+// Coordinator facade: what ranks report about their job — ReportStep (the
+// sync check and progress), ReportEval, ReportDone and the final-weights
+// upload. Contracts: coordinator.h ("Jobs"); the parts: sync_checker.h,
+// rank_timing.h, weights_store.h.
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/coordinator.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+bool IsHex32(const std::string& s) {
+  if (s.size() != 32) return false;
+  for (char c : s) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
+    const v1::ReportStepRequest& request) {
+  Locked lock(this);  // writes this call's log lines after unlocking
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  v1::ReportStepReply reply;
+  auto stop_reply = [&]() {
+    reply.set_stop(true);
+    reply.set_reason(absl::StrCat("job ", job->id, " is ", v1::JobState_Name(job->state),
+                                  job->reason.empty() ? "" : ": ", job->reason));
+    return reply;
+  };
+  if (job->state != v1::RUNNING) return stop_reply();
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: expected >= 0, got ", request.step()));
+  }
+  if (!IsHex32(request.weights_hash())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights_hash: expected 32 hex digits, got \"", request.weights_hash(), "\""));
+  }
+  Rank& rank = job->ranks[request.rank()];
+  rank.acknowledged = true;
+  if (request.step() <= rank.last_step) return reply;  // duplicate or stale
+  rank.last_step = request.step();
+  rank.last_hash = absl::AsciiStrToLower(request.weights_hash());
+  StepTimes times;
+  times.step = request.step_seconds();
+  times.compute = request.compute_seconds();
+  times.communication = request.communication_seconds();
+  times.exposed = request.exposed_seconds();
+  times.peer_wait = request.peer_wait_seconds();
+  rank.timing.Add(times);
+  if (request.resident_bytes() > 0) rank.resident_bytes = request.resident_bytes();
+  if (job->spec.steps() == 0 && request.total_steps() > job->total_steps) {
+    job->total_steps = request.total_steps();
+  }
+  StepReport report;
+  report.hash = rank.last_hash;
+  report.loss = request.loss();
+  report.examples = request.examples();
+  report.epoch = request.epoch();
+  std::optional<CompletedStep> complete =
+      job->sync.Add(request.rank(), request.step(), std::move(report));
+  BumpLocked(job);
+  if (complete.has_value()) ApplyCompletedStepLocked(job, *complete);
+  // A step at or below every rank's last step can no longer complete (each
+  // rank's steps arrive in increasing order): drop it.
+  int64_t min_last = job->ranks[0].last_step;
+  for (const Rank& r : job->ranks) min_last = std::min(min_last, r.last_step);
+  job->sync.DropSettled(min_last);
+  if (job->state != v1::RUNNING) return stop_reply();
+  return reply;
+}
+
+void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {
+  for (int r = 0; r < job->k; ++r) job->ranks[r].in_sync = c.hashes[r] == c.majority;
+  const int64_t step = c.step;
+  if (step + 1 > job->steps_done) {
+    job->steps_done = step + 1;
+    job->epoch = c.epoch;
+    job->loss = c.loss;
+  }
+  job->examples += c.examples;
+  const absl::Time now = clock_->Now();
+  if (job->first_step_time == absl::InfinitePast()) {
+    job->first_step_time = now;
+    job->first_step_examples = job->examples;
+  }
+  const double since_first = absl::ToDoubleSeconds(now - job->first_step_time);
+  const double since_start = absl::ToDoubleSeconds(now - job->started);
+  if (since_first > 0 && job->examples > job->first_step_examples) {
+    job->examples_per_second =
+        static_cast<double>(job->examples - job->first_step_examples) / since_first;
+  } else {
+    job->examples_per_second =
+        since_start > 0 ? static_cast<double>(job->examples) / since_start : 0.0;
+  }
+  job->series.AddCheck(step, c.differing.empty());
+  job->series.AddStep(
+      LossPoint{step, c.loss, job->examples_per_second, since_start, job->examples});
+
+  if (!c.differing.empty()) {
+    job->out_of_sync = true;
+    LogMismatchLocked(*job, "hash mismatch", step, c.differing, c.majority);
+    FailJobLocked(job, absl::StrCat("replicas diverged at step ", step, ": rank(s) ",
+                                    absl::StrJoin(c.differing, ", "),
+                                    " differ from the majority hash ", c.majority));
+    return;
+  }
+  BumpLocked(job);
+}
+
+absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  if (job->state != v1::RUNNING) return absl::OkStatus();
+  job->test_accuracy = request.test_accuracy();
+  job->test_loss = request.test_loss();
+  job->series.AddEval(EvalPoint{request.step(), request.test_accuracy(), request.test_loss()});
+  BumpLocked(job);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
+  Locked lock(this);  // writes this call's log lines after unlocking
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  if (job->state != v1::RUNNING) return absl::OkStatus();
+  Rank& rank = job->ranks[request.rank()];
+  rank.acknowledged = true;
+  if (!request.ok()) {
+    FailJobLocked(job, absl::StrCat("rank ", request.rank(), " (", request.worker_id(), "): ",
+                                    request.error().empty() ? "failed without an error message"
+                                                            : request.error()));
+    return absl::OkStatus();
+  }
+  rank.done = true;
+  rank.done_hash = absl::AsciiStrToLower(request.weights_hash());
+  rank.done_test_accuracy = request.test_accuracy();
+  rank.done_test_loss = request.test_loss();
+  if (job->spec.steps() == 0 && request.steps() > job->total_steps) {
+    job->total_steps = request.steps();
+  }
+  bool all_done = true;
+  std::vector<std::string> hashes;
+  for (const Rank& r : job->ranks) {
+    all_done = all_done && r.done;
+    hashes.push_back(r.done_hash);
+  }
+  if (!all_done) {
+    BumpLocked(job);
+    return absl::OkStatus();
+  }
+  const MajorityResult m = MajorityHash(hashes);
+  if (!m.differing.empty()) {
+    job->out_of_sync = true;
+    LogMismatchLocked(*job, "final hash mismatch", job->steps_done, m.differing, m.majority);
+    FailJobLocked(job, absl::StrCat("replicas finished with different weights: rank(s) ",
+                                    absl::StrJoin(m.differing, ", "),
+                                    " differ from the majority hash ", m.majority));
+    return absl::OkStatus();
+  }
+  job->final_hash = m.majority;
+  job->test_accuracy = job->ranks[0].done_test_accuracy;
+  job->test_loss = job->ranks[0].done_test_loss;
+  EndJobLocked(job, v1::SUCCEEDED, "");
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::UploadWeightsChunk(const v1::WeightsChunk& chunk) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(chunk.job_id());
+  if (!found.ok()) return found.status();
+  Job* job = *found;
+  if (job->ranks.empty() || job->ranks[0].worker_id != chunk.worker_id()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", chunk.worker_id(), " is not rank 0 of job ", job->id,
+                     "; only rank 0 uploads the final weights"));
+  }
+  if (job->state != v1::RUNNING && job->state != v1::SUCCEEDED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job->id, " is ", v1::JobState_Name(job->state), ": weights not accepted"));
+  }
+  absl::StatusOr<std::vector<uint64_t>> changed = weights_.AddChunk(chunk);
+  if (!changed.ok()) return changed.status();
+  for (uint64_t id : *changed) {
+    if (Job* j = jobs_.Find(id); j != nullptr) BumpLocked(j);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::FinishWeightsUpload(const std::string& worker_id, uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  return weights_.FinishUpload(worker_id, job_id);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,104 @@
+#include "server/job_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+
+namespace v1 = ::lockstep::v1;
+
+namespace {
+
+double UnixSeconds(absl::Time t) {
+  return t == absl::InfinitePast() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
+}  // namespace
+
+bool IsTerminalJobState(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+std::string JobNotFoundMessage(uint64_t job_id) {
+  return absl::StrCat("job ", job_id, " not found");
+}
+
+v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights) {
+  v1::JobStatus s;
+  s.set_job_id(job.id);
+  *s.mutable_spec() = job.spec;
+  s.set_state(job.state);
+  s.set_reason(job.reason);
+  s.set_step(job.steps_done);
+  s.set_total_steps(job.total_steps);
+  s.set_epoch(job.epoch);
+  s.set_loss(job.loss);
+  s.set_test_accuracy(job.test_accuracy);
+  s.set_test_loss(job.test_loss);
+  s.set_examples_per_second(job.examples_per_second);
+  s.set_out_of_sync(job.out_of_sync);
+  s.set_checked_steps(job.sync.checked());
+  s.set_mismatched_steps(job.sync.mismatched());
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    const RankRecord& rank = job.ranks[r];
+    v1::RankStatus* rs = s.add_ranks();
+    rs->set_rank(static_cast<int32_t>(r));
+    rs->set_worker_id(rank.worker_id);
+    rs->set_address(rank.address);
+    rs->set_data_address(rank.data_address);
+    rs->set_hostname(rank.hostname);
+    rs->set_step(rank.last_step + 1);
+    rs->set_last_hash(rank.last_hash);
+    rs->set_in_sync(rank.in_sync);
+    rs->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - rank.last_heartbeat));
+    const StepTimes m = rank.timing.Medians();
+    rs->set_median_step_seconds(m.step);
+    rs->set_median_compute_seconds(m.compute);
+    rs->set_median_communication_seconds(m.communication);
+    rs->set_median_exposed_seconds(m.exposed);
+    rs->set_median_peer_wait_seconds(m.peer_wait);
+    rs->set_resident_bytes(rank.resident_bytes);
+  }
+  s.set_submitted_unix_s(UnixSeconds(job.submitted));
+  s.set_started_unix_s(UnixSeconds(job.started));
+  s.set_finished_unix_s(UnixSeconds(job.finished));
+  s.set_final_hash(job.final_hash);
+  s.set_has_weights(has_weights);
+  return s;
+}
+
+JobStore::JobStore(int64_t max_sync_history)
+    : max_sync_history_(std::max<int64_t>(1, max_sync_history)) {}
+
+JobRecord* JobStore::Create(const v1::JobSpec& spec, absl::Time now) {
+  auto job = std::make_unique<JobRecord>();
+  job->id = next_id_++;
+  job->spec = spec;
+  job->k = spec.num_workers();
+  job->sync = SyncChecker(job->k, max_sync_history_);
+  job->submitted = now;
+  job->total_steps = spec.steps();
+  JobRecord* j = job.get();
+  jobs_.emplace(j->id, std::move(job));
+  pending_.push_back(j->id);
+  return j;
+}
+
+JobRecord* JobStore::Find(uint64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<JobRecord*> JobStore::FindOrNotFound(uint64_t id) {
+  JobRecord* job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(JobNotFoundMessage(id));
+  return job;
+}
+
+void JobStore::RemovePending(uint64_t id) {
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), id), pending_.end());
+}
+
+}  // namespace lockstep

@@ -1,0 +1,124 @@
+// JobStore: the coordinator's jobs — the records (JobRecord, one per job, by
+// id), id allocation (1, 2, 3, ... in submission order), the strict-FIFO
+// queue of PENDING job ids, lookups, and the JobStatus snapshot of a record.
+// Jobs are kept for the life of the coordinator.
+//
+// Persistence hook: every change to a stored record ends with Changed(job)
+// (the Coordinator calls it from its BumpLocked, i.e. for every change that
+// watchers see: submit, start, each recorded report, each completed check,
+// eval, weights published/evicted, the end). SetChangeHook installs a
+// callback run there, under the Coordinator's mutex: it must not block or
+// do I/O itself (queue the write and perform it after the mutex is
+// released, as the event log does).
+//
+// Not thread-safe: the Coordinator owns one and calls it under its mutex.
+// Records are owned by the store; JobRecord pointers stay valid for the
+// store's life (jobs are never erased).
+#ifndef LOCKSTEP_SERVER_JOB_STORE_H_
+#define LOCKSTEP_SERVER_JOB_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "proto/job.pb.h"
+#include "server/job_series.h"
+#include "server/rank_timing.h"
+#include "server/sync_checker.h"
+#include "server/watch_fanout.h"
+
+namespace lockstep {
+
+// One rank of a started job.
+struct RankRecord {
+  std::string worker_id, address, hostname;
+  std::string data_address;  // the worker's, when the job started
+  int64_t last_step = -1;    // last 0-based step recorded
+  std::string last_hash;
+  bool in_sync = true;
+  absl::Time last_heartbeat;
+  bool acknowledged = false;  // the worker started the job
+  bool done = false;          // ReportDone ok
+  std::string done_hash;
+  double done_test_accuracy = 0, done_test_loss = 0;
+  RankTiming timing;          // the last RankTiming::kSize reports' timing
+  int64_t resident_bytes = 0; // the last nonzero one reported
+};
+
+struct JobRecord {
+  uint64_t id = 0;
+  lockstep::v1::JobSpec spec;
+  lockstep::v1::JobState state = lockstep::v1::PENDING;
+  std::string reason;
+  int k = 0;
+  std::vector<std::string> ps_addresses;
+  std::vector<RankRecord> ranks;  // empty until the job starts
+  SyncChecker sync;               // pending step reports, checks, history
+  int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;
+  // When the first step completed and the examples done by then: the
+  // throughput excludes start-up (data loading, connecting).
+  absl::Time first_step_time = absl::InfinitePast();
+  int64_t first_step_examples = 0;
+  double loss = 0, examples_per_second = 0;
+  double test_accuracy = 0, test_loss = 0;
+  bool out_of_sync = false;
+  absl::Time submitted, started = absl::InfinitePast(), finished = absl::InfinitePast();
+  std::string final_hash;
+  JobWatch watch;     // version and state-change snapshots
+  JobSeries series;   // bounded loss / eval / sync-strip history (status page)
+};
+
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminalJobState(lockstep::v1::JobState state);
+
+// "job 42 not found".
+std::string JobNotFoundMessage(uint64_t job_id);
+
+// The JobStatus message of `job` at Clock time `now` (RankStatus.median_*
+// from each rank's RankTiming; has_weights as given: the WeightsStore
+// knows).
+lockstep::v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights);
+
+class JobStore {
+ public:
+  // Sync checks kept per job (>= 1).
+  explicit JobStore(int64_t max_sync_history);
+
+  // A new PENDING job with the next id, queued at the back of the FIFO.
+  JobRecord* Create(const lockstep::v1::JobSpec& spec, absl::Time now);
+  JobRecord* Find(uint64_t id);
+  // NOT_FOUND "job 42 not found" for an unknown id.
+  absl::StatusOr<JobRecord*> FindOrNotFound(uint64_t id);
+  // Every job, ascending id.
+  const std::map<uint64_t, std::unique_ptr<JobRecord>>& all() const { return jobs_; }
+
+  // The FIFO of PENDING job ids (submission order).
+  const std::deque<uint64_t>& pending() const { return pending_; }
+  void PopPending() { pending_.pop_front(); }
+  void RemovePending(uint64_t id);
+  void ClearPending() { pending_.clear(); }
+
+  // The persistence hook (see the top of this file).
+  void SetChangeHook(std::function<void(const JobRecord&)> hook) { hook_ = std::move(hook); }
+  void Changed(const JobRecord& job) {
+    if (hook_) hook_(job);
+  }
+
+ private:
+  const int64_t max_sync_history_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<JobRecord>> jobs_;
+  std::deque<uint64_t> pending_;  // FIFO of PENDING ids
+  std::function<void(const JobRecord&)> hook_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_JOB_STORE_H_
