@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/coordinator_client.h"
 #include "client/health_command.h"
 #include "client/scale_command.h"
 #include "common/train/job_flags.h"
@@ -66,11 +67,6 @@ int Fail(const std::string& what, const absl::Status& s) {
                  s.code() == absl::StatusCode::kResourceExhausted
              ? 2
              : 1;
-}
-
-void Deadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
 }
 
 std::string Json(const google::protobuf::Message& m) {
@@ -188,30 +184,12 @@ void PrintStatus(const v1::JobStatus& j) {
 class Client {
  public:
   explicit Client(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+      : rpc_(address, absl::Seconds(std::max(1, absl::GetFlag(FLAGS_timeout_s)))) {}
 
-  absl::StatusOr<v1::JobStatus> Get(uint64_t id) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job_id(id);
-    v1::JobStatus st;
-    absl::Status s = FromGrpcStatus(stub_->GetJob(&ctx, ref, &st));
-    if (!s.ok()) return s;
-    return st;
-  }
+  absl::StatusOr<v1::JobStatus> Get(uint64_t id) { return rpc_.GetJob(id); }
 
   absl::StatusOr<v1::SyncHistory> Sync(uint64_t id, int64_t max) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::SyncHistoryRequest req;
-    req.set_job_id(id);
-    req.set_max_entries(max);
-    v1::SyncHistory h;
-    absl::Status s = FromGrpcStatus(stub_->GetSyncHistory(&ctx, req, &h));
-    if (!s.ok()) return s;
-    return h;
+    return rpc_.GetSyncHistory(id, max);
   }
 
   int Submit(const std::set<std::string>& given) {
@@ -220,11 +198,9 @@ class Client {
     v1::SubmitJobRequest req;
     *req.mutable_spec() = *spec;
     req.set_no_wait(absl::GetFlag(FLAGS_no_wait));
-    v1::SubmitJobReply reply;
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    absl::Status s = FromGrpcStatus(stub_->SubmitJob(&ctx, req, &reply));
-    if (!s.ok()) return Fail("submit", s);
+    absl::StatusOr<v1::SubmitJobReply> submitted = rpc_.Submit(req);
+    if (!submitted.ok()) return Fail("submit", submitted.status());
+    const v1::SubmitJobReply& reply = *submitted;
     const bool json = absl::GetFlag(FLAGS_json);
     if (!absl::GetFlag(FLAGS_follow)) {
       if (json) {
@@ -253,7 +229,7 @@ class Client {
       grpc::ClientContext ctx;
       v1::JobRef ref;
       ref.set_job_id(id);
-      auto reader = stub_->WatchJob(&ctx, ref);
+      auto reader = rpc_.stub()->WatchJob(&ctx, ref);
       v1::JobEvent ev;
       while (reader->Read(&ev)) {
         last = ev.status();
@@ -332,11 +308,9 @@ class Client {
   }
 
   int Jobs() {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::JobList list;
-    absl::Status s = FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListRequest(), &list));
-    if (!s.ok()) return Fail("jobs", s);
+    absl::StatusOr<v1::JobList> listed = rpc_.ListJobs();
+    if (!listed.ok()) return Fail("jobs", listed.status());
+    const v1::JobList& list = *listed;
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", Json(list).c_str());
       return 0;
@@ -355,11 +329,9 @@ class Client {
   }
 
   int Workers() {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::WorkerList list;
-    absl::Status s = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListRequest(), &list));
-    if (!s.ok()) return Fail("workers", s);
+    absl::StatusOr<v1::WorkerList> listed = rpc_.ListWorkers();
+    if (!listed.ok()) return Fail("workers", listed.status());
+    const v1::WorkerList& list = *listed;
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", Json(list).c_str());
       return 0;
@@ -379,13 +351,9 @@ class Client {
   }
 
   int Cancel(uint64_t id) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job_id(id);
-    v1::JobStatus st;
-    absl::Status s = FromGrpcStatus(stub_->CancelJob(&ctx, ref, &st));
-    if (!s.ok()) return Fail("cancel", s);
+    absl::StatusOr<v1::JobStatus> cancelled = rpc_.Cancel(id);
+    if (!cancelled.ok()) return Fail("cancel", cancelled.status());
+    const v1::JobStatus& st = *cancelled;
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", Json(st).c_str());
     } else {
@@ -403,7 +371,7 @@ class Client {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     v1::WeightsRequest req;
     req.set_job_id(id);
-    auto reader = stub_->GetWeights(&ctx, req);
+    auto reader = rpc_.stub()->GetWeights(&ctx, req);
     v1::WeightsChunk chunk;
     std::vector<float> w;
     std::vector<std::string> names;
@@ -458,7 +426,7 @@ class Client {
   }
 
  private:
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  CoordinatorClient rpc_;
 };
 
 int Usage() {

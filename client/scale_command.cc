@@ -1,6 +1,5 @@
 #include "client/scale_command.h"
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -14,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/coordinator_client.h"
 #include "client/scale_report.h"
 #include "client/scale_runner.h"
 #include "common/grpcutil/grpc_status.h"
 #include "common/scaling_model.h"
 #include "common/train/job_flags.h"
-#include "proto/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, workers_list, "1,2,4,8",
           "scale: the worker counts K to run, ascending (K above the idle workers are skipped)");
@@ -51,80 +50,49 @@ int Exit(const absl::Status& s) {
 class GrpcScaleBackend : public ScaleBackend {
  public:
   GrpcScaleBackend(const std::string& address, int rpc_timeout_s)
-      : stub_(v1::Coordinator::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
-        timeout_(std::chrono::seconds(std::max(1, rpc_timeout_s))) {}
+      : client_(address, absl::Seconds(std::max(1, rpc_timeout_s))) {}
 
   // IDLE workers, and BUSY ones whose job has already ended: a worker turns
   // IDLE on its first heartbeat after its job (a scale run just after
   // another job would otherwise see them busy).
   absl::StatusOr<int> IdleWorkers() override {
-    v1::WorkerList list;
-    {
-      grpc::ClientContext ctx;
-      Deadline(&ctx);
-      absl::Status s = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListRequest(), &list));
-      if (!s.ok()) return s;
-    }
-    v1::JobList jobs;
-    {
-      grpc::ClientContext ctx;
-      Deadline(&ctx);
-      absl::Status s = FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListRequest(), &jobs));
-      if (!s.ok()) return s;
-    }
+    absl::StatusOr<v1::WorkerList> list = client_.ListWorkers();
+    if (!list.ok()) return list.status();
+    absl::StatusOr<v1::JobList> jobs = client_.ListJobs();
+    if (!jobs.ok()) return jobs.status();
     std::set<uint64_t> ended;
-    for (const v1::JobStatus& j : jobs.jobs()) {
+    for (const v1::JobStatus& j : jobs->jobs()) {
       if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) {
         ended.insert(j.job_id());
       }
     }
     int idle = 0;
-    for (const v1::WorkerInfo& w : list.workers()) {
+    for (const v1::WorkerInfo& w : list->workers()) {
       idle += w.state() == v1::IDLE || (w.state() == v1::BUSY && ended.count(w.job_id()) > 0);
     }
     return idle;
   }
 
   absl::StatusOr<uint64_t> Submit(const v1::JobSpec& spec) override {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
     v1::SubmitJobRequest req;
     *req.mutable_spec() = spec;
-    v1::SubmitJobReply reply;
-    absl::Status s = FromGrpcStatus(stub_->SubmitJob(&ctx, req, &reply));
-    if (!s.ok()) return s;
-    return reply.job_id();
+    absl::StatusOr<v1::SubmitJobReply> reply = client_.Submit(req);
+    if (!reply.ok()) return reply.status();
+    return reply->job_id();
   }
 
-  absl::StatusOr<v1::JobStatus> Get(uint64_t id) override {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job_id(id);
-    v1::JobStatus st;
-    absl::Status s = FromGrpcStatus(stub_->GetJob(&ctx, ref, &st));
-    if (!s.ok()) return s;
-    return st;
-  }
+  absl::StatusOr<v1::JobStatus> Get(uint64_t id) override { return client_.GetJob(id); }
 
-  absl::Status Cancel(uint64_t id) override {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::JobRef ref;
-    ref.set_job_id(id);
-    v1::JobStatus st;
-    return FromGrpcStatus(stub_->CancelJob(&ctx, ref, &st));
-  }
+  absl::Status Cancel(uint64_t id) override { return client_.Cancel(id).status(); }
 
   // Reads the first chunk of the final weights (its `total`) and cancels
   // the rest of the stream.
   absl::StatusOr<int64_t> ParameterCount(uint64_t id) override {
     grpc::ClientContext ctx;
-    Deadline(&ctx);
+    client_.SetDeadline(&ctx);
     v1::WeightsRequest req;
     req.set_job_id(id);
-    auto reader = stub_->GetWeights(&ctx, req);
+    auto reader = client_.stub()->GetWeights(&ctx, req);
     v1::WeightsChunk chunk;
     const bool got = reader->Read(&chunk);
     ctx.TryCancel();
@@ -137,12 +105,7 @@ class GrpcScaleBackend : public ScaleBackend {
   absl::Time Now() override { return absl::Now(); }
 
  private:
-  void Deadline(grpc::ClientContext* ctx) {
-    ctx->set_deadline(std::chrono::system_clock::now() + timeout_);
-  }
-
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-  std::chrono::seconds timeout_;
+  CoordinatorClient client_;
 };
 
 std::string Title(const v1::JobSpec& spec, bool weak) {
