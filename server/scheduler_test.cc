@@ -1,0 +1,114 @@
+#include "server/scheduler.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+struct Fixture {
+  std::vector<WorkerRecord> workers;
+  std::vector<WorkerRecord*> idle;
+  explicit Fixture(int n, bool data = true) {
+    workers.resize(n);
+    for (int i = 0; i < n; ++i) {
+      workers[i].seq = i + 1;
+      workers[i].id = "w-" + std::to_string(i + 1);
+      workers[i].address = "10.0.0." + std::to_string(i + 1) + ":7071";
+      workers[i].data_address = data ? "10.0.0." + std::to_string(i + 1) + ":7072" : "";
+      workers[i].hostname = "h" + std::to_string(i + 1);
+    }
+    for (WorkerRecord& w : workers) idle.push_back(&w);
+  }
+};
+
+JobRecord Job(int k, v1::SyncMode mode = v1::RING, v1::PeerTransport t = v1::GRPC) {
+  JobRecord job;
+  job.id = 3;
+  job.k = k;
+  job.spec.set_num_workers(k);
+  job.spec.set_sync_mode(mode);
+  job.spec.set_peer_transport(t);
+  return job;
+}
+
+TEST(SchedulerTest, PsAddressesPreferTheConfiguredOnes) {
+  EXPECT_EQ(PsAddresses({"p:1", "p:2"}, "c:9"), std::vector<std::string>({"p:1", "p:2"}));
+  EXPECT_EQ(PsAddresses({}, "c:9"), std::vector<std::string>({"c:9"}));
+  EXPECT_TRUE(PsAddresses({}, "").empty());
+}
+
+TEST(SchedulerTest, WaitsUntilKWorkersAreIdle) {
+  Fixture f(2);
+  EXPECT_EQ(PlanStart(Job(3), f.idle, {}).kind, StartPlan::kWait);
+  EXPECT_EQ(PlanStart(Job(2), f.idle, {}).kind, StartPlan::kStart);
+}
+
+TEST(SchedulerTest, TcpRingNeedsEveryChosenWorkersDataAddress) {
+  Fixture f(3);
+  f.workers[1].data_address = "";
+  f.workers[2].data_address = "";
+  StartPlan p = PlanStart(Job(2, v1::RING, v1::TCP), f.idle, {});
+  EXPECT_EQ(p.kind, StartPlan::kFail);
+  EXPECT_NE(p.fail_reason.find("worker w-2 (10.0.0.2:7071) has none"), std::string::npos)
+      << p.fail_reason;
+  p = PlanStart(Job(3, v1::RING, v1::TCP), f.idle, {});
+  EXPECT_NE(p.fail_reason.find("workers w-2 (10.0.0.2:7071), w-3 (10.0.0.3:7071) have none"),
+            std::string::npos)
+      << p.fail_reason;
+  EXPECT_EQ(PlanStart(Job(1, v1::RING, v1::TCP), f.idle, {}).kind, StartPlan::kStart);
+}
+
+TEST(SchedulerTest, PsJobUsesTheFirstSShards) {
+  Fixture f(2);
+  JobRecord job = Job(2, v1::PS);
+  job.spec.set_ps_shards(2);
+  StartPlan p = PlanStart(job, f.idle, {"p:1", "p:2", "p:3"});
+  ASSERT_EQ(p.kind, StartPlan::kStart);
+  EXPECT_EQ(p.ps_addresses, std::vector<std::string>({"p:1", "p:2"}));
+  p = PlanStart(job, f.idle, {"p:1"});
+  EXPECT_EQ(p.kind, StartPlan::kFail);
+  EXPECT_EQ(p.fail_reason,
+            "spec.ps_shards: job needs 2 parameter-server shards, 1 addresses are configured");
+  EXPECT_EQ(CheckPsShardsAtSubmit(job.spec, {"p:1"}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckPsShardsAtSubmit(job.spec, {"p:1", "p:2"}).ok());
+  EXPECT_TRUE(CheckPsShardsAtSubmit(Job(2).spec, {}).ok());
+}
+
+TEST(SchedulerTest, BindRanksTakesIdleWorkersInOrder) {
+  Fixture f(3);
+  f.workers[0].last_seen = absl::FromUnixSeconds(5);
+  JobRecord job = Job(2);
+  const absl::Time now = absl::FromUnixSeconds(9);
+  BindRanks(&job, f.idle, {}, now);
+  EXPECT_EQ(job.state, v1::RUNNING);
+  EXPECT_EQ(job.started, now);
+  ASSERT_EQ(job.ranks.size(), 2u);
+  EXPECT_EQ(job.ranks[0].worker_id, "w-1");
+  EXPECT_EQ(job.ranks[1].worker_id, "w-2");
+  EXPECT_EQ(job.ranks[1].data_address, "10.0.0.2:7072");
+  EXPECT_EQ(job.ranks[0].last_heartbeat, absl::FromUnixSeconds(5));
+  EXPECT_EQ(f.workers[1].state, v1::BUSY);
+  EXPECT_EQ(f.workers[1].job_id, 3u);
+  EXPECT_EQ(f.workers[1].rank, 1);
+  EXPECT_EQ(f.workers[2].state, v1::IDLE);
+}
+
+TEST(SchedulerTest, NoWaitNamesTheIdleWorkersAndPendingJobs) {
+  Fixture f(2);
+  EXPECT_TRUE(CheckCanStartNow(2, f.idle, 0).ok());
+  absl::Status s = CheckCanStartNow(4, f.idle, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "job needs 4 idle workers, 2 are idle (w-1, w-2)");
+  EXPECT_EQ(CheckCanStartNow(1, f.idle, 1).message(),
+            "job needs 1 idle worker, 2 are idle (w-1, w-2); 1 earlier job(s) are pending");
+  EXPECT_EQ(CheckCanStartNow(1, {}, 0).message(), "job needs 1 idle worker, 0 are idle");
+}
+
+}  // namespace
+}  // namespace lockstep
