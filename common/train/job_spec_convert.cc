@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/model.h"
+#include "common/train/nonfinite.h"
 
 namespace lockstep {
 namespace {
@@ -108,6 +109,39 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset) {
       "spec.data.dataset: unknown dataset \"", dataset, "\" (", kDatasetForms, ")"));
 }
 
+absl::Status CheckCheckpointFields(const JobSpec& spec) {
+  if (spec.checkpoint_every_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.checkpoint_every_steps: expected >= 0, got ", spec.checkpoint_every_steps()));
+  }
+  if (spec.checkpoint_every_seconds() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.checkpoint_every_seconds: expected >= 0, got ", spec.checkpoint_every_seconds()));
+  }
+  if (spec.checkpoint_keep() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.checkpoint_keep: expected >= 0, got ", spec.checkpoint_keep()));
+  }
+  const lockstep::v1::CheckpointRef& r = spec.resume_from();
+  if (!r.checkpoint_dir().empty() || r.job_id() != 0 || r.step() != 0) {
+    if (r.checkpoint_dir().empty()) {
+      return absl::InvalidArgumentError(
+          "spec.resume_from.checkpoint_dir: expected the directory the checkpoints were "
+          "written under, got \"\"");
+    }
+    if (r.job_id() == 0) {
+      return absl::InvalidArgumentError(
+          "spec.resume_from.job_id: expected the id of the job that wrote the checkpoints, "
+          "got 0");
+    }
+    if (r.step() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.resume_from.step: expected >= 0 (0 = newest valid), got ", r.step()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.sync_mode() != lockstep::v1::RING && spec.sync_mode() != lockstep::v1::PS) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -179,6 +213,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
   }
+  if (auto policy = ParseNonFinitePolicy(spec.on_nonfinite()); !policy.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.on_nonfinite: ", policy.status().message()));
+  }
+  if (absl::Status s = CheckCheckpointFields(spec); !s.ok()) return s;
   return ToTrainSpec(spec).status();
 }
 

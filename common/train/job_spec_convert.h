@@ -66,6 +66,12 @@ absl::Status CheckModelSyntax(absl::string_view model);
 // "libsvm:<...>" with a non-empty part after the colon.
 absl::Status CheckDatasetSyntax(absl::string_view dataset);
 
+// The checkpoint fields' check of ValidateJobSpec alone (it runs last):
+// checkpoint_every_steps, checkpoint_every_seconds, checkpoint_keep >= 0;
+// resume_from, when any of its fields is set, needs a checkpoint_dir, a
+// job_id and step >= 0. InvalidArgument naming the field.
+absl::Status CheckCheckpointFields(const lockstep::v1::JobSpec& spec);
+
 // The number of parameter-server shards a job uses: spec.ps_shards, 0 -> 1.
 int PsShards(const lockstep::v1::JobSpec& spec);
 

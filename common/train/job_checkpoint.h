@@ -1,0 +1,97 @@
+// A job's checkpoints: when rank 0 writes one (JobSpec checkpoint_* fields)
+// and how a job resumes from one (JobSpec.resume_from). The file format and
+// atomic writes are in checkpoint.h.
+//
+// Writing: JobCheckpointer::Due(next_step, total, now) after each applied
+// step is a few integer and time comparisons (no allocation), true when
+//   next_step is a multiple of checkpoint_every_steps (> 0), or
+//   checkpoint_every_seconds (> 0) have passed since the last checkpoint
+//   (or since Start), or next_step == total (the end).
+// Write() then captures the replica (weights, optimizer state) with the
+// step, sampler position, seed and spec, and writes
+// <checkpoint_dir>/job-<id>/step-<next_step>.ckpt, keeping the newest
+// checkpoint_keep (0 = 3) files.
+//
+// Resuming: every rank calls ResumeReplica, which loads the checkpoint named
+// by spec.resume_from (the newest valid one when step is 0), checks that it
+// belongs to a run with the same arithmetic (model, data, batch, seed,
+// optimizer, schedule, steps/epochs; num_workers, sync mode and transports
+// may differ), that its sampler position fits this rank's data, and puts
+// its weights and optimizer state into the replica; the job continues at
+// its next_step. The sampler needs nothing restored: the batch of step t is
+// a pure function of (examples, batch, seed, t).
+//
+// Thread-safety: a JobCheckpointer is used by one thread (the job thread).
+#ifndef LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_
+#define LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/optim/hash.h"
+#include "common/train/checkpoint.h"
+#include "common/train/replica.h"
+#include "proto/job.pb.h"
+
+namespace lockstep {
+
+// OK when a run of `job` continues the arithmetic of the run that saved
+// `saved` exactly; else FailedPrecondition "<origin>: spec.<field>: the
+// checkpoint's run used X, this job Y".
+absl::Status CheckResumeCompatible(const v1::JobSpec& job, const v1::JobSpec& saved,
+                                   absl::string_view origin);
+
+class JobCheckpointer {
+ public:
+  // Disabled (enabled() false) when spec.checkpoint_dir is empty.
+  JobCheckpointer(const v1::JobSpec& spec, uint64_t job_id);
+
+  bool enabled() const { return enabled_; }
+  const std::string& dir() const { return dir_; }
+
+  // Creates the job's directory (so a bad directory fails the job before
+  // step 0, naming it) and starts the time interval at `now`.
+  absl::Status Start(absl::Time now);
+  // See the header comment. No allocation.
+  bool Due(int64_t next_step, int64_t total_steps, absl::Time now) const;
+  // Writes the checkpoint of `replica` after step next_step - 1 (its
+  // weights hash to `hash`); returns the path. Restarts the time interval.
+  absl::StatusOr<std::string> Write(const Replica& replica, int64_t next_step,
+                                    int64_t total_steps, const SamplerPosition& sampler,
+                                    const WeightHash& hash, absl::Time now);
+
+ private:
+  const bool enabled_;
+  const std::string dir_;
+  const v1::JobSpec spec_;
+  const uint64_t job_id_;
+  const int64_t every_steps_;
+  const absl::Duration every_;
+  const int keep_;
+  absl::Time last_ = absl::InfinitePast();
+};
+
+struct ResumePoint {
+  std::string path;              // the checkpoint used
+  int64_t next_step = 0;         // the first step this job runs
+  WeightHash weights_hash;       // the restored weights' hash
+  std::vector<std::string> skipped;  // newer files skipped: "<path>: <why>"
+};
+
+// Loads the checkpoint spec.resume_from names into `replica` (see the header
+// comment). Errors name the file and the field: NotFound (no such
+// directory / file / no checkpoint), DataLoss (every candidate corrupt),
+// FailedPrecondition (another run's checkpoint, or a model or data size
+// that does not fit).
+absl::StatusOr<ResumePoint> ResumeReplica(const v1::JobSpec& spec,
+                                          const SamplerPosition& sampler, int64_t total_steps,
+                                          Replica* replica);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_
