@@ -8,6 +8,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
 #include "common/process_stats.h"
+#include "common/train/job_checkpoint.h"
 #include "common/train/job_spec_convert.h"
 #include "worker/step_combine.h"
 
@@ -158,6 +159,30 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
+  // Checkpoints (rank 0 writes them) and resume (every rank reads the
+  // checkpoint itself: the directory must be readable by every worker).
+  const SamplerPosition position{train.num_examples, spec->global_batch, false};
+  JobCheckpointer checkpointer(options_.spec, job);
+  const bool writes_checkpoints = options_.rank == 0 && checkpointer.enabled();
+  int64_t first_step = 0;
+  if (!options_.spec.resume_from().checkpoint_dir().empty()) {
+    auto point = ResumeReplica(options_.spec, position, total, &r);
+    if (!point.ok()) {
+      return absl::Status(point.status().code(), absl::StrCat("worker ", options_.worker_id,
+                                                              ": ", point.status().message()));
+    }
+    for (const std::string& why : point->skipped) {
+      log_.Warn("checkpoint skipped (corrupt or unreadable); using an older one",
+                {{"problem", why}});
+    }
+    log_.Info("resumed from checkpoint", {{"checkpoint", point->path},
+                                          {"next_step", point->next_step},
+                                          {"weights_hash", point->weights_hash.ToHex()}});
+    first_step = point->next_step;
+  }
+  if (writes_checkpoints) {
+    if (absl::Status s = checkpointer.Start(clock_->Now()); !s.ok()) return s;
+  }
   JobOutcome outcome;
   // Training lines: see JobRunnerOptions::log_interval.
   absl::Time last_line = clock_->Now();
@@ -175,7 +200,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   v1::ReportStepRequest report;
   WarmReport(options_.worker_id, &report);
   int64_t resident_bytes = 0;
-  for (int64_t step = 0; step < total; ++step) {
+  for (int64_t step = first_step; step < total; ++step) {
     if (stop_.load()) {
       return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
     }
@@ -242,6 +267,22 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       last_line = now;
       examples_since_line = 0;
     }
+    if (writes_checkpoints && checkpointer.Due(step + 1, total, now)) {
+      // The weights' hash is the one this step reports (the reporter thread
+      // computes it; nothing changes the weights before the next Apply).
+      if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
+      const auto t_ck = std::chrono::steady_clock::now();
+      auto path = checkpointer.Write(r, step + 1, total, position, reporter.last_hash(), now);
+      if (path.ok()) {
+        log_.Info("checkpoint written", {{"step", step},
+                                         {"path", *path},
+                                         {"seconds", SecondsSince(t_ck)}});
+      } else {
+        // Training goes on: a failed checkpoint loses no step. The
+        // directory was checked before step 0.
+        log_.Warn("checkpoint failed", {{"step", step}, {"error", path.status().ToString()}});
+      }
+    }
     const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);
     if (evaluate) {
@@ -270,7 +311,8 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // the last `report_lag` steps still fails or stops it.
   if (absl::Status s = reporter.Flush(); !s.ok()) return s;
   outcome.steps = total;
-  outcome.weights_hash = total > 0 ? reporter.last_hash().ToHex() : r.Hash().ToHex();
+  // (A job resumed from its final checkpoint runs no step: hash the replica.)
+  outcome.weights_hash = first_step < total ? reporter.last_hash().ToHex() : r.Hash().ToHex();
   if (options_.rank == 0) {
     if (absl::Status s = reporter_->UploadWeights(job, r); !s.ok()) return s;
   }

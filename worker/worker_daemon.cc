@@ -14,6 +14,7 @@
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "worker/job_data.h"
+#include "worker/net/state_service.h"
 
 namespace lockstep {
 namespace {
@@ -24,6 +25,14 @@ constexpr int64_t kWeightsChunkFloats = 256 * 1024;  // 1 MiB per message
 // coordinator sends none: the job id).
 uint64_t WireKey(const v1::Assignment& a) {
   return a.group_key() != 0 ? a.group_key() : a.job_id();
+}
+
+// A combine error that a peer (or the network to it) caused: the peer may
+// be lost, which the coordinator decides.
+bool IsPeerFailure(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kAborted;
 }
 
 // The host:port part of a gRPC target ("dns:///h:1" -> "h:1").
@@ -47,13 +56,17 @@ class GrpcReporter : public JobReporter {
         on_stop_(std::move(on_stop)) {}
 
   absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
+    v1::ReportStepReply reply;
+    return ReportStepWithReply(report, &reply);
+  }
+  absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& report,
+                                           v1::ReportStepReply* reply) override {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    v1::ReportStepReply reply;
-    absl::Status s = FromGrpcStatus(stub_->ReportStep(&ctx, report, &reply));
+    absl::Status s = FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
     if (!s.ok()) return Named(s);
-    if (reply.stop() && on_stop_) on_stop_();
-    return reply.stop();
+    if (reply->stop() && on_stop_) on_stop_();
+    return reply->stop();
   }
   absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
     grpc::ClientContext ctx;
@@ -116,12 +129,15 @@ struct WorkerDaemon::RunningJob {
   std::vector<PsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
   JobRunner* runner ABSL_GUARDED_BY(mu) = nullptr;
   std::thread thread;
+  // Notified by the first RequestStop (a held ReportDone waits on it).
+  absl::Notification stopped;
 
   // Stops the runner at its next step boundary and interrupts a combine
   // that waits on a peer (ring) or a shard (ps).
   void RequestStop() {
     stop.store(true);
     absl::MutexLock l(&mu);
+    if (!stopped.HasBeenNotified()) stopped.Notify();
     if (runner != nullptr) runner->RequestStop();
     if (transport != nullptr) transport->Shutdown();
     for (PsClient* c : ps_clients) c->Cancel();
@@ -134,7 +150,20 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::shared_ptr<grpc::Ch
       log_(LoggerOrStderr(options_.logger, "worker")),
       channel_(std::move(channel)),
       stub_(v1::Coordinator::NewStub(channel_)),
-      transports_(std::move(transports)) {}
+      transports_(std::move(transports)) {
+  absl::MutexLock l(&mu_);
+  lost_after_ = options_.default_lost_after;
+}
+
+absl::Duration WorkerDaemon::peer_failure_grace() const {
+  absl::MutexLock l(&mu_);
+  return lost_after_ + 3 * heartbeat_interval_ + absl::Milliseconds(500);
+}
+
+absl::Duration WorkerDaemon::heartbeat_deadline() const {
+  absl::MutexLock l(&mu_);
+  return std::min(options_.rpc_timeout, std::max(absl::Seconds(1), 5 * heartbeat_interval_));
+}
 
 WorkerDaemon::~WorkerDaemon() {
   Shutdown();
@@ -228,6 +257,8 @@ absl::Status WorkerDaemon::Register() {
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
   }
+  if (reply.lost_after_ms() > 0) lost_after_ = absl::Milliseconds(reply.lost_after_ms());
+  last_answer_ = absl::Now();
   later.Add(LogLevel::kInfo, "registered",
             {{"worker", worker_id_},
              {"coordinator", options_.coordinator},
@@ -283,14 +314,30 @@ void WorkerDaemon::Heartbeat() {
   }
   v1::HeartbeatReply reply;
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + heartbeat_deadline()));
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
   if (!s.ok()) {
     log_.Warn("heartbeat failed", {{"coordinator", options_.coordinator}, {"error", s.message()}});
+    // Cut off for lost_after: the coordinator has declared this worker
+    // lost and its job's other ranks have stopped waiting for it.
+    DeferredLog later(&log_);
+    absl::MutexLock l(&mu_);
+    const absl::Duration silent = absl::Now() - last_answer_;
+    if (job_ != nullptr && !job_->stop.load() && silent > lost_after_) {
+      later.Add(LogLevel::kWarn,
+                "no heartbeat answered for longer than the coordinator's lost_after: this worker "
+                "is lost to its job, stopping it",
+                {{"job", job_->assignment.job_id()},
+                 {"worker", worker_id_},
+                 {"silent_s", absl::ToDoubleSeconds(silent)},
+                 {"lost_after_s", absl::ToDoubleSeconds(lost_after_)}});
+      job_->RequestStop();
+    }
     return;
   }
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
+  last_answer_ = absl::Now();
   if (reply.reregister()) {
     later.Add(LogLevel::kWarn, "unknown to the coordinator, registering again",
               {{"worker", worker_id_}});
@@ -458,6 +505,25 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     o.perturb_at_step = options_.perturb_at_step;
+    o.flip_at_step = options_.flip_at_step;
+    o.flip_optimizer = options_.flip_optimizer;
+    o.flip_index = options_.flip_index;
+    o.nan_at_step = options_.nan_at_step;
+    o.state_board = options_.state_board;
+    if (options_.state_board != nullptr) {
+      // Peers' states come from their gRPC servers (the peer addresses).
+      o.fetch_state = [peers = o.peer_names, group = o.group_key, wid](
+                          int peer, int64_t step, int64_t expected_bytes,
+                          absl::Time deadline) -> absl::StatusOr<std::string> {
+        FetchStateOptions f;
+        f.group = group;
+        f.step = step;
+        f.expected_bytes = expected_bytes;
+        f.deadline = deadline;
+        f.requester = wid;
+        return FetchReplicaState(peers.at(static_cast<size_t>(peer)), f);
+      };
+    }
     o.observer = options_.step_observer;
     o.logger = &log_;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);
@@ -475,6 +541,23 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   };
   absl::StatusOr<JobOutcome> out = run();
   if (options_.step_observer != nullptr) options_.step_observer->OnJobEnd(a.job_id());
+  // A combine that failed on a peer: let the coordinator say who was lost
+  // (see "Lost workers" in the header) before reporting this side's error.
+  if (!out.ok() && IsPeerFailure(out.status()) && !job->stop.load()) {
+    const absl::Duration grace = peer_failure_grace();
+    log_.Warn("combine failed on a peer; waiting for the coordinator's decision before reporting",
+              {{"job", a.job_id()},
+               {"rank", a.rank()},
+               {"worker", wid},
+               {"grace_s", absl::ToDoubleSeconds(grace)},
+               {"error", out.status().message()}});
+    const absl::Time start = absl::Now();
+    const bool stopped = job->stopped.WaitForNotificationWithTimeout(grace);
+    log_.Info(stopped ? "the coordinator ended the job" : "no decision within the grace, reporting",
+              {{"job", a.job_id()},
+               {"worker", wid},
+               {"waited_s", absl::ToDoubleSeconds(absl::Now() - start)}});
+  }
 
   v1::ReportDoneRequest done;
   done.set_worker_id(wid);

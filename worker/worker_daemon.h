@@ -13,6 +13,25 @@
 // Combine blocked on a peer returns at once. A worker runs one job at a
 // time and sends ReportDone before it heartbeats as idle again.
 //
+// Lost workers (README "Failure semantics"). The coordinator decides who is
+// lost (no heartbeat for its lost_after, told in RegisterWorkerReply
+// .lost_after_ms, 3 s by default); a worker only reports what it saw:
+//   * a combine that fails on a peer (UNAVAILABLE, DEADLINE_EXCEEDED,
+//     ABORTED: a broken stream, a peer that stopped answering) does not end
+//     the job from this side at once. The worker keeps heartbeating the job
+//     and holds its ReportDone for up to peer_failure_grace() (lost_after +
+//     3 heartbeat intervals + 0.5 s): when the peer was killed, frozen or
+//     cut off, the coordinator declares it LOST within lost_after and the
+//     job's reason names the lost rank and host instead of this survivor;
+//     the next heartbeat's stop_job ends the wait. A peer that failed on its
+//     own reports first and its reason wins the same way. Only when nothing
+//     comes within the grace does this worker report its own error.
+//   * a worker whose heartbeats have gone unanswered for lost_after (it is
+//     the one cut off) stops its job: the coordinator has declared it lost
+//     and its peers have stopped waiting for it. Each heartbeat waits at
+//     most heartbeat_deadline() (min(rpc_timeout, max(1 s, 5 intervals))),
+//     so the check runs at least that often.
+//
 // gRPC lives here and in the factories passed in; the training logic is in
 // JobRunner. Threading: Run() blocks the calling thread until Shutdown()
 // is called from another thread (e.g. a signal handler thread).
@@ -33,6 +52,7 @@
 #include "absl/time/time.h"
 #include "common/collective/transport.h"
 #include "common/log.h"
+#include "common/train/state_board.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
 #include "worker/step_observer.h"
@@ -66,9 +86,23 @@ struct WorkerDaemonOptions {
   std::string hostname;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration combine_timeout = absl::Seconds(30);
+  // The coordinator's lost_after when its RegisterWorkerReply does not say
+  // (an older coordinator).
+  absl::Duration default_lost_after = absl::Seconds(3);
   int blas_threads = 1;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
+  // Fault injection for tests (see JobRunnerOptions::flip_at_step).
+  int64_t flip_at_step = -1;
+  bool flip_optimizer = false;
+  int64_t flip_index = 0;
+  // Fault injection for tests (see JobRunnerOptions::nan_at_step).
+  int64_t nan_at_step = -1;
+  // The states this worker offers its peers (served by worker/net/
+  // state_service.h on the same gRPC server as the peer service); jobs
+  // publish to it and fetch from peers' (divergence repair). Not owned;
+  // nullptr = this worker neither offers nor fetches states.
+  StateBoard* state_board = nullptr;
   // Log lines (component "worker"): registered, job started/done/failed/
   // stopped, the job's training lines (JobRunnerOptions::logger), RPC
   // failures. Not owned; nullptr = stderr text lines.
@@ -110,6 +144,10 @@ class WorkerDaemon {
   // The id the coordinator gave this worker ("" before registration).
   std::string worker_id() const;
 
+  // See "Lost workers" above (from the coordinator's registration reply).
+  absl::Duration peer_failure_grace() const;
+  absl::Duration heartbeat_deadline() const;
+
  private:
   struct RunningJob;
 
@@ -135,6 +173,9 @@ class WorkerDaemon {
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
+  absl::Duration lost_after_ ABSL_GUARDED_BY(mu_);  // the coordinator's
+  // When a heartbeat last got an answer (registration counts as one).
+  absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
   // Drain() was called: no new assignments, deregister before Run() returns.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
