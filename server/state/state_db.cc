@@ -1,0 +1,450 @@
+#include "server/state/state_db.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace lockstep {
+
+namespace v1 = lockstep::v1;
+
+namespace {
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workers(
+  seq INTEGER PRIMARY KEY, id TEXT NOT NULL, address TEXT NOT NULL,
+  data_address TEXT NOT NULL, hostname TEXT NOT NULL, pid INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(
+  id INTEGER PRIMARY KEY, state INTEGER NOT NULL, status BLOB NOT NULL,
+  first_mismatch_step INTEGER NOT NULL, last_checked_step INTEGER NOT NULL,
+  extra BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS sync_checks(
+  job_id INTEGER NOT NULL, step INTEGER NOT NULL, all_match INTEGER NOT NULL,
+  body BLOB NOT NULL, PRIMARY KEY(job_id, step)) WITHOUT ROWID;
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() const { return stmt_; }
+  void Int(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Text(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void Blob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  int Step() { return sqlite3_step(stmt_); }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  int64_t ColInt(int i) const { return sqlite3_column_int64(stmt_, i); }
+  std::string ColText(int i) const {
+    const void* p = sqlite3_column_blob(stmt_, i);
+    const int n = sqlite3_column_bytes(stmt_, i);
+    return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), n);
+  }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+absl::Status SqlError(sqlite3* db, const std::string& path, absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat(path, ": ", what, ": ", db == nullptr ? "out of memory" : sqlite3_errmsg(db)));
+}
+
+absl::Status Exec(sqlite3* db, const std::string& path, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    absl::Status s = absl::InternalError(
+        absl::StrCat(path, ": ", sql, ": ", err == nullptr ? "error" : err));
+    sqlite3_free(err);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sqlite3*> OpenConnection(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status s = SqlError(db, path, "cannot open");
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_busy_timeout(db, 5000);  // a reader and the writer share the file
+  absl::Status s = Exec(db, path, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
+  if (!s.ok()) {
+    sqlite3_close(db);
+    return s;
+  }
+  return db;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(StateDbOptions options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("--state_dir: empty directory name");
+  if (mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir ", options.dir, ": cannot create: ", std::strerror(errno)));
+  }
+  const std::string lock_path = options.dir + "/LOCK";
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir: cannot open ", lock_path, ": ", std::strerror(errno)));
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    close(lock_fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--state_dir ", options.dir, ": ",
+        e == EWOULDBLOCK ? "in use by another coordinator (" + lock_path + " is locked)"
+                         : std::string("cannot lock ") + lock_path + ": " + std::strerror(e)));
+  }
+  const std::string path = options.dir + "/coordinator.db";
+  auto writer = OpenConnection(path);
+  if (!writer.ok()) {
+    close(lock_fd);
+    return writer.status();
+  }
+  auto fail = [&](absl::Status s, sqlite3* reader) {
+    sqlite3_close(*writer);
+    if (reader != nullptr) sqlite3_close(reader);
+    close(lock_fd);
+    return s;
+  };
+  if (absl::Status s = Exec(*writer, path, kSchema); !s.ok()) return fail(s, nullptr);
+  {
+    Stmt get(*writer, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (!get.ok()) return fail(SqlError(*writer, path, "reading the schema version"), nullptr);
+    if (get.Step() == SQLITE_ROW) {
+      const int64_t version = get.ColInt(0);
+      if (version != kSchemaVersion) {
+        return fail(absl::FailedPreconditionError(absl::StrCat(
+                        path, ": schema version ", version, ", this coordinator reads version ",
+                        kSchemaVersion, " (use another --state_dir or a matching build)")),
+                    nullptr);
+      }
+    } else {
+      Stmt put(*writer, "INSERT INTO meta(key, value) VALUES('schema_version', ?)");
+      put.Int(1, kSchemaVersion);
+      if (!put.ok() || put.Step() != SQLITE_DONE) {
+        return fail(SqlError(*writer, path, "writing the schema version"), nullptr);
+      }
+    }
+  }
+  auto reader = OpenConnection(path);
+  if (!reader.ok()) return fail(reader.status(), nullptr);
+  return std::unique_ptr<StateDb>(new StateDb(std::move(options), path, lock_fd, *writer, *reader));
+}
+
+StateDb::StateDb(StateDbOptions options, std::string path, int lock_fd, sqlite3* writer,
+                 sqlite3* reader)
+    : options_(std::move(options)),
+      path_(std::move(path)),
+      lock_fd_(lock_fd),
+      writer_db_(writer),
+      reader_db_(reader) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+StateDb::~StateDb() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  writer_.join();
+  {
+    absl::MutexLock l(&read_mu_);
+    sqlite3_close(reader_db_);
+  }
+  sqlite3_close(writer_db_);
+  close(lock_fd_);
+}
+
+absl::StatusOr<StateDb::Loaded> StateDb::Load() {
+  absl::MutexLock l(&read_mu_);
+  Loaded out;
+  {
+    Stmt s(reader_db_, "SELECT key, value FROM meta");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading meta");
+    while (s.Step() == SQLITE_ROW) {
+      const std::string key = s.ColText(0);
+      const int64_t v = s.ColInt(1);
+      if (key == "next_worker_seq") out.counters.next_worker_seq = v;
+      if (key == "next_job_id") out.counters.next_job_id = static_cast<uint64_t>(v);
+      if (key == "incarnation") out.counters.incarnation = static_cast<uint64_t>(v);
+    }
+  }
+  {
+    Stmt s(reader_db_,
+           "SELECT seq, id, address, data_address, hostname, pid FROM workers ORDER BY seq");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading workers");
+    while (s.Step() == SQLITE_ROW) {
+      StoredWorker w;
+      w.seq = s.ColInt(0);
+      w.id = s.ColText(1);
+      w.address = s.ColText(2);
+      w.data_address = s.ColText(3);
+      w.hostname = s.ColText(4);
+      w.pid = s.ColInt(5);
+      out.workers.push_back(std::move(w));
+    }
+  }
+  {
+    Stmt s(reader_db_,
+           "SELECT id, status, first_mismatch_step, last_checked_step, extra FROM jobs "
+           "ORDER BY id");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading jobs");
+    while (s.Step() == SQLITE_ROW) {
+      StoredJob j;
+      if (!j.status.ParseFromString(s.ColText(1))) {
+        return absl::DataLossError(
+            absl::StrCat(path_, ": job ", s.ColInt(0), ": stored status does not parse"));
+      }
+      j.first_mismatch_step = s.ColInt(2);
+      j.last_checked_step = s.ColInt(3);
+      j.extra = s.ColText(4);
+      out.jobs.push_back(std::move(j));
+    }
+  }
+  {
+    Stmt s(reader_db_, "SELECT job_id, COUNT(*) FROM sync_checks GROUP BY job_id");
+    if (!s.ok()) return SqlError(reader_db_, path_, "counting sync checks");
+    absl::MutexLock q(&mu_);
+    while (s.Step() == SQLITE_ROW) {
+      checks_per_job_[static_cast<uint64_t>(s.ColInt(0))] = s.ColInt(1);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::SyncCheck>> StateDb::ReadSyncChecks(uint64_t job_id,
+                                                                  int64_t from_step,
+                                                                  int64_t limit) {
+  absl::MutexLock l(&read_mu_);
+  Stmt s(reader_db_,
+         "SELECT step, body FROM sync_checks WHERE job_id = ? AND step >= ? ORDER BY step "
+         "LIMIT ?");
+  if (!s.ok()) return SqlError(reader_db_, path_, "reading sync checks");
+  s.Int(1, static_cast<int64_t>(job_id));
+  s.Int(2, from_step);
+  s.Int(3, limit);
+  std::vector<v1::SyncCheck> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    v1::SyncCheck c;
+    if (!c.ParseFromString(s.ColText(1))) {
+      return absl::DataLossError(absl::StrCat(path_, ": job ", job_id, " step ", s.ColInt(0),
+                                              ": stored sync check does not parse"));
+    }
+    out.push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) return SqlError(reader_db_, path_, "reading sync checks");
+  return out;
+}
+
+void StateDb::PutCounters(const StoredCounters& counters) {
+  absl::MutexLock l(&mu_);
+  queued_.counters = counters;
+  ++enqueued_seq_;
+}
+
+void StateDb::PutWorker(StoredWorker worker) {
+  absl::MutexLock l(&mu_);
+  const int64_t seq = worker.seq;
+  queued_.workers[seq] = std::move(worker);
+  ++enqueued_seq_;
+}
+
+void StateDb::DeleteWorker(int64_t seq) {
+  absl::MutexLock l(&mu_);
+  queued_.workers[seq] = std::nullopt;
+  ++enqueued_seq_;
+}
+
+void StateDb::PutJob(StoredJob job) {
+  absl::MutexLock l(&mu_);
+  const uint64_t id = job.status.job_id();
+  queued_.jobs[id] = std::move(job);
+  ++enqueued_seq_;
+}
+
+void StateDb::AddSyncCheck(uint64_t job_id, const v1::SyncCheck& check) {
+  absl::MutexLock l(&mu_);
+  int64_t& stored = checks_per_job_[job_id];
+  if (static_cast<int64_t>(queued_.checks.size()) >= options_.max_queued_checks ||
+      (stored >= options_.max_checks_per_job && check.all_match())) {
+    ++stats_.dropped_checks;
+    return;
+  }
+  ++stored;
+  queued_.checks.emplace_back(job_id, check);
+  ++enqueued_seq_;
+  stats_.queued_checks = static_cast<int64_t>(queued_.checks.size());
+}
+
+absl::Status StateDb::Flush(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  const uint64_t target = enqueued_seq_;
+  flush_requested_ = true;
+  auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return committed_seq_ >= target; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(path_, ": writes not committed by the deadline"));
+  }
+  if (!stats_.last_error.empty()) return absl::InternalError(stats_.last_error);
+  return absl::OkStatus();
+}
+
+StateDb::Stats StateDb::GetStats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+void StateDb::WriterLoop() {
+  for (;;) {
+    Batch batch;
+    uint64_t seq;
+    bool stop;
+    {
+      absl::MutexLock l(&mu_);
+      const int64_t soon = options_.max_queued_checks / 2;
+      auto wake = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || flush_requested_ ||
+               static_cast<int64_t>(queued_.checks.size()) >= soon;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.flush_interval);
+      flush_requested_ = false;
+      stop = stopping_;
+      std::swap(batch, queued_);
+      seq = enqueued_seq_;
+      stats_.queued_checks = 0;
+    }
+    absl::Status s = absl::OkStatus();
+    const absl::Time start = absl::Now();
+    int64_t rows = 0;
+    if (!batch.empty()) {
+      rows = static_cast<int64_t>((batch.counters ? 3 : 0) + batch.workers.size() +
+                                  batch.jobs.size() + batch.checks.size());
+      s = Write(batch);
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    {
+      absl::MutexLock l(&mu_);
+      if (rows > 0) {
+        ++stats_.transactions;
+        stats_.rows += rows;
+        stats_.checks_written += static_cast<int64_t>(batch.checks.size());
+        stats_.write_seconds += seconds;
+      }
+      if (!s.ok()) stats_.last_error = std::string(s.message());
+      committed_seq_ = seq;
+      if (stop && queued_.empty()) return;
+    }
+  }
+}
+
+absl::Status StateDb::Write(Batch& batch) {
+  sqlite3* db = writer_db_;
+  if (absl::Status s = Exec(db, path_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  absl::Status result = absl::OkStatus();
+  auto check = [&](Stmt& st, absl::string_view what) {
+    if (!result.ok()) return;
+    if (!st.ok() || st.Step() != SQLITE_DONE) result = SqlError(db, path_, what);
+    st.Reset();
+  };
+  if (batch.counters) {
+    Stmt put(db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
+    const std::pair<const char*, int64_t> rows[] = {
+        {"next_worker_seq", batch.counters->next_worker_seq},
+        {"next_job_id", static_cast<int64_t>(batch.counters->next_job_id)},
+        {"incarnation", static_cast<int64_t>(batch.counters->incarnation)}};
+    for (const auto& [key, value] : rows) {
+      put.Text(1, key);
+      put.Int(2, value);
+      check(put, "writing meta");
+    }
+  }
+  if (!batch.workers.empty()) {
+    Stmt put(db,
+             "INSERT OR REPLACE INTO workers(seq, id, address, data_address, hostname, pid) "
+             "VALUES(?, ?, ?, ?, ?, ?)");
+    Stmt del(db, "DELETE FROM workers WHERE seq = ?");
+    for (const auto& [seq, w] : batch.workers) {
+      if (!w) {
+        del.Int(1, seq);
+        check(del, "deleting a worker");
+        continue;
+      }
+      put.Int(1, w->seq);
+      put.Text(2, w->id);
+      put.Text(3, w->address);
+      put.Text(4, w->data_address);
+      put.Text(5, w->hostname);
+      put.Int(6, w->pid);
+      check(put, "writing a worker");
+    }
+  }
+  if (!batch.jobs.empty()) {
+    Stmt put(db,
+             "INSERT OR REPLACE INTO jobs(id, state, status, first_mismatch_step, "
+             "last_checked_step, extra) VALUES(?, ?, ?, ?, ?, ?)");
+    std::string blob;
+    for (const auto& [id, j] : batch.jobs) {
+      blob.clear();
+      j.status.SerializeToString(&blob);
+      put.Int(1, static_cast<int64_t>(id));
+      put.Int(2, j.status.state());
+      put.Blob(3, blob);
+      put.Int(4, j.first_mismatch_step);
+      put.Int(5, j.last_checked_step);
+      put.Blob(6, j.extra);
+      check(put, "writing a job");
+    }
+  }
+  if (!batch.checks.empty()) {
+    Stmt put(db,
+             "INSERT OR REPLACE INTO sync_checks(job_id, step, all_match, body) "
+             "VALUES(?, ?, ?, ?)");
+    std::string blob;
+    for (const auto& [job_id, c] : batch.checks) {
+      blob.clear();
+      c.SerializeToString(&blob);
+      put.Int(1, static_cast<int64_t>(job_id));
+      put.Int(2, c.step());
+      put.Int(3, c.all_match() ? 1 : 0);
+      put.Blob(4, blob);
+      check(put, "writing a sync check");
+    }
+  }
+  if (!result.ok()) {
+    (void)Exec(db, path_, "ROLLBACK");
+    return result;
+  }
+  return Exec(db, path_, "COMMIT");
+}
+
+}  // namespace lockstep

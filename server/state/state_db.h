@@ -1,0 +1,169 @@
+// StateDb: the coordinator's durable state in SQLite under --state_dir
+// (file DIR/coordinator.db, WAL mode, synchronous=NORMAL: every committed
+// transaction survives SIGKILL of the process; an OS crash may lose the
+// last ones). Schema version kSchemaVersion in table meta; a database with
+// another version is refused with an error naming the file and both
+// versions. DIR/LOCK is flock()ed for the life of the StateDb, so a second
+// coordinator on the same directory fails at Open (the kernel drops the
+// lock when a killed process dies).
+//
+// What is stored:
+//   meta        next_worker_seq, next_job_id, incarnation (group keys)
+//   workers     seq, id, address, data_address, hostname, pid
+//   jobs        id, state, JobStatus (spec, state, reason, progress, ranks
+//               with their workers, counters, final hash), first mismatch
+//               step, and an opaque `extra` blob for the coordinator
+//   sync_checks (job, step) -> SyncCheck, every check (detail the bounded
+//               in-memory history summarises), at most
+//               options.max_checks_per_job per job (then mismatches only)
+//
+// Writes never block the caller on SQLite: Put*/AddSyncCheck only copy into
+// a queue under a short internal lock; a writer thread commits what is
+// queued in one transaction every options.flush_interval (or sooner when
+// many checks are queued, or on Flush). Job and worker puts coalesce (the
+// newest value per key wins), so the queue holds at most one entry per job
+// and worker plus at most options.max_queued_checks checks; checks beyond
+// that are dropped and counted (Stats.dropped_checks; the job's counters,
+// stored with the job, stay exact). Callers may hold their own mutex while
+// calling these (no I/O happens in them); they never wait for the disk.
+//
+// Reads (Load, ReadSyncChecks) use a second connection (WAL readers do not
+// block the writer). Load is meant for start-up, before any write.
+// Thread-safe.
+#ifndef LOCKSTEP_SERVER_STATE_STATE_DB_H_
+#define LOCKSTEP_SERVER_STATE_STATE_DB_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+
+struct sqlite3;
+
+namespace lockstep {
+
+struct StoredWorker {
+  int64_t seq = 0;  // "w-<seq>"
+  std::string id;
+  std::string address;
+  std::string data_address;
+  std::string hostname;
+  int64_t pid = 0;
+};
+
+struct StoredJob {
+  lockstep::v1::JobStatus status;  // status.job_id is the key
+  int64_t first_mismatch_step = -1;
+  int64_t last_checked_step = -1;
+  std::string extra;  // opaque to StateDb
+};
+
+struct StoredCounters {
+  int64_t next_worker_seq = 1;
+  uint64_t next_job_id = 1;
+  uint64_t incarnation = 0;  // 0 = none stored yet
+};
+
+struct StateDbOptions {
+  std::string dir;  // created if missing
+  absl::Duration flush_interval = absl::Milliseconds(100);
+  int64_t max_queued_checks = 1 << 16;
+  int64_t max_checks_per_job = 1 << 20;
+};
+
+class StateDb {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  struct Loaded {
+    StoredCounters counters;
+    std::vector<StoredWorker> workers;  // by seq
+    std::vector<StoredJob> jobs;        // by id
+  };
+  struct Stats {
+    int64_t transactions = 0;
+    int64_t rows = 0;            // rows written (jobs + workers + checks + meta)
+    int64_t checks_written = 0;
+    int64_t dropped_checks = 0;  // queue full, or past max_checks_per_job (not mismatches)
+    double write_seconds = 0;    // writer time inside transactions
+    int64_t queued_checks = 0;   // now
+    std::string last_error;      // "" = none
+  };
+
+  // Opens (creating) DIR/coordinator.db. Errors name the file and what
+  // failed (cannot create the directory, locked by another process, schema
+  // version N where kSchemaVersion is expected, SQLite's message).
+  static absl::StatusOr<std::unique_ptr<StateDb>> Open(StateDbOptions options);
+  ~StateDb();  // writes what is queued, then closes
+  StateDb(const StateDb&) = delete;
+  StateDb& operator=(const StateDb&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  absl::StatusOr<Loaded> Load();
+  // Up to `limit` stored checks of `job_id` with step >= from_step, in step
+  // order (committed ones: call Flush first to include queued ones).
+  absl::StatusOr<std::vector<lockstep::v1::SyncCheck>> ReadSyncChecks(uint64_t job_id,
+                                                                     int64_t from_step,
+                                                                     int64_t limit);
+
+  void PutCounters(const StoredCounters& counters);
+  void PutWorker(StoredWorker worker);
+  void DeleteWorker(int64_t seq);
+  void PutJob(StoredJob job);
+  void AddSyncCheck(uint64_t job_id, const lockstep::v1::SyncCheck& check);
+
+  // Blocks until everything queued before the call is committed, or
+  // `deadline` (DEADLINE_EXCEEDED). Returns the writer's last error if the
+  // commit failed.
+  absl::Status Flush(absl::Time deadline);
+
+  Stats GetStats() const;
+
+ private:
+  struct Batch {
+    std::optional<StoredCounters> counters;
+    std::map<int64_t, std::optional<StoredWorker>> workers;  // nullopt = delete
+    std::map<uint64_t, StoredJob> jobs;
+    std::vector<std::pair<uint64_t, lockstep::v1::SyncCheck>> checks;
+    bool empty() const {
+      return !counters && workers.empty() && jobs.empty() && checks.empty();
+    }
+  };
+
+  StateDb(StateDbOptions options, std::string path, int lock_fd, sqlite3* writer,
+          sqlite3* reader);
+  void WriterLoop();
+  absl::Status Write(Batch& batch);  // writer thread only
+
+  const StateDbOptions options_;
+  const std::string path_;
+  const int lock_fd_;
+  sqlite3* const writer_db_;  // writer thread only (and Open/destructor)
+  absl::Mutex read_mu_;
+  sqlite3* const reader_db_ ABSL_PT_GUARDED_BY(read_mu_);
+
+  mutable absl::Mutex mu_;
+  Batch queued_ ABSL_GUARDED_BY(mu_);
+  uint64_t enqueued_seq_ ABSL_GUARDED_BY(mu_) = 0;   // bumped by every put
+  uint64_t committed_seq_ ABSL_GUARDED_BY(mu_) = 0;  // last seq the writer finished
+  bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, int64_t> checks_per_job_ ABSL_GUARDED_BY(mu_);  // accepted for writing
+  std::thread writer_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_STATE_STATE_DB_H_

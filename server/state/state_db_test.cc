@@ -1,0 +1,196 @@
+#include "server/state/state_db.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = lockstep::v1;
+
+std::string TempDir() {
+  std::string tmpl = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
+                                  "/state_db_XXXXXX");
+  char* d = mkdtemp(tmpl.data());
+  EXPECT_NE(d, nullptr);
+  return tmpl + "/state";  // Open creates it
+}
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+StoredJob Job(uint64_t id, v1::JobState state, int64_t step) {
+  StoredJob j;
+  j.status.set_job_id(id);
+  j.status.set_state(state);
+  j.status.set_step(step);
+  j.status.set_reason(state == v1::FAILED ? "rank 1 (w-2): boom" : "");
+  j.status.mutable_spec()->set_num_workers(4);
+  j.status.mutable_spec()->set_steps(26000);
+  j.status.set_final_hash(state == v1::SUCCEEDED ? std::string(32, 'a') : "");
+  auto* r = j.status.add_ranks();
+  r->set_rank(0);
+  r->set_worker_id("w-3");
+  j.first_mismatch_step = -1;
+  j.last_checked_step = step - 1;
+  j.extra = "opaque";
+  return j;
+}
+
+v1::SyncCheck Check(int64_t step, bool match) {
+  v1::SyncCheck c;
+  c.set_step(step);
+  c.set_all_match(match);
+  c.set_majority_hash(std::string(32, match ? 'b' : 'c'));
+  c.add_rank_hashes(std::string(32, 'b'));
+  c.add_rank_hashes(std::string(32, match ? 'b' : 'd'));
+  if (!match) c.add_differing_ranks(1);
+  return c;
+}
+
+TEST(StateDbTest, EverythingSurvivesReopen) {
+  const std::string dir = TempDir();
+  {
+    auto db = StateDb::Open({dir});
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto empty = (*db)->Load();
+    ASSERT_TRUE(empty.ok()) << empty.status();
+    EXPECT_EQ(empty->counters.next_job_id, 1u);
+    EXPECT_EQ(empty->counters.incarnation, 0u);
+    EXPECT_TRUE(empty->jobs.empty());
+    (*db)->PutCounters({/*next_worker_seq=*/5, /*next_job_id=*/3, /*incarnation=*/777});
+    for (int64_t seq = 1; seq <= 4; ++seq) {
+      (*db)->PutWorker({seq, absl::StrCat("w-", seq), absl::StrCat("127.0.0.1:", 7000 + seq),
+                        "127.0.0.1:9000", "vm", 100 + seq});
+    }
+    (*db)->DeleteWorker(2);
+    (*db)->PutJob(Job(1, v1::SUCCEEDED, 10));
+    (*db)->PutJob(Job(2, v1::RUNNING, 5));
+    (*db)->PutJob(Job(2, v1::RUNNING, 7));  // coalesces: the newest wins
+    for (int64_t s = 0; s < 10; ++s) (*db)->AddSyncCheck(1, Check(s, s != 4));
+    ASSERT_TRUE((*db)->Flush(Soon()).ok());
+    const StateDb::Stats st = (*db)->GetStats();
+    EXPECT_EQ(st.checks_written, 10);
+    EXPECT_EQ(st.dropped_checks, 0);
+    EXPECT_EQ(st.last_error, "");
+  }
+  auto db = StateDb::Open({dir});
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto loaded = (*db)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->counters.next_worker_seq, 5);
+  EXPECT_EQ(loaded->counters.next_job_id, 3u);
+  EXPECT_EQ(loaded->counters.incarnation, 777u);
+  ASSERT_EQ(loaded->workers.size(), 3u);
+  EXPECT_EQ(loaded->workers[1].id, "w-3");
+  EXPECT_EQ(loaded->workers[1].address, "127.0.0.1:7003");
+  EXPECT_EQ(loaded->workers[1].pid, 103);
+  ASSERT_EQ(loaded->jobs.size(), 2u);
+  EXPECT_EQ(loaded->jobs[0].status.state(), v1::SUCCEEDED);
+  EXPECT_EQ(loaded->jobs[0].status.final_hash(), std::string(32, 'a'));
+  EXPECT_EQ(loaded->jobs[1].status.step(), 7);
+  EXPECT_EQ(loaded->jobs[1].status.ranks(0).worker_id(), "w-3");
+  EXPECT_EQ(loaded->jobs[1].last_checked_step, 6);
+  EXPECT_EQ(loaded->jobs[1].extra, "opaque");
+  auto checks = (*db)->ReadSyncChecks(1, 3, 4);
+  ASSERT_TRUE(checks.ok()) << checks.status();
+  ASSERT_EQ(checks->size(), 4u);
+  EXPECT_EQ((*checks)[0].step(), 3);
+  EXPECT_FALSE((*checks)[1].all_match());
+  EXPECT_EQ((*checks)[1].differing_ranks(0), 1);
+  EXPECT_EQ((*checks)[3].step(), 6);
+}
+
+TEST(StateDbTest, SecondOpenOfTheSameDirectoryIsRefused) {
+  const std::string dir = TempDir();
+  auto first = StateDb::Open({dir});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = StateDb::Open({dir});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use by another coordinator"), std::string::npos)
+      << second.status();
+}
+
+TEST(StateDbTest, OtherSchemaVersionIsRefusedNamingTheFile) {
+  const std::string dir = TempDir();
+  { ASSERT_TRUE(StateDb::Open({dir}).ok()); }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  auto db = StateDb::Open({dir});
+  ASSERT_FALSE(db.ok());
+  EXPECT_NE(db.status().message().find("coordinator.db: schema version 99"), std::string::npos)
+      << db.status();
+}
+
+TEST(StateDbTest, QueueIsBoundedAndDropsAreCounted) {
+  StateDbOptions o;
+  o.dir = TempDir();
+  o.flush_interval = absl::Hours(1);  // only Flush or a half-full queue wakes the writer
+  o.max_queued_checks = 8;
+  o.max_checks_per_job = 20;
+  auto db = StateDb::Open(o);
+  ASSERT_TRUE(db.ok()) << db.status();
+  // The writer may drain at 4 queued; whatever it has not drained when the
+  // queue holds 8 is dropped. Add one at a time and flush every 8: nothing
+  // dropped until the per-job cap of 20 matching checks.
+  for (int64_t s = 0; s < 40; ++s) {
+    (*db)->AddSyncCheck(9, Check(s, s != 30));
+    if (s % 4 == 3) {
+      ASSERT_TRUE((*db)->Flush(Soon()).ok());
+    }
+  }
+  ASSERT_TRUE((*db)->Flush(Soon()).ok());
+  const StateDb::Stats st = (*db)->GetStats();
+  EXPECT_EQ(st.checks_written, 21);  // 20 matching + the mismatch past the cap
+  EXPECT_EQ(st.dropped_checks, 19);
+  auto checks = (*db)->ReadSyncChecks(9, 0, 100);
+  ASSERT_TRUE(checks.ok());
+  ASSERT_EQ(checks->size(), 21u);
+  EXPECT_EQ(checks->back().step(), 30);
+}
+
+TEST(StateDbTest, CommittedStateSurvivesSigkill) {
+  const std::string dir = TempDir();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto db = StateDb::Open({dir});
+    if (!db.ok()) _exit(3);
+    (*db)->PutCounters({2, 2, 42});
+    (*db)->PutJob(Job(1, v1::RUNNING, 3));
+    (*db)->AddSyncCheck(1, Check(0, true));
+    if (!(*db)->Flush(Soon()).ok()) _exit(4);
+    raise(SIGKILL);  // no destructor, no close: the lock and WAL as a crash leaves them
+    _exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << WEXITSTATUS(status);
+  ASSERT_EQ(WTERMSIG(status), SIGKILL);
+  auto db = StateDb::Open({dir});
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto loaded = (*db)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->counters.incarnation, 42u);
+  ASSERT_EQ(loaded->jobs.size(), 1u);
+  EXPECT_EQ(loaded->jobs[0].status.step(), 3);
+  auto checks = (*db)->ReadSyncChecks(1, 0, 10);
+  ASSERT_TRUE(checks.ok());
+  EXPECT_EQ(checks->size(), 1u);
+}
+
+}  // namespace
+}  // namespace lockstep
