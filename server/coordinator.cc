@@ -209,6 +209,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   v1::RegisterWorkerReply reply;
   reply.set_worker_id(id);
   reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  reply.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
   reply.set_address(*address);
   reply.set_data_address(*data_address);
   LogLocked(LogLevel::kInfo, "worker registered",
@@ -287,9 +288,12 @@ void Coordinator::Tick() {
     if (w.job_id == 0) continue;
     Job* job = jobs_.Find(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
-      FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s) lost: no heartbeat for %.1fs",
-                                         w.id, w.rank, w.address,
-                                         absl::ToDoubleSeconds(lost.silent)));
+      // The job's policy for a lost worker (spec.on_worker_lost) is "fail"
+      // in this version (ValidateJobSpec refuses the others).
+      FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
+                                         w.id, w.rank,
+                                         w.hostname.empty() ? "" : "host " + w.hostname + ", ",
+                                         w.address, absl::ToDoubleSeconds(lost.silent)));
     }
   }
   ScheduleLocked();

@@ -75,7 +75,9 @@
 //   down is never handed a new job.
 // Tick(): workers not heard from for more than options.lost_after become
 //   LOST (worker_registry.h); a RUNNING job with a LOST rank FAILS with
-//   "worker w-3 (rank 2, 127.0.0.1:4567) lost: no heartbeat for 3.2s".
+//   "worker w-3 (rank 2, host vm3, 127.0.0.1:4567) lost: no heartbeat for
+//   3.2s" (spec.on_worker_lost "fail", the only policy of this version).
+//   RegisterWorkerReply.lost_after_ms tells workers options.lost_after.
 //   Then PENDING jobs are scheduled (scheduler.h). Scheduling also runs on
 //   submit and whenever a worker becomes IDLE.
 //

@@ -453,7 +453,8 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   coord_->Tick();
   const v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_EQ(st.reason(), "worker w-2 (rank 1, 10.0.0.2:5000) lost: no heartbeat for 3.2s");
+  EXPECT_EQ(st.reason(),
+            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) lost: no heartbeat for 3.2s");
   EXPECT_EQ(WorkerState(w[1]), v1::LOST);
   EXPECT_EQ(WorkerState(w[0]), v1::BUSY);
   // The survivor is told to stop, then becomes idle.

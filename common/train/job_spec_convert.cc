@@ -108,6 +108,18 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset) {
       "spec.data.dataset: unknown dataset \"", dataset, "\" (", kDatasetForms, ")"));
 }
 
+absl::Status CheckWorkerLostPolicy(const JobSpec& spec) {
+  const std::string& p = spec.on_worker_lost();
+  if (p.empty() || p == "fail") return absl::OkStatus();
+  if (p == "shrink" || p == "wait") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.on_worker_lost: \"", p,
+        "\" is not implemented by this version; only \"fail\" (the default) is"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("spec.on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
+}
+
 absl::Status CheckCheckpointFields(const JobSpec& spec) {
   if (spec.checkpoint_every_steps() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -212,6 +224,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
   }
+  if (absl::Status s = CheckWorkerLostPolicy(spec); !s.ok()) return s;
   if (absl::Status s = CheckCheckpointFields(spec); !s.ok()) return s;
   return ToTrainSpec(spec).status();
 }

@@ -72,6 +72,11 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset);
 // job_id and step >= 0. InvalidArgument naming the field.
 absl::Status CheckCheckpointFields(const lockstep::v1::JobSpec& spec);
 
+// spec.on_worker_lost: "" or "fail" is OK; "shrink" and "wait" are
+// reserved (FailedPrecondition: not implemented by this version); anything
+// else InvalidArgument naming the field and the expected values.
+absl::Status CheckWorkerLostPolicy(const lockstep::v1::JobSpec& spec);
+
 // The number of parameter-server shards a job uses: spec.ps_shards, 0 -> 1.
 int PsShards(const lockstep::v1::JobSpec& spec);
 
