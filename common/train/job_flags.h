@@ -46,6 +46,11 @@ const char* PeerTransportName(v1::PeerTransport transport);
 // names the flag).
 absl::StatusOr<v1::PeerTransport> ParsePeerTransport(const std::string& name);
 
+// --resume_from's value: "DIR/job-<id>" (newest valid checkpoint: step 0)
+// or "DIR/job-<id>/step-<N>.ckpt" -> CheckpointRef{DIR, id, N}; anything
+// else InvalidArgument saying the expected forms (the caller names the flag).
+absl::StatusOr<v1::CheckpointRef> ParseResumeFrom(const std::string& path);
+
 // Parses a JobSpec in protobuf text format; `origin` names it in errors.
 absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
                                              const std::string& origin);
