@@ -154,6 +154,7 @@ TEST_F(CoordinatorTest, RegisterAssignsIdsInOrderAndHeartbeatInterval) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->worker_id(), "w-1");
   EXPECT_EQ(r->heartbeat_interval_ms(), 200);
+  EXPECT_EQ(r->lost_after_ms(), 3000);  // the options' lost_after
   EXPECT_EQ(Register(2), "w-2");
   EXPECT_EQ(Register(3), "w-3");
   v1::WorkerList list = coord_->ListWorkers();

@@ -2,8 +2,6 @@
 
 #include <fstream>
 #include <sstream>
-#include <tuple>
-#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"

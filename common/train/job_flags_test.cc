@@ -88,6 +88,20 @@ TEST(JobFlagsTest, BadSyncModeNamesTheFlag) {
   absl::SetFlag(&FLAGS_sync, "ring");
 }
 
+TEST(JobFlagsTest, OnWorkerLostFlag) {
+  auto spec = FromArgs({"--on_worker_lost=shrink"});
+  ASSERT_TRUE(spec.ok()) << spec.status();  // parsed; the coordinator refuses it
+  EXPECT_EQ(spec->on_worker_lost(), "shrink");
+  spec = FromArgs({"--on_worker_lost=fail"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_worker_lost(), "");  // the default, written as the zero value
+  spec = FromArgs({"--on_worker_lost=retry"});
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "--on_worker_lost: expected fail, shrink or wait, got \"retry\"");
+  ASSERT_TRUE(FromArgs({"--on_worker_lost=fail"}).ok());
+}
+
 TEST(JobFlagsTest, PeerTransportFlag) {
   auto spec = FromArgs({"--peer_transport=tcp"});
   ASSERT_TRUE(spec.ok()) << spec.status();

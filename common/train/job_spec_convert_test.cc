@@ -142,6 +142,25 @@ TEST(ValidateJobSpecTest, AcceptsValidSpecs) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
+TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailOnly) {
+  v1::JobSpec spec = Minimal();
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());  // "" = fail
+  spec.set_on_worker_lost("fail");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_on_worker_lost("shrink");
+  absl::Status s = ValidateJobSpec(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "spec.on_worker_lost: \"shrink\" is not implemented by this version; only "
+            "\"fail\" (the default) is");
+  spec.set_on_worker_lost("wait");
+  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kFailedPrecondition);
+  spec.set_on_worker_lost("restart");
+  s = ValidateJobSpec(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "spec.on_worker_lost: expected fail, shrink or wait, got \"restart\"");
+}
+
 TEST(ValidateJobSpecTest, PeerTransportDefaultsToGrpcAndAcceptsTcp) {
   v1::JobSpec spec = Minimal();
   EXPECT_EQ(spec.peer_transport(), v1::GRPC);  // the proto3 zero value
