@@ -2,6 +2,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
