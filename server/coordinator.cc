@@ -186,6 +186,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   const int64_t seq = workers_.NextSeq();
   const std::string id = absl::StrCat("w-", seq);
   for (const Worker& old : workers_.RemoveAtAddress(*address)) {
+    ForgetWorkerLocked(old.seq);
     if (old.job_id == 0) continue;
     Job* job = jobs_.Find(old.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
@@ -204,7 +205,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   w.pid = request.pid();
   w.state = v1::IDLE;
   w.last_seen = now;
-  workers_.Add(std::move(w));
+  PersistWorkerLocked(*workers_.Add(std::move(w)));
 
   v1::RegisterWorkerReply reply;
   reply.set_worker_id(id);

@@ -135,7 +135,36 @@
 //   Unknown id -> NOT_FOUND "job 42 not found".
 // Sync history keeps the last options.max_sync_history checks per job; the
 // counters (checked_steps, mismatched_steps, first_mismatch_step) are exact.
-// Jobs are kept for the life of the coordinator.
+// A GetSyncHistory reply holds at most kMaxSyncReplyChecks checks and about
+// kMaxSyncReplyBytes (the newest; max_entries 0 = as many as fit), so it
+// stays far below gRPC's 4 MiB default for any job length and K; older
+// checks are read page by page (GetSyncHistoryPage), from the --state_dir
+// database when there is one.
+// Jobs are kept for the life of the coordinator, and across restarts with a
+// state database.
+//
+// ---- State database and restarts (coordinator_state.cc) --------------------
+// AttachStateDb(db), before serving: restores what db holds (workers,
+// jobs, id counters, the incarnation) and from then on records every change:
+// workers on register / removal, job ids and the incarnation when they
+// move, a job on each state change and at most every kPersistProgressEvery
+// (Clock) of progress, and every completed sync check. Nothing is written
+// under mu_: StateDb queues and a writer thread commits (state_db.h).
+// After a restart:
+//   * every job is back with its spec, state, reason, progress, ranks,
+//     counters and final hash; PENDING jobs queue again in id order;
+//   * the incarnation is the stored one, so a RUNNING job keeps its group
+//     key and its workers' peer streams and ps state stay valid;
+//   * workers are back under their ids, last seen at the restart, BUSY when
+//     bound to a RUNNING job: those that do not heartbeat within lost_after
+//     become LOST (failing their job) as usual;
+//   * a RUNNING job continues: its workers heartbeat with its id
+//     (acknowledged), their reports are accepted; checks of steps that
+//     completed in the last moments before the kill and were not yet
+//     committed, and steps some ranks had reported to the old process, are
+//     not checked (checked_steps then falls short of the steps run);
+//   * not kept: final weights (has_weights false: export fails), the status
+//     page's curves, timing medians.
 //
 // ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------
 // DeregisterWorker(worker_id, reason): a worker that shuts down says so. It
@@ -160,6 +189,7 @@
 #define LOCKSTEP_SERVER_COORDINATOR_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -178,6 +208,7 @@
 #include "server/job_series.h"
 #include "server/job_store.h"
 #include "server/rank_timing.h"
+#include "server/state/state_db.h"
 #include "server/sync_checker.h"
 #include "server/watch_fanout.h"
 #include "server/weights_store.h"
@@ -263,9 +294,23 @@ class Coordinator {
   lockstep::v1::WorkerList ListWorkers();  // registration order
   absl::StatusOr<lockstep::v1::JobStatus> CancelJob(uint64_t job_id);
   // max_entries: 0 = every kept check, else the most recent max_entries
-  // (INVALID_ARGUMENT when negative).
+  // (INVALID_ARGUMENT when negative); never more than the reply caps.
   absl::StatusOr<lockstep::v1::SyncHistory> GetSyncHistory(uint64_t job_id,
                                                            int64_t max_entries);
+  // The checks with step >= from_step in step order, at most max_entries
+  // (0 = the cap), from the state database (older checks) and memory;
+  // next_step = where the next page starts, -1 at the newest check.
+  absl::StatusOr<lockstep::v1::SyncHistory> GetSyncHistoryPage(uint64_t job_id,
+                                                               int64_t from_step,
+                                                               int64_t max_entries);
+  static constexpr int64_t kMaxSyncReplyChecks = 4096;
+  static constexpr size_t kMaxSyncReplyBytes = size_t{1} << 20;
+
+  // ---- state database (coordinator_state.cc; see the top of this file) ----
+  // `db` is not owned and must outlive the Coordinator. Call once, before
+  // the coordinator serves. Errors name the database file.
+  absl::Status AttachStateDb(StateDb* db);
+  static constexpr absl::Duration kPersistProgressEvery = absl::Seconds(1);
   // NOT_FOUND, or FAILED_PRECONDITION when the job has no (or no longer
   // has) final weights. The result stays valid after eviction.
   absl::StatusOr<std::shared_ptr<const FinalWeights>> GetWeights(uint64_t job_id);
@@ -379,6 +424,17 @@ class Coordinator {
   // "ring/grpc", "ring/tcp" or "ps".
   static std::string ModeName(const lockstep::v1::JobSpec& spec);
 
+  // State database (coordinator_state.cc). No-ops without one.
+  void PersistJobLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistWorkerLocked(const Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetWorkerLocked(int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistCountersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct PersistMark {
+    lockstep::v1::JobState state = lockstep::v1::JOB_STATE_UNSPECIFIED;
+    absl::Time at = absl::InfinitePast();
+    int64_t checked = 0;  // sync.checked() already stored
+  };
+
   const CoordinatorOptions options_;
   uint64_t incarnation_ = 0;  // options_.incarnation or from the clock; set once
   Clock* const clock_;
@@ -391,6 +447,8 @@ class Coordinator {
   WeightsStore weights_ ABSL_GUARDED_BY(mu_);
   WatchVersions versions_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;  // BeginDrain was called
+  StateDb* state_db_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
+  std::map<uint64_t, PersistMark> persisted_ ABSL_GUARDED_BY(mu_);  // by job id
   std::vector<QueuedLog> queued_logs_ ABSL_GUARDED_BY(mu_);
 };
 

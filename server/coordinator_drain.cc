@@ -38,6 +38,7 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
   }
   LogLocked(LogLevel::kInfo, "worker left",
             {{"worker", w->id}, {"address", w->address}, {"reason", reason}});
+  ForgetWorkerLocked(w->seq);
   workers_.Remove(w->seq);
   ScheduleLocked();
   return reply;

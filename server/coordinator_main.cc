@@ -100,6 +100,10 @@ ABSL_FLAG(int32_t, metrics_port, 9170,
           "is taken is an error");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, the metrics server's bound port is written to this file once listening");
+ABSL_FLAG(std::string, state_dir, "",
+          "directory of the coordinator's SQLite state (DIR/coordinator.db: workers, jobs, sync "
+          "history, id counters); a coordinator restarted with the same directory (and port) "
+          "keeps every job and its running jobs continue. \"\" = in memory only");
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
@@ -240,7 +244,24 @@ int Run(int argc, char** argv) {
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
   options.logger = &logger;
+  std::unique_ptr<StateDb> state_db;  // outlives the coordinator
+  if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
+    StateDbOptions db_options;
+    db_options.dir = dir;
+    absl::StatusOr<std::unique_ptr<StateDb>> db = StateDb::Open(db_options);
+    if (!db.ok()) {
+      logger.Error(db.status().message());
+      return kExitBadFlags;
+    }
+    state_db = *std::move(db);
+  }
   Coordinator coordinator(options, &clock);
+  if (state_db != nullptr) {
+    if (absl::Status s = coordinator.AttachStateDb(state_db.get()); !s.ok()) {
+      logger.Error(s.message());
+      return kExitBadFlags;
+    }
+  }
   CoordinatorService service(&coordinator);
   // The coordinator also hosts a parameter-server shard: ps-mode jobs use it
   // when no --ps_addresses are given. One registry behind its gRPC service

@@ -90,17 +90,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   return StatusLocked(*job, now);
 }
 
-absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistory(uint64_t job_id,
-                                                            int64_t max_entries) {
-  if (max_entries < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_entries: expected >= 0 (0 = all), got ", max_entries));
-  }
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
-  if (!found.ok()) return found.status();
-  return (*found)->sync.History(job_id, max_entries);
-}
+// GetSyncHistory and GetSyncHistoryPage: coordinator_state.cc.
 
 absl::StatusOr<std::shared_ptr<const FinalWeights>> Coordinator::GetWeights(uint64_t job_id) {
   absl::MutexLock lock(&mu_);

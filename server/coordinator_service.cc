@@ -131,6 +131,11 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::JobRe
 grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
                                                 const v1::SyncHistoryRequest* request,
                                                 v1::SyncHistory* reply) {
+  if (request->has_from_step()) {
+    return Reply(coordinator_->GetSyncHistoryPage(request->job_id(), request->from_step(),
+                                                  request->max_entries()),
+                 reply);
+  }
   return Reply(coordinator_->GetSyncHistory(request->job_id(), request->max_entries()), reply);
 }
 

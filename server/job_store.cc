@@ -39,8 +39,10 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   s.set_test_loss(job.test_loss);
   s.set_examples_per_second(job.examples_per_second);
   s.set_out_of_sync(job.out_of_sync);
-  s.set_checked_steps(job.sync.checked());
-  s.set_mismatched_steps(job.sync.mismatched());
+  s.set_repairs(job.sync.repairs());
+  s.set_last_divergence(job.sync.last_divergence());
+  s.set_checked_steps(CheckedStepsOf(job));
+  s.set_mismatched_steps(MismatchedStepsOf(job));
   for (size_t r = 0; r < job.ranks.size(); ++r) {
     const RankRecord& rank = job.ranks[r];
     v1::RankStatus* rs = s.add_ranks();
@@ -95,6 +97,14 @@ absl::StatusOr<JobRecord*> JobStore::FindOrNotFound(uint64_t id) {
   JobRecord* job = Find(id);
   if (job == nullptr) return absl::NotFoundError(JobNotFoundMessage(id));
   return job;
+}
+
+JobRecord* JobStore::Restore(std::unique_ptr<JobRecord> job) {
+  JobRecord* j = job.get();
+  next_id_ = std::max(next_id_, j->id + 1);
+  jobs_[j->id] = std::move(job);
+  if (j->state == v1::PENDING) pending_.push_back(j->id);
+  return j;
 }
 
 void JobStore::RemovePending(uint64_t id) {

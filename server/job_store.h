@@ -17,6 +17,7 @@
 #ifndef LOCKSTEP_SERVER_JOB_STORE_H_
 #define LOCKSTEP_SERVER_JOB_STORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -73,7 +74,19 @@ struct JobRecord {
   std::string final_hash;
   JobWatch watch;     // version and state-change snapshots
   JobSeries series;   // bounded loss / eval / sync-strip history (status page)
+  // Sync counters of the checks made before a coordinator restart (restored
+  // from --state_dir); `sync` counts the checks since. Use the *Of helpers.
+  int64_t restored_checked = 0, restored_mismatched = 0, restored_first_mismatch = -1;
 };
+
+// Exact sync counters of a job, across coordinator restarts.
+inline int64_t CheckedStepsOf(const JobRecord& j) { return j.restored_checked + j.sync.checked(); }
+inline int64_t MismatchedStepsOf(const JobRecord& j) {
+  return j.restored_mismatched + j.sync.mismatched();
+}
+inline int64_t FirstMismatchOf(const JobRecord& j) {
+  return j.restored_first_mismatch >= 0 ? j.restored_first_mismatch : j.sync.first_mismatch();
+}
 
 // SUCCEEDED, FAILED or CANCELLED.
 bool IsTerminalJobState(lockstep::v1::JobState state);
@@ -104,6 +117,15 @@ class JobStore {
   void PopPending() { pending_.pop_front(); }
   void RemovePending(uint64_t id);
   void ClearPending() { pending_.clear(); }
+
+  // A job restored from --state_dir (coordinator restart): kept under its
+  // id, queued at the back of the FIFO when PENDING; later ids continue
+  // after the largest of `next_id` and every restored id.
+  JobRecord* Restore(std::unique_ptr<JobRecord> job);
+  void SetNextId(uint64_t next_id) { next_id_ = std::max(next_id_, next_id); }
+  uint64_t next_id() const { return next_id_; }
+  // A new SyncChecker as Create makes them (k ranks, this store's bound).
+  SyncChecker NewSyncChecker(int k) const { return SyncChecker(k, max_sync_history_); }
 
   // The persistence hook (see the top of this file).
   void SetChangeHook(std::function<void(const JobRecord&)> hook) { hook_ = std::move(hook); }

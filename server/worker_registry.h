@@ -22,6 +22,7 @@
 #ifndef LOCKSTEP_SERVER_WORKER_REGISTRY_H_
 #define LOCKSTEP_SERVER_WORKER_REGISTRY_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -55,6 +56,10 @@ class WorkerRegistry {
                             int64_t pid, absl::Time now) const;
   // The next worker's sequence number (consumed).
   int64_t NextSeq() { return next_seq_++; }
+  // Without consuming it (persisted across restarts); SetNextSeq never
+  // moves it backwards.
+  int64_t next_seq() const { return next_seq_; }
+  void SetNextSeq(int64_t seq) { next_seq_ = std::max(next_seq_, seq); }
   // Removes every worker registered at `address` and returns them.
   std::vector<WorkerRecord> RemoveAtAddress(const std::string& address);
   // Adds `w` (w.seq from NextSeq, w.id "w-<seq>").

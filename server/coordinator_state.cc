@@ -1,0 +1,312 @@
+// Coordinator facade: the state database (AttachStateDb, restoring after a
+// restart, recording changes) and the paged sync history. Contracts:
+// coordinator.h ("State database and restarts"), server/state/state_db.h.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "proto/coordinator_state.pb.h"
+#include "server/coordinator.h"
+
+namespace lockstep {
+
+namespace v1 = ::lockstep::v1;
+
+namespace {
+
+double UnixSeconds(absl::Time t) {
+  return t == absl::InfinitePast() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
+absl::Time FromUnixSeconds(double s) {
+  return s <= 0 ? absl::InfinitePast() : absl::UnixEpoch() + absl::Seconds(s);
+}
+
+}  // namespace
+
+absl::Status Coordinator::AttachStateDb(StateDb* db) {
+  absl::StatusOr<StateDb::Loaded> loaded = db->Load();
+  if (!loaded.ok()) return loaded.status();
+  const absl::Time now = clock_->Now();
+  Locked lock(this);  // writes the log lines after unlocking
+  state_db_ = db;
+  constexpr uint64_t kMaxIncarnation = (uint64_t{1} << 43) - 1;
+  if (loaded->counters.incarnation != 0) {
+    incarnation_ = loaded->counters.incarnation & kMaxIncarnation;
+  }
+  workers_.SetNextSeq(loaded->counters.next_worker_seq);
+  jobs_.SetNextId(loaded->counters.next_job_id);
+  for (const StoredWorker& s : loaded->workers) {
+    Worker w;
+    w.seq = s.seq;
+    w.id = s.id;
+    w.address = s.address;
+    w.data_address = s.data_address;
+    w.hostname = s.hostname;
+    w.pid = s.pid;
+    w.state = v1::IDLE;
+    w.last_seen = now;  // lost_after from the restart to come back
+    workers_.SetNextSeq(s.seq + 1);
+    workers_.Add(std::move(w));
+  }
+  int64_t running = 0;
+  for (StoredJob& stored : loaded->jobs) {
+    const v1::JobStatus& st = stored.status;
+    v1::StoredJobState extra;
+    if (!extra.ParseFromString(stored.extra)) {
+      return absl::DataLossError(absl::StrCat(db->path(), ": job ", st.job_id(),
+                                              ": stored job state does not parse"));
+    }
+    auto job = std::make_unique<Job>();
+    job->id = st.job_id();
+    job->spec = st.spec();
+    job->state = st.state();
+    job->reason = st.reason();
+    job->k = st.spec().num_workers();
+    job->ps_addresses.assign(extra.ps_addresses().begin(), extra.ps_addresses().end());
+    job->sync = jobs_.NewSyncChecker(job->k);
+    job->restored_checked = st.checked_steps();
+    job->restored_mismatched = st.mismatched_steps();
+    job->restored_first_mismatch = stored.first_mismatch_step;
+    job->steps_done = st.step();
+    job->epoch = st.epoch();
+    job->total_steps = st.total_steps();
+    job->examples = extra.examples();
+    job->first_step_time = FromUnixSeconds(extra.first_step_unix_s());
+    job->first_step_examples = extra.first_step_examples();
+    job->loss = st.loss();
+    job->examples_per_second = st.examples_per_second();
+    job->test_accuracy = st.test_accuracy();
+    job->test_loss = st.test_loss();
+    job->out_of_sync = st.out_of_sync();
+    job->submitted = FromUnixSeconds(st.submitted_unix_s());
+    job->started = FromUnixSeconds(st.started_unix_s());
+    job->finished = FromUnixSeconds(st.finished_unix_s());
+    job->final_hash = st.final_hash();
+    for (int r = 0; r < st.ranks_size(); ++r) {
+      const v1::RankStatus& rs = st.ranks(r);
+      Rank rank;
+      rank.worker_id = rs.worker_id();
+      rank.address = rs.address();
+      rank.hostname = rs.hostname();
+      rank.data_address = rs.data_address();
+      rank.last_step = rs.step() - 1;
+      rank.last_hash = rs.last_hash();
+      rank.in_sync = rs.in_sync();
+      rank.last_heartbeat = now;
+      rank.resident_bytes = rs.resident_bytes();
+      if (r < extra.ranks_size()) {
+        const v1::StoredRankState& x = extra.ranks(r);
+        rank.acknowledged = x.acknowledged() || rs.step() > 0;
+        rank.done = x.done();
+        rank.done_hash = x.done_hash();
+        rank.done_test_accuracy = x.done_test_accuracy();
+        rank.done_test_loss = x.done_test_loss();
+      }
+      job->ranks.push_back(std::move(rank));
+    }
+    Job* j = jobs_.Restore(std::move(job));
+    persisted_[j->id] = PersistMark{j->state, now, 0};
+    if (j->state == v1::RUNNING) {
+      ++running;
+      // Rebind the ranks' workers; a rank whose worker is gone fails the job.
+      std::string missing;
+      for (size_t r = 0; r < j->ranks.size(); ++r) {
+        Worker* w = workers_.Find(j->ranks[r].worker_id);
+        if (w == nullptr) {
+          missing = absl::StrFormat("worker %s (rank %d, %s)", j->ranks[r].worker_id, r,
+                                    j->ranks[r].address);
+          continue;
+        }
+        w->state = v1::BUSY;
+        w->job_id = j->id;
+        w->rank = static_cast<int>(r);
+      }
+      if (!missing.empty()) {
+        FailJobLocked(j, absl::StrCat(missing,
+                                      " is unknown after the coordinator restarted (it left)"));
+      }
+    }
+    versions_.StateChanged(&j->watch, StatusLocked(*j, now));
+  }
+  jobs_.SetChangeHook([this](const JobRecord& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PersistJobLocked(job);  // the hook runs under mu_
+  });
+  PersistCountersLocked();
+  LogLocked(LogLevel::kInfo, "state restored",
+            {{"state_db", db->path()},
+             {"workers", static_cast<int64_t>(loaded->workers.size())},
+             {"jobs", static_cast<int64_t>(loaded->jobs.size())},
+             {"running", running},
+             {"incarnation", incarnation_}});
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+void Coordinator::PersistCountersLocked() {
+  if (state_db_ == nullptr) return;
+  state_db_->PutCounters({workers_.next_seq(), jobs_.next_id(), incarnation_});
+}
+
+void Coordinator::PersistWorkerLocked(const Worker& w) {
+  if (state_db_ == nullptr) return;
+  state_db_->PutWorker({w.seq, w.id, w.address, w.data_address, w.hostname, w.pid});
+  PersistCountersLocked();
+}
+
+void Coordinator::ForgetWorkerLocked(int64_t seq) {
+  if (state_db_ == nullptr) return;
+  state_db_->DeleteWorker(seq);
+}
+
+void Coordinator::PersistJobLocked(const Job& job) {
+  if (state_db_ == nullptr) return;
+  const absl::Time now = clock_->Now();
+  PersistMark& mark = persisted_[job.id];
+  if (mark.state == v1::JOB_STATE_UNSPECIFIED) PersistCountersLocked();  // a new id
+  // Every new check goes to the database (one per completed step).
+  const int64_t checked = job.sync.checked();
+  if (checked > mark.checked) {
+    const int64_t fresh = std::min<int64_t>(checked - mark.checked, kMaxSyncReplyChecks);
+    v1::SyncHistory h = job.sync.History(job.id, fresh);
+    for (const v1::SyncCheck& c : h.checks()) state_db_->AddSyncCheck(job.id, c);
+    mark.checked = checked;
+  }
+  if (job.state == mark.state && now - mark.at < kPersistProgressEvery) return;
+  mark.state = job.state;
+  mark.at = now;
+  StoredJob stored;
+  stored.status = JobStatusOf(job, now, /*has_weights=*/false);
+  stored.first_mismatch_step = FirstMismatchOf(job);
+  v1::StoredJobState extra;
+  for (const std::string& p : job.ps_addresses) extra.add_ps_addresses(p);
+  for (const Rank& r : job.ranks) {
+    v1::StoredRankState* x = extra.add_ranks();
+    x->set_acknowledged(r.acknowledged);
+    x->set_done(r.done);
+    x->set_done_hash(r.done_hash);
+    x->set_done_test_accuracy(r.done_test_accuracy);
+    x->set_done_test_loss(r.done_test_loss);
+  }
+  extra.set_examples(job.examples);
+  extra.set_first_step_unix_s(UnixSeconds(job.first_step_time));
+  extra.set_first_step_examples(job.first_step_examples);
+  extra.set_first_mismatch_step(FirstMismatchOf(job));
+  extra.SerializeToString(&stored.extra);
+  state_db_->PutJob(std::move(stored));
+}
+
+namespace {
+
+// Keeps the newest checks of `h` that fit the reply caps.
+void CapReply(v1::SyncHistory* h) {
+  auto* checks = h->mutable_checks();
+  size_t bytes = 0;
+  int keep = 0;
+  for (int i = checks->size() - 1; i >= 0; --i) {
+    const size_t size = (*checks)[i].ByteSizeLong();
+    if (keep >= Coordinator::kMaxSyncReplyChecks ||
+        (keep > 0 && bytes + size > Coordinator::kMaxSyncReplyBytes)) {
+      break;
+    }
+    bytes += size;
+    ++keep;
+  }
+  if (keep < checks->size()) checks->DeleteSubrange(0, checks->size() - keep);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistory(uint64_t job_id,
+                                                            int64_t max_entries) {
+  if (max_entries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_entries: expected >= 0 (0 = all), got ", max_entries));
+  }
+  v1::SyncHistory h;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+    if (!found.ok()) return found.status();
+    const Job& job = **found;
+    h = job.sync.History(job_id, max_entries == 0 ? kMaxSyncReplyChecks
+                                                  : std::min(max_entries, kMaxSyncReplyChecks));
+    h.set_checked_steps(CheckedStepsOf(job));
+    h.set_mismatched_steps(MismatchedStepsOf(job));
+    h.set_first_mismatch_step(FirstMismatchOf(job));
+  }
+  CapReply(&h);  // outside the lock: sizes of up to kMaxSyncReplyChecks checks
+  h.set_next_step(-1);
+  return h;
+}
+
+absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistoryPage(uint64_t job_id,
+                                                                int64_t from_step,
+                                                                int64_t max_entries) {
+  if (max_entries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_entries: expected >= 0 (0 = the cap), got ", max_entries));
+  }
+  const int64_t want = max_entries == 0 ? kMaxSyncReplyChecks
+                                        : std::min(max_entries, kMaxSyncReplyChecks);
+  from_step = std::max<int64_t>(0, from_step);
+  v1::SyncHistory memory;
+  StateDb* db = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+    if (!found.ok()) return found.status();
+    const Job& job = **found;
+    memory = job.sync.History(job_id, 0);  // bounded by max_sync_history
+    memory.set_checked_steps(CheckedStepsOf(job));
+    memory.set_mismatched_steps(MismatchedStepsOf(job));
+    memory.set_first_mismatch_step(FirstMismatchOf(job));
+    db = state_db_;
+  }
+  v1::SyncHistory page;
+  page.set_job_id(job_id);
+  page.set_checked_steps(memory.checked_steps());
+  page.set_mismatched_steps(memory.mismatched_steps());
+  page.set_first_mismatch_step(memory.first_mismatch_step());
+  int64_t next = from_step;
+  size_t bytes = 0;
+  auto add = [&](const v1::SyncCheck& c) {
+    const size_t size = c.ByteSizeLong();
+    if (page.checks_size() >= want || (page.checks_size() > 0 && bytes + size > kMaxSyncReplyBytes)) {
+      return false;
+    }
+    bytes += size;
+    *page.add_checks() = c;
+    next = c.step() + 1;
+    return true;
+  };
+  bool full = false;
+  if (db != nullptr) {
+    absl::StatusOr<std::vector<v1::SyncCheck>> stored = db->ReadSyncChecks(job_id, from_step, want);
+    if (!stored.ok()) return stored.status();
+    for (const v1::SyncCheck& c : *stored) {
+      if (!add(c)) {
+        full = true;
+        break;
+      }
+    }
+    if (static_cast<int64_t>(stored->size()) >= want) full = true;
+  }
+  // Then the newer checks memory holds (not yet committed, or no database).
+  if (!full) {
+    for (const v1::SyncCheck& c : memory.checks()) {
+      if (c.step() < next) continue;
+      if (!add(c)) {
+        full = true;
+        break;
+      }
+    }
+  }
+  int64_t newest = -1;
+  if (memory.checks_size() > 0) newest = memory.checks(memory.checks_size() - 1).step();
+  page.set_next_step(full && next <= newest ? next : -1);
+  return page;
+}
+
+}  // namespace lockstep
