@@ -2,6 +2,7 @@
 //
 //   lockstep [--coordinator=HOST:PORT] submit [job flags] [--follow] [--no_wait]
 //   lockstep status JOB | sync JOB | jobs | workers | cancel JOB
+//   lockstep resume JOB [--from_step=N] [--follow]   (client/resume_command.h)
 //   lockstep export JOB --out=weights.npz     (or .npy: one flat array)
 //   lockstep scale [job flags] --steps=N [--workers_list=1,2,4,8 ...]
 //       (client/scale_command.h: the scaling-efficiency curve, CSV + SVG)

@@ -31,6 +31,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
+  if (!job->checkpoint_dir().empty() || job->has_resume_from()) {
+    std::fprintf(stderr,
+                 "lockstep-train: --checkpoint_dir and --resume_from are for cluster jobs "
+                 "(lockstep submit); the reference trainer does not checkpoint\n");
+    return 2;
+  }
   auto spec = lockstep::ToTrainSpec(*job);
   if (!spec.ok()) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(spec.status().message()).c_str());
