@@ -31,6 +31,7 @@
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "client/health_command.h"
+#include "client/resume_command.h"
 #include "client/scale_command.h"
 #include "common/train/job_flags.h"
 #include "client/npy.h"
@@ -41,7 +42,9 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
 ABSL_FLAG(bool, json, false, "Machine-readable JSON output");
-ABSL_FLAG(bool, follow, false, "submit: show live progress until the job ends");
+ABSL_FLAG(bool, follow, false, "submit, resume: show live progress until the job ends");
+ABSL_FLAG(int64_t, from_step, 0,
+          "resume: the checkpoint to start from, by step (0 = the newest valid one)");
 ABSL_FLAG(bool, no_wait, false,
           "submit: fail at once instead of waiting PENDING when too few workers are idle");
 ABSL_FLAG(int64_t, max_entries, 20, "sync: most recent checks to list (0 = all)");
@@ -201,7 +204,19 @@ class Client {
     req.set_no_wait(absl::GetFlag(FLAGS_no_wait));
     absl::StatusOr<v1::SubmitJobReply> submitted = rpc_.Submit(req);
     if (!submitted.ok()) return Fail("submit", submitted.status());
-    const v1::SubmitJobReply& reply = *submitted;
+    return Submitted(*submitted);
+  }
+
+  // `lockstep resume JOB` (client/resume_command.h).
+  int Resume(uint64_t job) {
+    auto submitted = SubmitResume(&rpc_, job, absl::GetFlag(FLAGS_from_step),
+                                  absl::GetFlag(FLAGS_no_wait));
+    if (!submitted.ok()) return Fail("resume", submitted.status());
+    return Submitted(*submitted);
+  }
+
+  // Prints a submitted job's id, or follows it with --follow.
+  int Submitted(const v1::SubmitJobReply& reply) {
     const bool json = absl::GetFlag(FLAGS_json);
     if (!absl::GetFlag(FLAGS_follow)) {
       if (json) {
@@ -439,6 +454,8 @@ int Usage() {
                "  jobs             all jobs\n"
                "  workers          registered workers\n"
                "  cancel JOB       cancel a job\n"
+               "  resume JOB [--from_step=N] [--follow]   a new job that continues JOB from\n"
+               "                   its newest valid checkpoint (or step N); prints its id\n"
                "  export JOB --out=F.npz|F.npy   download the final weights\n"
                "  health [--service=S] [--timeout_ms=N]   any daemon's gRPC health (the\n"
                "                   --coordinator address may be a worker's or ps server's);\n"
@@ -459,7 +476,7 @@ int main(int argc, char** argv) {
   // (common/train/job_flags.cc), and exits 0.
   lockstep::ConfigureFlagsUsage(
       "lockstep [--coordinator=HOST:PORT] "
-      "submit|status|sync|jobs|workers|cancel|export|health|scale ...\n"
+      "submit|status|sync|jobs|workers|cancel|resume|export|health|scale ...\n"
       "  submit takes the job flags listed below (the same as lockstep-train's); so does scale");
   std::vector<char*> args = lockstep::ParseFlagsOrExit(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
@@ -484,7 +501,7 @@ int main(int argc, char** argv) {
   if (cmd == "jobs" && args.size() == 2) return client.Jobs();
   if (cmd == "workers" && args.size() == 2) return client.Workers();
   if (cmd == "status" || cmd == "sync" || cmd == "cancel" || cmd == "export" ||
-      cmd == "follow") {
+      cmd == "follow" || cmd == "resume") {
     if (!job_arg(&id)) {
       std::fprintf(stderr, "lockstep %s: expected one job id (a positive integer)\n", cmd.c_str());
       return 2;
@@ -493,6 +510,7 @@ int main(int argc, char** argv) {
     if (cmd == "sync") return client.SyncCmd(id);
     if (cmd == "cancel") return client.Cancel(id);
     if (cmd == "follow") return client.Follow(id);
+    if (cmd == "resume") return client.Resume(id);
     return client.Export(id);
   }
   return lockstep::Usage();

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -73,6 +74,19 @@ ABSL_FLAG(int64_t, step_size, 0, "step decay: steps between decays");
 ABSL_FLAG(float, gamma, 0.1f, "step decay: factor");
 ABSL_FLAG(float, min_lr, 0.0f, "cosine decay: final rate");
 ABSL_FLAG(bool, eval_each_epoch, true, "Evaluate on the test split after every epoch");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Rank 0 writes checkpoints to DIR/job-<id>/step-<N>.ckpt on its host (an absolute "
+          "path; shared by the workers if jobs are to resume on other hosts); empty = none. "
+          "With neither interval, one checkpoint at the end");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0, "Checkpoint every N steps (0 = not by steps)");
+ABSL_FLAG(int64_t, checkpoint_every_seconds, 0,
+          "Checkpoint when T seconds have passed since the last one (0 = not by time)");
+ABSL_FLAG(int32_t, checkpoint_keep, 3, "Newest checkpoints kept per job");
+ABSL_FLAG(std::string, resume_from, "",
+          "Start from a checkpoint: DIR/job-<id> (its newest valid checkpoint) or "
+          "DIR/job-<id>/step-<N>.ckpt; every worker reads it, so DIR must be readable by all "
+          "of them. The other job flags must describe the same run (lockstep resume JOB "
+          "copies them from the job)");
 
 namespace lockstep {
 namespace {
@@ -134,6 +148,36 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecText(const std::string& text,
                      " (expected a lockstep.v1.JobSpec in protobuf text format)"));
   }
   return spec;
+}
+
+absl::StatusOr<v1::CheckpointRef> ParseResumeFrom(const std::string& path) {
+  auto fail = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected DIR/job-<id> (a job's checkpoint directory) or DIR/job-<id>/step-<N>.ckpt "
+        "(one checkpoint), got \"", path, "\""));
+  };
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  auto split = [](const std::string& s) {
+    const size_t slash = s.rfind('/');
+    if (slash == std::string::npos) return std::make_pair(std::string("."), s);
+    return std::make_pair(slash == 0 ? std::string("/") : s.substr(0, slash), s.substr(slash + 1));
+  };
+  v1::CheckpointRef ref;
+  auto [dir, base] = split(p);
+  absl::string_view b = base;
+  if (absl::ConsumePrefix(&b, "step-") && absl::ConsumeSuffix(&b, ".ckpt")) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(b, &step) || step <= 0) return fail();
+    ref.set_step(step);
+    std::tie(dir, base) = split(dir);
+    b = base;
+  }
+  uint64_t job = 0;
+  if (!absl::ConsumePrefix(&b, "job-") || !absl::SimpleAtoi(b, &job) || job == 0) return fail();
+  ref.set_checkpoint_dir(dir);
+  ref.set_job_id(job);
+  return ref;
 }
 
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given) {
@@ -237,6 +281,21 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
   if (use("step_size")) lr->set_step_size(absl::GetFlag(FLAGS_step_size));
   if (use("gamma")) lr->set_gamma(absl::GetFlag(FLAGS_gamma));
   if (use("min_lr")) lr->set_min_lr(absl::GetFlag(FLAGS_min_lr));
+  if (use("checkpoint_dir")) spec.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  if (use("checkpoint_every_steps")) {
+    spec.set_checkpoint_every_steps(absl::GetFlag(FLAGS_checkpoint_every_steps));
+  }
+  if (use("checkpoint_every_seconds")) {
+    spec.set_checkpoint_every_seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
+  }
+  if (use("checkpoint_keep")) spec.set_checkpoint_keep(absl::GetFlag(FLAGS_checkpoint_keep));
+  if (use("resume_from") && !absl::GetFlag(FLAGS_resume_from).empty()) {
+    auto ref = ParseResumeFrom(absl::GetFlag(FLAGS_resume_from));
+    if (!ref.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--resume_from: ", ref.status().message()));
+    }
+    *spec.mutable_resume_from() = *ref;
+  }
   return spec;
 }
 
