@@ -30,12 +30,16 @@
 //   server/watch_fanout.h     version counter, state-change snapshots, what a
 //                             watcher is sent next (NextJobEvents).
 //   server/job_series.h       the status page's bounded curves per job.
+//   server/state/             the SQLite state database (state_db.h) and
+//                             the bounded per-job sync history buffer
+//                             (sync_history.h), used under --state_dir.
 // Facade files: coordinator.cc (construction, helpers, job end, scheduling
 // loop, workers: register / heartbeat / tick), coordinator_reports.cc
 // (ReportStep / ReportEval / ReportDone / weights upload),
 // coordinator_queries.cc (submit, cancel, reads, watches),
 // coordinator_drain.cc (leaving and draining), coordinator_log.cc (event
-// lines).
+// lines), coordinator_state.cc (the state database: restore after a
+// restart, recording changes, the paged sync history).
 //
 // ---- Worker protocol (coordinator.cc) ---------------------------------------
 // RegisterWorker(address, data_address) -> worker id "w-1", "w-2", ... in
