@@ -6,6 +6,11 @@
 //   2. forward + backward on the slice: gradient SUM, loss sum, count;
 //   3. Combine: (sum, loss, count) summed over all ranks, bit-identical;
 //   4. Apply: mean = sum / total count, learning rate of t, optimizer step;
+//      unless the combined non-finite flags (Replica::flags(), one slot per
+//      rank, summed with the gradient) say some rank's gradient had a NaN
+//      or an infinity: then spec.on_nonfinite decides, the same on every
+//      rank: "skip" the update (counted in the report) or "fail" the job
+//      ("non-finite gradient on rank 1 at step 7");
 //   5. hash the weights and report (step, hash, loss, timing) to the
 //      coordinator, which compares all ranks' hashes; stop when it says so.
 //      Reports are pipelined (step_reporter.h): the next step starts
@@ -55,6 +60,9 @@ struct JobRunnerOptions {
   // Fault injection for tests: after applying this step's update, nudge
   // this replica's first weight by one ulp, so its hash drifts (-1 = off).
   int64_t perturb_at_step = -1;
+  // Fault injection for tests: at this step, put a NaN in this rank's local
+  // gradient before the non-finite check (-1 = off).
+  int64_t nan_at_step = -1;
   // Steps the job may run ahead of the coordinator's replies to its step
   // reports (step_reporter.h; 0 = wait for each reply), and the longest
   // wait for one reply.
@@ -84,6 +92,9 @@ struct JobOutcome {
   double test_accuracy = 0;
   double test_loss = 0;
   std::string weights_hash;
+  // Steps whose update was skipped for a non-finite gradient
+  // (spec.on_nonfinite = "skip").
+  int64_t skipped_steps = 0;
 };
 
 // The job key of the shape-agreement round that precedes step 0 (a

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/train/nonfinite.h"
 
 namespace lockstep {
 namespace {
@@ -48,10 +50,12 @@ absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec) {
   return c;
 }
 
-StepCombiner::StepCombiner(GradientCombiner* combiner, CombineConfig config, int world)
+StepCombiner::StepCombiner(GradientCombiner* combiner, CombineConfig config, int world,
+                           int rank)
     : combiner_(combiner),
       config_(config),
       world_(world),
+      rank_(rank),
       overlap_(world > 1 && config.bucket_bytes != -1),
       bucket_floats_(std::max<int64_t>(
           1, (config.bucket_bytes > 0 ? config.bucket_bytes : kDefaultBucketBytes) /
@@ -68,7 +72,44 @@ StepCombiner::~StepCombiner() {
   thread_.join();
 }
 
+void StepCombiner::BeginCheck(Replica& r, int64_t step) {
+  check_buffer_ = r.combine_buffer().data();
+  flag_slots_ = static_cast<int>(r.flags().size());
+  grad_begin_ = r.grad_offset();
+  grad_end_ = grad_begin_ + r.num_params();
+  check_from_ = grad_end_;
+  inject_nan_ = step == nan_at_step_ && r.num_params() > 0;
+  local_finite_ = true;
+}
+
+void StepCombiner::CheckPiece(int64_t lo, int64_t hi) {
+  lo = std::max(lo, grad_begin_);
+  hi = std::min(hi, grad_end_);
+  if (lo >= hi) return;
+  if (inject_nan_ && lo == grad_begin_) {
+    check_buffer_[grad_begin_] = std::numeric_limits<float>::quiet_NaN();
+  }
+  // Once one piece failed the verdict is known; the rest need no pass.
+  if (local_finite_) local_finite_ = AllFinite(absl::MakeConstSpan(check_buffer_ + lo, hi - lo));
+}
+
+void StepCombiner::WriteFlags() {
+  std::fill(check_buffer_, check_buffer_ + grad_begin_, 0.0f);
+  if (rank_ >= 0 && rank_ < flag_slots_) check_buffer_[rank_] = local_finite_ ? 0.0f : 1.0f;
+}
+
 void StepCombiner::ReadyFrom(int64_t begin) {
+  // Compute thread: check the piece [begin, check_from_) while it is in
+  // cache; once the whole gradient is final, write the flags in front of it
+  // (they ride in the last bucket) and release everything down to 0.
+  if (flag_slots_ > 0 && begin < check_from_) {
+    CheckPiece(begin, check_from_);
+    check_from_ = std::max(begin, grad_begin_);
+    if (begin <= grad_begin_) {
+      WriteFlags();
+      begin = 0;
+    }
+  }
   absl::MutexLock l(&mu_);
   ready_from_ = std::min(ready_from_, begin);
 }
@@ -151,9 +192,14 @@ absl::Status StepCombiner::ComputeAndCombine(Replica& r, const Dataset& data,
   call.buffer_size = n;
   call.range = Range{0, n};
   call.wire = config_.wire;
+  BeginCheck(r, step);
   if (!overlap_) {
     const auto t0 = std::chrono::steady_clock::now();
     *local = r.ComputeGradSum(data, indices);
+    if (flag_slots_ > 0) {
+      CheckPiece(grad_begin_, grad_end_);
+      WriteFlags();
+    }
     timing->compute_seconds = SecondsSince(t0);
     int64_t c = local->count;
     call.deadline = absl::Now() + timeout;

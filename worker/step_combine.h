@@ -21,6 +21,17 @@
 // K = 1, or bucket_bytes = -1: no thread; backward, then one combine of the
 // whole buffer on the calling thread (the path without overlap).
 //
+// Non-finite flags (issue 10; common/train/nonfinite.h): when the replica
+// has flag slots (Replica::Create with flag_slots = K), this rank checks
+// its local gradient sum before the combine and writes 1 (not finite) or 0
+// in slot `rank`, 0 in every other slot of the buffer's front; the combine
+// sums the slots, so after it every rank reads every rank's flag
+// (Replica::flags()). Without overlap the check is one pass after
+// backward; with overlap each piece is checked on the compute thread as
+// backward announces it (while it is in cache), and the flags are written
+// before the last bucket, which carries them, is released to the combine
+// thread.
+//
 // Thread-compatible: one ComputeAndCombine at a time (the job's thread).
 #ifndef LOCKSTEP_WORKER_STEP_COMBINE_H_
 #define LOCKSTEP_WORKER_STEP_COMBINE_H_
@@ -63,8 +74,9 @@ absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec);
 
 class StepCombiner : private GradReadyListener {
  public:
-  // `combiner` is not owned and must outlive this; world = K.
-  StepCombiner(GradientCombiner* combiner, CombineConfig config, int world);
+  // `combiner` is not owned and must outlive this; world = K; rank = this
+  // rank (its flag slot).
+  StepCombiner(GradientCombiner* combiner, CombineConfig config, int world, int rank = 0);
   ~StepCombiner() override;  // stops and joins the combine thread
   StepCombiner(const StepCombiner&) = delete;
   StepCombiner& operator=(const StepCombiner&) = delete;
@@ -86,14 +98,36 @@ class StepCombiner : private GradReadyListener {
   // The buckets of the last overlapped step (empty before), for tests.
   std::vector<Range> buckets() const { return buckets_; }
 
+  // Fault injection for tests (lockstep-worker --fault_nan_step): at step
+  // `step`, this rank's local gradient gets a NaN in its first element
+  // before the check (-1 = off).
+  void InjectNanAtStep(int64_t step) { nan_at_step_ = step; }
+
  private:
   void LossReady(double) override {}
   void ReadyFrom(int64_t begin) override;
   void Loop();
 
+  // Starts a step's non-finite check of r's gradient (compute thread).
+  void BeginCheck(Replica& r, int64_t step);
+  // Checks buffer [lo, hi) (inside the gradient) for non-finite values.
+  void CheckPiece(int64_t lo, int64_t hi);
+  // Writes the buffer's front: this rank's flag in slot rank_, 0 elsewhere.
+  void WriteFlags();
+
   GradientCombiner* const combiner_;
   const CombineConfig config_;
   const int world_;
+  const int rank_;
+  int64_t nan_at_step_ = -1;
+  // The step's check, compute thread only: the buffer, where the gradient
+  // begins and ends in it, the flag slots, what is left unchecked
+  // [grad_begin_, check_from_), and the verdict so far.
+  float* check_buffer_ = nullptr;
+  int64_t grad_begin_ = 0, grad_end_ = 0, check_from_ = 0;
+  int flag_slots_ = 0;
+  bool inject_nan_ = false;
+  bool local_finite_ = true;
   const bool overlap_;
   const int64_t bucket_floats_;
   // The plan, made at the first step (and again if the buffer's length

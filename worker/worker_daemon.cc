@@ -505,6 +505,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     o.perturb_at_step = options_.perturb_at_step;
+    o.nan_at_step = options_.nan_at_step;
     o.flip_at_step = options_.flip_at_step;
     o.flip_optimizer = options_.flip_optimizer;
     o.flip_index = options_.flip_index;

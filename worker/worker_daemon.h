@@ -92,6 +92,8 @@ struct WorkerDaemonOptions {
   int blas_threads = 1;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
+  // Fault injection for tests (see JobRunnerOptions::nan_at_step).
+  int64_t nan_at_step = -1;
   // Fault injection for tests (see JobRunnerOptions::flip_at_step).
   int64_t flip_at_step = -1;
   bool flip_optimizer = false;

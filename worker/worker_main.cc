@@ -63,6 +63,9 @@ ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
 ABSL_FLAG(int64_t, fault_perturb_step, -1,
           "Testing only: after this step of every job, nudge this replica's first weight by "
           "one ulp so the coordinator's hash check catches the drift (-1 = off)");
+ABSL_FLAG(int64_t, fault_nan_step, -1,
+          "Testing only: at this step of every job, put a NaN in this worker's local gradient "
+          "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
 ABSL_FLAG(std::string, data_dir, "",
           "Relative dataset paths in jobs resolve against this directory (this machine's data)");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
@@ -212,6 +215,7 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
+  options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/model.h"
+#include "common/train/nonfinite.h"
 
 namespace lockstep {
 namespace {
@@ -223,6 +224,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
+  }
+  if (auto policy = ParseNonFinitePolicy(spec.on_nonfinite()); !policy.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.on_nonfinite: ", policy.status().message()));
   }
   if (absl::Status s = CheckWorkerLostPolicy(spec); !s.ok()) return s;
   if (absl::Status s = CheckCheckpointFields(spec); !s.ok()) return s;

@@ -9,23 +9,30 @@ namespace lockstep {
 
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const TrainSpec& spec,
                                                          int64_t input_dim,
-                                                         int num_classes) {
+                                                         int num_classes,
+                                                         int flag_slots) {
   if (absl::Status s = ValidateTrainSpec(spec, 1); !s.ok()) return s;
   auto model = CreateModel(spec.model, input_dim, num_classes);
   if (!model.ok()) return model.status();
   auto optimizer = Optimizer::Create(spec.optimizer, (*model)->num_params());
   if (!optimizer.ok()) return optimizer.status();
+  if (flag_slots < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag_slots: expected >= 0 (the job's K), got ", flag_slots));
+  }
   return std::unique_ptr<Replica>(
-      new Replica(spec, *std::move(model), *std::move(optimizer)));
+      new Replica(spec, *std::move(model), *std::move(optimizer), flag_slots));
 }
 
 Replica::Replica(TrainSpec spec, std::unique_ptr<Model> model,
-                 std::unique_ptr<Optimizer> optimizer)
+                 std::unique_ptr<Optimizer> optimizer, int flag_slots)
     : spec_(std::move(spec)),
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
+      flag_slots_(flag_slots),
+      grad_offset_((static_cast<int64_t>(flag_slots) + 15) / 16 * 16),
       params_(model_->num_params()),
-      grad_(model_->num_params() + 1) {
+      grad_(grad_offset_ + model_->num_params() + 1) {
   model_->Init(spec_.seed, absl::MakeSpan(params_));
 }
 
@@ -41,20 +48,22 @@ BatchStats Replica::ComputeGradSum(const Dataset& data,
 namespace {
 
 // Writes the loss into the combine buffer's last slot before passing the
-// gradient's progress on.
+// gradient's progress on, in combine-buffer coordinates (the gradient
+// begins at `offset`).
 class LossSlotListener : public GradReadyListener {
  public:
-  LossSlotListener(float* slot, int64_t n, GradReadyListener* out)
-      : slot_(slot), n_(n), out_(out) {}
+  LossSlotListener(float* slot, int64_t offset, int64_t n, GradReadyListener* out)
+      : slot_(slot), offset_(offset), n_(n), out_(out) {}
   void LossReady(double loss_sum) override {
     *slot_ = static_cast<float>(loss_sum);
     out_->LossReady(loss_sum);
-    out_->ReadyFrom(n_);
+    out_->ReadyFrom(offset_ + n_);
   }
-  void ReadyFrom(int64_t begin) override { out_->ReadyFrom(begin); }
+  void ReadyFrom(int64_t begin) override { out_->ReadyFrom(offset_ + begin); }
 
  private:
   float* const slot_;
+  const int64_t offset_;
   const int64_t n_;
   GradReadyListener* const out_;
 };
@@ -65,15 +74,18 @@ BatchStats Replica::ComputeGradSum(const Dataset& data,
                                    absl::Span<const int64_t> indices,
                                    int64_t panel_floats, GradReadyListener* listener) {
   GatherRows(data, indices, &batch_x_, &batch_y_);
-  LossSlotListener slot(&grad_.back(), num_params(), listener);
+  LossSlotListener slot(&grad_.back(), grad_offset_, num_params(), listener);
   return model_->LossAndGradSum(params_, batch_x_.data(), batch_y_.data(),
                                 static_cast<int64_t>(indices.size()), grad(),
                                 panel_floats, &slot);
 }
 
 std::vector<int64_t> Replica::CombinePieceStarts(int64_t panel_floats) const {
-  std::vector<int64_t> starts = {num_params()};
-  for (int64_t s : model_->GradPieceStarts(panel_floats)) starts.push_back(s);
+  std::vector<int64_t> starts = {grad_offset_ + num_params()};
+  for (int64_t s : model_->GradPieceStarts(panel_floats)) {
+    // The gradient's first piece also takes the flags in front (to 0).
+    if (s > 0 || grad_offset_ == 0) starts.push_back(grad_offset_ + s);
+  }
   return starts;
 }
 

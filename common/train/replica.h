@@ -32,10 +32,13 @@ class Replica {
  public:
   // Builds the model for data of `input_dim` features and `num_classes`
   // classes and initialises it from spec.seed. InvalidArgument naming the
-  // field when the spec or the model does not fit.
+  // field when the spec or the model does not fit. `flag_slots` (a job's K;
+  // 0 for a replica that is never combined) reserves that many floats at
+  // the front of combine_buffer() for the non-finite flags (flags()).
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const TrainSpec& spec,
                                                          int64_t input_dim,
-                                                         int num_classes);
+                                                         int num_classes,
+                                                         int flag_slots = 0);
 
   // Loss sum and gradient SUM over the examples `indices` of `data`, into
   // grad() (overwritten). `data` must match the model's input dimension.
@@ -43,26 +46,36 @@ class Replica {
 
   // The same, with backward in pieces (Model::LossAndGradSum with a
   // listener): `listener` is told in combine_buffer() coordinates, first
-  // ReadyFrom(num_params()) once the loss slot holds the loss sum, then
-  // each piece of the gradient as it becomes final, down to ReadyFrom(0).
-  // Its LossReady is called before that with the loss sum.
+  // ReadyFrom(grad_offset() + num_params()) once the loss slot holds the
+  // loss sum, then each piece of the gradient as it becomes final, down to
+  // ReadyFrom(grad_offset()) (the whole gradient; the flags in front are
+  // the caller's to fill, see flags()). Its LossReady is called before
+  // that with the loss sum.
   BatchStats ComputeGradSum(const Dataset& data, absl::Span<const int64_t> indices,
                             int64_t panel_floats, GradReadyListener* listener);
   // Where the pieces of the call above begin in combine_buffer(), in the
-  // order they become final: num_params() (the loss slot), then
-  // Model::GradPieceStarts.
+  // order they become final: the loss slot, then Model::GradPieceStarts
+  // shifted by grad_offset() (the first piece of the gradient runs down to
+  // 0 and so takes the flags in front with it: they travel in the last
+  // bucket).
   std::vector<int64_t> CombinePieceStarts(int64_t panel_floats) const;
 
   // The gradient buffer (length num_params()): the local sum after
   // ComputeGradSum, to be replaced in place by the combined sum.
-  absl::Span<float> grad() { return absl::MakeSpan(grad_.data(), num_params()); }
+  absl::Span<float> grad() { return absl::MakeSpan(grad_.data() + grad_offset_, num_params()); }
 
-  // grad() plus one trailing float holding the batch's loss sum (set by
-  // ComputeGradSum): all-reducing this buffer combines the loss for free,
-  // so every rank learns the global batch's loss. After combining,
-  // loss_sum() reads the combined value.
+  // The buffer a step combines: [flags | grad() | loss sum]. The trailing
+  // float holds the batch's loss sum (set by ComputeGradSum): all-reducing
+  // this buffer combines the loss for free, so every rank learns the global
+  // batch's loss. After combining, loss_sum() reads the combined value.
+  // The front holds grad_offset() floats: the flag_slots non-finite flags
+  // (rank r's local gradient not finite: 1 in slot r; summed, every rank
+  // sees every rank's flag) and zero padding to a multiple of 16 floats, so
+  // grad() keeps the buffer's 64-byte alignment. No flag slots: no front.
   absl::Span<float> combine_buffer() { return absl::MakeSpan(grad_); }
   float loss_sum() const { return grad_.back(); }
+  absl::Span<float> flags() { return absl::MakeSpan(grad_.data(), flag_slots_); }
+  int64_t grad_offset() const { return grad_offset_; }
 
   // Divides grad() by total_count, applies the learning rate of `step` and
   // one optimizer step. Returns the learning rate used.
@@ -87,11 +100,13 @@ class Replica {
 
  private:
   Replica(TrainSpec spec, std::unique_ptr<Model> model,
-          std::unique_ptr<Optimizer> optimizer);
+          std::unique_ptr<Optimizer> optimizer, int flag_slots);
 
   TrainSpec spec_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  int flag_slots_ = 0;
+  int64_t grad_offset_ = 0;  // flag_slots_ rounded up to 16 floats
   std::vector<float> params_, grad_;
   std::vector<float> batch_x_, batch_y_;  // reused gather buffers
 };
