@@ -9,9 +9,7 @@
 #include "common/data/sampler.h"
 #include "common/process_stats.h"
 #include "common/train/job_checkpoint.h"
-#include "common/optim/lr_schedule.h"
 #include "common/train/job_spec_convert.h"
-#include "common/train/nonfinite.h"
 #include "worker/step_combine.h"
 
 namespace lockstep {
@@ -144,13 +142,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", options_.worker_id, ": dataset ", train.name, " is empty"));
   }
-  auto on_nonfinite = ParseNonFinitePolicy(options_.spec.on_nonfinite());
-  if (!on_nonfinite.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.on_nonfinite: ", on_nonfinite.status().message()));
-  }
-  // One non-finite flag slot per rank in front of the gradient.
-  auto replica = Replica::Create(*spec, train.dim, train.num_classes, options_.world);
+  auto replica = Replica::Create(*spec, train.dim, train.num_classes);
   if (!replica.ok()) {
     return absl::Status(replica.status().code(),
                         absl::StrCat("worker ", options_.worker_id, " (dataset ", train.name,
@@ -163,10 +155,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   auto combine_config = CombineConfigFromSpec(options_.spec);
   if (!combine_config.ok()) return combine_config.status();
   // Backward + combine, overlapped in buckets (step_combine.h).
-  StepCombiner step_combiner(combiner_, *combine_config, options_.world, options_.rank);
-  step_combiner.InjectNanAtStep(options_.nan_at_step);
-  std::vector<int> nonfinite_ranks;  // flagged ranks of a step, reused
-  nonfinite_ranks.reserve(options_.world);
+  StepCombiner step_combiner(combiner_, *combine_config, options_.world);
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
@@ -240,20 +229,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     const auto t_hash = std::chrono::steady_clock::now();
     if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
     wait_seconds += SecondsSince(t_hash);
-    // Non-finite gradients: every rank reads the same summed flags.
-    const bool skip = FlaggedRanks(r.flags(), &nonfinite_ranks);
-    if (skip && *on_nonfinite == NonFinitePolicy::kFail) {
-      return absl::AbortedError(absl::StrCat("non-finite gradient on ", RankList(nonfinite_ranks),
-                                             " at step ", step, " (spec.on_nonfinite: fail)"));
-    }
-    const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
-                          : r.Apply(step, count);
-    if (skip) {
-      ++outcome.skipped_steps;
-      log_.Warn("update skipped: non-finite gradient",
-                {{"step", step}, {"ranks", RankList(nonfinite_ranks)},
-                 {"skipped_steps", outcome.skipped_steps}});
-    }
+    const float lr = r.Apply(step, count);
     if (step == options_.perturb_at_step && r.num_params() > 0) {
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
@@ -272,9 +248,6 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     if (step % kResidentEvery == 0) resident_bytes = ResidentBytes();
     FillStepReport(step, step / per_epoch + 1, total, global_loss, local.count, lr, timing,
                    resident_bytes, &report);
-    report.set_update_skipped(skip);
-    report.clear_nonfinite_ranks();
-    for (int q : nonfinite_ranks) report.add_nonfinite_ranks(q);
     reporter.Submit(&report, r.params());
     if (options_.observer != nullptr) options_.observer->OnStep(timing);
 
@@ -297,18 +270,26 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     if (writes_checkpoints && checkpointer.Due(step + 1, total, now)) {
       // The weights' hash is the one this step reports (the reporter thread
       // computes it; nothing changes the weights before the next Apply).
+      // The state is copied here; the file is written, fsync'd and renamed
+      // on a writer thread while training goes on (one write in flight).
       if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
       const auto t_ck = std::chrono::steady_clock::now();
-      auto path = checkpointer.Write(r, step + 1, total, position, reporter.last_hash(), now);
-      if (path.ok()) {
-        log_.Info("checkpoint written", {{"step", step},
-                                         {"path", *path},
-                                         {"seconds", SecondsSince(t_ck)}});
-      } else {
-        // Training goes on: a failed checkpoint loses no step. The
-        // directory was checked before step 0.
-        log_.Warn("checkpoint failed", {{"step", step}, {"error", path.status().ToString()}});
-      }
+      checkpointer.WriteInBackground(
+          r, step + 1, total, position, reporter.last_hash(), now,
+          [this, step, capture = SecondsSince(t_ck)](const absl::StatusOr<std::string>& path,
+                                                     double seconds) {
+            if (path.ok()) {
+              log_.Info("checkpoint written", {{"step", step},
+                                               {"path", *path},
+                                               {"capture_seconds", capture},
+                                               {"write_seconds", seconds}});
+            } else {
+              // Training goes on: a failed checkpoint loses no step. The
+              // directory was checked before step 0.
+              log_.Warn("checkpoint failed",
+                        {{"step", step}, {"error", path.status().ToString()}});
+            }
+          });
     }
     const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);
@@ -337,6 +318,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // Every reply in before the job counts as done: a mismatch or a stop in
   // the last `report_lag` steps still fails or stops it.
   if (absl::Status s = reporter.Flush(); !s.ok()) return s;
+  checkpointer.Wait();  // the final checkpoint is on disk before the job is done
   outcome.steps = total;
   // (A job resumed from its final checkpoint runs no step: hash the replica.)
   outcome.weights_hash = first_step < total ? reporter.last_hash().ToHex() : r.Hash().ToHex();

@@ -451,3 +451,39 @@ TEST(CheckpointPolicyTest, DueEveryNStepsEveryTSecondsAndAtTheEnd) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(CheckpointPolicyTest, ABackgroundWriteHoldsTheStateOfTheMomentItWasStarted) {
+  v1::JobSpec spec = ResumeSpec("adam");
+  spec.set_checkpoint_dir(FreshDir("ck_background"));
+  Dataset data = Blobs(50);
+  auto r = Replica::Create(*ToTrainSpec(spec), data.dim, data.num_classes);
+  ASSERT_TRUE(r.ok());
+  GlobalBatchSampler sampler(50, 29, 5);
+  TrainSteps(r->get(), &sampler, data, 0, 3);
+  const std::vector<float> at3((*r)->params().begin(), (*r)->params().end());
+  const OptimizerState opt3 = (*r)->optimizer().State();
+  JobCheckpointer ck(spec, 4);
+  ASSERT_TRUE(ck.Start(absl::UnixEpoch()).ok());
+  absl::StatusOr<std::string> written = absl::UnknownError("not called");
+  ck.WriteInBackground(**r, 3, 40, {50, 29, false}, (*r)->Hash(), absl::UnixEpoch(),
+                       [&](const absl::StatusOr<std::string>& path, double seconds) {
+                         written = path;
+                         EXPECT_GE(seconds, 0);
+                       });
+  TrainSteps(r->get(), &sampler, data, 3, 5);  // changes the replica at once
+  ck.Wait();
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto loaded = LoadCheckpoint(JobCheckpointDir(spec.checkpoint_dir(), 4), 0, CheckpointLimits{});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->path, *written);
+  EXPECT_EQ(loaded->state.params, at3);
+  EXPECT_EQ(loaded->state.optimizer.slots, opt3.slots);
+  EXPECT_EQ(loaded->state.optimizer.steps, 3);
+  EXPECT_NE(std::vector<float>((*r)->params().begin(), (*r)->params().end()), at3);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,5 +1,6 @@
 #include "common/train/job_checkpoint.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -71,10 +72,9 @@ bool JobCheckpointer::Due(int64_t next_step, int64_t total_steps, absl::Time now
   return every_ != absl::InfiniteDuration() && now - last_ >= every_;
 }
 
-absl::StatusOr<std::string> JobCheckpointer::Write(const Replica& replica, int64_t next_step,
-                                                   int64_t total_steps,
-                                                   const SamplerPosition& sampler,
-                                                   const WeightHash& hash, absl::Time now) {
+TrainingState JobCheckpointer::Capture(const Replica& replica, int64_t next_step,
+                                       int64_t total_steps, const SamplerPosition& sampler,
+                                       const WeightHash& hash) const {
   TrainingState state;
   state.job_id = job_id_;
   state.seed = spec_.seed();
@@ -85,10 +85,37 @@ absl::StatusOr<std::string> JobCheckpointer::Write(const Replica& replica, int64
   state.job_spec = spec_.SerializeAsString();
   state.params.assign(replica.params().begin(), replica.params().end());
   state.optimizer = replica.optimizer().State();
-  auto path = WriteCheckpoint(dir_, state, keep_);
-  last_ = now;
-  return path;
+  return state;
 }
+
+absl::StatusOr<std::string> JobCheckpointer::Write(const Replica& replica, int64_t next_step,
+                                                   int64_t total_steps,
+                                                   const SamplerPosition& sampler,
+                                                   const WeightHash& hash, absl::Time now) {
+  Wait();
+  last_ = now;
+  return WriteCheckpoint(dir_, Capture(replica, next_step, total_steps, sampler, hash), keep_);
+}
+
+void JobCheckpointer::WriteInBackground(const Replica& replica, int64_t next_step,
+                                        int64_t total_steps, const SamplerPosition& sampler,
+                                        const WeightHash& hash, absl::Time now,
+                                        WriteDone done) {
+  Wait();
+  last_ = now;
+  writer_ = std::thread([this, state = Capture(replica, next_step, total_steps, sampler, hash),
+                         done = std::move(done)]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> path = WriteCheckpoint(dir_, state, keep_);
+    done(path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
+}
+
+void JobCheckpointer::Wait() {
+  if (writer_.joinable()) writer_.join();
+}
+
+JobCheckpointer::~JobCheckpointer() { Wait(); }
 
 absl::StatusOr<ResumePoint> ResumeReplica(const v1::JobSpec& spec,
                                           const SamplerPosition& sampler, int64_t total_steps,

@@ -21,12 +21,15 @@
 // its next_step. The sampler needs nothing restored: the batch of step t is
 // a pure function of (examples, batch, seed, t).
 //
-// Thread-safety: a JobCheckpointer is used by one thread (the job thread).
+// Thread-safety: a JobCheckpointer is used by one thread (the job thread);
+// WriteInBackground's writer thread touches only its own copy of the state.
 #ifndef LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_
 #define LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -65,6 +68,22 @@ class JobCheckpointer {
                                     int64_t total_steps, const SamplerPosition& sampler,
                                     const WeightHash& hash, absl::Time now);
 
+  // The same, off the caller's thread: copies the weights and optimizer
+  // state now (the caller may change them as soon as this returns), then
+  // encodes, writes, fsyncs and prunes on a writer thread and calls
+  // `done(path or error, seconds spent writing)` there. At most one write
+  // is in flight: a second call first waits for the previous one. Restarts
+  // the time interval.
+  using WriteDone = std::function<void(const absl::StatusOr<std::string>& path, double seconds)>;
+  void WriteInBackground(const Replica& replica, int64_t next_step, int64_t total_steps,
+                         const SamplerPosition& sampler, const WeightHash& hash, absl::Time now,
+                         WriteDone done);
+  // Waits for the write in flight, if any (the destructor does too).
+  void Wait();
+  ~JobCheckpointer();
+  JobCheckpointer(const JobCheckpointer&) = delete;
+  JobCheckpointer& operator=(const JobCheckpointer&) = delete;
+
  private:
   const bool enabled_;
   const std::string dir_;
@@ -74,6 +93,9 @@ class JobCheckpointer {
   const absl::Duration every_;
   const int keep_;
   absl::Time last_ = absl::InfinitePast();
+  std::thread writer_;  // the write in flight (joinable) or none
+  TrainingState Capture(const Replica& replica, int64_t next_step, int64_t total_steps,
+                        const SamplerPosition& sampler, const WeightHash& hash) const;
 };
 
 struct ResumePoint {
