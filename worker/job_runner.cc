@@ -9,7 +9,9 @@
 #include "common/data/sampler.h"
 #include "common/process_stats.h"
 #include "common/train/job_checkpoint.h"
+#include "common/optim/lr_schedule.h"
 #include "common/train/job_spec_convert.h"
+#include "common/train/nonfinite.h"
 #include "worker/step_combine.h"
 
 namespace lockstep {
@@ -142,7 +144,13 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", options_.worker_id, ": dataset ", train.name, " is empty"));
   }
-  auto replica = Replica::Create(*spec, train.dim, train.num_classes);
+  auto on_nonfinite = ParseNonFinitePolicy(options_.spec.on_nonfinite());
+  if (!on_nonfinite.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.on_nonfinite: ", on_nonfinite.status().message()));
+  }
+  // One non-finite flag slot per rank in front of the gradient.
+  auto replica = Replica::Create(*spec, train.dim, train.num_classes, options_.world);
   if (!replica.ok()) {
     return absl::Status(replica.status().code(),
                         absl::StrCat("worker ", options_.worker_id, " (dataset ", train.name,
@@ -155,7 +163,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   auto combine_config = CombineConfigFromSpec(options_.spec);
   if (!combine_config.ok()) return combine_config.status();
   // Backward + combine, overlapped in buckets (step_combine.h).
-  StepCombiner step_combiner(combiner_, *combine_config, options_.world);
+  StepCombiner step_combiner(combiner_, *combine_config, options_.world, options_.rank);
+  step_combiner.InjectNanAtStep(options_.nan_at_step);
+  std::vector<int> nonfinite_ranks;  // flagged ranks of a step, reused
+  nonfinite_ranks.reserve(options_.world);
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
@@ -229,7 +240,20 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     const auto t_hash = std::chrono::steady_clock::now();
     if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
     wait_seconds += SecondsSince(t_hash);
-    const float lr = r.Apply(step, count);
+    // Non-finite gradients: every rank reads the same summed flags.
+    const bool skip = FlaggedRanks(r.flags(), &nonfinite_ranks);
+    if (skip && *on_nonfinite == NonFinitePolicy::kFail) {
+      return absl::AbortedError(absl::StrCat("non-finite gradient on ", RankList(nonfinite_ranks),
+                                             " at step ", step, " (spec.on_nonfinite: fail)"));
+    }
+    const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
+                          : r.Apply(step, count);
+    if (skip) {
+      ++outcome.skipped_steps;
+      log_.Warn("update skipped: non-finite gradient",
+                {{"step", step}, {"ranks", RankList(nonfinite_ranks)},
+                 {"skipped_steps", outcome.skipped_steps}});
+    }
     if (step == options_.perturb_at_step && r.num_params() > 0) {
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
@@ -248,6 +272,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     if (step % kResidentEvery == 0) resident_bytes = ResidentBytes();
     FillStepReport(step, step / per_epoch + 1, total, global_loss, local.count, lr, timing,
                    resident_bytes, &report);
+    report.set_update_skipped(skip);
+    report.clear_nonfinite_ranks();
+    for (int q : nonfinite_ranks) report.add_nonfinite_ranks(q);
     reporter.Submit(&report, r.params());
     if (options_.observer != nullptr) options_.observer->OnStep(timing);
 
