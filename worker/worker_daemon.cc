@@ -131,16 +131,34 @@ struct WorkerDaemon::RunningJob {
   std::thread thread;
   // Notified by the first RequestStop (a held ReportDone waits on it).
   absl::Notification stopped;
+  // Runs transport->Shutdown() (ShutdownTransportLocked); joined before the
+  // transport is destroyed (ReapJob).
+  std::thread stopper;
+  std::atomic<bool> stopper_done{true};
 
   // Stops the runner at its next step boundary and interrupts a combine
-  // that waits on a peer (ring) or a shard (ps).
+  // that waits on a peer (ring) or a shard (ps). Never blocks on the
+  // network: callers hold the daemon's lock (Heartbeat).
   void RequestStop() {
     stop.store(true);
     absl::MutexLock l(&mu);
     if (!stopped.HasBeenNotified()) stopped.Notify();
     if (runner != nullptr) runner->RequestStop();
-    if (transport != nullptr) transport->Shutdown();
     for (PsClient* c : ps_clients) c->Cancel();
+    ShutdownTransportLocked();
+  }
+  // A transport's Shutdown wakes every waiting call at once, but then lets
+  // its streams drain for up to its close timeout (5 s, and 5 s more for a
+  // gRPC stream to a peer that no longer answers): run it on its own
+  // thread so that no lock is held and no heartbeat waits meanwhile.
+  void ShutdownTransportLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (transport == nullptr || stopper.joinable()) return;
+    stopper_done.store(false);
+    JobTransport* t = transport.get();
+    stopper = std::thread([this, t] {
+      t->Shutdown();
+      stopper_done.store(true);
+    });
   }
 };
 
@@ -364,10 +382,14 @@ void WorkerDaemon::ReapJob(bool wait) {
   std::unique_ptr<RunningJob> done;
   {
     absl::MutexLock l(&mu_);
-    if (job_ == nullptr || (!wait && !job_->finished.load())) return;
+    // A transport still draining (its stopper thread) is reaped later.
+    if (job_ == nullptr || (!wait && (!job_->finished.load() || !job_->stopper_done.load()))) {
+      return;
+    }
     done = std::move(job_);
   }
   if (done->thread.joinable()) done->thread.join();
+  if (done->stopper.joinable()) done->stopper.join();
 }
 
 void WorkerDaemon::RunJob(RunningJob* job) {
@@ -537,7 +559,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     absl::MutexLock l(&job->mu);
     job->runner = nullptr;
     job->ps_clients.clear();
-    if (job->transport != nullptr) job->transport->Shutdown();
+    job->ShutdownTransportLocked();  // drains on its own thread
     return out;
   };
   absl::StatusOr<JobOutcome> out = run();
