@@ -60,6 +60,17 @@ absl::StatusOr<v1::SyncHistory> CoordinatorClient::GetSyncHistory(uint64_t id,
       *this, stub_.get(), &v1::Coordinator::Stub::GetSyncHistory, req);
 }
 
+absl::StatusOr<v1::SyncHistory> CoordinatorClient::GetSyncHistoryPage(uint64_t id,
+                                                                      int64_t from_step,
+                                                                      int64_t max_entries) {
+  v1::SyncHistoryRequest req;
+  req.set_job_id(id);
+  req.set_from_step(from_step);
+  req.set_max_entries(max_entries);
+  return Unary<v1::SyncHistoryRequest, v1::SyncHistory>(
+      *this, stub_.get(), &v1::Coordinator::Stub::GetSyncHistory, req);
+}
+
 absl::StatusOr<v1::JobList> CoordinatorClient::ListJobs() {
   return Unary<v1::ListRequest, v1::JobList>(*this, stub_.get(),
                                              &v1::Coordinator::Stub::ListJobs, v1::ListRequest());

@@ -34,6 +34,10 @@ class CoordinatorClient {
   // The most recent max_entries checks (0 = every kept check) and the exact
   // counters.
   absl::StatusOr<v1::SyncHistory> GetSyncHistory(uint64_t id, int64_t max_entries);
+  // One page: the checks with step >= from_step in step order, at most
+  // max_entries (0 = the coordinator's cap); next_step -1 at the newest.
+  absl::StatusOr<v1::SyncHistory> GetSyncHistoryPage(uint64_t id, int64_t from_step,
+                                                     int64_t max_entries);
   absl::StatusOr<v1::JobList> ListJobs();
   absl::StatusOr<v1::WorkerList> ListWorkers();
 

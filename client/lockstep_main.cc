@@ -47,7 +47,11 @@ ABSL_FLAG(int64_t, from_step, 0,
           "resume: the checkpoint to start from, by step (0 = the newest valid one)");
 ABSL_FLAG(bool, no_wait, false,
           "submit: fail at once instead of waiting PENDING when too few workers are idle");
-ABSL_FLAG(int64_t, max_entries, 20, "sync: most recent checks to list (0 = all)");
+ABSL_FLAG(int64_t, max_entries, 20,
+          "sync: most recent checks to list (0 = as many as one reply holds, a few thousand)");
+ABSL_FLAG(bool, all, false,
+          "sync: list every check from step 0, page by page (older ones from the coordinator's "
+          "--state_dir database)");
 ABSL_FLAG(std::string, out, "",
           "export: output file (.npz: one array per tensor; .npy: flat); scale: output prefix "
           "(PREFIX.csv, PREFIX.model.csv, PREFIX.svg; default \"scale\")");
@@ -298,10 +302,21 @@ class Client {
   }
 
   int SyncCmd(uint64_t id) {
-    auto h = Sync(id, absl::GetFlag(FLAGS_max_entries));
+    const bool all = absl::GetFlag(FLAGS_all);
+    const int64_t max = absl::GetFlag(FLAGS_max_entries);
+    // --all: pages of at most 1000 checks, never the whole history at once.
+    auto h = all ? rpc_.GetSyncHistoryPage(id, 0, 1000) : Sync(id, max);
     if (!h.ok()) return Fail("sync", h.status());
     if (absl::GetFlag(FLAGS_json)) {
+      // --all: one JSON object per page, one per line.
       std::printf("%s\n", Json(*h).c_str());
+      for (int64_t next = h->next_step(); all && next >= 0;) {
+        auto page = rpc_.GetSyncHistoryPage(id, next, 1000);
+        if (!page.ok()) return Fail("sync", page.status());
+        std::printf("%s\n", Json(*page).c_str());
+        if (page->checks_size() == 0) break;
+        next = page->next_step();
+      }
       return 0;
     }
     std::printf("job %llu: %lld steps checked, %lld mismatched%s\n",
@@ -310,15 +325,26 @@ class Client {
                 h->first_mismatch_step() >= 0
                     ? absl::StrCat(" (first at step ", h->first_mismatch_step(), ")").c_str()
                     : "");
-    for (const v1::SyncCheck& c : h->checks()) {
-      if (c.all_match()) {
-        std::printf("  step %6lld  all %d ranks match  %s\n", static_cast<long long>(c.step()),
-                    c.rank_hashes_size(), c.majority_hash().c_str());
-      } else {
-        std::printf("  step %6lld  MISMATCH: rank(s) %s differ from %s\n",
-                    static_cast<long long>(c.step()),
-                    absl::StrJoin(c.differing_ranks(), ", ").c_str(), c.majority_hash().c_str());
+    auto print = [](const v1::SyncHistory& page) {
+      for (const v1::SyncCheck& c : page.checks()) {
+        if (c.all_match()) {
+          std::printf("  step %6lld  all %d ranks match  %s\n", static_cast<long long>(c.step()),
+                      c.rank_hashes_size(), c.majority_hash().c_str());
+        } else {
+          std::printf("  step %6lld  MISMATCH: rank(s) %s differ from %s\n",
+                      static_cast<long long>(c.step()),
+                      absl::StrJoin(c.differing_ranks(), ", ").c_str(),
+                      c.majority_hash().c_str());
+        }
       }
+    };
+    print(*h);
+    for (int64_t next = h->next_step(); all && next >= 0;) {
+      auto page = rpc_.GetSyncHistoryPage(id, next, 1000);
+      if (!page.ok()) return Fail("sync", page.status());
+      print(*page);
+      if (page->checks_size() == 0) break;
+      next = page->next_step();
     }
     return 0;
   }

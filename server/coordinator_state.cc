@@ -2,6 +2,7 @@
 // restart, recording changes) and the paged sync history. Contracts:
 // coordinator.h ("State database and restarts"), server/state/state_db.h.
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,10 +67,15 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->k = st.spec().num_workers();
     job->ps_addresses.assign(extra.ps_addresses().begin(), extra.ps_addresses().end());
     job->sync = jobs_.NewSyncChecker(job->k);
-    job->restored_checked = st.checked_steps();
-    job->restored_mismatched = st.mismatched_steps();
+    // The checks table is committed every flush interval, the job row at
+    // most every kPersistProgressEvery: the newer of the two counts.
+    job->restored_checked = std::max(st.checked_steps(), stored.stored_checks);
+    job->restored_mismatched = std::max(st.mismatched_steps(), stored.stored_mismatches);
     job->restored_first_mismatch = stored.first_mismatch_step;
-    job->steps_done = st.step();
+    if (job->restored_first_mismatch < 0) {
+      job->restored_first_mismatch = stored.stored_first_mismatch;
+    }
+    job->steps_done = std::max(st.step(), stored.stored_last_step + 1);
     job->epoch = st.epoch();
     job->total_steps = st.total_steps();
     job->examples = extra.examples();
@@ -91,7 +97,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       rank.address = rs.address();
       rank.hostname = rs.hostname();
       rank.data_address = rs.data_address();
-      rank.last_step = rs.step() - 1;
+      // Every rank reported the newest stored check's step: a report of it
+      // (or older) sent again after the restart is a duplicate.
+      rank.last_step = std::max(rs.step() - 1, stored.stored_last_step);
       rank.last_hash = rs.last_hash();
       rank.in_sync = rs.in_sync();
       rank.last_heartbeat = now;
@@ -224,17 +232,33 @@ absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistory(uint64_t job_id,
     return absl::InvalidArgumentError(
         absl::StrCat("max_entries: expected >= 0 (0 = all), got ", max_entries));
   }
+  const int64_t want =
+      max_entries == 0 ? kMaxSyncReplyChecks : std::min(max_entries, kMaxSyncReplyChecks);
   v1::SyncHistory h;
+  StateDb* db = nullptr;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
     if (!found.ok()) return found.status();
     const Job& job = **found;
-    h = job.sync.History(job_id, max_entries == 0 ? kMaxSyncReplyChecks
-                                                  : std::min(max_entries, kMaxSyncReplyChecks));
+    h = job.sync.History(job_id, want);
     h.set_checked_steps(CheckedStepsOf(job));
     h.set_mismatched_steps(MismatchedStepsOf(job));
     h.set_first_mismatch_step(FirstMismatchOf(job));
+    db = state_db_;
+  }
+  // Memory holds fewer than asked (the checks before a restart, or past
+  // max_sync_history): the older ones from the database.
+  if (db != nullptr && h.checks_size() < want && h.checked_steps() > h.checks_size()) {
+    const int64_t before = h.checks_size() > 0 ? h.checks(0).step() : INT64_MAX;
+    absl::StatusOr<std::vector<v1::SyncCheck>> older =
+        db->ReadLastSyncChecks(job_id, before, want - h.checks_size());
+    if (!older.ok()) return older.status();
+    v1::SyncHistory merged = h;
+    merged.clear_checks();
+    for (v1::SyncCheck& c : *older) *merged.add_checks() = std::move(c);
+    for (const v1::SyncCheck& c : h.checks()) *merged.add_checks() = c;
+    h = std::move(merged);
   }
   CapReply(&h);  // outside the lock: sizes of up to kMaxSyncReplyChecks checks
   h.set_next_step(-1);
@@ -251,29 +275,21 @@ absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistoryPage(uint64_t job_id,
   const int64_t want = max_entries == 0 ? kMaxSyncReplyChecks
                                         : std::min(max_entries, kMaxSyncReplyChecks);
   from_step = std::max<int64_t>(0, from_step);
-  v1::SyncHistory memory;
+  v1::SyncHistory page;
+  page.set_job_id(job_id);
   StateDb* db = nullptr;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
     if (!found.ok()) return found.status();
-    const Job& job = **found;
-    memory = job.sync.History(job_id, 0);  // bounded by max_sync_history
-    memory.set_checked_steps(CheckedStepsOf(job));
-    memory.set_mismatched_steps(MismatchedStepsOf(job));
-    memory.set_first_mismatch_step(FirstMismatchOf(job));
     db = state_db_;
   }
-  v1::SyncHistory page;
-  page.set_job_id(job_id);
-  page.set_checked_steps(memory.checked_steps());
-  page.set_mismatched_steps(memory.mismatched_steps());
-  page.set_first_mismatch_step(memory.first_mismatch_step());
   int64_t next = from_step;
   size_t bytes = 0;
   auto add = [&](const v1::SyncCheck& c) {
     const size_t size = c.ByteSizeLong();
-    if (page.checks_size() >= want || (page.checks_size() > 0 && bytes + size > kMaxSyncReplyBytes)) {
+    if (page.checks_size() >= want ||
+        (page.checks_size() > 0 && bytes + size > kMaxSyncReplyBytes)) {
       return false;
     }
     bytes += size;
@@ -282,8 +298,9 @@ absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistoryPage(uint64_t job_id,
     return true;
   };
   bool full = false;
-  if (db != nullptr) {
-    absl::StatusOr<std::vector<v1::SyncCheck>> stored = db->ReadSyncChecks(job_id, from_step, want);
+  if (db != nullptr) {  // older checks: the database (no coordinator lock held)
+    absl::StatusOr<std::vector<v1::SyncCheck>> stored =
+        db->ReadSyncChecks(job_id, from_step, want);
     if (!stored.ok()) return stored.status();
     for (const v1::SyncCheck& c : *stored) {
       if (!add(c)) {
@@ -293,7 +310,21 @@ absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistoryPage(uint64_t job_id,
     }
     if (static_cast<int64_t>(stored->size()) >= want) full = true;
   }
-  // Then the newer checks memory holds (not yet committed, or no database).
+  // Then the newer checks memory holds (not yet committed, or no
+  // database): at most 4 caps' worth copied under the lock.
+  v1::SyncHistory memory;
+  int64_t newest = -1;  // the newest completed step
+  {
+    absl::MutexLock lock(&mu_);
+    const Job& job = **jobs_.FindOrNotFound(job_id);  // jobs are never erased
+    const int64_t needed = std::clamp<int64_t>(job.steps_done - next + 1, 1,
+                                               4 * kMaxSyncReplyChecks);
+    if (!full) memory = job.sync.History(job_id, needed);
+    newest = job.steps_done - 1;
+    page.set_checked_steps(CheckedStepsOf(job));
+    page.set_mismatched_steps(MismatchedStepsOf(job));
+    page.set_first_mismatch_step(FirstMismatchOf(job));
+  }
   if (!full) {
     for (const v1::SyncCheck& c : memory.checks()) {
       if (c.step() < next) continue;
@@ -303,8 +334,6 @@ absl::StatusOr<v1::SyncHistory> Coordinator::GetSyncHistoryPage(uint64_t job_id,
       }
     }
   }
-  int64_t newest = -1;
-  if (memory.checks_size() > 0) newest = memory.checks(memory.checks_size() - 1).step();
   page.set_next_step(full && next <= newest ? next : -1);
   return page;
 }

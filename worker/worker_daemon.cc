@@ -35,6 +35,40 @@ bool IsPeerFailure(const absl::Status& s) {
          s.code() == absl::StatusCode::kAborted;
 }
 
+// The coordinator is down rather than unreachable: its host refused the
+// connection (nothing listens on the port: the process died, e.g. it is
+// being restarted) or closed it under a call. A partition shows up as a
+// timeout or an unreachable network instead.
+bool CoordinatorDown(const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kUnavailable) return false;
+  for (absl::string_view sign : {"onnection refused", "Socket closed", "reset by peer",
+                                 "Broken pipe", "GOAWAY"}) {
+    if (absl::StrContains(s.message(), sign)) return true;
+  }
+  return false;
+}
+
+// Calls `call` until it succeeds, fails other than CoordinatorDown, `stop`
+// becomes true or `grace` has passed since the first failure; waits 100 ms
+// doubling to 1 s between calls (polling `stop` every 50 ms).
+template <typename Call>
+absl::Status RetryWhileCoordinatorDown(const Call& call, const std::atomic<bool>* stop,
+                                       absl::Duration grace) {
+  const absl::Time give_up = absl::Now() + grace;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    absl::Status s = call();
+    if (s.ok() || !CoordinatorDown(s) || (stop != nullptr && stop->load())) return s;
+    const absl::Time retry_at = absl::Now() + backoff;
+    if (retry_at > give_up) return s;
+    while (absl::Now() < retry_at) {
+      if (stop != nullptr && stop->load()) return s;
+      absl::SleepFor(std::min(absl::Milliseconds(50), retry_at - absl::Now()));
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
 // The host:port part of a gRPC target ("dns:///h:1" -> "h:1").
 std::string CoordinatorHost(absl::string_view target) {
   for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
@@ -48,12 +82,17 @@ class GrpcReporter : public JobReporter {
  public:
   // `on_stop` runs (on the reporter thread) when a ReportStep reply says
   // stop: the job's combine may be waiting on a peer that stopped already.
+  // Calls are retried while the coordinator is down (restarting), for up
+  // to `restart_grace` or until *stop.
   GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id,
-               std::function<void()> on_stop)
+               std::function<void()> on_stop, const std::atomic<bool>* stop,
+               absl::Duration restart_grace)
       : stub_(stub),
         timeout_(timeout),
         worker_id_(std::move(worker_id)),
-        on_stop_(std::move(on_stop)) {}
+        on_stop_(std::move(on_stop)),
+        stop_(stop),
+        restart_grace_(restart_grace) {}
 
   absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
     v1::ReportStepReply reply;
@@ -61,20 +100,35 @@ class GrpcReporter : public JobReporter {
   }
   absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& report,
                                            v1::ReportStepReply* reply) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    absl::Status s = FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
+    absl::Status s = RetryWhileCoordinatorDown(
+        [&] {
+          reply->Clear();
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          return FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
+        },
+        stop_, restart_grace_);
     if (!s.ok()) return Named(s);
     if (reply->stop() && on_stop_) on_stop_();
     return reply->stop();
   }
   absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    v1::ReportEvalReply reply;
-    return Named(FromGrpcStatus(stub_->ReportEval(&ctx, report, &reply)));
+    return Named(RetryWhileCoordinatorDown(
+        [&] {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          v1::ReportEvalReply reply;
+          return FromGrpcStatus(stub_->ReportEval(&ctx, report, &reply));
+        },
+        stop_, restart_grace_));
   }
   absl::Status UploadWeights(uint64_t job, const Replica& replica) override {
+    return Named(RetryWhileCoordinatorDown([&] { return UploadOnce(job, replica); }, stop_,
+                                           restart_grace_));
+  }
+
+ private:
+  absl::Status UploadOnce(uint64_t job, const Replica& replica) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + 4 * timeout_));
     v1::UploadWeightsReply reply;
@@ -100,10 +154,9 @@ class GrpcReporter : public JobReporter {
       if (total == 0) break;
     }
     writer->WritesDone();
-    return Named(FromGrpcStatus(writer->Finish()));
+    return FromGrpcStatus(writer->Finish());
   }
 
- private:
   absl::Status Named(const absl::Status& s) const {
     if (s.ok()) return s;
     return absl::Status(s.code(), absl::StrCat("coordinator: ", s.message()));
@@ -113,6 +166,8 @@ class GrpcReporter : public JobReporter {
   absl::Duration timeout_;
   std::string worker_id_;
   std::function<void()> on_stop_;
+  const std::atomic<bool>* stop_;
+  absl::Duration restart_grace_;
 };
 
 }  // namespace
@@ -337,11 +392,17 @@ void WorkerDaemon::Heartbeat() {
   if (!s.ok()) {
     log_.Warn("heartbeat failed", {{"coordinator", options_.coordinator}, {"error", s.message()}});
     // Cut off for lost_after: the coordinator has declared this worker
-    // lost and its job's other ranks have stopped waiting for it.
+    // lost and its job's other ranks have stopped waiting for it. A
+    // coordinator that is down (restarting) decides nothing meanwhile: the
+    // job waits for it up to coordinator_restart_grace.
     DeferredLog later(&log_);
     absl::MutexLock l(&mu_);
+    if (!CoordinatorDown(s)) coordinator_down_only_ = false;
     const absl::Duration silent = absl::Now() - last_answer_;
-    if (job_ != nullptr && !job_->stop.load() && silent > lost_after_) {
+    const absl::Duration bound =
+        coordinator_down_only_ ? std::max(lost_after_, options_.coordinator_restart_grace)
+                               : lost_after_;
+    if (job_ != nullptr && !job_->stop.load() && silent > bound) {
       later.Add(LogLevel::kWarn,
                 "no heartbeat answered for longer than the coordinator's lost_after: this worker "
                 "is lost to its job, stopping it",
@@ -356,6 +417,7 @@ void WorkerDaemon::Heartbeat() {
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   last_answer_ = absl::Now();
+  coordinator_down_only_ = true;
   if (reply.reregister()) {
     later.Add(LogLevel::kWarn, "unknown to the coordinator, registering again",
               {{"worker", worker_id_}});
@@ -410,7 +472,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   // Step reports are pipelined (worker/step_reporter.h): a reply that says
   // stop arrives while the job thread may already be in the next combine,
   // so it stops the job as a heartbeat's stop_job does.
-  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, [job] { job->RequestStop(); });
+  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, [job] { job->RequestStop(); },
+                        &job->stop, options_.coordinator_restart_grace);
 
   auto run = [&]() -> absl::StatusOr<JobOutcome> {
     // Dataset from this machine's disk, cached across jobs.
@@ -608,10 +671,14 @@ void WorkerDaemon::RunJob(RunningJob* job) {
               {"error", out.status().message()}});
   }
   if (!job->report_claimed.exchange(true)) {  // else Drain() reported it failed
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-    v1::ReportDoneReply reply;
-    absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+    absl::Status s = RetryWhileCoordinatorDown(
+        [&] {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+          v1::ReportDoneReply reply;
+          return FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+        },
+        /*stop=*/nullptr, options_.coordinator_restart_grace);
     if (!s.ok()) {
       log_.Warn("ReportDone failed", {{"job", a.job_id()}, {"error", s.message()}});
     }

@@ -32,6 +32,20 @@
 //     most heartbeat_deadline() (min(rpc_timeout, max(1 s, 5 intervals))),
 //     so the check runs at least that often.
 //
+// Coordinator restarts (README "Coordinator state and restarts"). When the
+// coordinator's host refuses the connection (nothing listens on its port:
+// the process died and is being restarted, not a network partition) or
+// closes it under a call, the worker keeps its job for up to
+// options.coordinator_restart_grace (30 s) instead of lost_after: it keeps
+// heartbeating, the step reporter retries the unanswered report with
+// backoff (100 ms doubling to 1 s) and the job thread blocks once it is 2
+// steps ahead of the replies. A coordinator restarted with its --state_dir
+// knows this worker's id and job, so the next heartbeat is answered and the
+// job goes on; one that does not (reregister) ends the job as before.
+// ReportEval, ReportDone and the final weights upload retry the same way.
+// Any other failure (a timeout, an unreachable network) keeps the
+// lost_after rule above.
+//
 // gRPC lives here and in the factories passed in; the training logic is in
 // JobRunner. Threading: Run() blocks the calling thread until Shutdown()
 // is called from another thread (e.g. a signal handler thread).
@@ -89,6 +103,9 @@ struct WorkerDaemonOptions {
   // The coordinator's lost_after when its RegisterWorkerReply does not say
   // (an older coordinator).
   absl::Duration default_lost_after = absl::Seconds(3);
+  // How long a job survives a coordinator that refuses connections (it is
+  // restarting; see "Coordinator restarts" above).
+  absl::Duration coordinator_restart_grace = absl::Seconds(30);
   int blas_threads = 1;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
@@ -178,6 +195,9 @@ class WorkerDaemon {
   absl::Duration lost_after_ ABSL_GUARDED_BY(mu_);  // the coordinator's
   // When a heartbeat last got an answer (registration counts as one).
   absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Every heartbeat failure since the last answer said the coordinator is
+  // down (CoordinatorDown in worker_daemon.cc), not unreachable.
+  bool coordinator_down_only_ ABSL_GUARDED_BY(mu_) = true;
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
   // Drain() was called: no new assignments, deregister before Run() returns.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -231,11 +232,22 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
     }
   }
   {
-    Stmt s(reader_db_, "SELECT job_id, COUNT(*) FROM sync_checks GROUP BY job_id");
+    Stmt s(reader_db_,
+           "SELECT job_id, COUNT(*), SUM(all_match = 0), "
+           "IFNULL(MIN(CASE WHEN all_match = 0 THEN step END), -1), MAX(step) "
+           "FROM sync_checks GROUP BY job_id");
     if (!s.ok()) return SqlError(reader_db_, path_, "counting sync checks");
     absl::MutexLock q(&mu_);
     while (s.Step() == SQLITE_ROW) {
-      checks_per_job_[static_cast<uint64_t>(s.ColInt(0))] = s.ColInt(1);
+      const uint64_t id = static_cast<uint64_t>(s.ColInt(0));
+      checks_per_job_[id] = s.ColInt(1);
+      for (StoredJob& j : out.jobs) {
+        if (j.status.job_id() != id) continue;
+        j.stored_checks = s.ColInt(1);
+        j.stored_mismatches = s.ColInt(2);
+        j.stored_first_mismatch = s.ColInt(3);
+        j.stored_last_step = s.ColInt(4);
+      }
     }
   }
   return out;
@@ -263,6 +275,32 @@ absl::StatusOr<std::vector<v1::SyncCheck>> StateDb::ReadSyncChecks(uint64_t job_
     out.push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return SqlError(reader_db_, path_, "reading sync checks");
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::SyncCheck>> StateDb::ReadLastSyncChecks(uint64_t job_id,
+                                                                      int64_t before_step,
+                                                                      int64_t limit) {
+  absl::MutexLock l(&read_mu_);
+  Stmt s(reader_db_,
+         "SELECT step, body FROM sync_checks WHERE job_id = ? AND step < ? ORDER BY step DESC "
+         "LIMIT ?");
+  if (!s.ok()) return SqlError(reader_db_, path_, "reading sync checks");
+  s.Int(1, static_cast<int64_t>(job_id));
+  s.Int(2, before_step);
+  s.Int(3, limit);
+  std::vector<v1::SyncCheck> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    v1::SyncCheck c;
+    if (!c.ParseFromString(s.ColText(1))) {
+      return absl::DataLossError(absl::StrCat(path_, ": job ", job_id, " step ", s.ColInt(0),
+                                              ": stored sync check does not parse"));
+    }
+    out.push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) return SqlError(reader_db_, path_, "reading sync checks");
+  std::reverse(out.begin(), out.end());
   return out;
 }
 

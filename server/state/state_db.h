@@ -66,6 +66,11 @@ struct StoredJob {
   int64_t first_mismatch_step = -1;
   int64_t last_checked_step = -1;
   std::string extra;  // opaque to StateDb
+  // Filled by Load from the stored sync checks (committed more often than
+  // the job row): how many, how many mismatched, the first mismatched step
+  // and the newest step (-1 = none).
+  int64_t stored_checks = 0, stored_mismatches = 0;
+  int64_t stored_first_mismatch = -1, stored_last_step = -1;
 };
 
 struct StoredCounters {
@@ -76,7 +81,7 @@ struct StoredCounters {
 
 struct StateDbOptions {
   std::string dir;  // created if missing
-  absl::Duration flush_interval = absl::Milliseconds(100);
+  absl::Duration flush_interval = absl::Milliseconds(25);
   int64_t max_queued_checks = 1 << 16;
   int64_t max_checks_per_job = 1 << 20;
 };
@@ -116,6 +121,12 @@ class StateDb {
   absl::StatusOr<std::vector<lockstep::v1::SyncCheck>> ReadSyncChecks(uint64_t job_id,
                                                                      int64_t from_step,
                                                                      int64_t limit);
+
+  // The newest `limit` stored checks of `job_id` with step < before_step,
+  // in step order.
+  absl::StatusOr<std::vector<lockstep::v1::SyncCheck>> ReadLastSyncChecks(uint64_t job_id,
+                                                                         int64_t before_step,
+                                                                         int64_t limit);
 
   void PutCounters(const StoredCounters& counters);
   void PutWorker(StoredWorker worker);
