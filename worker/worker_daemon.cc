@@ -28,11 +28,11 @@ uint64_t WireKey(const v1::Assignment& a) {
 }
 
 // A combine error that a peer (or the network to it) caused: the peer may
-// be lost, which the coordinator decides.
+// be lost, which the coordinator decides. (ABORTED is the job's own verdict,
+// e.g. a non-finite gradient under on_nonfinite=fail: reported at once.)
 bool IsPeerFailure(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kAborted;
+         s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 // The coordinator is down rather than unreachable: its host refused the

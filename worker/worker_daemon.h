@@ -16,8 +16,8 @@
 // Lost workers (README "Failure semantics"). The coordinator decides who is
 // lost (no heartbeat for its lost_after, told in RegisterWorkerReply
 // .lost_after_ms, 3 s by default); a worker only reports what it saw:
-//   * a combine that fails on a peer (UNAVAILABLE, DEADLINE_EXCEEDED,
-//     ABORTED: a broken stream, a peer that stopped answering) does not end
+//   * a combine that fails on a peer (UNAVAILABLE, DEADLINE_EXCEEDED: a
+//     broken stream, a peer that stopped answering) does not end
 //     the job from this side at once. The worker keeps heartbeating the job
 //     and holds its ReportDone for up to peer_failure_grace() (lost_after +
 //     3 heartbeat intervals + 0.5 s): when the peer was killed, frozen or
