@@ -300,11 +300,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       // The state is copied here; the file is written, fsync'd and renamed
       // on a writer thread while training goes on (one write in flight).
       if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
-      const auto t_ck = std::chrono::steady_clock::now();
       checkpointer.WriteInBackground(
           r, step + 1, total, position, reporter.last_hash(), now,
-          [this, step, capture = SecondsSince(t_ck)](const absl::StatusOr<std::string>& path,
-                                                     double seconds) {
+          [this, step](const absl::StatusOr<std::string>& path, double capture,
+                       double seconds) {
             if (path.ok()) {
               log_.Info("checkpoint written", {{"step", step},
                                                {"path", *path},

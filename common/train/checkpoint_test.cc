@@ -469,8 +469,10 @@ TEST(CheckpointPolicyTest, ABackgroundWriteHoldsTheStateOfTheMomentItWasStarted)
   ASSERT_TRUE(ck.Start(absl::UnixEpoch()).ok());
   absl::StatusOr<std::string> written = absl::UnknownError("not called");
   ck.WriteInBackground(**r, 3, 40, {50, 29, false}, (*r)->Hash(), absl::UnixEpoch(),
-                       [&](const absl::StatusOr<std::string>& path, double seconds) {
+                       [&](const absl::StatusOr<std::string>& path, double capture,
+                           double seconds) {
                          written = path;
+                         EXPECT_GE(capture, 0);
                          EXPECT_GE(seconds, 0);
                        });
   TrainSteps(r->get(), &sampler, data, 3, 5);  // changes the replica at once

@@ -103,11 +103,17 @@ void JobCheckpointer::WriteInBackground(const Replica& replica, int64_t next_ste
                                         WriteDone done) {
   Wait();
   last_ = now;
-  writer_ = std::thread([this, state = Capture(replica, next_step, total_steps, sampler, hash),
-                         done = std::move(done)]() {
-    const auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainingState state = Capture(replica, next_step, total_steps, sampler, hash);
+  const double capture = seconds_since(t0);
+  writer_ = std::thread([this, state = std::move(state), done = std::move(done), capture,
+                         seconds_since]() {
+    const auto t1 = std::chrono::steady_clock::now();
     absl::StatusOr<std::string> path = WriteCheckpoint(dir_, state, keep_);
-    done(path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    done(path, capture, seconds_since(t1));
   });
 }
 

@@ -71,10 +71,11 @@ class JobCheckpointer {
   // The same, off the caller's thread: copies the weights and optimizer
   // state now (the caller may change them as soon as this returns), then
   // encodes, writes, fsyncs and prunes on a writer thread and calls
-  // `done(path or error, seconds spent writing)` there. At most one write
-  // is in flight: a second call first waits for the previous one. Restarts
-  // the time interval.
-  using WriteDone = std::function<void(const absl::StatusOr<std::string>& path, double seconds)>;
+  // `done(path or error, seconds the copy took on the caller's thread,
+  // seconds spent writing)` there. At most one write is in flight: a second
+  // call first waits for the previous one. Restarts the time interval.
+  using WriteDone = std::function<void(const absl::StatusOr<std::string>& path,
+                                       double capture_seconds, double write_seconds)>;
   void WriteInBackground(const Replica& replica, int64_t next_step, int64_t total_steps,
                          const SamplerPosition& sampler, const WeightHash& hash, absl::Time now,
                          WriteDone done);
