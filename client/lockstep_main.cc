@@ -155,6 +155,13 @@ void PrintStatus(const v1::JobStatus& j) {
   std::printf("  sync: %s, %lld steps checked, %lld mismatched\n", SyncMark(j).c_str(),
               static_cast<long long>(j.checked_steps()),
               static_cast<long long>(j.mismatched_steps()));
+  if (j.skipped_steps() > 0) {
+    std::string ranks;
+    for (int32_t r : j.last_nonfinite_ranks()) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", r);
+    std::printf("  non-finite gradients: %lld step(s) skipped, the last at step %lld (rank(s) %s)\n",
+                static_cast<long long>(j.skipped_steps()),
+                static_cast<long long>(j.last_skipped_step()), ranks.c_str());
+  }
   if (j.ranks_size() > 0) {
     // A tcp ring job's peers talk over their data addresses: list those too.
     const bool tcp = j.spec().sync_mode() != v1::PS && j.spec().peer_transport() == v1::TCP;

@@ -53,6 +53,14 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   rank.acknowledged = true;
   if (request.step() <= rank.last_step) return reply;  // duplicate or stale
   rank.last_step = request.step();
+  if (request.update_skipped() && request.rank() == 0) {
+    // A non-finite gradient's step, skipped on every replica (every rank
+    // reports the same flags; counted once, from rank 0).
+    ++job->skipped_steps;
+    job->last_skipped_step = request.step();
+    job->last_nonfinite_ranks.assign(request.nonfinite_ranks().begin(),
+                                     request.nonfinite_ranks().end());
+  }
   rank.last_hash = absl::AsciiStrToLower(request.weights_hash());
   StepTimes times;
   times.step = request.step_seconds();

@@ -43,6 +43,11 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   s.set_last_divergence(job.sync.last_divergence());
   s.set_checked_steps(CheckedStepsOf(job));
   s.set_mismatched_steps(MismatchedStepsOf(job));
+  s.set_skipped_steps(job.skipped_steps);
+  if (job.skipped_steps > 0) {
+    s.set_last_skipped_step(job.last_skipped_step);
+    for (int32_t r : job.last_nonfinite_ranks) s.add_last_nonfinite_ranks(r);
+  }
   for (size_t r = 0; r < job.ranks.size(); ++r) {
     const RankRecord& rank = job.ranks[r];
     v1::RankStatus* rs = s.add_ranks();

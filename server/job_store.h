@@ -70,6 +70,10 @@ struct JobRecord {
   double loss = 0, examples_per_second = 0;
   double test_accuracy = 0, test_loss = 0;
   bool out_of_sync = false;
+  // Non-finite gradients skipped (JobSpec.on_nonfinite = "skip"), counted
+  // from rank 0's step reports: how many, the last such step, its ranks.
+  int64_t skipped_steps = 0, last_skipped_step = -1;
+  std::vector<int32_t> last_nonfinite_ranks;
   absl::Time submitted, started = absl::InfinitePast(), finished = absl::InfinitePast();
   std::string final_hash;
   JobWatch watch;     // version and state-change snapshots
