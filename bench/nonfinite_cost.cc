@@ -1,0 +1,112 @@
+// What the non-finite check (issue 10; common/train/nonfinite.h) costs a
+// training step of the main job's model: MLP 784-256-10 on Fashion-MNIST,
+// batch 128, SGD momentum 0.9, 1 BLAS thread. Each step: ComputeGradSum
+// (forward + backward into a replica with one flag slot, as a K = 1 worker
+// lays it out), then AllFinite over the fresh gradient (what StepCombiner
+// runs without overlap, the pass with the most data out of cache), then
+// Apply. Reports the medians over repeats of the step (compute + check +
+// apply) and of the check alone, per step, and their ratio. The combine is
+// not included (it only adds to the step), so the ratio is an upper bound
+// for the distributed step.
+//   bazel run -c opt //bench:nonfinite_cost
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/blas.h"
+#include "common/data/dataset.h"
+#include "common/data/sampler.h"
+#include "common/train/nonfinite.h"
+#include "common/train/replica.h"
+#include "proto/job.pb.h"
+#include "worker/job_data.h"
+
+ABSL_FLAG(int64_t, steps, 400, "Training steps per repeat");
+ABSL_FLAG(int32_t, repeats, 7, "Repeats; medians are reported");
+ABSL_FLAG(int64_t, batch, 128, "Batch size");
+ABSL_FLAG(std::string, model, "mlp:256", "Model spec");
+
+namespace lockstep {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Main() {
+  SetBlasThreads(1);
+  const int64_t steps = absl::GetFlag(FLAGS_steps), batch = absl::GetFlag(FLAGS_batch);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  v1::DataSpec data_spec;
+  auto loaded = LoadJobData(data_spec);  // Fashion-MNIST
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "nonfinite_cost: %s\n", std::string(loaded.status().message()).c_str());
+    return 1;
+  }
+  const Dataset& data = loaded->train;
+  TrainSpec spec;
+  spec.model = absl::GetFlag(FLAGS_model);
+  spec.global_batch = batch;
+  spec.optimizer.momentum = 0.9f;
+  auto replica_or = Replica::Create(spec, data.dim, data.num_classes, /*flag_slots=*/1);
+  if (!replica_or.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(replica_or.status().message()).c_str());
+    return 1;
+  }
+  Replica& replica = **replica_or;
+  GlobalBatchSampler sampler(data.num_examples, batch, spec.seed);
+  std::vector<int64_t> indices;
+  int64_t step = 0;
+  double check_seconds = 0;
+  int64_t finite_steps = 0;
+  auto train_step = [&] {
+    sampler.SliceInto(step, 0, 1, &indices);
+    BatchStats st = replica.ComputeGradSum(data, indices);
+    const double t0 = Now();
+    const bool finite = AllFinite(replica.grad());
+    check_seconds += Now() - t0;
+    finite_steps += finite;
+    replica.flags()[0] = finite ? 0.0f : 1.0f;
+    replica.Apply(step, st.count);
+    ++step;
+  };
+  train_step();  // warm-up: first touch of the replica's buffers
+  std::vector<double> step_us, check_us;
+  for (int r = 0; r < repeats; ++r) {
+    check_seconds = 0;
+    const double t0 = Now();
+    for (int64_t s = 0; s < steps; ++s) train_step();
+    const double dt = Now() - t0;
+    step_us.push_back(1e6 * dt / steps);
+    check_us.push_back(1e6 * check_seconds / steps);
+  }
+  std::printf("nonfinite_cost: %s, batch %lld, %lld gradient floats, 1 BLAS thread (core %s), "
+              "%lld steps x %d repeats (%lld of %lld steps finite)\n",
+              replica.model().Describe().c_str(), static_cast<long long>(batch),
+              static_cast<long long>(replica.num_params()), BlasCoreName(),
+              static_cast<long long>(steps), repeats, static_cast<long long>(finite_steps),
+              static_cast<long long>(step));
+  std::printf("%-40s %10.1f\n", "step: compute + check + apply (us)", Median(step_us));
+  std::printf("%-40s %10.1f\n", "non-finite check alone (us)", Median(check_us));
+  std::printf("%-40s %9.2f%%\n", "check / step", 100 * Median(check_us) / Median(step_us));
+  std::printf("%-40s %10.2f\n", "check throughput (GB/s)",
+              replica.num_params() * 4.0 / Median(check_us) / 1e3);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return lockstep::Main();
+}
