@@ -284,9 +284,15 @@ class Client {
       std::printf("job %llu %s%s%s\n", static_cast<unsigned long long>(id),
                   StateName(j.state()).c_str(), j.reason().empty() ? "" : ": ",
                   j.reason().c_str());
-      std::printf("final test accuracy: %.4f (test loss %.4f) after %lld steps, %.0f ex/s\n",
-                  j.test_accuracy(), j.test_loss(), static_cast<long long>(j.step()),
-                  j.examples_per_second());
+      // No accuracy where there is none (a job that never evaluated).
+      if (j.evaluated()) {
+        std::printf("final test accuracy: %.4f (test loss %.4f) after %lld steps, %.0f ex/s\n",
+                    j.test_accuracy(), j.test_loss(), static_cast<long long>(j.step()),
+                    j.examples_per_second());
+      } else {
+        std::printf("no test evaluation; %lld steps, %.0f ex/s\n",
+                    static_cast<long long>(j.step()), j.examples_per_second());
+      }
       std::printf("%s\n", SyncSummary(j, *sync).c_str());
       if (!j.final_hash().empty()) std::printf("final weights hash: %s\n", j.final_hash().c_str());
     }
@@ -334,14 +340,25 @@ class Client {
                     : "");
     auto print = [](const v1::SyncHistory& page) {
       for (const v1::SyncCheck& c : page.checks()) {
+        // What the coordinator made of it (divergence, awaiting repair,
+        // repaired), when anything.
+        const std::string note = c.note().empty() ? "" : absl::StrCat("  [", c.note(), "]");
+        const std::string block = c.first_differing_block().empty()
+                                      ? ""
+                                      : absl::StrCat(" in block ", c.first_differing_block());
         if (c.all_match()) {
-          std::printf("  step %6lld  all %d ranks match  %s\n", static_cast<long long>(c.step()),
-                      c.rank_hashes_size(), c.majority_hash().c_str());
+          std::printf("  step %6lld  all %d ranks match  %s%s\n", static_cast<long long>(c.step()),
+                      c.rank_hashes_size(), c.majority_hash().c_str(), note.c_str());
+        } else if (c.no_majority()) {
+          std::printf("  step %6lld  MISMATCH: ranks %s differ, no majority%s%s\n",
+                      static_cast<long long>(c.step()),
+                      absl::StrJoin(c.differing_ranks(), " and ").c_str(), block.c_str(),
+                      note.c_str());
         } else {
-          std::printf("  step %6lld  MISMATCH: rank(s) %s differ from %s\n",
+          std::printf("  step %6lld  MISMATCH: rank(s) %s differ from %s%s%s\n",
                       static_cast<long long>(c.step()),
                       absl::StrJoin(c.differing_ranks(), ", ").c_str(),
-                      c.majority_hash().c_str());
+                      c.majority_hash().c_str(), block.c_str(), note.c_str());
         }
       }
     };

@@ -78,6 +78,13 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   report.loss = request.loss();
   report.examples = request.examples();
   report.epoch = request.epoch();
+  if (!request.optimizer_hash().empty()) {
+    report.optimizer_hash = absl::AsciiStrToLower(request.optimizer_hash());
+  }
+  report.blocks.assign(request.block_hashes().begin(), request.block_hashes().end());
+  if (request.block_names_size() > 0) {
+    job->sync.SetBlockNames({request.block_names().begin(), request.block_names().end()});
+  }
   std::optional<CompletedStep> complete =
       job->sync.Add(request.rank(), request.step(), std::move(report));
   BumpLocked(job);
@@ -88,11 +95,19 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   for (const Rank& r : job->ranks) min_last = std::min(min_last, r.last_step);
   job->sync.DropSettled(min_last);
   if (job->state != v1::RUNNING) return stop_reply();
+  if (const auto& repair = job->sync.pending_repair(); repair.has_value()) {
+    reply.set_repair_step(repair->step);
+    reply.set_repair_source(repair->source);
+    for (int32_t r : repair->ranks) reply.add_repair_ranks(r);
+  }
   return reply;
 }
 
 void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {
-  for (int r = 0; r < job->k; ++r) job->ranks[r].in_sync = c.hashes[r] == c.majority;
+  for (int r = 0; r < job->k; ++r) {
+    job->ranks[r].in_sync =
+        std::find(c.differing.begin(), c.differing.end(), r) == c.differing.end();
+  }
   const int64_t step = c.step;
   if (step + 1 > job->steps_done) {
     job->steps_done = step + 1;
@@ -118,13 +133,27 @@ void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {
   job->series.AddStep(
       LossPoint{step, c.loss, job->examples_per_second, since_start, job->examples});
 
+  // Divergence: detect, locate, repair (sync_checker.h, Judge). The
+  // policy was validated at submit.
+  const DivergencePolicy policy =
+      ParseDivergencePolicy(job->spec.on_divergence()).value_or(DivergencePolicy::kRepair);
+  const int64_t total = job->spec.steps() > 0 ? job->spec.steps() : job->total_steps;
+  const DivergenceVerdict verdict = job->sync.Judge(c, policy, total);
   if (!c.differing.empty()) {
     job->out_of_sync = true;
-    LogMismatchLocked(*job, "hash mismatch", step, c.differing, c.majority);
-    FailJobLocked(job, absl::StrCat("replicas diverged at step ", step, ": rank(s) ",
-                                    absl::StrJoin(c.differing, ", "),
-                                    " differ from the majority hash ", c.majority));
-    return;
+    if (verdict.action != DivergenceVerdict::kAwaitingRepair) {
+      LogMismatchLocked(*job, "hash mismatch", step, c.differing, c.majority);
+    }
+  }
+  switch (verdict.action) {
+    case DivergenceVerdict::kFail:
+      FailJobLocked(job, verdict.reason);
+      return;
+    case DivergenceVerdict::kRepaired:
+      job->out_of_sync = false;
+      break;
+    default:
+      break;
   }
   BumpLocked(job);
 }

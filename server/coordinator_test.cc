@@ -132,9 +132,12 @@ class CoordinatorTest : public ::testing::Test {
 
   // Registers k workers and runs a K=k job on them, with every worker having
   // picked up (and acknowledged) its assignment. Returns the job id.
-  uint64_t StartJob(int k, std::vector<std::string>* workers) {
+  uint64_t StartJob(int k, std::vector<std::string>* workers,
+                    const std::string& on_divergence = "") {
     for (int i = 1; i <= k; ++i) workers->push_back(Register(i));
-    const uint64_t job = Submit(Spec(k));
+    v1::JobSpec spec = Spec(k);
+    spec.set_on_divergence(on_divergence);
+    const uint64_t job = Submit(spec);
     for (const std::string& w : *workers) {
       EXPECT_TRUE(Beat(w).has_assignment());
       Beat(w, job);
@@ -522,7 +525,7 @@ TEST_F(CoordinatorTest, StepsWithMatchingHashesAreChecked) {
 
 TEST_F(CoordinatorTest, DivergedRankFailsJobAndIsNamed) {
   std::vector<std::string> w;
-  const uint64_t job = StartJob(3, &w);
+  const uint64_t job = StartJob(3, &w, "halt");
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(Step(job, r, w[r], 0, Hash(1)).ok());
   ASSERT_TRUE(Step(job, 0, w[0], 1, Hash(2)).ok());
   ASSERT_TRUE(Step(job, 1, w[1], 1, Hash(2)).ok());
@@ -532,9 +535,10 @@ TEST_F(CoordinatorTest, DivergedRankFailsJobAndIsNamed) {
   const v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_TRUE(st.out_of_sync());
+  // No block hashes in these reports: the block is "weights".
   EXPECT_EQ(st.reason(),
-            absl::StrCat("replicas diverged at step 1: rank(s) 2 differ from the majority hash ",
-                         Hash(2)));
+            "replicas diverged at step 1: rank 2 differs from the majority in block weights");
+  EXPECT_EQ(st.last_divergence(), "step 1: rank 2 differs from the majority in block weights");
   EXPECT_EQ(st.checked_steps(), 2);
   EXPECT_EQ(st.mismatched_steps(), 1);
   EXPECT_TRUE(st.ranks(0).in_sync());
@@ -557,14 +561,68 @@ TEST_F(CoordinatorTest, DivergedRankFailsJobAndIsNamed) {
   EXPECT_TRUE(Beat(w[1], job).stop_job());
 }
 
-TEST_F(CoordinatorTest, TwoRanksTieMajorityGoesToLowestRank) {
+// K = 2 and the two hashes differ: there is no majority, so neither rank
+// is blamed alone (issue 10: the tie used to blame rank 1 whichever had
+// drifted) and both are out of sync; repair (the default) cannot copy from
+// a majority, so the job fails.
+TEST_F(CoordinatorTest, TwoRanksThatDifferHaveNoMajority) {
   std::vector<std::string> w;
   const uint64_t job = StartJob(2, &w);
   ASSERT_TRUE(Step(job, 1, w[1], 0, Hash(9)).ok());
   ASSERT_TRUE(Step(job, 0, w[0], 0, Hash(5)).ok());
-  EXPECT_EQ(Job(job).reason(),
-            absl::StrCat("replicas diverged at step 0: rank(s) 1 differ from the majority hash ",
-                         Hash(5)));
+  const v1::JobStatus st = Job(job);
+  EXPECT_EQ(st.reason(),
+            "replicas diverged at step 0: ranks 0 and 1 differ, no majority (first differing "
+            "block weights): on_divergence=repair needs a majority to copy from (no checkpoint "
+            "resolution)");
+  EXPECT_FALSE(st.ranks(0).in_sync());
+  EXPECT_FALSE(st.ranks(1).in_sync());
+  absl::StatusOr<v1::SyncHistory> h = coord_->GetSyncHistory(job, 0);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE(h->checks(0).no_majority());
+}
+
+// Repair (the default) with a majority: the drifted rank keeps running,
+// every reply announces the repair boundary (6 steps on), the checks in
+// between await it, and the first matching check at or after it records
+// the repair; the job goes on and ends SUCCEEDED.
+TEST_F(CoordinatorTest, ADriftedRankIsRepairedFromTheMajority) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(3, &w);  // Spec(k): enough steps for the boundary
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Step(job, r, w[r], 0, Hash(1)).ok());
+  ASSERT_TRUE(Step(job, 0, w[0], 1, Hash(2)).ok());
+  ASSERT_TRUE(Step(job, 2, w[2], 1, Hash(2)).ok());
+  absl::StatusOr<v1::ReportStepReply> r = Step(job, 1, w[1], 1, Hash(3));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->stop());
+  EXPECT_EQ(r->repair_step(), 7);
+  EXPECT_EQ(r->repair_source(), 0);
+  ASSERT_EQ(r->repair_ranks_size(), 1);
+  EXPECT_EQ(r->repair_ranks(0), 1);
+  for (int64_t t = 2; t < 7; ++t) {
+    for (int rank = 0; rank < 3; ++rank) {
+      r = Step(job, rank, w[rank], t, rank == 1 ? Hash(100 + t) : Hash(10 + t));
+      ASSERT_TRUE(r.ok());
+      EXPECT_FALSE(r->stop()) << r->reason();
+      EXPECT_EQ(r->repair_step(), 7);
+    }
+  }
+  for (int rank = 0; rank < 3; ++rank) ASSERT_TRUE(Step(job, rank, w[rank], 7, Hash(17)).ok());
+  v1::JobStatus st = Job(job);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.repairs(), 1);
+  EXPECT_FALSE(st.out_of_sync());
+  EXPECT_TRUE(st.ranks(1).in_sync());
+  r = Step(job, 0, w[0], 8, Hash(18));
+  EXPECT_EQ(r->repair_step(), 0);  // done: no longer announced
+  absl::StatusOr<v1::SyncHistory> h = coord_->GetSyncHistory(job, 0);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->checks(1).note(),
+            "divergence: rank 1 differs from the majority in block weights; repair at step 7 "
+            "from rank 0");
+  EXPECT_EQ(h->checks(4).note(), "awaiting repair at step 7");
+  EXPECT_EQ(h->checks(7).note(),
+            "repaired: rank 1 copied rank 0's state at step 7 (divergence found at step 1)");
 }
 
 TEST_F(CoordinatorTest, DuplicateReportStepIsIgnored) {

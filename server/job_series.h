@@ -108,6 +108,8 @@ class JobSeries {
   void AddCheck(int64_t step, bool all_match);
 
   JobSeriesSnapshot Snapshot() const;
+  // Evaluations added so far (kept or not).
+  int64_t evals_offered() const { return eval_.offered(); }
 
  private:
   int max_points_;

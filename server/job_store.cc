@@ -40,6 +40,7 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   s.set_examples_per_second(job.examples_per_second);
   s.set_out_of_sync(job.out_of_sync);
   s.set_repairs(job.sync.repairs());
+  s.set_evaluated(job.series.evals_offered() > 0);
   s.set_last_divergence(job.sync.last_divergence());
   s.set_checked_steps(CheckedStepsOf(job));
   s.set_mismatched_steps(MismatchedStepsOf(job));

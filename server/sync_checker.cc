@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace lockstep {
 
 MajorityResult MajorityHash(const std::vector<std::string>& hashes) {
@@ -54,15 +56,62 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
   }
   c.loss = c.examples > 0 ? loss_weighted / static_cast<double>(c.examples)
                           : loss_plain / static_cast<double>(k_);
-  MajorityResult m = MajorityHash(c.hashes);
-  c.majority = std::move(m.majority);
+  // A rank's identity: weights and optimizer state.
+  std::vector<std::string> ids;
+  for (const std::optional<StepReport>& r : pending.reports) {
+    ids.push_back(r->optimizer_hash.empty() ? r->hash : r->hash + "/" + r->optimizer_hash);
+  }
+  MajorityResult m = MajorityHash(ids);
+  int holders = 0, representative = 0;
+  for (int r = k_ - 1; r >= 0; --r) {
+    if (ids[r] == m.majority) ++holders, representative = r;
+  }
+  c.majority = pending.reports[representative]->hash;
   c.differing = std::move(m.differing);
+  if (!c.differing.empty() && 2 * holders <= k_) {
+    c.no_majority = true;
+    c.differing.clear();
+    for (int r = 0; r < k_; ++r) c.differing.push_back(r);
+  }
+  if (!c.differing.empty()) {
+    // The first differing rank against the majority's (no majority: rank 1
+    // against rank 0, or whichever first differs from rank 0).
+    int d = c.differing[0], ref = representative;
+    if (c.no_majority) {
+      ref = 0;
+      d = 1;
+      for (int r = 1; r < k_; ++r) {
+        if (ids[r] != ids[0]) {
+          d = r;
+          break;
+        }
+      }
+    }
+    const StepReport& a = *pending.reports[d];
+    const StepReport& b = *pending.reports[ref];
+    if (a.hash == b.hash) {
+      c.first_block = "optimizer state";
+    } else if (a.blocks.empty() || a.blocks.size() != b.blocks.size()) {
+      c.first_block = "weights";
+    } else {
+      for (size_t i = 0; i < a.blocks.size(); ++i) {
+        if (a.blocks[i] != b.blocks[i]) {
+          c.first_block = i < block_names_.size() ? block_names_[i]
+                                                  : "weights block " + std::to_string(i);
+          break;
+        }
+      }
+      if (c.first_block.empty()) c.first_block = "weights";
+    }
+  }
 
   ++checked_;
   StoredCheck check;
   check.step = step;
   check.majority = c.majority;
   check.differing = c.differing;
+  check.first_block = c.first_block;
+  check.no_majority = c.no_majority;
   if (!c.differing.empty()) {
     ++mismatched_;
     if (first_mismatch_ < 0) first_mismatch_ = step;
@@ -71,6 +120,114 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
   history_.push_back(std::move(check));
   while (static_cast<int64_t>(history_.size()) > max_history_) history_.pop_front();
   return c;
+}
+
+absl::StatusOr<DivergencePolicy> ParseDivergencePolicy(const std::string& s) {
+  if (s.empty() || s == "repair") return DivergencePolicy::kRepair;
+  if (s == "halt") return DivergencePolicy::kHalt;
+  return absl::InvalidArgumentError(absl::StrCat("expected repair or halt, got \"", s, "\""));
+}
+
+namespace {
+
+// "rank 1", "ranks 0 and 2", "ranks 0, 1 and 3".
+std::string Ranks(const std::vector<int32_t>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) absl::StrAppend(&out, i + 1 == ranks.size() ? " and " : ", ");
+    absl::StrAppend(&out, ranks[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy policy,
+                                     int64_t total_steps) {
+  DivergenceVerdict v;
+  std::string* note = history_.empty() || history_.back().step != c.step
+                          ? nullptr
+                          : &history_.back().note;
+  auto set_note = [&](std::string s) {
+    if (note != nullptr) *note = std::move(s);
+  };
+  if (c.differing.empty()) {
+    if (repair_.has_value() && c.step >= repair_->step) {
+      ++repairs_;
+      set_note(absl::StrCat("repaired: ", Ranks(repair_->ranks), " copied rank ",
+                            repair_->source, "'s state at step ", repair_->step,
+                            " (divergence found at step ", repair_->detected, ")"));
+      v.action = DivergenceVerdict::kRepaired;
+      repair_.reset();
+    }
+    return v;
+  }
+  const bool one = c.differing.size() == 1;
+  const std::string what =
+      c.no_majority
+          ? absl::StrCat(Ranks(c.differing), " differ, no majority (first differing block ",
+                         c.first_block, ")")
+          : absl::StrCat(Ranks(c.differing), one ? " differs" : " differ",
+                         " from the majority in block ", c.first_block);
+  const std::string divergence = absl::StrCat("step ", c.step, ": ", what);
+  if (repair_.has_value()) {
+    const bool within = std::all_of(c.differing.begin(), c.differing.end(), [&](int32_t r) {
+      return std::find(repair_->ranks.begin(), repair_->ranks.end(), r) != repair_->ranks.end();
+    });
+    if (!c.no_majority && within && c.step < repair_->step) {
+      set_note(absl::StrCat("awaiting repair at step ", repair_->step));
+      v.action = DivergenceVerdict::kAwaitingRepair;
+      return v;
+    }
+    last_divergence_ = divergence;
+    set_note(absl::StrCat("divergence: ", what, "; the repair at step ", repair_->step,
+                          " did not restore it"));
+    v.action = DivergenceVerdict::kFail;
+    v.reason = absl::StrCat("replicas diverged at ", divergence,
+                            c.step >= repair_->step
+                                ? absl::StrCat(" after the repair at step ", repair_->step)
+                                : absl::StrCat(" while a repair at step ", repair_->step,
+                                               " was pending"));
+    return v;
+  }
+  last_divergence_ = divergence;
+  if (policy == DivergencePolicy::kHalt) {
+    set_note(absl::StrCat("divergence: ", what, "; halted (on_divergence=halt)"));
+    v.action = DivergenceVerdict::kFail;
+    v.reason = absl::StrCat("replicas diverged at ", divergence);
+    return v;
+  }
+  if (c.no_majority) {
+    set_note(absl::StrCat("divergence: ", what, "; cannot repair without a majority"));
+    v.action = DivergenceVerdict::kFail;
+    v.reason = absl::StrCat("replicas diverged at ", divergence,
+                            ": on_divergence=repair needs a majority to copy from (no "
+                            "checkpoint resolution)");
+    return v;
+  }
+  PendingRepair p;
+  p.detected = c.step;
+  p.step = c.step + kRepairDistance;
+  p.ranks = c.differing;
+  for (int r = 0; r < k_; ++r) {
+    if (std::find(c.differing.begin(), c.differing.end(), r) == c.differing.end()) {
+      p.source = r;
+      break;
+    }
+  }
+  if (total_steps > 0 && p.step >= total_steps) {
+    set_note(absl::StrCat("divergence: ", what, "; too close to the end to repair"));
+    v.action = DivergenceVerdict::kFail;
+    v.reason = absl::StrCat("replicas diverged at ", divergence, ": too close to the job's end ",
+                            "to repair (the repair boundary, step ", p.step,
+                            ", is past the last step ", total_steps - 1, ")");
+    return v;
+  }
+  set_note(absl::StrCat("divergence: ", what, "; repair at step ", p.step, " from rank ",
+                        p.source));
+  repair_ = std::move(p);
+  v.action = DivergenceVerdict::kRepairScheduled;
+  return v;
 }
 
 lockstep::v1::SyncHistory SyncChecker::History(uint64_t job_id, int64_t max_entries) const {
@@ -89,6 +246,9 @@ lockstep::v1::SyncHistory SyncChecker::History(uint64_t job_id, int64_t max_entr
     out->set_all_match(c.differing.empty());
     out->set_majority_hash(c.majority);
     for (int32_t r : c.differing) out->add_differing_ranks(r);
+    out->set_first_differing_block(c.first_block);
+    out->set_no_majority(c.no_majority);
+    out->set_note(c.note);
     if (c.rank_hashes.empty()) {
       for (int r = 0; r < k_; ++r) out->add_rank_hashes(c.majority);
     } else {

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "proto/coordinator.pb.h"
 
 namespace lockstep {
@@ -44,6 +45,8 @@ struct StepReport {
   double loss = 0;
   int64_t examples = 0;
   int64_t epoch = 0;
+  std::string optimizer_hash;   // lower-case hex; "" = not reported
+  std::vector<uint64_t> blocks; // per-tensor hashes of the weights (may be empty)
 };
 
 struct MajorityResult {
@@ -63,6 +66,43 @@ struct CompletedStep {
   double loss = 0;                  // examples-weighted mean (see above)
   int64_t examples = 0;             // sum over ranks
   int64_t epoch = 0;                // max over ranks
+  // Divergence (issue 10): a rank's identity is its weights hash AND its
+  // optimizer hash. No identity held by more than half of the ranks: no
+  // majority, and `differing` lists every rank.
+  bool no_majority = false;
+  // The first differing rank's first block that differs from the
+  // majority's (a tensor name, "optimizer state", or "weights" when no
+  // block hashes were reported); "" when all match.
+  std::string first_block;
+};
+
+// What a job does about a divergence (JobSpec.on_divergence).
+enum class DivergencePolicy { kRepair, kHalt };
+// "" / "repair" -> kRepair, "halt" -> kHalt; else InvalidArgument "expected
+// repair or halt, got \"x\"".
+absl::StatusOr<DivergencePolicy> ParseDivergencePolicy(const std::string& s);
+
+// How far ahead of the step whose check found a divergence the repair's
+// boundary lies: 2 L + 2 with L = kReportLag = 2 steps a worker may run
+// ahead of its replies. Every rank's reply to its report of step t + L + 1
+// comes after the check of t (that step cannot complete before the last
+// rank to report t has its reply), and a rank starts step t + 2L + 2 only
+// with that reply in: so every rank hears of the repair before it reaches
+// the boundary.
+inline constexpr int64_t kRepairDistance = 6;
+
+// The decision on a completed check (Judge).
+struct DivergenceVerdict {
+  enum Action { kOk, kFail, kRepairScheduled, kAwaitingRepair, kRepaired } action = kOk;
+  std::string reason;  // kFail: the job's reason
+};
+
+// A scheduled repair: at boundary `step` the `ranks` copy `source`'s state.
+struct PendingRepair {
+  int64_t detected = 0;  // the step whose check found it
+  int64_t step = 0;      // the boundary
+  int source = -1;
+  std::vector<int32_t> ranks;
 };
 
 class SyncChecker {
@@ -79,6 +119,32 @@ class SyncChecker {
   void DropSettled(int64_t min_last_step);
   // Forgets every pending step (the job ended).
   void ClearPending();
+
+  // The names of the blocks of StepReport::blocks (kept from the first
+  // report that has them).
+  void SetBlockNames(std::vector<std::string> names) {
+    if (block_names_.empty()) block_names_ = std::move(names);
+  }
+  // Decides what the check `c` (just completed by Add, so the last history
+  // entry) means under `policy` for a job of `total_steps` steps (0 =
+  // unknown), notes it in that history entry, and keeps the repair state:
+  //   all match, no repair pending            -> kOk
+  //   all match, repair pending, step >= its boundary
+  //                                           -> kRepaired ("repaired: ...")
+  //   mismatch, halt                          -> kFail "replicas diverged at
+  //       step 3: rank 1 differs from the majority in block W0"
+  //   mismatch, no majority                   -> kFail "...: ranks 0 and 1
+  //       differ, no majority ..."
+  //   mismatch, repair, none pending          -> kRepairScheduled at
+  //       step + kRepairDistance, source = the lowest majority rank (kFail
+  //       when that boundary is past the job's last step)
+  //   mismatch within the pending repair's ranks before its boundary
+  //                                           -> kAwaitingRepair
+  //   anything else while a repair is pending -> kFail
+  DivergenceVerdict Judge(const CompletedStep& c, DivergencePolicy policy, int64_t total_steps);
+  const std::optional<PendingRepair>& pending_repair() const { return repair_; }
+  int64_t repairs() const { return repairs_; }
+  const std::string& last_divergence() const { return last_divergence_; }
 
   int64_t checked() const { return checked_; }
   int64_t mismatched() const { return mismatched_; }
@@ -100,6 +166,8 @@ class SyncChecker {
     std::string majority;
     std::vector<int32_t> differing;
     std::vector<std::string> rank_hashes;  // empty when all ranks matched
+    std::string first_block, note;
+    bool no_majority = false;
   };
   CompletedStep Complete(int64_t step, const Pending& pending);
 
@@ -108,6 +176,10 @@ class SyncChecker {
   std::map<int64_t, Pending> pending_;  // by step
   int64_t checked_ = 0, mismatched_ = 0, first_mismatch_ = -1;
   std::deque<StoredCheck> history_;
+  std::vector<std::string> block_names_;
+  std::optional<PendingRepair> repair_;
+  int64_t repairs_ = 0;
+  std::string last_divergence_;
 };
 
 }  // namespace lockstep

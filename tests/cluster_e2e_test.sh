@@ -147,11 +147,11 @@ echo "== a replica that drifts is caught at that step and named"
   --port_file="$T/w4.port" 2>"$T/w4.log" & pids+=($!)
 wait_file "$T/w4.port"
 for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 4 ] && break; sleep 0.05; done
-out=$(cli submit --workers=4 --model=softmax --dataset="$ABS" --batch=16 --steps=20 --follow --json)
+out=$(cli submit --workers=4 --model=softmax --dataset="$ABS" --batch=16 --steps=20 --on_divergence=halt --follow --json)
 [ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "drift job: $out"
 [ "$(json "d['out_of_sync']" <<<"$out")" = True ] || fail "drift job not out of sync: $out"
 reason=$(json "d['reason']" <<<"$out"); echo "  $reason"
-grep -q "replicas diverged at step 3: rank(s) 3 differ" <<<"$reason" || fail "reason: $reason"
+grep -q "replicas diverged at step 3: rank 3 differs from the majority in block W0" <<<"$reason" || fail "reason: $reason"
 id=$(json "d['job_id']" <<<"$out")
 sy=$(cli sync "$id" --json --max_entries=0)
 [ "$(json "int(d['checked_steps'])" <<<"$sy")" = 4 ] || fail "sync: $sy"

@@ -79,7 +79,7 @@ browse() {
 }
 
 echo "== job 1: a replica drifts at step 3 (worker w-3 --fault_perturb_step=3)"
-out=$(cli submit --workers=3 --model=softmax --dataset="$DATA" --batch=24 --steps=20 --follow --json)
+out=$(cli submit --workers=3 --model=softmax --dataset="$DATA" --batch=24 --steps=20 --on_divergence=halt --follow --json)
 [ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "drift job: $out"
 bad_id=$(json "d['job_id']" <<<"$out")
 
@@ -153,7 +153,7 @@ strip = re.search(r'<div id="sync-strip"[^>]*>(.*?)</div>', html, re.S).group(1)
 cells = re.findall(r'class="cell (ok|bad)"[^>]*data-first-step="(\d+)"', strip)
 assert [c for c, s in cells] == ["ok", "ok", "ok", "bad"], cells
 assert cells[-1][1] == "3", cells
-assert "replicas diverged at step 3: rank(s) 2 differ" in html, "no divergence reason"
+assert "replicas diverged at step 3: rank 2 differs from the majority in block W0" in html, "no divergence reason"
 assert re.search(r'<ul id="sync-mismatches"[^>]*><li>step 3: rank\(s\) 2 differ', html), "mismatch list"
 assert "auto-refresh stopped" in html, "still refreshing a FAILED job"
 print("  sync strip: ok ok ok bad (step 3); reason shown; refresh stopped")

@@ -1,6 +1,8 @@
 #include "worker/job_runner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -8,9 +10,10 @@
 #include "absl/strings/str_replace.h"
 #include "common/data/sampler.h"
 #include "common/process_stats.h"
-#include "common/train/job_checkpoint.h"
 #include "common/optim/lr_schedule.h"
+#include "common/train/job_checkpoint.h"
 #include "common/train/job_spec_convert.h"
+#include "common/train/replica_state.h"
 #include "common/train/nonfinite.h"
 #include "worker/step_combine.h"
 
@@ -62,46 +65,181 @@ std::string JobRunner::PeerName(int rank) const {
   return absl::StrCat("rank ", rank);
 }
 
+namespace {
+
+// The dataset agreement's numbers travel as bytes, one float per byte
+// (0..255): exact in float32 and in the 16-bit wire formats, and each slot
+// has one non-zero contributor, so the sums are the values themselves
+// however large the counts are (a float32 count is inexact beyond 2^24).
+constexpr int kAgreeU64s = 5;  // dim, classes, examples, hash hi, hash lo
+constexpr int kAgreeFloats = 8 * kAgreeU64s;
+
+void PutBytes(uint64_t v, float* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<float>((v >> (8 * i)) & 0xff);
+}
+uint64_t GetBytes(const float* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+WeightHash TrainingSetHash(const Dataset& data) {
+  WeightHasher h;
+  h.UpdateU64(static_cast<uint64_t>(data.num_examples));
+  h.UpdateU64(static_cast<uint64_t>(data.dim));
+  h.UpdateU64(static_cast<uint64_t>(data.num_classes));
+  h.Update(data.x);
+  h.Update(data.y);
+  return h.Finish();
+}
+
 absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
   const int k = options_.world;
-  std::vector<float> shapes(3 * k, 0.0f);
-  shapes[3 * options_.rank] = static_cast<float>(train.dim);
-  shapes[3 * options_.rank + 1] = static_cast<float>(train.num_classes);
-  shapes[3 * options_.rank + 2] = static_cast<float>(train.num_examples);
+  const WeightHash mine = TrainingSetHash(train);
+  std::vector<float> slots(static_cast<size_t>(kAgreeFloats) * k, 0.0f);
+  const uint64_t values[kAgreeU64s] = {
+      static_cast<uint64_t>(train.dim), static_cast<uint64_t>(train.num_classes),
+      static_cast<uint64_t>(train.num_examples), mine.hi, mine.lo};
+  for (int i = 0; i < kAgreeU64s; ++i) {
+    PutBytes(values[i], &slots[static_cast<size_t>(kAgreeFloats * options_.rank + 8 * i)]);
+  }
   int64_t count = 1;
   if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), 0,
-                                          absl::MakeSpan(shapes), &count,
+                                          absl::MakeSpan(slots), &count,
                                           options_.combine_timeout);
       !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("before step 0 (dataset-shape agreement of job ",
+    return absl::Status(s.code(), absl::StrCat("before step 0 (dataset agreement of job ",
                                                options_.job_id, "): ", UserFacing(s).message()));
   }
   if (count != k) {
     return absl::InternalError(
-        absl::StrCat("shape agreement: expected ", k, " contributions, got ", count));
+        absl::StrCat("dataset agreement: expected ", k, " contributions, got ", count));
   }
-  // Compare with the most common shape (rank 0's on a tie).
-  auto shape = [&](int r) {
-    return std::make_tuple(shapes[3 * r], shapes[3 * r + 1], shapes[3 * r + 2]);
+  struct Seen {
+    int64_t dim, classes, examples;
+    WeightHash hash;
+    bool operator==(const Seen& o) const {
+      return dim == o.dim && classes == o.classes && examples == o.examples && hash == o.hash;
+    }
+    bool SameShape(const Seen& o) const {
+      return dim == o.dim && classes == o.classes && examples == o.examples;
+    }
   };
+  std::vector<Seen> seen(static_cast<size_t>(k));
+  for (int r = 0; r < k; ++r) {
+    const float* p = &slots[static_cast<size_t>(kAgreeFloats * r)];
+    seen[r] = Seen{static_cast<int64_t>(GetBytes(p)), static_cast<int64_t>(GetBytes(p + 8)),
+                   static_cast<int64_t>(GetBytes(p + 16)),
+                   WeightHash{GetBytes(p + 24), GetBytes(p + 32)}};
+  }
+  // Compare with the most common (shape, contents) (the lowest rank's on a
+  // tie).
   int majority = 0, best = 0;
   for (int r = 0; r < k; ++r) {
     int votes = 0;
-    for (int q = 0; q < k; ++q) votes += shape(q) == shape(r);
+    for (int q = 0; q < k; ++q) votes += seen[q] == seen[r];
     if (votes > best) best = votes, majority = r;
   }
+  const Seen& m = seen[majority];
   std::string differ;
+  bool shape_differs = false;
   for (int r = 0; r < k; ++r) {
-    if (shape(r) == shape(majority)) continue;
-    absl::StrAppend(&differ, differ.empty() ? "" : "; ", PeerName(r), " has dim ",
-                    shapes[3 * r], ", ", shapes[3 * r + 1], " classes, ", shapes[3 * r + 2],
-                    " examples");
+    if (seen[r] == m) continue;
+    if (!seen[r].SameShape(m)) {
+      shape_differs = true;
+      absl::StrAppend(&differ, differ.empty() ? "" : "; ", PeerName(r), " has dim ",
+                      seen[r].dim, ", ", seen[r].classes, " classes, ", seen[r].examples,
+                      " examples");
+    } else {
+      absl::StrAppend(&differ, differ.empty() ? "" : "; ", PeerName(r),
+                      " has a different training set: hash ", seen[r].hash.ToHex(), " vs ",
+                      m.hash.ToHex());
+    }
   }
   if (differ.empty()) return absl::OkStatus();
+  if (best == 1 && k == 2) {
+    absl::StrAppend(&differ, " (no majority: either may be the stale one)");
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "dataset ", train.name, " differs across workers: ", differ, "; ", PeerName(majority),
-      " and the others have dim ", shapes[3 * majority], ", ", shapes[3 * majority + 1],
-      " classes, ", shapes[3 * majority + 2], " examples"));
+      best > 1 ? " and the others have " : " has ", "dim ", m.dim, ", ", m.classes,
+      " classes, ", m.examples, " examples", shape_differs ? "" : " (same shape)",
+      ", training set hash ", m.hash.ToHex()));
+}
+
+void JobRunner::FlipOneBit(Replica* r) {
+  const int64_t i = options_.flip_index;
+  if (options_.flip_optimizer) {
+    OptimizerState state = r->optimizer().State();
+    if (i < 0 || i >= static_cast<int64_t>(state.slots.size())) {
+      log_.Warn("fault flip: no such optimizer slot", {{"index", i},
+                                                       {"slots", static_cast<int64_t>(state.slots.size())}});
+      return;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, &state.slots[i], 4);
+    bits ^= 1u;
+    std::memcpy(&state.slots[i], &bits, 4);
+    (void)r->mutable_optimizer().SetState(state);
+  } else {
+    if (i < 0 || i >= r->num_params()) {
+      log_.Warn("fault flip: no such parameter", {{"index", i}, {"params", r->num_params()}});
+      return;
+    }
+    float& w = r->mutable_params()[i];
+    uint32_t bits;
+    std::memcpy(&bits, &w, 4);
+    bits ^= 1u;
+    std::memcpy(&w, &bits, 4);
+  }
+  log_.Warn("fault injected: flipped one bit", {{"target", options_.flip_optimizer ? "optimizer" : "weights"},
+                                                {"index", i}});
+}
+
+absl::Status JobRunner::RepairAtBoundary(int64_t step, StepReporter* reporter, Replica* r) {
+  const StepReporter::Repair repair = reporter->repair();
+  if (repair.step != step) return absl::OkStatus();
+  const bool target =
+      std::find(repair.ranks.begin(), repair.ranks.end(), options_.rank) != repair.ranks.end();
+  const bool source = repair.source == options_.rank;
+  if (!target && !source) return absl::OkStatus();
+  // The reporter thread may still be hashing the weights of step - 1.
+  if (absl::Status s = reporter->WaitHashed(); !s.ok()) return s;
+  if (source) {
+    if (options_.state_board == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "divergence repair at step ", step, ": this worker cannot offer its state to ",
+          "its peers (no state board)"));
+    }
+    options_.state_board->Publish(WireKey(), step, EncodeReplicaState(*r, step));
+    log_.Info("divergence repair: state offered", {{"step", step}});
+    return absl::OkStatus();
+  }
+  if (!options_.fetch_state) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "divergence repair at step ", step, ": this worker cannot fetch a peer's state"));
+  }
+  const absl::Time t0 = absl::Now();
+  auto bytes = options_.fetch_state(repair.source, step, ExpectedStateBytes(*r),
+                                    t0 + options_.combine_timeout);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("divergence repair at step ", step, " from ",
+                                     PeerName(repair.source), ": ", bytes.status().message()));
+  }
+  auto next = RestoreReplicaState(*bytes, r);
+  if (!next.ok() || *next != step) {
+    return absl::DataLossError(absl::StrCat(
+        "divergence repair at step ", step, " from ", PeerName(repair.source), ": ",
+        next.ok() ? absl::StrCat("its state is for step ", *next) : next.status().message()));
+  }
+  log_.Warn("divergence repair: copied a peer's state",
+            {{"step", step},
+             {"source_rank", repair.source},
+             {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
+  return absl::OkStatus();
 }
 
 void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, double loss,
@@ -114,6 +252,12 @@ void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, doubl
   report->set_epoch(epoch);  // 1-based, like the trainer's lines
   report->set_total_steps(total);
   report->clear_weights_hash();  // the reporter thread fills it in
+  // The block names go with step 0's report only (clearing keeps the
+  // strings: later steps do not allocate).
+  report->mutable_block_names()->Clear();
+  if (step == 0) {
+    for (const ParamBlock& b : replica_->model().layout()) report->add_block_names(b.name);
+  }
   report->set_loss(loss);
   report->set_examples(examples);
   report->set_step_seconds(timing.step_seconds());
@@ -207,9 +351,14 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   report_options.stop = &stop_;
   report_options.job_id = job;
   report_options.worker_id = options_.worker_id;
+  // Divergence location: one hash per parameter tensor, and the optimizer
+  // state's hash, with every report.
+  for (const ParamBlock& b : r.model().layout()) report_options.block_starts.push_back(b.offset);
+  report_options.optimizer = &r.optimizer();
   StepReporter reporter(reporter_, report_options);
   v1::ReportStepRequest report;
   WarmReport(options_.worker_id, &report);
+  reporter.Warm(&report);
   int64_t resident_bytes = 0;
   for (int64_t step = first_step; step < total; ++step) {
     if (stop_.load()) {
@@ -218,6 +367,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     // StepTiming (step_observer.h): wait, then exposed and compute.
     const auto t_wait = std::chrono::steady_clock::now();
     if (absl::Status s = reporter.WaitForRoom(); !s.ok()) return s;
+    // A divergence repair at this boundary (one atomic load per step; after
+    // WaitForRoom, which is what guarantees the announcing reply is in).
+    if (reporter.repair_step() == step && step > 0) {
+      if (absl::Status s = RepairAtBoundary(step, &reporter, &r); !s.ok()) return s;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     double wait_seconds = std::chrono::duration<double>(t0 - t_wait).count();
     sampler.SliceInto(step, options_.rank, options_.world, &slice);  // no allocation
@@ -254,6 +408,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                 {{"step", step}, {"ranks", RankList(nonfinite_ranks)},
                  {"skipped_steps", outcome.skipped_steps}});
     }
+    if (step == options_.flip_at_step) FlipOneBit(&r);
     if (step == options_.perturb_at_step && r.num_params() > 0) {
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -38,6 +39,7 @@
 #include "common/data/fashion_mnist.h"
 #include "common/log.h"
 #include "common/train/replica.h"
+#include "common/train/state_board.h"
 #include "proto/coordinator.pb.h"
 #include "worker/combiner.h"
 #include "worker/step_observer.h"
@@ -63,6 +65,21 @@ struct JobRunnerOptions {
   // Fault injection for tests: at this step, put a NaN in this rank's local
   // gradient before the non-finite check (-1 = off).
   int64_t nan_at_step = -1;
+  // Replica state transfer (common/train/replica_state.h): where this rank
+  // publishes its state when a peer must copy it (not owned; nullptr = it
+  // never does), and how it fetches peer `rank`'s state published at step
+  // boundary `step` (empty = it cannot). The daemon fetches over gRPC
+  // (worker/net/state_service.h); tests fetch from another runner's board.
+  StateBoard* state_board = nullptr;
+  // Fault injection for tests: after applying this step's update, flip the
+  // lowest bit of parameter `flip_index` (flip_optimizer: of optimizer slot
+  // `flip_index`) of this replica (-1 = off).
+  int64_t flip_at_step = -1;
+  bool flip_optimizer = false;
+  int64_t flip_index = 0;
+  std::function<absl::StatusOr<std::string>(int rank, int64_t step, int64_t expected_bytes,
+                                            absl::Time deadline)>
+      fetch_state;
   // Steps the job may run ahead of the coordinator's replies to its step
   // reports (step_reporter.h; 0 = wait for each reply), and the longest
   // wait for one reply.
@@ -97,6 +114,11 @@ struct JobOutcome {
   int64_t skipped_steps = 0;
 };
 
+// XXH3-128 of a training set's contents (counts, features and labels, in
+// order): what the ranks compare before step 0, so a host with stale data is
+// named instead of training silently on other examples.
+WeightHash TrainingSetHash(const Dataset& data);
+
 // The job key of the shape-agreement round that precedes step 0 (a
 // separate key so it never mixes with gradient steps, and ps shards for it
 // are separate from the gradient shards).
@@ -109,10 +131,13 @@ class JobRunner {
             JobReporter* reporter);
 
   // Trains every step of the job. Before step 0 the ranks agree on the
-  // dataset's shape with one tiny combine (rank r contributes its dim,
-  // class count and example count at slot r), so a worker whose dataset
-  // differs is named (FAILED_PRECONDITION "rank 2 (addr) has dim 4, ...")
-  // on every rank instead of a confusing length mismatch later.
+  // dataset's shape AND contents with one tiny combine (rank r contributes
+  // its dim, class count, example count and TrainingSetHash at slot r, as
+  // bytes, so counts are exact at any size), so a worker whose dataset
+  // differs is named on every rank (FAILED_PRECONDITION "rank 2 (addr) has
+  // dim 4, ..." or "rank 1 (addr) has a different training set: hash ...
+  // vs ...") instead of a confusing length mismatch or silent training on
+  // other examples.
   // Errors: the spec does not fit the data (InvalidArgument naming the
   // field and this worker), a peer or shard failed (its status, naming it),
   // CANCELLED when stopped.
@@ -133,6 +158,11 @@ class JobRunner {
   const Logger log_;
   std::atomic<bool> stop_{false};
   absl::Status AgreeOnShape(const Dataset& train);
+  void FlipOneBit(Replica* r);
+  // The divergence repair the coordinator scheduled at boundary `step`
+  // (StepReporter::repair): the source rank publishes its state, the drifted
+  // ranks fetch and restore it; other ranks do nothing.
+  absl::Status RepairAtBoundary(int64_t step, StepReporter* reporter, Replica* r);
   std::string PeerName(int rank) const;
   // Fills every field of step `step`'s report but the weights hash (the
   // StepReporter adds it); reuses the message's storage.

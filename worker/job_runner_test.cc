@@ -491,7 +491,7 @@ TEST(JobRunnerTest, AFailureBeforeStepZeroNamesTheUsersJobNotTheInternalKey) {
     auto out = runner.Run();
     EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(out.status().message(),
-              "before step 0 (dataset-shape agreement of job 7): peer rank 1 (10.77.0.3:7071): "
+              "before step 0 (dataset agreement of job 7): peer rank 1 (10.77.0.3:7071): "
               "cannot connect (job 7, step 0)");
     // On the wire: the shape round's key of the group key.
     EXPECT_EQ(combiner.last_job, ShapeAgreementJob(group_key != 0 ? group_key : 7));

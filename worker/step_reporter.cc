@@ -36,7 +36,11 @@ StepReporter::StepReporter(JobReporter* reporter, StepReporterOptions options)
   {
     absl::MutexLock l(&mu_);
     slots_.resize(static_cast<size_t>(std::max(0, options_.lag)) + 1);
-    for (Slot& s : slots_) WarmReport(options_.worker_id, &s.report);
+    for (Slot& s : slots_) {
+      WarmReport(options_.worker_id, &s.report);
+      Warm(&s.report);
+    }
+    repair_.ranks.reserve(64);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -108,11 +112,9 @@ absl::Status StepReporter::WaitHashed() {
     if (s.hash_state == HashState::kPending) {
       // The reporter thread is busy with a reply: hash here rather than wait.
       s.hash_state = HashState::kHashing;
-      const absl::Span<const float> weights = s.weights;
       mu_.Unlock();
-      const WeightHash h = HashWeights(weights);
+      HashSlot(&s, &job_hasher_);  // the slot is this thread's while kHashing
       mu_.Lock();
-      s.hash = h;
       s.hash_state = HashState::kDone;
     }
   }
@@ -139,6 +141,42 @@ absl::Status StepReporter::Flush() {
     return s;
   }
   return StateLocked();
+}
+
+void StepReporter::Warm(v1::ReportStepRequest* report) const {
+  report->mutable_block_hashes()->Resize(static_cast<int>(options_.block_starts.size()), 0);
+  if (options_.optimizer != nullptr) {
+    report->mutable_optimizer_hash()->assign(32, '0');
+  }
+}
+
+void StepReporter::HashSlot(Slot* slot, WeightHasher* hasher) const {
+  const absl::Span<const float> w = slot->weights;
+  slot->hash = HashWeights(w);
+  const std::vector<int64_t>& starts = options_.block_starts;
+  auto* blocks = slot->report.mutable_block_hashes();
+  blocks->Resize(static_cast<int>(starts.size()), 0);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t b = std::min(static_cast<size_t>(starts[i]), w.size());
+    const size_t e =
+        i + 1 < starts.size() ? std::min(static_cast<size_t>(starts[i + 1]), w.size()) : w.size();
+    blocks->Set(static_cast<int>(i), HashBlock(w.subspan(b, e - b)));
+  }
+  if (options_.optimizer != nullptr) {
+    // HashReplica({}, steps, slots), with this thread's hasher.
+    const absl::Span<const float> slots = options_.optimizer->slots();
+    hasher->Reset();
+    hasher->UpdateU64(0);
+    hasher->UpdateU64(static_cast<uint64_t>(options_.optimizer->steps()));
+    hasher->UpdateU64(slots.size());
+    hasher->Update(slots);
+    SetHex(hasher->Finish(), slot->report.mutable_optimizer_hash());
+  }
+}
+
+StepReporter::Repair StepReporter::repair() {
+  absl::MutexLock l(&mu_);
+  return repair_;
 }
 
 WeightHash StepReporter::last_hash() {
@@ -171,9 +209,8 @@ void StepReporter::Loop() {
     // The slot's report and weights are this thread's until answered_
     // passes it (Submit reuses a slot only then).
     if (hash_here) {
-      const WeightHash h = HashWeights(slot->weights);
+      HashSlot(slot, &loop_hasher_);
       absl::MutexLock l(&mu_);
-      slot->hash = h;
       slot->hash_state = HashState::kDone;
     }
     bool send = false;
@@ -191,7 +228,7 @@ void StepReporter::Loop() {
     absl::StatusOr<bool> stop = false;
     if (send) {
       SetHex(hash, slot->report.mutable_weights_hash());
-      stop = reporter_->ReportStep(slot->report);
+      stop = reporter_->ReportStepWithReply(slot->report, &reply_);
     }
     absl::MutexLock l(&mu_);
     if (send && !Ended()) {
@@ -199,6 +236,12 @@ void StepReporter::Loop() {
         error_ = stop.status();
       } else if (*stop) {
         stop_step_ = slot->report.step();
+      } else if (reply_.repair_step() != repair_step_.load(std::memory_order_relaxed)) {
+        // A repair announced (or, 0, done): rare, may allocate.
+        repair_.step = reply_.repair_step();
+        repair_.source = reply_.repair_source();
+        repair_.ranks.assign(reply_.repair_ranks().begin(), reply_.repair_ranks().end());
+        repair_step_.store(repair_.step, std::memory_order_release);
       }
     }
     answered_ = next + 1;

@@ -54,6 +54,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/optim/hash.h"
+#include "common/optim/optimizer.h"
 #include "common/train/replica.h"
 #include "proto/coordinator.pb.h"
 
@@ -68,6 +69,13 @@ class JobReporter {
   // Called on the StepReporter's thread, one report at a time, in step
   // order.
   virtual absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) = 0;
+  // The same, with the whole reply (a divergence repair it announces); the
+  // default leaves *reply empty. The StepReporter calls this one.
+  virtual absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& report,
+                                                   v1::ReportStepReply* reply) {
+    reply->Clear();
+    return ReportStep(report);
+  }
   virtual absl::Status ReportEval(const v1::ReportEvalRequest& report) = 0;
   // Final weights of rank 0, with the model's parameter layout.
   virtual absl::Status UploadWeights(uint64_t job, const Replica& replica) = 0;
@@ -87,6 +95,16 @@ struct StepReporterOptions {
   // The reports' worker_id: the slots' strings are sized once, up front, so
   // no step allocates (see WarmReport).
   std::string worker_id;
+  // Divergence location (issue 10): where each block of the weights starts
+  // (the model's tensors, ascending from 0; empty = no block hashes). Each
+  // report's block_hashes gets one HashBlock per block, hashed with the
+  // weights on the same thread.
+  std::vector<int64_t> block_starts;
+  // The replica's optimizer: each report's optimizer_hash is HashReplica
+  // of its state (no parameters), taken with the weights. Not owned;
+  // nullptr = none. Nothing may change it until WaitHashed() returns (the
+  // same rule as for the weights).
+  const Optimizer* optimizer = nullptr;
 };
 
 // Sizes the strings of `report` (worker_id, weights_hash) so that filling
@@ -122,6 +140,21 @@ class StepReporter {
   // Reports answered so far (for tests).
   int64_t answered();
 
+  // Sizes `report`'s block hashes and optimizer hash as the slots' (call
+  // once on the job thread's own message: swapping it in never allocates).
+  void Warm(v1::ReportStepRequest* report) const;
+
+  // The divergence repair the latest reply announced (ReportStepReply
+  // fields 140-142): the step boundary (0 = none) is read without a lock,
+  // so the job thread may look at every boundary.
+  int64_t repair_step() const { return repair_step_.load(std::memory_order_acquire); }
+  struct Repair {
+    int64_t step = 0;
+    int source = -1;
+    std::vector<int> ranks;
+  };
+  Repair repair();
+
  private:
   enum class HashState { kPending, kHashing, kDone };
   struct Slot {
@@ -132,6 +165,10 @@ class StepReporter {
   };
 
   void Loop();
+  // Hashes the slot's weights (and blocks, optimizer state) into it; the
+  // caller owns the slot (kHashing).
+  // `hasher`: the calling thread's own (made once: no allocation per step).
+  void HashSlot(Slot* slot, WeightHasher* hasher) const;
   // Waits until `ready` (with mu_ held) or the timeout / stop; `what`
   // names the missing thing in the DEADLINE_EXCEEDED message.
   absl::Status Await(bool (StepReporter::*ready)() const, const char* what)
@@ -156,6 +193,12 @@ class StepReporter {
   // stop_step_, or a report failed.
   int64_t stop_step_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> repair_step_{0};
+  Repair repair_ ABSL_GUARDED_BY(mu_);
+  v1::ReportStepReply reply_;  // the reporter thread's, reused
+  // The optimizer hash's state, one per thread that hashes (the reporter
+  // thread; the job thread in WaitHashed).
+  WeightHasher loop_hasher_, job_hasher_;
   std::thread thread_;  // last: started after everything above
 };
 

@@ -102,6 +102,10 @@ std::vector<uint64_t> BlockHashes(absl::Span<const float> params,
   return hashes;
 }
 
+uint64_t HashBlock(absl::Span<const float> block) {
+  return XXH3_64bits(block.data(), block.size() * sizeof(float));
+}
+
 std::vector<int64_t> DifferingBlocks(const std::vector<uint64_t>& a,
                                      const std::vector<uint64_t>& b) {
   std::vector<int64_t> out;

@@ -81,6 +81,11 @@ inline constexpr int64_t kDefaultHashBlockFloats = int64_t{64} * 1024;
 std::vector<uint64_t> BlockHashes(absl::Span<const float> params,
                                   int64_t block_floats);
 
+// XXH3_64bits(seed 0) of one block's raw bytes: BlockHashes' hash of one
+// block, for callers that choose their own blocks (a model's tensors) and
+// must not allocate.
+uint64_t HashBlock(absl::Span<const float> block);
+
 // Indices i (ascending) where a[i] != b[i]. If the lengths differ, every index
 // present in only the longer vector is also reported as differing.
 std::vector<int64_t> DifferingBlocks(const std::vector<uint64_t>& a,

@@ -45,14 +45,19 @@ ABSL_FLAG(std::string, ps_transport, "grpc",
           "grpc | tcp: ps mode's data plane (grpc: Push/Pull RPCs to each shard's gRPC "
           "server; tcp: raw sockets to each shard's data port, much faster); ignored in ring "
           "mode");
-ABSL_FLAG(std::string, on_worker_lost, "fail",
-          "fail: when a worker of the job is lost (no heartbeat for the coordinator's "
-          "--lost_after_ms, 3 s by default), end the job FAILED naming the worker, rank and "
-          "host (shrink and wait are reserved, refused by this version)");
+ABSL_FLAG(std::string, on_divergence, "repair",
+          "repair | halt: when a replica's weights or optimizer state drift from the "
+          "majority's, copy a majority rank's state into it at a step boundary and continue "
+          "(repair; no majority: FAILED), or end the job FAILED naming the step, rank and "
+          "first differing block (halt)");
 ABSL_FLAG(std::string, on_nonfinite, "fail",
           "fail | skip: when a rank's gradient has a NaN or Inf, end the job FAILED naming "
           "the rank and step (fail), or skip that step's update on every replica and count "
           "it (skip)");
+ABSL_FLAG(std::string, on_worker_lost, "fail",
+          "fail: when a worker of the job is lost (no heartbeat for the coordinator's "
+          "--lost_after_ms, 3 s by default), end the job FAILED naming the worker, rank and "
+          "host (shrink and wait are reserved, refused by this version)");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -247,13 +252,13 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
     }
     spec.set_ps_transport(*transport);
   }
-  if (use("on_worker_lost")) {
-    const std::string p = absl::GetFlag(FLAGS_on_worker_lost);
-    if (p != "fail" && p != "shrink" && p != "wait") {
+  if (use("on_divergence")) {
+    const std::string p = absl::GetFlag(FLAGS_on_divergence);
+    if (p != "repair" && p != "halt") {
       return absl::InvalidArgumentError(
-          absl::StrCat("--on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
+          absl::StrCat("--on_divergence: expected repair or halt, got \"", p, "\""));
     }
-    spec.set_on_worker_lost(p == "fail" ? "" : p);
+    spec.set_on_divergence(p == "repair" ? "" : p);
   }
   if (use("on_nonfinite")) {
     const std::string p = absl::GetFlag(FLAGS_on_nonfinite);
@@ -262,6 +267,14 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
           absl::StrCat("--on_nonfinite: expected fail or skip, got \"", p, "\""));
     }
     spec.set_on_nonfinite(p == "fail" ? "" : p);
+  }
+  if (use("on_worker_lost")) {
+    const std::string p = absl::GetFlag(FLAGS_on_worker_lost);
+    if (p != "fail" && p != "shrink" && p != "wait") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
+    }
+    spec.set_on_worker_lost(p == "fail" ? "" : p);
   }
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));

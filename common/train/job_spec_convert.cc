@@ -225,6 +225,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
   }
+  if (!spec.on_divergence().empty() && spec.on_divergence() != "repair" &&
+      spec.on_divergence() != "halt") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.on_divergence: expected repair or halt, got \"", spec.on_divergence(), "\""));
+  }
   if (auto policy = ParseNonFinitePolicy(spec.on_nonfinite()); !policy.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.on_nonfinite: ", policy.status().message()));

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Divergence end to end with real processes on 127.0.0.1 (OS-chosen
+# ports): a coordinator and four worker daemons; w-2 runs with the
+# test-only --fault_flip_step=3 (one bit of its weights flipped after step
+# 3 of every job it runs; it is rank 1 of every job below). Checks:
+#   * K = 3, --on_divergence=repair: SUCCEEDED; the sync history names rank
+#     1 and block W0 at step 3, "awaiting repair" until step 9, "repaired"
+#     at step 9; status counts one repair, every rank in sync;
+#   * K = 3, --on_divergence=halt: FAILED "replicas diverged at step 3:
+#     rank 1 differs from the majority in block W0";
+#   * K = 2 (no majority), repair: FAILED "ranks 0 and 1 differ, no
+#     majority", both ranks out of sync, and --follow prints no test
+#     accuracy for a job that never evaluated;
+#   * K = 4 where w-4's training set has the same shape but other
+#     contents: FAILED before step 0 naming rank 3 and both hashes.
+# Every job ends within 30 s.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=6
+source "$(dirname "$0")/e2e_lib.sh"
+
+mkdir -p "$T/host1" "$T/host4"
+python3 - "$T" <<'PY'
+import random, sys
+t = sys.argv[1]
+def write(path, n, seed):
+    r = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(4)]
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+write(f"{t}/host1/train.csv", 240, 7)
+write(f"{t}/host1/test.csv", 60, 8)
+write(f"{t}/host4/train.csv", 240, 9)   # stale: same shape, other examples
+write(f"{t}/host4/test.csv", 60, 8)
+PY
+DATA='csv:train.csv;test.csv'
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"
+C="127.0.0.1:$(cat "$T/coord.port")"
+cli() { "$CLI" --coordinator="$C" "$@"; }
+for i in 1 2 3 4; do
+  dir="$T/host1"; [ "$i" = 4 ] && dir="$T/host4"
+  extra=(); [ "$i" = 2 ] && extra=(--fault_flip_step=3 --fault_flip_target=weights --fault_flip_index=1)
+  "$WORKER" --coordinator="$C" --listen=127.0.0.1:0 --data_dir="$dir" --port_file="$T/w$i.port" \
+    --metrics_port=-1 "${extra[@]}" 2>"$T/w$i.log" & pids+=($!)
+  wait_file "$T/w$i.port"   # registration order = worker ids w-1 .. w-4
+  for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
+done
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+JOB=(--model=mlp:8 --dataset="$DATA" --batch=20 --steps=20 --lr=0.1 --momentum=0.9)
+timed() {  # timed SECONDS CMD...: runs CMD, fails when it took longer
+  local limit=$1; shift
+  local t0=$SECONDS
+  "$@"; local rc=$?
+  [ $((SECONDS - t0)) -le "$limit" ] || fail "took $((SECONDS - t0)) s (> $limit s): $*"
+  return $rc
+}
+wait_idle() { for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 4 ] && return 0; sleep 0.05; done; fail "workers not idle"; }
+
+echo "== K=3, repair"
+out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --on_divergence=repair --follow --json)
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "repair job: $out"
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1])
+assert int(d['repairs']) == 1, d
+assert d['last_divergence'] == 'step 3: rank 1 differs from the majority in block W0', d
+assert not d['out_of_sync'] and all(r['in_sync'] for r in d['ranks']), d
+assert d['final_hash'], d" "$out" || fail "repair job figures: $out"
+id=$(json "d['job_id']" <<<"$out")
+sy=$(cli sync "$id" --json --max_entries=0)
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1]); c = {int(x['step']): x for x in d['checks']}
+assert c[3]['differing_ranks'] == [1] and c[3]['first_differing_block'] == 'W0', c[3]
+assert c[3]['note'] == 'divergence: rank 1 differs from the majority in block W0; repair at step 9 from rank 0', c[3]
+assert all(c[t]['note'] == 'awaiting repair at step 9' for t in range(4, 9)), [c[t] for t in range(4, 9)]
+assert c[9].get('all_match') and c[9]['note'].startswith('repaired: rank 1 copied rank 0'), c[9]
+assert all(c[t].get('all_match') for t in list(range(0, 3)) + list(range(9, 20))), d
+assert int(d['mismatched_steps']) == 6, d" "$sy" || fail "repair job history: $sy"
+cli sync "$id" | sed -n '1p;5p;11p'
+grep -q "divergence repair: copied a peer's state" "$T/w2.log" || fail "w-2 did not log the repair"
+wait_idle
+
+echo "== K=3, halt"
+out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --on_divergence=halt --follow --json)
+[ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "halt job: $out"
+[ "$(json "d['reason']" <<<"$out")" = "replicas diverged at step 3: rank 1 differs from the majority in block W0" ] \
+  || fail "halt reason: $out"
+wait_idle
+
+echo "== K=2, repair: no majority"
+out=$(timed 30 cli submit --workers=2 "${JOB[@]}" --follow); rc=$?
+[ "$rc" = 3 ] || fail "K=2 job exit $rc: $out"
+echo "$out" | grep -q "ranks 0 and 1 differ, no majority" || fail "K=2 reason: $out"
+echo "$out" | grep -q "final test accuracy" && fail "an accuracy for a job that never evaluated: $out"
+echo "$out" | grep -q "no test evaluation" || fail "K=2 follow: $out"
+id=$(cli jobs --json | json "d['jobs'][-1]['job_id']")
+st=$(cli status "$id" --json)
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1])
+assert [r['in_sync'] for r in d['ranks']] == [False, False], d" "$st" || fail "K=2 status: $st"
+wait_idle
+
+echo "== K=4, one host's training set is stale"
+out=$(timed 30 cli submit --workers=4 "${JOB[@]}" --follow --json)
+[ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "stale job: $out"
+reason=$(json "d['reason']" <<<"$out")
+echo "$reason" | grep -Eq "rank 3 \(127\.0\.0\.1:[0-9]+\) has a different training set: hash [0-9a-f]{32} vs [0-9a-f]{32}" \
+  || fail "stale reason: $reason"
+echo "PASS"

@@ -1,0 +1,353 @@
+// Divergence, end to end in one process: K worker JobRunners (threads, the
+// in-process ring) and a coordinator stand-in that runs the coordinator's
+// own sync checker (server/sync_checker.h: the check, Judge and the repair
+// in every reply, as server/coordinator_reports.cc does). One rank flips a
+// bit of its weights or optimizer state after step 3 (the test-only fault);
+// the check names the rank and the first differing block; "halt" stops the
+// job there; "repair" has the drifted rank copy a majority rank's state
+// (common/train/replica_state.h, through each rank's StateBoard) at step
+// 3 + kRepairDistance and the job ends with every replica identical. Also:
+// the stale-data agreement before step 0 (exact beyond 2^24).
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/collective/inproc_transport.h"
+#include "common/train/state_board.h"
+#include "gtest/gtest.h"
+#include "server/sync_checker.h"
+#include "worker/blobs_for_test.h"
+#include "worker/combiner.h"
+#include "worker/job_runner.h"
+
+namespace lockstep {
+namespace {
+
+class FakeCoordinator : public JobReporter {
+ public:
+  FakeCoordinator(int k, DivergencePolicy policy, int64_t total)
+      : checker_(k, 1000), policy_(policy), total_(total) {}
+
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& r) override {
+    v1::ReportStepReply reply;
+    return ReportStepWithReply(r, &reply);
+  }
+  absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& r,
+                                           v1::ReportStepReply* reply) override {
+    reply->Clear();
+    bool stop_now = false;
+    {
+      absl::MutexLock l(&mu_);
+      hashes_[r.step()][r.rank()] = r.weights_hash();
+      if (failed_.empty()) {
+        StepReport report;
+        report.hash = r.weights_hash();
+        report.optimizer_hash = r.optimizer_hash();
+        report.blocks.assign(r.block_hashes().begin(), r.block_hashes().end());
+        report.examples = r.examples();
+        if (r.block_names_size() > 0) {
+          checker_.SetBlockNames({r.block_names().begin(), r.block_names().end()});
+        }
+        if (auto c = checker_.Add(r.rank(), r.step(), std::move(report)); c.has_value()) {
+          DivergenceVerdict v = checker_.Judge(*c, policy_, total_);
+          if (v.action == DivergenceVerdict::kFail) {
+            failed_ = v.reason;
+            stop_now = true;
+          }
+        }
+      }
+      if (!failed_.empty()) {
+        reply->set_stop(true);
+      } else if (const auto& p = checker_.pending_repair(); p.has_value()) {
+        reply->set_repair_step(p->step);
+        reply->set_repair_source(p->source);
+        for (int32_t rank : p->ranks) reply->add_repair_ranks(rank);
+      }
+    }
+    if (stop_now && on_stop_) on_stop_();
+    return reply->stop();
+  }
+  absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
+  absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+
+  void set_on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
+  std::string failed() {
+    absl::MutexLock l(&mu_);
+    return failed_;
+  }
+  v1::SyncHistory history() {
+    absl::MutexLock l(&mu_);
+    return checker_.History(7, 0);
+  }
+  std::map<int64_t, std::map<int, std::string>> hashes() {
+    absl::MutexLock l(&mu_);
+    return hashes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  SyncChecker checker_ ABSL_GUARDED_BY(mu_);
+  const DivergencePolicy policy_;
+  const int64_t total_;
+  std::string failed_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::map<int, std::string>> hashes_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_stop_;
+};
+
+v1::JobSpec Spec(int k, int64_t steps) {
+  v1::JobSpec spec;
+  spec.set_model("mlp:16,8");
+  spec.set_sync_mode(v1::RING);
+  spec.set_num_workers(k);
+  spec.set_global_batch(29);
+  spec.set_steps(steps);
+  spec.set_seed(5);
+  spec.mutable_optimizer()->set_kind("sgd");
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_lr()->set_base_lr(0.05f);
+  return spec;
+}
+
+struct Fault {
+  int rank = -1;          // -1: none
+  int64_t step = 3;
+  bool optimizer = false;
+  int64_t index = 5;
+};
+
+struct Outcome {
+  std::vector<absl::Status> status;
+  std::vector<std::string> final_hash;  // per rank ("" when it failed)
+  absl::Duration took;
+};
+
+Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
+           const std::map<int, const TrainTest*>& data_of_rank = {}) {
+  static const TrainTest data = Blobs(200, 0);
+  const v1::JobSpec spec = Spec(k, steps);
+  InProcessHub hub(k);
+  std::vector<std::unique_ptr<StateBoard>> boards;
+  for (int r = 0; r < k; ++r) boards.push_back(std::make_unique<StateBoard>());
+  std::vector<std::unique_ptr<GradientCombiner>> combiners;
+  std::vector<std::unique_ptr<JobRunner>> runners;
+  for (int r = 0; r < k; ++r) {
+    JobRunnerOptions o;
+    o.job_id = 7;
+    o.spec = spec;
+    o.rank = r;
+    o.world = k;
+    o.worker_id = absl::StrCat("w-", r + 1);
+    o.peer_names = {"a0", "a1", "a2", "a3"};
+    o.combine_timeout = absl::Seconds(20);
+    o.state_board = boards[r].get();
+    // A peer's state, as FetchReplicaState gets it: polled until published.
+    o.fetch_state = [&boards](int peer, int64_t step, int64_t expected,
+                              absl::Time deadline) -> absl::StatusOr<std::string> {
+      while (absl::Now() < deadline) {
+        if (auto s = boards[peer]->Find(7, step); s != nullptr) {
+          if (static_cast<int64_t>(s->size()) != expected) {
+            return absl::FailedPreconditionError("size");
+          }
+          return *s;
+        }
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      return absl::DeadlineExceededError("not published");
+    };
+    if (r == fault.rank) {
+      o.flip_at_step = fault.step;
+      o.flip_optimizer = fault.optimizer;
+      o.flip_index = fault.index;
+    }
+    combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r)));
+    const TrainTest* d = data_of_rank.count(r) ? data_of_rank.at(r) : &data;
+    runners.push_back(std::make_unique<JobRunner>(o, d, combiners.back().get(), coord));
+  }
+  coord->set_on_stop([&] {
+    for (auto& runner : runners) runner->RequestStop();
+    for (int a = 0; a < k; ++a) {
+      for (int b = 0; b < k; ++b) {
+        if (a != b) hub.BreakLink(a, b);
+      }
+    }
+  });
+  Outcome run;
+  run.status.resize(k);
+  run.final_hash.resize(k);
+  const absl::Time t0 = absl::Now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < k; ++r) {
+    threads.emplace_back([&, r] {
+      auto out = runners[r]->Run();
+      run.status[r] = out.status();
+      if (out.ok()) run.final_hash[r] = out->weights_hash;
+    });
+  }
+  for (auto& t : threads) t.join();
+  run.took = absl::Now() - t0;
+  coord->set_on_stop(nullptr);
+  return run;
+}
+
+constexpr int64_t kSteps = 16;
+
+std::string FaultFreeHash(int k) {
+  FakeCoordinator coord(k, DivergencePolicy::kRepair, kSteps);
+  Outcome run = RunJob(k, kSteps, Fault{}, &coord);
+  for (int r = 0; r < k; ++r) EXPECT_TRUE(run.status[r].ok()) << run.status[r];
+  return run.final_hash[0];
+}
+
+struct Case {
+  int k;
+  bool optimizer;
+};
+
+class RepairTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
+  const Case c = GetParam();
+  FakeCoordinator coord(c.k, DivergencePolicy::kRepair, kSteps);
+  Fault fault;
+  fault.rank = 1;
+  fault.optimizer = c.optimizer;
+  Outcome run = RunJob(c.k, kSteps, fault, &coord);
+  EXPECT_EQ(coord.failed(), "");
+  for (int r = 0; r < c.k; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
+    EXPECT_EQ(run.final_hash[r], run.final_hash[0]) << "rank " << r;
+  }
+  EXPECT_LT(run.took, absl::Seconds(30));
+  const v1::SyncHistory h = coord.history();
+  ASSERT_EQ(h.checks_size(), kSteps);
+  // Weights: the flip shows in the step's own report. Optimizer state: the
+  // optimizer hash shows it at once too.
+  const v1::SyncCheck& found = h.checks(3);
+  EXPECT_FALSE(found.all_match());
+  ASSERT_EQ(found.differing_ranks_size(), 1);
+  EXPECT_EQ(found.differing_ranks(0), 1);
+  const std::string block = c.optimizer ? "optimizer state" : "W0";
+  EXPECT_EQ(found.first_differing_block(), block);
+  EXPECT_EQ(found.note(), absl::StrCat("divergence: rank 1 differs from the majority in block ",
+                                       block, "; repair at step 9 from rank 0"));
+  for (int64_t t = 4; t < 9; ++t) {
+    EXPECT_EQ(h.checks(t).note(), "awaiting repair at step 9") << "step " << t;
+  }
+  EXPECT_TRUE(h.checks(9).all_match());
+  EXPECT_EQ(h.checks(9).note(),
+            "repaired: rank 1 copied rank 0's state at step 9 (divergence found at step 3)");
+  for (int64_t t = 9; t < kSteps; ++t) EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
+  for (int64_t t = 0; t < 3; ++t) EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
+}
+
+INSTANTIATE_TEST_SUITE_P(K, RepairTest,
+                         ::testing::Values(Case{3, false}, Case{3, true}, Case{4, false},
+                                           Case{4, true}),
+                         [](const auto& info) {
+                           return absl::StrCat("K", info.param.k,
+                                               info.param.optimizer ? "_optimizer" : "_weights");
+                         });
+
+TEST(DivergenceTest, HaltEndsTheJobNamingStepRankAndBlock) {
+  for (int k : {2, 3, 4}) {
+    SCOPED_TRACE(k);
+    FakeCoordinator coord(k, DivergencePolicy::kHalt, kSteps);
+    Fault fault;
+    fault.rank = k - 1;
+    Outcome run = RunJob(k, kSteps, fault, &coord);
+    const std::string want =
+        k == 2 ? "replicas diverged at step 3: ranks 0 and 1 differ, no majority (first "
+                 "differing block W0)"
+               : absl::StrCat("replicas diverged at step 3: rank ", k - 1,
+                              " differs from the majority in block W0");
+    EXPECT_EQ(coord.failed(), want);
+    for (int r = 0; r < k; ++r) {
+      EXPECT_EQ(run.status[r].code(), absl::StatusCode::kCancelled) << run.status[r];
+    }
+    // Stopped within the lag: no rank reported past step 3 + 2 + 1.
+    EXPECT_LE(coord.hashes().rbegin()->first, 3 + kReportLag + 1);
+    EXPECT_LT(run.took, absl::Seconds(30));
+  }
+}
+
+TEST(DivergenceTest, TwoRanksUnderRepairFailWithNoMajority) {
+  FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
+  Fault fault;
+  fault.rank = 0;  // the drifted rank is rank 0: nobody may blame rank 1 alone
+  Outcome run = RunJob(2, kSteps, fault, &coord);
+  EXPECT_EQ(coord.failed(),
+            "replicas diverged at step 3: ranks 0 and 1 differ, no majority (first differing "
+            "block W0): on_divergence=repair needs a majority to copy from (no checkpoint "
+            "resolution)");
+  const v1::SyncHistory h = coord.history();
+  EXPECT_TRUE(h.checks(3).no_majority());
+  EXPECT_EQ(h.checks(3).differing_ranks_size(), 2);
+}
+
+// Whether the repaired job ends where a fault-free run ends: the drifted
+// replica computed its gradient slices with the flipped value from step 4
+// until the repair, and those slices went into every replica's combined
+// gradient. So the repaired weights are identical on every rank but are
+// NOT the fault-free run's (README: what is and is not guaranteed). The
+// test pins that down so a change in behaviour is noticed.
+TEST(DivergenceTest, RepairedWeightsAreConsistentButCarryTheDriftedSteps) {
+  const std::string clean = FaultFreeHash(3);
+  FakeCoordinator coord(3, DivergencePolicy::kRepair, kSteps);
+  Fault fault;
+  fault.rank = 1;
+  Outcome run = RunJob(3, kSteps, fault, &coord);
+  ASSERT_TRUE(run.status[0].ok()) << run.status[0];
+  EXPECT_NE(run.final_hash[0], clean);
+  // A flip in a weight that no example's gradient reaches (W0 row 0 times
+  // feature 0 is live in these blobs, so use an index whose feature...):
+  // not asserted; see the README.
+}
+
+TEST(DivergenceTest, AStaleTrainingSetIsNamedBeforeStepZero) {
+  TrainTest stale = Blobs(200, 0);
+  stale.train.y[17] = stale.train.y[17] == 0 ? 1 : 0;  // one label differs
+  for (int k : {2, 3}) {
+    SCOPED_TRACE(k);
+    FakeCoordinator coord(k, DivergencePolicy::kRepair, kSteps);
+    Outcome run = RunJob(k, kSteps, Fault{}, &coord, {{1, &stale}});
+    for (int r = 0; r < k; ++r) {
+      EXPECT_EQ(run.status[r].code(), absl::StatusCode::kFailedPrecondition) << run.status[r];
+      EXPECT_NE(run.status[r].message().find("rank 1 (a1) has a different training set: hash " +
+                                             TrainingSetHash(stale.train).ToHex() + " vs " +
+                                             TrainingSetHash(Blobs(200, 0).train).ToHex()),
+                std::string::npos)
+          << run.status[r];
+    }
+    EXPECT_TRUE(coord.hashes().empty());
+  }
+}
+
+TEST(DivergenceTest, CountsBeyondTwoToTheTwentyFourAreExact) {
+  // 2^24 and 2^24 + 1 examples are one float32 value; the agreement must
+  // tell them apart. (Only the counts are faked: the agreement fails
+  // before anything reads the rows.)
+  TrainTest a = Blobs(20, 0), b = Blobs(20, 0);
+  a.train.num_examples = int64_t{1} << 24;
+  b.train.num_examples = (int64_t{1} << 24) + 1;
+  FakeCoordinator coord(3, DivergencePolicy::kRepair, kSteps);
+  Outcome run = RunJob(3, kSteps, Fault{}, &coord, {{0, &a}, {1, &a}, {2, &b}});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(run.status[r].code(), absl::StatusCode::kFailedPrecondition) << run.status[r];
+    EXPECT_NE(run.status[r].message().find("rank 2 (a2) has dim 6, 3 classes, 16777217 examples"),
+              std::string::npos)
+        << run.status[r];
+    EXPECT_NE(run.status[r].message().find("have dim 6, 3 classes, 16777216 examples"),
+              std::string::npos)
+        << run.status[r];
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
