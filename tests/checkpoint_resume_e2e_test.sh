@@ -57,7 +57,8 @@ idle
 
 echo "== B: checkpoints every 200 steps, cancelled mid-run"
 B=$(cli submit "${JOB[@]}" --checkpoint_dir="$CK" --checkpoint_every_steps=200) || fail "submit B"
-for _ in $(seq 600); do
+# (Polls for up to about 2 minutes: CI also runs this under AddressSanitizer.)
+for _ in $(seq 2400); do
   step=$(cli status "$B" --json | json "int(d.get('step', 0))")
   [ "$step" -ge 900 ] && break; sleep 0.05
 done
