@@ -32,6 +32,7 @@
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
+#include "worker/net/state_service.h"
 #include "worker/net/tcp_transport.h"
 #include "worker/worker_daemon.h"
 #include "common/grpcutil/rpc_errors.h"
@@ -64,12 +65,23 @@ ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
 ABSL_FLAG(int64_t, fault_perturb_step, -1,
           "Testing only: after this step of every job, nudge this replica's first weight by "
           "one ulp so the coordinator's hash check catches the drift (-1 = off)");
+ABSL_FLAG(int64_t, fault_flip_step, -1,
+          "Testing only: after this step of every job, flip one bit (the lowest) of one value "
+          "of this replica (--fault_flip_target, --fault_flip_index), so the coordinator's "
+          "check finds it and --on_divergence applies (-1 = off)");
+ABSL_FLAG(std::string, fault_flip_target, "weights",
+          "Testing only: what --fault_flip_step flips: weights or optimizer (its state slots)");
+ABSL_FLAG(int64_t, fault_flip_index, 0,
+          "Testing only: which parameter (or optimizer slot) --fault_flip_step flips");
 ABSL_FLAG(int64_t, fault_nan_step, -1,
           "Testing only: at this step of every job, put a NaN in this worker's local gradient "
           "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
 ABSL_FLAG(std::string, data_dir, "",
           "Relative dataset paths in jobs resolve against this directory (this machine's data)");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
+ABSL_FLAG(int64_t, coordinator_restart_grace_ms, 30000,
+          "How long a running job waits for a coordinator that refuses connections (it is "
+          "restarting with its --state_dir): reports are retried with backoff meanwhile, ms (> 0)");
 ABSL_FLAG(int64_t, coordinator_restart_grace_ms, 30000,
           "How long a running job waits for a coordinator that refuses connections (it is "
           "restarting with its --state_dir): reports are retried with backoff meanwhile, ms (> 0)");
@@ -138,6 +150,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   lockstep::PeerServiceImpl peers(lockstep::PeerKeepalive(), &logger);
+  // Replica states this worker offers its peers (divergence repair, late
+  // joiners), served on the same server as the peer service.
+  lockstep::StateBoard state_board;
+  lockstep::StateServiceImpl state_service(&state_board, &logger);
   // Health: NOT_SERVING until registered with the coordinator and again
   // while draining (the daemon flips it); reflection for grpcurl & co.
   lockstep::HealthService health({lockstep::v1::PeerService::service_full_name()});
@@ -149,6 +165,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   peers.RegisterOn(builder);
   builder.RegisterService(&health);
+  builder.RegisterService(&state_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
@@ -219,9 +236,23 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.coordinator_restart_grace =
       absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
+  options.coordinator_restart_grace =
+      absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
+  options.flip_at_step = absl::GetFlag(FLAGS_fault_flip_step);
+  options.flip_index = absl::GetFlag(FLAGS_fault_flip_index);
+  {
+    const std::string target = absl::GetFlag(FLAGS_fault_flip_target);
+    if (target != "weights" && target != "optimizer") {
+      logger.Error(absl::StrCat("--fault_flip_target: expected weights or optimizer, got \"",
+                                target, "\""));
+      return 2;
+    }
+    options.flip_optimizer = target == "optimizer";
+  }
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
+  options.state_board = &state_board;
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;
