@@ -82,9 +82,6 @@ ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
 ABSL_FLAG(int64_t, coordinator_restart_grace_ms, 30000,
           "How long a running job waits for a coordinator that refuses connections (it is "
           "restarting with its --state_dir): reports are retried with backoff meanwhile, ms (> 0)");
-ABSL_FLAG(int64_t, coordinator_restart_grace_ms, 30000,
-          "How long a running job waits for a coordinator that refuses connections (it is "
-          "restarting with its --state_dir): reports are retried with backoff meanwhile, ms (> 0)");
 ABSL_FLAG(int32_t, combine_timeout_ms, 30000,
           "Deadline of one gradient combine (a silent peer fails the job after this)");
 
@@ -234,8 +231,6 @@ int main(int argc, char** argv) {
   options.hostname = hostname;
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
-  options.coordinator_restart_grace =
-      absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
   options.coordinator_restart_grace =
       absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
