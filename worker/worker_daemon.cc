@@ -594,7 +594,6 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.flip_at_step = options_.flip_at_step;
     o.flip_optimizer = options_.flip_optimizer;
     o.flip_index = options_.flip_index;
-    o.nan_at_step = options_.nan_at_step;
     o.state_board = options_.state_board;
     if (options_.state_board != nullptr) {
       // Peers' states come from their gRPC servers (the peer addresses).

@@ -115,8 +115,6 @@ struct WorkerDaemonOptions {
   int64_t flip_at_step = -1;
   bool flip_optimizer = false;
   int64_t flip_index = 0;
-  // Fault injection for tests (see JobRunnerOptions::nan_at_step).
-  int64_t nan_at_step = -1;
   // The states this worker offers its peers (served by worker/net/
   // state_service.h on the same gRPC server as the peer service); jobs
   // publish to it and fetch from peers' (divergence repair). Not owned;
