@@ -155,10 +155,22 @@ absl::StatusOr<Dataset> ParseLibsvm(std::string_view text,
         "least one idx:val token (or an explicit dim)",
         file_name, n));
   }
+  // The dense matrix is n x dim floats: bound it before allocating (a
+  // single token "1 4000000000:1" would otherwise ask for 16 GB, and
+  // n * dim can overflow).
+  const int64_t dense_dim = opt.dim > 0 ? opt.dim : max_index;
+  if (dense_dim > kMaxLibsvmDenseValues / std::max<int64_t>(n, 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "file %s: %d examples x dim %d%s is more than %d dense values "
+        "(the loader densifies; lower the largest feature index or dim)",
+        file_name, n, dense_dim,
+        opt.dim > 0 ? " (options.dim)" : " (the largest feature index)",
+        kMaxLibsvmDenseValues));
+  }
   Dataset ds;
   ds.name = file_name;
   ds.num_examples = n;
-  ds.dim = opt.dim > 0 ? opt.dim : max_index;
+  ds.dim = dense_dim;
   ds.y.resize(n);
   constexpr float kMaxLabel = 16777216.0f;  // 2^24: floats exact below
   float max_label = 0;

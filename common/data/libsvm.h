@@ -42,6 +42,11 @@
 
 namespace lockstep {
 
+// Largest dense matrix (examples x dim floats, 1 GiB) a LIBSVM file may
+// densify to; beyond it the loader fails with InvalidArgumentError naming the
+// example count and dim, before allocating.
+inline constexpr int64_t kMaxLibsvmDenseValues = int64_t{1} << 28;
+
 enum class LibsvmLabels { kAuto, kSigned, kClassIndex, kRegression };
 
 struct LibsvmOptions {

@@ -144,5 +144,27 @@ TEST(LibsvmTest, EmptyFile) {
   EXPECT_TRUE(Contains(nofeat.status(), "no feature index")) << nofeat.status();
 }
 
+// Found by tests/fuzz/data_readers_fuzz: one huge feature index (or many
+// examples times a large dim) asked for n x dim floats at once, past 2^40
+// bytes; now a named error before any allocation.
+TEST(LibsvmTest, DenseSizeIsBoundedBeforeAllocating) {
+  absl::StatusOr<Dataset> huge = ParseLibsvm("1 1:1\n0 4000000000:2\n", "h.svm");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(huge.status(),
+                       "file h.svm: 2 examples x dim 4000000000 (the largest "
+                       "feature index) is more than 268435456 dense values"))
+      << huge.status();
+  absl::StatusOr<Dataset> overflow =
+      ParseLibsvm("1 9223372036854775807:1\n", "o.svm");
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
+  LibsvmOptions opt;
+  opt.dim = int64_t{1} << 27;  // 2 x 2^27 = 2^28 values: at the limit, fine
+  absl::StatusOr<Dataset> fits = ParseLibsvm("1 1:1\n0 2:2\n", "f.svm", opt);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->x.size(), size_t{1} << 28);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -38,53 +38,16 @@
 #include "absl/strings/str_format.h"
 #include "common/fifo.h"
 #include "common/net/resolve.h"
+#include "worker/net/tcp_wire.h"
 
 namespace lockstep {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x48534b4c;  // "LKSH"
-constexpr uint32_t kFrameMagic = 0x46534b4c;  // "LKSF"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 40;
-// Sanity bound on a frame's payload (a corrupt length must not make the
-// reader skip forever).
-constexpr int64_t kMaxFrameBytes = int64_t{1} << 40;
-
-template <typename T>
-void Put(uint8_t* p, size_t off, T v) {
-  std::memcpy(p + off, &v, sizeof(T));
-}
-template <typename T>
-T Get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof(T));
-  return v;
-}
-
-struct Frame {
-  MessageKey key;
-  int64_t len = 0;
-};
-
-void EncodeFrame(const MessageKey& key, int64_t len, uint8_t* p) {
-  Put<uint32_t>(p, 0, kFrameMagic);
-  Put<uint32_t>(p, 4, 0);
-  Put<uint64_t>(p, 8, key.job);
-  Put<int64_t>(p, 16, key.step);
-  Put<int32_t>(p, 24, key.phase);
-  Put<int32_t>(p, 28, key.chunk);
-  Put<int64_t>(p, 32, len);
-}
-
-bool DecodeFrame(const uint8_t* p, Frame* f) {
-  if (Get<uint32_t>(p, 0) != kFrameMagic || Get<uint32_t>(p, 4) != 0) {
-    return false;
-  }
-  f->key = MakeKey(Get<uint64_t>(p, 8), Get<int64_t>(p, 16),
-                   Get<int32_t>(p, 24), Get<int32_t>(p, 28));
-  f->len = Get<int64_t>(p, 32);
-  return f->len >= 0 && f->len <= kMaxFrameBytes;
-}
+using tcpwire::Frame;
+using tcpwire::Get;
+using tcpwire::kHeaderBytes;
+using tcpwire::DecodeFrame;
+using tcpwire::EncodeFrame;
 
 std::string Errno(const char* what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
@@ -461,25 +424,15 @@ void TcpPeerHub::HandleConnection(int fd) {
                             " bytes): ", s.message()));
     return;
   }
-  const uint32_t magic = Get<uint32_t>(h, 0);
-  const uint32_t version = Get<uint32_t>(h, 4);
-  const uint64_t group = Get<uint64_t>(h, 8);
-  const uint32_t from = Get<uint32_t>(h, 16);
-  const uint32_t to = Get<uint32_t>(h, 20);
-  const uint32_t world = Get<uint32_t>(h, 24);
-  if (magic != kHelloMagic || version != kVersion) {
-    Reject(fd, absl::StrFormat(
-                   "bad hello: magic 0x%08x version %d, expected 0x%08x "
-                   "version %d (not a lockstep peer?)",
-                   magic, version, kHelloMagic, kVersion));
+  tcpwire::Hello hello;
+  if (absl::Status bad = tcpwire::DecodeHello(h, &hello); !bad.ok()) {
+    Reject(fd, std::string(bad.message()));
     return;
   }
-  if (world < 1 || world > 1 << 20 || from >= world || to >= world ||
-      from == to) {
-    Reject(fd, absl::StrFormat("bad hello: from rank %d to rank %d of %d",
-                               from, to, world));
-    return;
-  }
+  const uint64_t group = hello.group;
+  const uint32_t from = hello.from;
+  const uint32_t to = hello.to;
+  const uint32_t world = hello.world;
   SetNoDelay(fd);
   std::shared_ptr<TcpInbox> inbox;
   {
@@ -670,13 +623,12 @@ absl::Status TcpTransport::ConnectLocked(int to, OutLink& link,
         absl::FormatDuration(until - start), err));
   }
   SetNoDelay(fd);
-  uint8_t h[kHeaderBytes] = {};
-  Put<uint32_t>(h, 0, kHelloMagic);
-  Put<uint32_t>(h, 4, kVersion);
-  Put<uint64_t>(h, 8, group_);
-  Put<uint32_t>(h, 16, static_cast<uint32_t>(rank_));
-  Put<uint32_t>(h, 20, static_cast<uint32_t>(to));
-  Put<uint32_t>(h, 24, static_cast<uint32_t>(world_size()));
+  uint8_t h[kHeaderBytes];
+  tcpwire::EncodeHello(
+      tcpwire::Hello{group_, static_cast<uint32_t>(rank_),
+                     static_cast<uint32_t>(to),
+                     static_cast<uint32_t>(world_size())},
+      h);
   absl::Status s = WriteFully(fd, h, sizeof(h), inbox_->wake_fd, until);
   if (!s.ok()) {
     close(fd);

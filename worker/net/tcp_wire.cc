@@ -1,0 +1,62 @@
+// Wire codec of the raw-TCP peer transport: see tcp_wire.h.
+#include "worker/net/tcp_wire.h"
+
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+namespace tcpwire {
+
+void EncodeFrame(const MessageKey& key, int64_t len, uint8_t* p) {
+  Put<uint32_t>(p, 0, kFrameMagic);
+  Put<uint32_t>(p, 4, 0);
+  Put<uint64_t>(p, 8, key.job);
+  Put<int64_t>(p, 16, key.step);
+  Put<int32_t>(p, 24, key.phase);
+  Put<int32_t>(p, 28, key.chunk);
+  Put<int64_t>(p, 32, len);
+}
+
+bool DecodeFrame(const uint8_t* p, Frame* f) {
+  if (Get<uint32_t>(p, 0) != kFrameMagic || Get<uint32_t>(p, 4) != 0) {
+    return false;
+  }
+  f->key = MakeKey(Get<uint64_t>(p, 8), Get<int64_t>(p, 16),
+                   Get<int32_t>(p, 24), Get<int32_t>(p, 28));
+  f->len = Get<int64_t>(p, 32);
+  return f->len >= 0 && f->len <= kMaxFrameBytes;
+}
+
+void EncodeHello(const Hello& h, uint8_t* p) {
+  std::memset(p, 0, kHeaderBytes);
+  Put<uint32_t>(p, 0, kHelloMagic);
+  Put<uint32_t>(p, 4, kVersion);
+  Put<uint64_t>(p, 8, h.group);
+  Put<uint32_t>(p, 16, h.from);
+  Put<uint32_t>(p, 20, h.to);
+  Put<uint32_t>(p, 24, h.world);
+}
+
+absl::Status DecodeHello(const uint8_t* p, Hello* h) {
+  const uint32_t magic = Get<uint32_t>(p, 0);
+  const uint32_t version = Get<uint32_t>(p, 4);
+  h->group = Get<uint64_t>(p, 8);
+  h->from = Get<uint32_t>(p, 16);
+  h->to = Get<uint32_t>(p, 20);
+  h->world = Get<uint32_t>(p, 24);
+  if (magic != kHelloMagic || version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad hello: magic 0x%08x version %d, expected 0x%08x "
+        "version %d (not a lockstep peer?)",
+        magic, version, kHelloMagic, kVersion));
+  }
+  if (h->world < 1 || h->world > kMaxWorld || h->from >= h->world ||
+      h->to >= h->world || h->from == h->to) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bad hello: from rank %d to rank %d of %d", h->from,
+                        h->to, h->world));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tcpwire
+}  // namespace lockstep
