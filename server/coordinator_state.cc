@@ -86,6 +86,10 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->test_accuracy = st.test_accuracy();
     job->test_loss = st.test_loss();
     job->out_of_sync = st.out_of_sync();
+    job->skipped_steps = st.skipped_steps();  // non-finite gradients skipped
+    job->last_skipped_step = st.skipped_steps() > 0 ? st.last_skipped_step() : -1;
+    job->last_nonfinite_ranks.assign(st.last_nonfinite_ranks().begin(),
+                                     st.last_nonfinite_ranks().end());
     job->submitted = FromUnixSeconds(st.submitted_unix_s());
     job->started = FromUnixSeconds(st.started_unix_s());
     job->finished = FromUnixSeconds(st.finished_unix_s());

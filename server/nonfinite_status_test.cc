@@ -1,6 +1,9 @@
 // Non-finite gradients at the coordinator (issue 10): skipped steps are
 // counted once per step from the ranks' step reports and shown in
-// JobStatus; a submitted spec's on_nonfinite is validated.
+// JobStatus, and kept across a coordinator restart (--state_dir); a
+// submitted spec's on_nonfinite is validated.
+#include <stdlib.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/state/state_db.h"
 
 namespace lockstep {
 namespace {
@@ -18,10 +22,18 @@ namespace v1 = ::lockstep::v1;
 
 class NonFiniteStatusTest : public ::testing::Test {
  protected:
-  NonFiniteStatusTest() : clock_(absl::FromUnixSeconds(1000)) {
+  NonFiniteStatusTest() : clock_(absl::FromUnixSeconds(1700000000)) { Restart(nullptr); }
+
+  // A new coordinator (on `db` when not null: restores what it holds).
+  void Restart(StateDb* db) {
+    coord_.reset();
     CoordinatorOptions o;
     o.advertise_address = "coord:7070";
     coord_ = std::make_unique<Coordinator>(o, &clock_);
+    if (db != nullptr) {
+      absl::Status s = coord_->AttachStateDb(db);
+      EXPECT_TRUE(s.ok()) << s;
+    }
   }
 
   v1::JobSpec Spec(int k, const std::string& policy) {
@@ -102,6 +114,37 @@ TEST_F(NonFiniteStatusTest, SkippedStepsAreCountedOncePerStepWithTheirRanks) {
     EXPECT_EQ(st.state(), v1::RUNNING);
     EXPECT_FALSE(st.out_of_sync());
   }
+}
+
+TEST_F(NonFiniteStatusTest, TheCountSurvivesACoordinatorRestart) {
+  std::string dir = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
+                                 "/nonfinite_state_XXXXXX");
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  auto db = StateDb::Open({dir + "/state"});
+  ASSERT_TRUE(db.ok()) << db.status();
+  Restart(db->get());
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w);
+  for (int64_t step = 0; step < 4; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(Step(job, r, w[r], step, step == 1, step == 1 ? std::vector<int>{1}
+                                                               : std::vector<int>{})
+                      .ok());
+    }
+    clock_.Advance(absl::Seconds(2));  // the job row is written at most every 1 s
+  }
+  ASSERT_TRUE((*db)->Flush(absl::Now() + absl::Seconds(10)).ok());
+  coord_.reset();
+  db->reset();
+  auto reopened = StateDb::Open({dir + "/state"});
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  Restart(reopened->get());
+  const v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.skipped_steps(), 1);
+  EXPECT_EQ(st.last_skipped_step(), 1);
+  ASSERT_EQ(st.last_nonfinite_ranks_size(), 1);
+  EXPECT_EQ(st.last_nonfinite_ranks(0), 1);
+  coord_.reset();
 }
 
 TEST_F(NonFiniteStatusTest, ABadPolicyIsRefusedNamingTheField) {
