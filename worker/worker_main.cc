@@ -65,9 +65,6 @@ ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
 ABSL_FLAG(int64_t, fault_perturb_step, -1,
           "Testing only: after this step of every job, nudge this replica's first weight by "
           "one ulp so the coordinator's hash check catches the drift (-1 = off)");
-ABSL_FLAG(int64_t, fault_nan_step, -1,
-          "Testing only: at this step of every job, put a NaN in this worker's local gradient "
-          "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
 ABSL_FLAG(int64_t, fault_flip_step, -1,
           "Testing only: after this step of every job, flip one bit (the lowest) of one value "
           "of this replica (--fault_flip_target, --fault_flip_index), so the coordinator's "
@@ -238,7 +235,6 @@ int main(int argc, char** argv) {
       absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
   options.combine_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_combine_timeout_ms));
   options.perturb_at_step = absl::GetFlag(FLAGS_fault_perturb_step);
-  options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
   options.flip_at_step = absl::GetFlag(FLAGS_fault_flip_step);
   options.flip_index = absl::GetFlag(FLAGS_fault_flip_index);
   {

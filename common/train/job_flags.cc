@@ -58,10 +58,6 @@ ABSL_FLAG(std::string, on_worker_lost, "fail",
           "fail: when a worker of the job is lost (no heartbeat for the coordinator's "
           "--lost_after_ms, 3 s by default), end the job FAILED naming the worker, rank and "
           "host (shrink and wait are reserved, refused by this version)");
-ABSL_FLAG(std::string, on_nonfinite, "fail",
-          "fail | skip: when a rank's gradient has a NaN or Inf, end the job FAILED naming "
-          "the rank and step (fail), or skip that step's update on every replica and count "
-          "it (skip)");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -279,14 +275,6 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
           absl::StrCat("--on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
     }
     spec.set_on_worker_lost(p == "fail" ? "" : p);
-  }
-  if (use("on_nonfinite")) {
-    const std::string p = absl::GetFlag(FLAGS_on_nonfinite);
-    if (p != "fail" && p != "skip") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--on_nonfinite: expected fail or skip, got \"", p, "\""));
-    }
-    spec.set_on_nonfinite(p == "fail" ? "" : p);
   }
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));

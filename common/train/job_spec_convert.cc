@@ -225,10 +225,6 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
   }
-  if (auto policy = ParseNonFinitePolicy(spec.on_nonfinite()); !policy.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.on_nonfinite: ", policy.status().message()));
-  }
   if (!spec.on_divergence().empty() && spec.on_divergence() != "repair" &&
       spec.on_divergence() != "halt") {
     return absl::InvalidArgumentError(absl::StrCat(
