@@ -16,8 +16,6 @@
 
 namespace lockstep {
 
-namespace v1 = lockstep::v1;
-
 namespace {
 
 constexpr char kSchema[] = R"sql(
@@ -34,7 +32,9 @@ CREATE TABLE IF NOT EXISTS sync_checks(
   body BLOB NOT NULL, PRIMARY KEY(job_id, step)) WITHOUT ROWID;
 )sql";
 
-// A prepared statement, finalized on scope exit.
+// A prepared statement, finalized on scope exit. Connections close with
+// sqlite3_close_v2, so one closed while a statement is alive (an error path)
+// is freed once the statement is finalized.
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
@@ -90,13 +90,13 @@ absl::StatusOr<sqlite3*> OpenConnection(const std::string& path) {
                                  nullptr);
   if (rc != SQLITE_OK) {
     absl::Status s = SqlError(db, path, "cannot open");
-    sqlite3_close(db);
+    sqlite3_close_v2(db);
     return s;
   }
   sqlite3_busy_timeout(db, 5000);  // a reader and the writer share the file
   absl::Status s = Exec(db, path, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
   if (!s.ok()) {
-    sqlite3_close(db);
+    sqlite3_close_v2(db);
     return s;
   }
   return db;
@@ -131,8 +131,8 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(StateDbOptions options) {
     return writer.status();
   }
   auto fail = [&](absl::Status s, sqlite3* reader) {
-    sqlite3_close(*writer);
-    if (reader != nullptr) sqlite3_close(reader);
+    sqlite3_close_v2(*writer);
+    if (reader != nullptr) sqlite3_close_v2(reader);
     close(lock_fd);
     return s;
   };
@@ -179,9 +179,9 @@ StateDb::~StateDb() {
   writer_.join();
   {
     absl::MutexLock l(&read_mu_);
-    sqlite3_close(reader_db_);
+    sqlite3_close_v2(reader_db_);
   }
-  sqlite3_close(writer_db_);
+  sqlite3_close_v2(writer_db_);
   close(lock_fd_);
 }
 
