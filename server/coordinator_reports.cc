@@ -82,6 +82,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
     report.optimizer_hash = absl::AsciiStrToLower(request.optimizer_hash());
   }
   report.blocks.assign(request.block_hashes().begin(), request.block_hashes().end());
+  if (request.repaired()) report.repaired_from = request.repaired_from();
   if (request.block_names_size() > 0) {
     job->sync.SetBlockNames({request.block_names().begin(), request.block_names().end()});
   }

@@ -56,6 +56,12 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
   }
   c.loss = c.examples > 0 ? loss_weighted / static_cast<double>(c.examples)
                           : loss_plain / static_cast<double>(k_);
+  for (size_t r = 0; r < pending.reports.size(); ++r) {
+    if (pending.reports[r]->repaired_from >= 0) {
+      c.repaired.push_back(static_cast<int32_t>(r));
+      c.repaired_from = pending.reports[r]->repaired_from;
+    }
+  }
   // A rank's identity: weights and optimizer state.
   std::vector<std::string> ids;
   for (const std::optional<StepReport>& r : pending.reports) {
@@ -152,6 +158,21 @@ DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy po
     if (note != nullptr) *note = std::move(s);
   };
   if (c.differing.empty()) {
+    if (repair_.has_value() && !c.repaired.empty() && total_steps > 0 &&
+        repair_->step >= total_steps) {
+      ++repairs_;
+      set_note(absl::StrCat("repaired in the combine of step ", c.step, ": ",
+                            Ranks(c.repaired), " copied rank ", c.repaired_from,
+                            "'s state and the step was computed again"));
+      v.action = DivergenceVerdict::kRepaired;
+      repair_.reset();
+      return v;
+    }
+    if (!c.repaired.empty() && !(repair_.has_value() && c.step >= repair_->step)) {
+      set_note(absl::StrCat("repaired in the combine of step ", c.step, ": ",
+                            Ranks(c.repaired), " copied rank ", c.repaired_from,
+                            "'s state and the step was computed again"));
+    }
     if (repair_.has_value() && c.step >= repair_->step) {
       ++repairs_;
       set_note(absl::StrCat("repaired: ", Ranks(repair_->ranks), " copied rank ",
@@ -216,11 +237,16 @@ DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy po
     }
   }
   if (total_steps > 0 && p.step >= total_steps) {
-    set_note(absl::StrCat("divergence: ", what, "; too close to the end to repair"));
-    v.action = DivergenceVerdict::kFail;
-    v.reason = absl::StrCat("replicas diverged at ", divergence, ": too close to the job's end ",
-                            "to repair (the repair boundary, step ", p.step,
-                            ", is past the last step ", total_steps - 1, ")");
+    // No boundary left before the end: only the repair in the next step's
+    // combine can fix it (a boundary at the end is never reached, so no
+    // rank acts on the announcement); if it does not, the final hashes
+    // disagree and ReportDone fails the job.
+    p.step = total_steps;
+    set_note(absl::StrCat("divergence: ", what,
+                          "; too close to the end for a boundary repair (in-combine repair "
+                          "only)"));
+    repair_ = std::move(p);
+    v.action = DivergenceVerdict::kRepairScheduled;
     return v;
   }
   set_note(absl::StrCat("divergence: ", what, "; repair at step ", p.step, " from rank ",

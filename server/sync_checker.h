@@ -47,6 +47,7 @@ struct StepReport {
   int64_t epoch = 0;
   std::string optimizer_hash;   // lower-case hex; "" = not reported
   std::vector<uint64_t> blocks; // per-tensor hashes of the weights (may be empty)
+  int repaired_from = -1;       // this rank copied that rank's state before the step
 };
 
 struct MajorityResult {
@@ -74,6 +75,9 @@ struct CompletedStep {
   // majority's (a tensor name, "optimizer state", or "weights" when no
   // block hashes were reported); "" when all match.
   std::string first_block;
+  // Ranks that copied a peer's state before this step, and from whom.
+  std::vector<int32_t> repaired;
+  int repaired_from = -1;
 };
 
 // What a job does about a divergence (JobSpec.on_divergence).

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Divergence end to end with real processes on 127.0.0.1 (OS-chosen
-# ports): a coordinator and four worker daemons; w-2 runs with the
+# ports): a coordinator and five worker daemons; w-2 runs with the
 # test-only --fault_flip_step=3 (one bit of its weights flipped after step
-# 3 of every job it runs; it is rank 1 of every job below). Checks:
+# 3 of every job it runs; it is rank 1 of every job it is in). Checks:
 #   * K = 3, --on_divergence=repair: SUCCEEDED; the sync history names rank
-#     1 and block W0 at step 3, "awaiting repair" until step 9, "repaired"
-#     at step 9; status counts one repair, every rank in sync;
+#     1 and block W0 at step 3, the repair in step 4's combine (rank 1
+#     copied rank 0's state over FetchState, step 4 computed again) and the
+#     coordinator's repair at step 9; status counts one repair, every rank
+#     in sync; the final hash equals the same job's on three fault-free
+#     workers (w-2 stopped, w-1 w-3 w-4);
 #   * K = 3, --on_divergence=halt: FAILED "replicas diverged at step 3:
 #     rank 1 differs from the majority in block W0";
 #   * K = 2 (no majority), repair: FAILED "ranks 0 and 1 differ, no
 #     majority", both ranks out of sync, and --follow prints no test
 #     accuracy for a job that never evaluated;
-#   * K = 4 where w-4's training set has the same shape but other
+#   * K = 4 where w-5's training set has the same shape but other
 #     contents: FAILED before step 0 naming rank 3 and both hashes.
 # Every job ends within 30 s.
 set -uo pipefail
@@ -20,7 +23,7 @@ T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=6
 source "$(dirname "$0")/e2e_lib.sh"
 
-mkdir -p "$T/host1" "$T/host4"
+mkdir -p "$T/host1" "$T/host5"
 python3 - "$T" <<'PY'
 import random, sys
 t = sys.argv[1]
@@ -33,8 +36,8 @@ def write(path, n, seed):
             f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
 write(f"{t}/host1/train.csv", 240, 7)
 write(f"{t}/host1/test.csv", 60, 8)
-write(f"{t}/host4/train.csv", 240, 9)   # stale: same shape, other examples
-write(f"{t}/host4/test.csv", 60, 8)
+write(f"{t}/host5/train.csv", 240, 9)   # stale: same shape, other examples
+write(f"{t}/host5/test.csv", 60, 8)
 PY
 DATA='csv:train.csv;test.csv'
 
@@ -42,11 +45,12 @@ DATA='csv:train.csv;test.csv'
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 cli() { "$CLI" --coordinator="$C" "$@"; }
-for i in 1 2 3 4; do
-  dir="$T/host1"; [ "$i" = 4 ] && dir="$T/host4"
+for i in 1 2 3 4 5; do
+  dir="$T/host1"; [ "$i" = 5 ] && dir="$T/host5"
   extra=(); [ "$i" = 2 ] && extra=(--fault_flip_step=3 --fault_flip_target=weights --fault_flip_index=1)
   "$WORKER" --coordinator="$C" --listen=127.0.0.1:0 --data_dir="$dir" --port_file="$T/w$i.port" \
     --metrics_port=-1 "${extra[@]}" 2>"$T/w$i.log" & pids+=($!)
+  [ "$i" = 2 ] && w2pid=$!
   wait_file "$T/w$i.port"   # registration order = worker ids w-1 .. w-4
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
 done
@@ -59,7 +63,7 @@ timed() {  # timed SECONDS CMD...: runs CMD, fails when it took longer
   [ $((SECONDS - t0)) -le "$limit" ] || fail "took $((SECONDS - t0)) s (> $limit s): $*"
   return $rc
 }
-wait_idle() { for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 4 ] && return 0; sleep 0.05; done; fail "workers not idle"; }
+wait_idle() { for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = "${1:-5}" ] && return 0; sleep 0.05; done; fail "workers not idle"; }
 
 echo "== K=3, repair"
 out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --on_divergence=repair --follow --json)
@@ -76,12 +80,13 @@ python3 -c "
 import json,sys; d=json.loads(sys.argv[1]); c = {int(x['step']): x for x in d['checks']}
 assert c[3]['differing_ranks'] == [1] and c[3]['first_differing_block'] == 'W0', c[3]
 assert c[3]['note'] == 'divergence: rank 1 differs from the majority in block W0; repair at step 9 from rank 0', c[3]
-assert all(c[t]['note'] == 'awaiting repair at step 9' for t in range(4, 9)), [c[t] for t in range(4, 9)]
+assert c[4]['note'] == \"repaired in the combine of step 4: rank 1 copied rank 0's state and the step was computed again\", c[4]
 assert c[9].get('all_match') and c[9]['note'].startswith('repaired: rank 1 copied rank 0'), c[9]
-assert all(c[t].get('all_match') for t in list(range(0, 3)) + list(range(9, 20))), d
-assert int(d['mismatched_steps']) == 6, d" "$sy" || fail "repair job history: $sy"
-cli sync "$id" | sed -n '1p;5p;11p'
+assert all(c[t].get('all_match') for t in list(range(0, 3)) + list(range(4, 20))), d
+assert int(d['mismatched_steps']) == 1, d" "$sy" || fail "repair job history: $sy"
+cli sync "$id" | sed -n '1p;5,6p;11p'
 grep -q "divergence repair: copied a peer's state" "$T/w2.log" || fail "w-2 did not log the repair"
+repaired_hash=$(json "d['final_hash']" <<<"$out")
 wait_idle
 
 echo "== K=3, halt"
@@ -103,6 +108,17 @@ python3 -c "
 import json,sys; d=json.loads(sys.argv[1])
 assert [r['in_sync'] for r in d['ranks']] == [False, False], d" "$st" || fail "K=2 status: $st"
 wait_idle
+
+echo "== K=3 without the fault (w-2 stopped): the same final weights as the repaired job"
+kill "$w2pid"
+for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 4 ] && [ "$(cli workers | grep -c 'w-2 ')" = 0 ] && break; sleep 0.05; done
+out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --follow --json)
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "fault-free job: $out"
+[ "$(json "[r['worker_id'] for r in d['ranks']]" <<<"$out")" = "['w-1', 'w-3', 'w-4']" ] || fail "fault-free job ran on: $out"
+[ "$(json "d['final_hash']" <<<"$out")" = "$repaired_hash" ] \
+  || fail "repaired job's final hash $repaired_hash differs from the fault-free run's: $out"
+[ "$(json "int(d['mismatched_steps'])" <<<"$out")" = 0 ] || fail "fault-free job: $out"
+wait_idle 4
 
 echo "== K=4, one host's training set is stale"
 out=$(timed 30 cli submit --workers=4 "${JOB[@]}" --follow --json)

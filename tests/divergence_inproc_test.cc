@@ -52,6 +52,7 @@ class FakeCoordinator : public JobReporter {
         report.optimizer_hash = r.optimizer_hash();
         report.blocks.assign(r.block_hashes().begin(), r.block_hashes().end());
         report.examples = r.examples();
+        if (r.repaired()) report.repaired_from = r.repaired_from();
         if (r.block_names_size() > 0) {
           checker_.SetBlockNames({r.block_names().begin(), r.block_names().end()});
         }
@@ -129,7 +130,8 @@ struct Outcome {
 };
 
 Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
-           const std::map<int, const TrainTest*>& data_of_rank = {}) {
+               const std::map<int, const TrainTest*>& data_of_rank = {},
+               bool check_in_combine = true) {
   static const TrainTest data = Blobs(200, 0);
   const v1::JobSpec spec = Spec(k, steps);
   InProcessHub hub(k);
@@ -147,6 +149,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
     o.peer_names = {"a0", "a1", "a2", "a3"};
     o.combine_timeout = absl::Seconds(20);
     o.state_board = boards[r].get();
+    o.check_in_combine = check_in_combine;
     // A peer's state, as FetchReplicaState gets it: polled until published.
     o.fetch_state = [&boards](int peer, int64_t step, int64_t expected,
                               absl::Time deadline) -> absl::StatusOr<std::string> {
@@ -224,6 +227,9 @@ TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
     ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
     EXPECT_EQ(run.final_hash[r], run.final_hash[0]) << "rank " << r;
   }
+  // The drifted replica's gradient never reached an update: the job ends
+  // exactly where a run without the fault ends.
+  EXPECT_EQ(run.final_hash[0], FaultFreeHash(c.k));
   EXPECT_LT(run.took, absl::Seconds(30));
   const v1::SyncHistory h = coord.history();
   ASSERT_EQ(h.checks_size(), kSteps);
@@ -237,13 +243,21 @@ TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
   EXPECT_EQ(found.first_differing_block(), block);
   EXPECT_EQ(found.note(), absl::StrCat("divergence: rank 1 differs from the majority in block ",
                                        block, "; repair at step 9 from rank 0"));
-  for (int64_t t = 4; t < 9; ++t) {
-    EXPECT_EQ(h.checks(t).note(), "awaiting repair at step 9") << "step " << t;
-  }
+  // Found again in step 4's own combine (the K identities ride with the
+  // gradient): rank 1 copied rank 0's state and every rank computed step 4
+  // again, so from step 4 on every check matches.
+  EXPECT_TRUE(h.checks(4).all_match());
+  EXPECT_EQ(h.checks(4).note(),
+            "repaired in the combine of step 4: rank 1 copied rank 0's state and the step was "
+            "computed again");
+  EXPECT_EQ(h.mismatched_steps(), 1);
+  // The coordinator's own repair (announced for step 9, a boundary every
+  // rank hears of before it gets there) still runs: a copy of an identical
+  // state.
   EXPECT_TRUE(h.checks(9).all_match());
   EXPECT_EQ(h.checks(9).note(),
             "repaired: rank 1 copied rank 0's state at step 9 (divergence found at step 3)");
-  for (int64_t t = 9; t < kSteps; ++t) EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
+  for (int64_t t = 4; t < kSteps; ++t) EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
   for (int64_t t = 0; t < 3; ++t) EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
 }
 
@@ -291,23 +305,28 @@ TEST(DivergenceTest, TwoRanksUnderRepairFailWithNoMajority) {
   EXPECT_EQ(h.checks(3).differing_ranks_size(), 2);
 }
 
-// Whether the repaired job ends where a fault-free run ends: the drifted
-// replica computed its gradient slices with the flipped value from step 4
-// until the repair, and those slices went into every replica's combined
-// gradient. So the repaired weights are identical on every rank but are
-// NOT the fault-free run's (README: what is and is not guaranteed). The
-// test pins that down so a change in behaviour is noticed.
-TEST(DivergenceTest, RepairedWeightsAreConsistentButCarryTheDriftedSteps) {
+// Without the in-combine check (JobRunnerOptions.check_in_combine off:
+// only the coordinator's repair at step 9), the drifted replica's gradient
+// slices of steps 4..8 reach every replica's update: the replicas agree
+// again after the repair, but NOT with a run without the fault. This is
+// why the identities ride in the combine.
+TEST(DivergenceTest, WithoutTheInCombineCheckTheRepairedWeightsCarryTheDrift) {
   const std::string clean = FaultFreeHash(3);
   FakeCoordinator coord(3, DivergencePolicy::kRepair, kSteps);
   Fault fault;
   fault.rank = 1;
-  Outcome run = RunJob(3, kSteps, fault, &coord);
-  ASSERT_TRUE(run.status[0].ok()) << run.status[0];
+  Outcome run = RunJob(3, kSteps, fault, &coord, {}, /*check_in_combine=*/false);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << run.status[r];
+    EXPECT_EQ(run.final_hash[r], run.final_hash[0]);
+  }
   EXPECT_NE(run.final_hash[0], clean);
-  // A flip in a weight that no example's gradient reaches (W0 row 0 times
-  // feature 0 is live in these blobs, so use an index whose feature...):
-  // not asserted; see the README.
+  const v1::SyncHistory h = coord.history();
+  for (int64_t t = 4; t < 9; ++t) {
+    EXPECT_EQ(h.checks(t).note(), "awaiting repair at step 9") << "step " << t;
+  }
+  EXPECT_EQ(h.checks(9).note(),
+            "repaired: rank 1 copied rank 0's state at step 9 (divergence found at step 3)");
 }
 
 TEST(DivergenceTest, AStaleTrainingSetIsNamedBeforeStepZero) {

@@ -203,10 +203,17 @@ absl::Status JobRunner::RepairAtBoundary(int64_t step, StepReporter* reporter, R
   if (repair.step != step) return absl::OkStatus();
   const bool target =
       std::find(repair.ranks.begin(), repair.ranks.end(), options_.rank) != repair.ranks.end();
-  const bool source = repair.source == options_.rank;
-  if (!target && !source) return absl::OkStatus();
+  if (!target && repair.source != options_.rank) return absl::OkStatus();
   // The reporter thread may still be hashing the weights of step - 1.
   if (absl::Status s = reporter->WaitHashed(); !s.ok()) return s;
+  return CopyState(step, repair.source, target, r);
+}
+
+absl::Status JobRunner::CopyState(int64_t step, int source_rank, bool target, Replica* r) {
+  const bool source = source_rank == options_.rank;
+  if (!target && !source) return absl::OkStatus();
+  StepReporter::Repair repair;
+  repair.source = source_rank;
   if (source) {
     if (options_.state_board == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -235,6 +242,7 @@ absl::Status JobRunner::RepairAtBoundary(int64_t step, StepReporter* reporter, R
         "divergence repair at step ", step, " from ", PeerName(repair.source), ": ",
         next.ok() ? absl::StrCat("its state is for step ", *next) : next.status().message()));
   }
+  repaired_from_ = repair.source;
   log_.Warn("divergence repair: copied a peer's state",
             {{"step", step},
              {"source_rank", repair.source},
@@ -293,8 +301,16 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.on_nonfinite: ", on_nonfinite.status().message()));
   }
-  // One non-finite flag slot per rank in front of the gradient.
-  auto replica = Replica::Create(*spec, train.dim, train.num_classes, options_.world);
+  // One non-finite flag slot per rank in front of the gradient, and (repair,
+  // K > 1) each rank's state identity as 8 byte-valued floats: every rank
+  // compares the K identities in the combine of the next step, before any
+  // update is applied (see the loop).
+  // (Only a worker that can offer and fetch states takes part.)
+  const bool inband = options_.check_in_combine && options_.world > 1 &&
+                      options_.spec.on_divergence() != "halt" &&
+                      options_.state_board != nullptr && options_.fetch_state != nullptr;
+  auto replica = Replica::Create(*spec, train.dim, train.num_classes, options_.world,
+                                 inband ? 8 * options_.world : 0);
   if (!replica.ok()) {
     return absl::Status(replica.status().code(),
                         absl::StrCat("worker ", options_.worker_id, " (dataset ", train.name,
@@ -359,6 +375,30 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   v1::ReportStepRequest report;
   WarmReport(options_.worker_id, &report);
   reporter.Warm(&report);
+  // Divergence repair in the combine (on_divergence=repair): with each
+  // step's flags a rank writes the identity of its state at the step's
+  // boundary (the weights and optimizer hashes of the previous step's
+  // report). After the combine every rank reads all K; if a majority holds
+  // one identity and some rank differs, that rank copies the lowest majority
+  // rank's state (state transfer at this boundary) and every rank computes
+  // the step again (its combine keyed step + kRedoStep): the drifted
+  // replica's gradient never reaches an update, so the job ends with the
+  // weights of a run without the fault.
+  std::vector<uint64_t> ids(static_cast<size_t>(options_.world), 0);
+  uint64_t id_override = 0;
+  bool use_override = false;
+  absl::Status id_status;
+  if (inband) {
+    step_combiner.SetIdWriter([&](absl::Span<float> slots) {
+      uint64_t id = id_override;
+      if (!use_override) {
+        if (absl::Status s = reporter.WaitHashed(); !s.ok()) id_status = s;
+        id = reporter.last_identity();
+      }
+      std::fill(slots.begin(), slots.end(), 0.0f);
+      PutBytes(id, &slots[static_cast<size_t>(8 * options_.rank)]);
+    });
+  }
   int64_t resident_bytes = 0;
   for (int64_t step = first_step; step < total; ++step) {
     if (stop_.load()) {
@@ -388,6 +428,44 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
         return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
       }
       return UserFacing(s);
+    }
+    if (inband) {
+      if (!id_status.ok()) return id_status;
+      const absl::Span<float> slots = r.ids();
+      bool same = true;
+      for (int q = 0; q < options_.world; ++q) {
+        ids[q] = GetBytes(&slots[static_cast<size_t>(8 * q)]);
+        same = same && ids[q] == ids[0];
+      }
+      if (!same) {
+        int best = 0, source = 0;
+        for (int q = 0; q < options_.world; ++q) {
+          const int votes = static_cast<int>(std::count(ids.begin(), ids.end(), ids[q]));
+          if (votes > best) best = votes, source = q;
+        }
+        // No majority (K = 2, a tie): nothing to copy from; the
+        // coordinator's check decides (FAILED).
+        if (2 * best > options_.world) {
+          const uint64_t majority = ids[source];
+          const bool target = ids[options_.rank] != majority;
+          if (absl::Status s = CopyState(step, source, target, &r); !s.ok()) return s;
+          use_override = true;  // identical to the majority's now
+          id_override = majority;
+          absl::Status s = step_combiner.ComputeAndCombine(r, train, slice, WireKey(),
+                                                           step + kRedoStep,
+                                                           options_.combine_timeout, &local,
+                                                           &count, &combine_timing);
+          use_override = false;
+          if (!s.ok()) {
+            if (stop_.load()) {
+              return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+            }
+            return UserFacing(s);
+          }
+          log_.Warn("divergence found in the combine: step recomputed",
+                    {{"step", step}, {"source_rank", source}, {"copied", target}});
+        }
+      }
     }
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
     // The reporter thread may still be hashing the previous step's weights.
@@ -430,6 +508,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     report.set_update_skipped(skip);
     report.clear_nonfinite_ranks();
     for (int q : nonfinite_ranks) report.add_nonfinite_ranks(q);
+    report.set_repaired(repaired_from_ >= 0);
+    report.set_repaired_from(std::max(repaired_from_, 0));
+    repaired_from_ = -1;
     reporter.Submit(&report, r.params());
     if (options_.observer != nullptr) options_.observer->OnStep(timing);
 

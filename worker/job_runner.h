@@ -75,6 +75,10 @@ struct JobRunnerOptions {
   // lowest bit of parameter `flip_index` (flip_optimizer: of optimizer slot
   // `flip_index`) of this replica (-1 = off).
   int64_t flip_at_step = -1;
+  // Divergence repair in the combine (on_divergence=repair, K > 1; see
+  // Run): off only in tests, to show what the coordinator's repair alone
+  // gives.
+  bool check_in_combine = true;
   bool flip_optimizer = false;
   int64_t flip_index = 0;
   std::function<absl::StatusOr<std::string>(int rank, int64_t step, int64_t expected_bytes,
@@ -124,6 +128,10 @@ WeightHash TrainingSetHash(const Dataset& data);
 // are separate from the gradient shards).
 inline uint64_t ShapeAgreementJob(uint64_t job) { return job | (uint64_t{1} << 63); }
 
+// The combine key of a step computed again after a divergence repair in
+// its combine: step + kRedoStep (never a real step).
+inline constexpr int64_t kRedoStep = int64_t{1} << 40;
+
 class JobRunner {
  public:
   // `data`, `combiner` and `reporter` are not owned and must outlive Run().
@@ -163,6 +171,12 @@ class JobRunner {
   // (StepReporter::repair): the source rank publishes its state, the drifted
   // ranks fetch and restore it; other ranks do nothing.
   absl::Status RepairAtBoundary(int64_t step, StepReporter* reporter, Replica* r);
+  // At boundary `step`: rank source_rank publishes its state; a `target`
+  // fetches it and restores it. Requires the last report's hash done.
+  absl::Status CopyState(int64_t step, int source_rank, bool target, Replica* r);
+  // The rank this replica last copied its state from (-1 = none): the next
+  // step report says so (ReportStepRequest.repaired_from).
+  int repaired_from_ = -1;
   std::string PeerName(int rank) const;
   // Fills every field of step `step`'s report but the weights hash (the
   // StepReporter adds it); reuses the message's storage.

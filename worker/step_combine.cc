@@ -75,6 +75,7 @@ StepCombiner::~StepCombiner() {
 void StepCombiner::BeginCheck(Replica& r, int64_t step) {
   check_buffer_ = r.combine_buffer().data();
   flag_slots_ = static_cast<int>(r.flags().size());
+  ids_ = r.ids();
   grad_begin_ = r.grad_offset();
   grad_end_ = grad_begin_ + r.num_params();
   check_from_ = grad_end_;
@@ -96,6 +97,7 @@ void StepCombiner::CheckPiece(int64_t lo, int64_t hi) {
 void StepCombiner::WriteFlags() {
   std::fill(check_buffer_, check_buffer_ + grad_begin_, 0.0f);
   if (rank_ >= 0 && rank_ < flag_slots_) check_buffer_[rank_] = local_finite_ ? 0.0f : 1.0f;
+  if (id_writer_ && !ids_.empty()) id_writer_(ids_);
 }
 
 void StepCombiner::ReadyFrom(int64_t begin) {

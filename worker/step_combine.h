@@ -37,6 +37,7 @@
 #define LOCKSTEP_WORKER_STEP_COMBINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -103,6 +104,13 @@ class StepCombiner : private GradReadyListener {
   // before the check (-1 = off).
   void InjectNanAtStep(int64_t step) { nan_at_step_ = step; }
 
+  // Divergence (issue 10): called on the compute thread with the replica's
+  // ids() each time the flags are written (just before the last bucket is
+  // released), to write this rank's state identity there. Empty = none.
+  void SetIdWriter(std::function<void(absl::Span<float> ids)> writer) {
+    id_writer_ = std::move(writer);
+  }
+
  private:
   void LossReady(double) override {}
   void ReadyFrom(int64_t begin) override;
@@ -120,6 +128,8 @@ class StepCombiner : private GradReadyListener {
   const int world_;
   const int rank_;
   int64_t nan_at_step_ = -1;
+  std::function<void(absl::Span<float>)> id_writer_;
+  absl::Span<float> ids_;  // the step's replica's ids()
   // The step's check, compute thread only: the buffer, where the gradient
   // begins and ends in it, the flag slots, what is left unchecked
   // [grad_begin_, check_from_), and the verdict so far.

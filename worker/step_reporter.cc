@@ -153,6 +153,7 @@ void StepReporter::Warm(v1::ReportStepRequest* report) const {
 void StepReporter::HashSlot(Slot* slot, WeightHasher* hasher) const {
   const absl::Span<const float> w = slot->weights;
   slot->hash = HashWeights(w);
+  slot->identity = slot->hash.hi ^ (slot->hash.lo * 0x9e3779b97f4a7c15ull);
   const std::vector<int64_t>& starts = options_.block_starts;
   auto* blocks = slot->report.mutable_block_hashes();
   blocks->Resize(static_cast<int>(starts.size()), 0);
@@ -170,7 +171,9 @@ void StepReporter::HashSlot(Slot* slot, WeightHasher* hasher) const {
     hasher->UpdateU64(static_cast<uint64_t>(options_.optimizer->steps()));
     hasher->UpdateU64(slots.size());
     hasher->Update(slots);
-    SetHex(hasher->Finish(), slot->report.mutable_optimizer_hash());
+    const WeightHash oh = hasher->Finish();
+    slot->identity ^= oh.hi * 0xc2b2ae3d27d4eb4full ^ oh.lo;
+    SetHex(oh, slot->report.mutable_optimizer_hash());
   }
 }
 
@@ -182,6 +185,11 @@ StepReporter::Repair StepReporter::repair() {
 WeightHash StepReporter::last_hash() {
   absl::MutexLock l(&mu_);
   return submitted_ == 0 ? WeightHash{} : SlotOf(submitted_ - 1).hash;
+}
+
+uint64_t StepReporter::last_identity() {
+  absl::MutexLock l(&mu_);
+  return submitted_ == 0 ? 0 : SlotOf(submitted_ - 1).identity;
 }
 
 int64_t StepReporter::answered() {

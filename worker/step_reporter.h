@@ -137,6 +137,9 @@ class StepReporter {
   // Hash of the last submitted weights; requires a successful WaitHashed()
   // or Flush() after the last Submit.
   WeightHash last_hash();
+  // A 64-bit fold of the last submitted state's weights and optimizer
+  // hashes (0 before the first Submit); same preconditions as last_hash().
+  uint64_t last_identity();
   // Reports answered so far (for tests).
   int64_t answered();
 
@@ -162,6 +165,7 @@ class StepReporter {
     absl::Span<const float> weights;
     HashState hash_state = HashState::kDone;
     WeightHash hash;
+    uint64_t identity = 0;  // weights and optimizer hashes folded
   };
 
   void Loop();

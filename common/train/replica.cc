@@ -10,7 +10,7 @@ namespace lockstep {
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const TrainSpec& spec,
                                                          int64_t input_dim,
                                                          int num_classes,
-                                                         int flag_slots) {
+                                                         int flag_slots, int id_slots) {
   if (absl::Status s = ValidateTrainSpec(spec, 1); !s.ok()) return s;
   auto model = CreateModel(spec.model, input_dim, num_classes);
   if (!model.ok()) return model.status();
@@ -20,17 +20,22 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const TrainSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("flag_slots: expected >= 0 (the job's K), got ", flag_slots));
   }
+  if (id_slots < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("id_slots: expected >= 0, got ", id_slots));
+  }
   return std::unique_ptr<Replica>(
-      new Replica(spec, *std::move(model), *std::move(optimizer), flag_slots));
+      new Replica(spec, *std::move(model), *std::move(optimizer), flag_slots, id_slots));
 }
 
 Replica::Replica(TrainSpec spec, std::unique_ptr<Model> model,
-                 std::unique_ptr<Optimizer> optimizer, int flag_slots)
+                 std::unique_ptr<Optimizer> optimizer, int flag_slots, int id_slots)
     : spec_(std::move(spec)),
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       flag_slots_(flag_slots),
-      grad_offset_((static_cast<int64_t>(flag_slots) + 15) / 16 * 16),
+      id_slots_(id_slots),
+      grad_offset_((static_cast<int64_t>(flag_slots) + id_slots + 15) / 16 * 16),
       params_(model_->num_params()),
       grad_(grad_offset_ + model_->num_params() + 1) {
   model_->Init(spec_.seed, absl::MakeSpan(params_));

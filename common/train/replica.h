@@ -38,7 +38,8 @@ class Replica {
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const TrainSpec& spec,
                                                          int64_t input_dim,
                                                          int num_classes,
-                                                         int flag_slots = 0);
+                                                         int flag_slots = 0,
+                                                         int id_slots = 0);
 
   // Loss sum and gradient SUM over the examples `indices` of `data`, into
   // grad() (overwritten). `data` must match the model's input dimension.
@@ -75,6 +76,10 @@ class Replica {
   absl::Span<float> combine_buffer() { return absl::MakeSpan(grad_); }
   float loss_sum() const { return grad_.back(); }
   absl::Span<float> flags() { return absl::MakeSpan(grad_.data(), flag_slots_); }
+  // Divergence (issue 10): `id_slots` floats after the flags, in the same
+  // front, where each rank writes its state identity (worker/job_runner.cc:
+  // 8 byte-valued floats per rank); summed by the combine like the flags.
+  absl::Span<float> ids() { return absl::MakeSpan(grad_.data() + flag_slots_, id_slots_); }
   int64_t grad_offset() const { return grad_offset_; }
 
   // Divides grad() by total_count, applies the learning rate of `step` and
@@ -100,13 +105,14 @@ class Replica {
 
  private:
   Replica(TrainSpec spec, std::unique_ptr<Model> model,
-          std::unique_ptr<Optimizer> optimizer, int flag_slots);
+          std::unique_ptr<Optimizer> optimizer, int flag_slots, int id_slots);
 
   TrainSpec spec_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   int flag_slots_ = 0;
-  int64_t grad_offset_ = 0;  // flag_slots_ rounded up to 16 floats
+  int id_slots_ = 0;
+  int64_t grad_offset_ = 0;  // flag_slots_ + id_slots_ rounded up to 16 floats
   std::vector<float> params_, grad_;
   std::vector<float> batch_x_, batch_y_;  // reused gather buffers
 };
