@@ -162,6 +162,14 @@ void PrintStatus(const v1::JobStatus& j) {
                 static_cast<long long>(j.skipped_steps()),
                 static_cast<long long>(j.last_skipped_step()), ranks.c_str());
   }
+  // Membership (on_worker_lost=shrink): each regroup, one line.
+  for (const v1::MembershipEvent& e : j.membership_events()) {
+    std::printf("  %s: %d -> %d workers (generation %lld), %s at step %lld; %s\n",
+                e.kind().c_str(), e.world_before(), e.world_after(),
+                static_cast<long long>(e.generation()),
+                e.step() >= 0 ? "continued" : "regrouping, to continue",
+                static_cast<long long>(e.step()), e.reason().c_str());
+  }
   if (j.ranks_size() > 0) {
     // A tcp ring job's peers talk over their data addresses: list those too.
     const bool tcp = j.spec().sync_mode() != v1::PS && j.spec().peer_transport() == v1::TCP;

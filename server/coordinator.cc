@@ -9,11 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/membership.h"
 #include "server/scheduler.h"
 
 namespace lockstep {
-
-namespace v1 = ::lockstep::v1;
 
 Coordinator::Coordinator(CoordinatorOptions options, Clock* clock)
     : options_(std::move(options)), clock_(clock),
@@ -137,12 +136,14 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   // 43 + 20 bits: bit 63 stays clear for the workers' shape-agreement key.
   // Job ids past 2^20 in one coordinator's life wrap onto jobs a million
   // submissions old, long forgotten by workers (1024) and ps servers (8).
-  a.set_group_key((incarnation_ << 20) | (job.id & 0xfffffu));
+  a.set_group_key(GenerationKey((incarnation_ << 20) | (job.id & 0xfffffu),
+                                job.membership.generation));
   *a.mutable_spec() = job.spec;
   a.set_rank(rank);
   for (const Rank& r : job.ranks) a.add_peer_addresses(r.address);
   for (const Rank& r : job.ranks) a.add_data_addresses(r.data_address);
   for (const std::string& p : job.ps_addresses) a.add_ps_addresses(p);
+  FillMembership(job, &a);
   return a;
 }
 
@@ -247,6 +248,20 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   if (request.job_id() != 0) {
     if (rank != nullptr && request.job_id() == bound->id && bound->state == v1::RUNNING) {
       rank->acknowledged = true;
+      // Membership (membership.h): a rank holding its state for a regroup.
+      if (request.holds_state() &&
+          RecordHeldStep(bound, w->rank, request.generation(), request.held_step())) {
+        LogLocked(LogLevel::kInfo, "job regrouped",
+                  {{"job", bound->id},
+                   {"generation", bound->membership.generation},
+                   {"world", bound->k},
+                   {"start_step", bound->membership.start_step},
+                   {"state_source_rank", bound->membership.source_rank}});
+        StateChangedLocked(bound);
+      }
+      if (NeedsAssignment(*bound, request.generation(), request.holds_state())) {
+        *reply.mutable_assignment() = AssignmentLocked(*bound, w->rank);
+      }
     } else {
       reply.set_stop_job(true);
     }
@@ -289,8 +304,9 @@ void Coordinator::Tick() {
     if (w.job_id == 0) continue;
     Job* job = jobs_.Find(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
-      // The job's policy for a lost worker (spec.on_worker_lost) is "fail"
-      // in this version (ValidateJobSpec refuses the others).
+      // The job's policy for a lost worker (spec.on_worker_lost): "shrink"
+      // regroups the survivors (membership.h); "fail" ends the job.
+      if (ShrinksOnLoss(*job) && ShrinkLockedOnLoss(job, w, lost.silent)) continue;
       FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
                                          w.id, w.rank,
                                          w.hostname.empty() ? "" : "host " + w.hostname + ", ",
@@ -298,6 +314,30 @@ void Coordinator::Tick() {
     }
   }
   ScheduleLocked();
+}
+
+bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
+  const std::string why =
+      absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
+                      lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
+                      lost.address, absl::ToDoubleSeconds(silent));
+  const int lost_rank = lost.rank;
+  ShrinkResult shrunk = ShrinkJob(job, lost_rank, clock_->Now(), why);
+  if (!shrunk.shrunk) return false;
+  // The lost worker leaves the job; the survivors take their new ranks.
+  if (Worker* w = workers_.Find(lost.id); w != nullptr) WorkerRegistry::Unbind(w);
+  for (size_t r = 0; r < shrunk.workers.size(); ++r) {
+    if (Worker* w = workers_.Find(shrunk.workers[r]); w != nullptr) {
+      w->rank = static_cast<int>(r);
+    }
+  }
+  LogLocked(LogLevel::kWarn, "job shrinking",
+            {{"job", job->id},
+             {"generation", job->membership.generation},
+             {"world", job->k},
+             {"lost", why}});
+  StateChangedLocked(job);
+  return true;
 }
 
 Coordinator::Counters Coordinator::counters() {

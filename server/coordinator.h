@@ -80,7 +80,9 @@
 // Tick(): workers not heard from for more than options.lost_after become
 //   LOST (worker_registry.h); a RUNNING job with a LOST rank FAILS with
 //   "worker w-3 (rank 2, host vm3, 127.0.0.1:4567) lost: no heartbeat for
-//   3.2s" (spec.on_worker_lost "fail", the only policy of this version).
+//   3.2s" under spec.on_worker_lost "fail"; under "shrink" the survivors
+//   regroup instead (server/membership.h: new generation, renumbered ranks,
+//   k - 1; their heartbeats carry the new Assignment, then its start).
 //   RegisterWorkerReply.lost_after_ms tells workers options.lost_after.
 //   Then PENDING jobs are scheduled (scheduler.h). Scheduling also runs on
 //   submit and whenever a worker becomes IDLE.
@@ -395,6 +397,10 @@ class Coordinator {
   lockstep::v1::JobStatus StatusLocked(const Job& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // spec.on_worker_lost = "shrink": regroups `job` without the `lost`
+  // worker (membership.h); false when it cannot (then the job fails).
+  bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Event logging without I/O under mu_ (coordinator_log.cc): LogLocked

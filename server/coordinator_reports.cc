@@ -14,8 +14,6 @@
 namespace lockstep {
 namespace {
 
-namespace v1 = ::lockstep::v1;
-
 bool IsHex32(const std::string& s) {
   if (s.size() != 32) return false;
   for (char c : s) {
@@ -29,6 +27,12 @@ bool IsHex32(const std::string& s) {
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
     const v1::ReportStepRequest& request) {
   Locked lock(this);  // writes this call's log lines after unlocking
+  // A report of an older generation (membership.h: the job regrouped since;
+  // its sender's rank may have changed) is stale: dropped.
+  if (const Job* j = jobs_.Find(request.job_id());
+      j != nullptr && request.generation() < j->membership.generation) {
+    return v1::ReportStepReply();
+  }
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
@@ -175,6 +179,10 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
 
 absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
   Locked lock(this);  // writes this call's log lines after unlocking
+  if (const Job* j = jobs_.Find(request.job_id());
+      j != nullptr && request.generation() < j->membership.generation) {
+    return absl::OkStatus();  // stale: an older generation's runner
+  }
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();

@@ -7,8 +7,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 namespace {
 
 double UnixSeconds(absl::Time t) {
@@ -42,6 +40,10 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   s.set_repairs(job.sync.repairs());
   s.set_evaluated(job.series.evals_offered() > 0);
   s.set_last_divergence(job.sync.last_divergence());
+  s.set_generation(job.membership.generation);
+  s.set_world(job.k);
+  s.set_regrouping(job.membership.regrouping);
+  for (const v1::MembershipEvent& e : job.membership.events) *s.add_membership_events() = e;
   s.set_checked_steps(CheckedStepsOf(job));
   s.set_mismatched_steps(MismatchedStepsOf(job));
   s.set_skipped_steps(job.skipped_steps);

@@ -31,6 +31,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
 #include "server/job_series.h"
+#include "server/membership.h"
 #include "server/rank_timing.h"
 #include "server/sync_checker.h"
 #include "server/watch_fanout.h"
@@ -51,6 +52,9 @@ struct RankRecord {
   double done_test_accuracy = 0, done_test_loss = 0;
   RankTiming timing;          // the last RankTiming::kSize reports' timing
   int64_t resident_bytes = 0; // the last nonzero one reported
+  // Membership (server/membership.h): the generation this rank last said
+  // it holds its replica for, and the step it holds (-1 = none).
+  int64_t held_generation = -1, held_step = -1;
 };
 
 struct JobRecord {
@@ -81,6 +85,8 @@ struct JobRecord {
   // Sync counters of the checks made before a coordinator restart (restored
   // from --state_dir); `sync` counts the checks since. Use the *Of helpers.
   int64_t restored_checked = 0, restored_mismatched = 0, restored_first_mismatch = -1;
+  // Generation, regroup and shrink events (server/membership.h).
+  MembershipState membership;
 };
 
 // Exact sync counters of a job, across coordinator restarts.

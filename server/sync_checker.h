@@ -123,6 +123,14 @@ class SyncChecker {
   void DropSettled(int64_t min_last_step);
   // Forgets every pending step (the job ended).
   void ClearPending();
+  // The job's group changed (server/membership.h): `k` ranks from now on;
+  // pending steps and a scheduled repair are forgotten, counters and
+  // history kept.
+  void Regroup(int k) {
+    k_ = k < 1 ? 1 : k;
+    pending_.clear();
+    repair_.reset();
+  }
 
   // The names of the blocks of StepReport::blocks (kept from the first
   // report that has them).

@@ -275,6 +275,7 @@ void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, doubl
   report->set_exposed_seconds(timing.exposed_seconds);
   report->set_peer_wait_seconds(timing.peer_wait_seconds);
   report->set_resident_bytes(resident_bytes);
+  report->set_generation(options_.generation);
 }
 
 absl::StatusOr<JobOutcome> JobRunner::Run() {
@@ -351,6 +352,16 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                           {"weights_hash", point->weights_hash.ToHex()}});
     first_step = point->next_step;
   }
+  if (!options_.initial_state.empty()) {  // a regrouped job (membership)
+    auto next = RestoreReplicaState(options_.initial_state, &r);
+    if (!next.ok()) {
+      return absl::Status(next.status().code(),
+                          absl::StrCat("worker ", options_.worker_id,
+                                       ": regroup state: ", next.status().message()));
+    }
+    first_step = *next;
+  }
+  next_step_ = first_step;
   if (writes_checkpoints) {
     if (absl::Status s = checkpointer.Start(clock_->Now()); !s.ok()) return s;
   }
@@ -480,6 +491,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     }
     const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
                           : r.Apply(step, count);
+    next_step_ = step + 1;
     if (skip) {
       ++outcome.skipped_steps;
       log_.Warn("update skipped: non-finite gradient",

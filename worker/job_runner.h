@@ -84,6 +84,12 @@ struct JobRunnerOptions {
   std::function<absl::StatusOr<std::string>(int rank, int64_t step, int64_t expected_bytes,
                                             absl::Time deadline)>
       fetch_state;
+  // Membership (server/membership.h): the assignment's generation (sent
+  // with every step report) and, for a regrouped job, the replica state to
+  // start from (EncodeReplicaState bytes: weights, optimizer state, next
+  // step; "" = start as usual: step 0 or spec.resume_from).
+  int64_t generation = 0;
+  std::string initial_state;
   // Steps the job may run ahead of the coordinator's replies to its step
   // reports (step_reporter.h; 0 = wait for each reply), and the longest
   // wait for one reply.
@@ -155,6 +161,9 @@ class JobRunner {
 
   // The replica after Run() (null before).
   const Replica* replica() const { return replica_.get(); }
+  // After Run(): the step the replica is at (the next step it would run:
+  // every step before it applied, none after). Read on Run()'s thread.
+  int64_t next_step() const { return next_step_; }
 
  private:
   JobRunnerOptions options_;
@@ -189,6 +198,7 @@ class JobRunner {
   absl::Status UserFacing(const absl::Status& s) const;
 
   std::unique_ptr<Replica> replica_;
+  int64_t next_step_ = 0;
 };
 
 }  // namespace lockstep

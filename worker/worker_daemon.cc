@@ -14,6 +14,7 @@
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "worker/job_data.h"
+#include "common/train/replica_state.h"
 #include "worker/net/state_service.h"
 
 namespace lockstep {
@@ -173,8 +174,19 @@ class GrpcReporter : public JobReporter {
 }  // namespace
 
 struct WorkerDaemon::RunningJob {
-  v1::Assignment assignment;
+  v1::Assignment assignment;  // the first generation's
   std::atomic<bool> stop{false};
+  // Membership (server/membership.h; see "Regroups" in the header): the
+  // generation and rank this worker runs as now, and while regrouping the
+  // step it holds its replica at (heartbeats carry them).
+  std::atomic<int64_t> generation{0};
+  std::atomic<int> rank{0};
+  std::atomic<bool> holds_state{false};
+  std::atomic<int64_t> held_step{-1};
+  // The newest Assignment of this job a heartbeat brought (a higher
+  // generation, or the start of the current one); generation -1 = none.
+  v1::Assignment pending ABSL_GUARDED_BY(mu);
+  bool has_pending ABSL_GUARDED_BY(mu) = false;
   std::atomic<bool> finished{false};  // ReportDone sent; safe to heartbeat idle
   // Whoever sets this first sends the job's one ReportDone: the job thread
   // when the job ends, or Drain() when the worker shuts down mid-job.
@@ -186,10 +198,40 @@ struct WorkerDaemon::RunningJob {
   std::thread thread;
   // Notified by the first RequestStop (a held ReportDone waits on it).
   absl::Notification stopped;
-  // Runs transport->Shutdown() (ShutdownTransportLocked); joined before the
-  // transport is destroyed (ReapJob).
-  std::thread stopper;
-  std::atomic<bool> stopper_done{true};
+  // Transports shut down (one per generation) and the threads running
+  // their Shutdown() (ShutdownTransportLocked); joined before the
+  // transports are destroyed (ReapJob).
+  std::vector<std::unique_ptr<JobTransport>> retired ABSL_GUARDED_BY(mu);
+  std::vector<std::thread> stoppers ABSL_GUARDED_BY(mu);
+  std::atomic<int> stoppers_running{0};
+
+  // absl::Condition arguments for the regroup waits (RunJob).
+  struct RegroupWait {
+    RunningJob* job;
+    int64_t generation;
+  };
+  // The job was stopped, or a generation above w->generation is pending.
+  static bool StoppedOrSuperseded(RegroupWait* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return w->job->stopped.HasBeenNotified() || w->job->SupersededLocked(w->generation);
+  }
+  // ... or the start of w->generation itself is pending.
+  static bool RegroupDecided(RegroupWait* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return StoppedOrSuperseded(w) ||
+           (w->job->has_pending && w->job->pending.generation() == w->generation &&
+            w->job->pending.start_ready());
+  }
+  // A pending assignment of a generation above `generation`.
+  bool SupersededLocked(int64_t gen) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return has_pending && pending.generation() > gen;
+  }
+  // A regroup (server/membership.h): stops the current generation's runner
+  // at its next step boundary and interrupts its combine, WITHOUT stopping
+  // the job (no ReportDone follows). Never blocks on the network.
+  void StopGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (runner != nullptr) runner->RequestStop();
+    for (PsClient* c : ps_clients) c->Cancel();
+    ShutdownTransportLocked();
+  }
 
   // Stops the runner at its next step boundary and interrupts a combine
   // that waits on a peer (ring) or a shard (ps). Never blocks on the
@@ -207,12 +249,13 @@ struct WorkerDaemon::RunningJob {
   // gRPC stream to a peer that no longer answers): run it on its own
   // thread so that no lock is held and no heartbeat waits meanwhile.
   void ShutdownTransportLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (transport == nullptr || stopper.joinable()) return;
-    stopper_done.store(false);
+    if (transport == nullptr) return;
+    stoppers_running.fetch_add(1);
     JobTransport* t = transport.get();
-    stopper = std::thread([this, t] {
+    retired.push_back(std::move(transport));
+    stoppers.emplace_back([this, t] {
       t->Shutdown();
-      stopper_done.store(true);
+      stoppers_running.fetch_sub(1);
     });
   }
 };
@@ -270,7 +313,8 @@ void WorkerDaemon::Drain(const std::string& why) {
       report = true;
       done.set_worker_id(wid);
       done.set_job_id(job_->assignment.job_id());
-      done.set_rank(job_->assignment.rank());
+      done.set_rank(job_->rank.load());
+      done.set_generation(job_->generation.load());
       done.set_ok(false);
       done.set_error(absl::StrCat("worker ", wid, " (", options_.hostname, ") ", leave_reason_));
     }
@@ -383,7 +427,14 @@ void WorkerDaemon::Heartbeat() {
   {
     absl::MutexLock l(&mu_);
     req.set_worker_id(worker_id_);
-    if (job_ != nullptr && !job_->finished.load()) req.set_job_id(job_->assignment.job_id());
+    if (job_ != nullptr && !job_->finished.load()) {
+      req.set_job_id(job_->assignment.job_id());
+      req.set_generation(job_->generation.load());
+      if (job_->holds_state.load()) {
+        req.set_holds_state(true);
+        req.set_held_step(job_->held_step.load());
+      }
+    }
   }
   v1::HeartbeatReply reply;
   grpc::ClientContext ctx;
@@ -431,6 +482,28 @@ void WorkerDaemon::Heartbeat() {
               {{"job", job_->assignment.job_id()}, {"worker", worker_id_}});
     job_->RequestStop();
   }
+  if (reply.has_assignment() && job_ != nullptr && !job_->finished.load() &&
+      reply.assignment().job_id() == job_->assignment.job_id()) {
+    // A regroup of the job this worker runs (see "Regroups" in the header).
+    const v1::Assignment& a = reply.assignment();
+    absl::MutexLock jl(&job_->mu);
+    const int64_t newest = job_->has_pending ? job_->pending.generation() : -1;
+    if (a.generation() > newest || (a.generation() == newest && a.start_ready() &&
+                                    !job_->pending.start_ready())) {
+      if (a.generation() > job_->generation.load() && a.generation() > newest) {
+        later.Add(LogLevel::kWarn, "job regrouping: a worker of the job was lost",
+                  {{"job", a.job_id()},
+                   {"generation", a.generation()},
+                   {"rank", a.rank()},
+                   {"world", a.peer_addresses_size()},
+                   {"worker", worker_id_}});
+        job_->StopGenerationLocked();
+      }
+      job_->pending = a;
+      job_->has_pending = true;
+    }
+    return;
+  }
   if (reply.has_assignment() && job_ == nullptr && !draining_) {
     auto job = std::make_unique<RunningJob>();
     job->assignment = reply.assignment();
@@ -445,23 +518,33 @@ void WorkerDaemon::ReapJob(bool wait) {
   {
     absl::MutexLock l(&mu_);
     // A transport still draining (its stopper thread) is reaped later.
-    if (job_ == nullptr || (!wait && (!job_->finished.load() || !job_->stopper_done.load()))) {
+    if (job_ == nullptr ||
+        (!wait && (!job_->finished.load() || job_->stoppers_running.load() != 0))) {
       return;
     }
     done = std::move(job_);
   }
   if (done->thread.joinable()) done->thread.join();
-  if (done->stopper.joinable()) done->stopper.join();
+  std::vector<std::thread> stoppers;
+  {
+    absl::MutexLock l(&done->mu);
+    stoppers.swap(done->stoppers);
+  }
+  for (std::thread& t : stoppers) t.join();
 }
 
 void WorkerDaemon::RunJob(RunningJob* job) {
-  const v1::Assignment& a = job->assignment;
+  // The current generation's assignment (server/membership.h): the first
+  // one, then each regroup's.
+  v1::Assignment a = job->assignment;
+  job->rank.store(a.rank());
+  job->generation.store(a.generation());
   const std::string wid = worker_id();
-  const int k = a.peer_addresses_size();
   const bool tcp = a.spec().peer_transport() == v1::TCP;
+  const bool shrinks = a.spec().on_worker_lost() == "shrink";
   log_.Info("job started", {{"job", a.job_id()},
                             {"rank", a.rank()},
-                            {"world", k},
+                            {"world", a.peer_addresses_size()},
                             {"worker", wid},
                             {"mode", a.spec().sync_mode() == v1::PS
                                          ? (a.spec().ps_transport() == v1::TCP ? "ps/tcp" : "ps")
@@ -475,7 +558,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, [job] { job->RequestStop(); },
                         &job->stop, options_.coordinator_restart_grace);
 
+  // The replica state this worker holds for a regroup (EncodeReplicaState
+  // bytes, "" = the initial replica) and its step.
+  std::string held;
+  int64_t held_step = 0;
   auto run = [&]() -> absl::StatusOr<JobOutcome> {
+    const int k = a.peer_addresses_size();
     // Dataset from this machine's disk, cached across jobs.
     std::shared_ptr<const TrainTest> data;
     const std::string key = a.spec().data().SerializeAsString();
@@ -590,10 +678,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.peer_names.assign(a.peer_addresses().begin(), a.peer_addresses().end());
     o.combine_timeout = options_.combine_timeout;
     o.perturb_at_step = options_.perturb_at_step;
-    o.nan_at_step = options_.nan_at_step;
     o.flip_at_step = options_.flip_at_step;
     o.flip_optimizer = options_.flip_optimizer;
     o.flip_index = options_.flip_index;
+    o.nan_at_step = options_.nan_at_step;
+    o.generation = a.generation();
+    if (a.generation() > 0) o.initial_state = held;
     o.state_board = options_.state_board;
     if (options_.state_board != nullptr) {
       // Peers' states come from their gRPC servers (the peer addresses).
@@ -615,39 +705,162 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     {
       absl::MutexLock l(&job->mu);
       job->runner = &runner;
+      // A regroup announced while this generation was being set up.
+      if (job->SupersededLocked(a.generation())) job->StopGenerationLocked();
     }
     if (job->stop.load()) runner.RequestStop();
     auto out = runner.Run();
+    if (!out.ok() && shrinks && runner.replica() != nullptr) {
+      // Kept for a regroup (a lost peer): the replica at its step boundary.
+      held_step = runner.next_step();
+      held = EncodeReplicaState(*runner.replica(), held_step);
+    }
     absl::MutexLock l(&job->mu);
     job->runner = nullptr;
     job->ps_clients.clear();
     job->ShutdownTransportLocked();  // drains on its own thread
     return out;
   };
-  absl::StatusOr<JobOutcome> out = run();
-  if (options_.step_observer != nullptr) options_.step_observer->OnJobEnd(a.job_id());
-  // A combine that failed on a peer: let the coordinator say who was lost
-  // (see "Lost workers" in the header) before reporting this side's error.
-  if (!out.ok() && IsPeerFailure(out.status()) && !job->stop.load()) {
-    const absl::Duration grace = peer_failure_grace();
-    log_.Warn("combine failed on a peer; waiting for the coordinator's decision before reporting",
+  // A regroup (server/membership.h; "Regroups" in the header): takes the
+  // newest generation's assignment, heartbeats the held step until the
+  // coordinator says where the new group starts, then copies the source
+  // rank's state if this replica is behind it.
+  auto regroup = [&]() -> absl::Status {
+    const absl::Time t0 = absl::Now();
+    const absl::Time deadline = t0 + options_.combine_timeout + 2 * peer_failure_grace();
+    for (;;) {
+      {
+        absl::MutexLock l(&job->mu);
+        a = job->pending;
+      }
+      job->rank.store(a.rank());
+      job->generation.store(a.generation());
+      job->held_step.store(held_step);
+      job->holds_state.store(true);
+      log_.Info("regroup: holding the replica for the new group",
+                {{"job", a.job_id()},
+                 {"generation", a.generation()},
+                 {"rank", a.rank()},
+                 {"world", a.peer_addresses_size()},
+                 {"held_step", held_step}});
+      {
+        absl::MutexLock l(&mu_);
+        wake_ = true;  // heartbeat the held step at once
+      }
+      RunningJob::RegroupWait w{job, a.generation()};
+      bool decided;
+      {
+        absl::MutexLock l(&job->mu);
+        decided = job->mu.AwaitWithDeadline(absl::Condition(&RunningJob::RegroupDecided, &w), deadline);
+        if (decided && !job->SupersededLocked(a.generation())) a = job->pending;
+      }
+      if (job->stop.load()) {
+        job->holds_state.store(false);
+        return absl::CancelledError(absl::StrCat("job ", a.job_id(), " stopped while regrouping"));
+      }
+      if (!decided) {
+        job->holds_state.store(false);
+        return absl::DeadlineExceededError(absl::StrCat(
+            "regroup of job ", a.job_id(), " (generation ", a.generation(),
+            "): the coordinator did not say where the new group starts within ",
+            absl::FormatDuration(deadline - t0)));
+      }
+      if (a.start_ready() && a.generation() == job->generation.load()) break;
+    }
+    job->holds_state.store(false);
+    const int64_t s = a.start_step();
+    const int source = a.state_source_rank();
+    if (held_step > s || source < 0 || source >= a.peer_addresses_size()) {
+      return absl::InternalError(absl::StrCat("regroup of job ", a.job_id(), ": start step ", s,
+                                              " from rank ", source, ", this rank holds step ",
+                                              held_step));
+    }
+    bool fetched = false;
+    if (a.rank() == source && options_.state_board != nullptr && !held.empty()) {
+      options_.state_board->Publish(WireKey(a), s, held);
+    }
+    if (held_step < s) {
+      if (options_.state_board == nullptr || held.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "regroup of job ", a.job_id(), ": this rank is at step ", held_step,
+            " and cannot copy rank ", source, "'s state at step ", s));
+      }
+      FetchStateOptions f;
+      f.group = WireKey(a);
+      f.step = s;
+      f.expected_bytes = static_cast<int64_t>(held.size());
+      f.deadline = absl::Now() + options_.combine_timeout;
+      f.requester = wid;
+      auto bytes = FetchReplicaState(a.peer_addresses(source), f);
+      if (!bytes.ok()) {
+        return absl::Status(bytes.status().code(),
+                            absl::StrCat("regroup of job ", a.job_id(), ": state of rank ", source,
+                                         " (", a.peer_addresses(source), ") at step ", s, ": ",
+                                         bytes.status().message()));
+      }
+      held = *std::move(bytes);
+      held_step = s;
+      fetched = true;
+    }
+    log_.Warn("regroup: continuing in the new group",
               {{"job", a.job_id()},
+               {"generation", a.generation()},
                {"rank", a.rank()},
-               {"worker", wid},
-               {"grace_s", absl::ToDoubleSeconds(grace)},
-               {"error", out.status().message()}});
-    const absl::Time start = absl::Now();
-    const bool stopped = job->stopped.WaitForNotificationWithTimeout(grace);
-    log_.Info(stopped ? "the coordinator ended the job" : "no decision within the grace, reporting",
-              {{"job", a.job_id()},
-               {"worker", wid},
-               {"waited_s", absl::ToDoubleSeconds(absl::Now() - start)}});
+               {"world", a.peer_addresses_size()},
+               {"start_step", s},
+               {"state_from_rank", fetched ? source : a.rank()},
+               {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
+    return absl::OkStatus();
+  };
+
+  absl::StatusOr<JobOutcome> out = run();
+  while (!out.ok() && !job->stop.load()) {
+    bool superseded;
+    {
+      absl::MutexLock l(&job->mu);
+      superseded = job->SupersededLocked(a.generation());
+    }
+    // A combine that failed on a peer: let the coordinator say who was lost
+    // (see "Lost workers" in the header) before reporting this side's
+    // error. Under on_worker_lost=shrink its answer may be a regroup.
+    const bool may_regroup = shrinks && out.status().code() != absl::StatusCode::kAborted;
+    if (!superseded && (IsPeerFailure(out.status()) || may_regroup)) {
+      const absl::Duration grace = peer_failure_grace();
+      log_.Warn("combine failed on a peer; waiting for the coordinator's decision before "
+                "reporting",
+                {{"job", a.job_id()},
+                 {"rank", a.rank()},
+                 {"worker", wid},
+                 {"grace_s", absl::ToDoubleSeconds(grace)},
+                 {"error", out.status().message()}});
+      const absl::Time start = absl::Now();
+      RunningJob::RegroupWait w{job, a.generation()};
+      {
+        absl::MutexLock l(&job->mu);
+        job->mu.AwaitWithTimeout(absl::Condition(&RunningJob::StoppedOrSuperseded, &w), grace);
+        superseded = job->SupersededLocked(a.generation());
+      }
+      log_.Info(superseded       ? "the coordinator regrouped the job"
+                : job->stop.load() ? "the coordinator ended the job"
+                                   : "no decision within the grace, reporting",
+                {{"job", a.job_id()},
+                 {"worker", wid},
+                 {"waited_s", absl::ToDoubleSeconds(absl::Now() - start)}});
+    }
+    if (!superseded || job->stop.load()) break;
+    if (absl::Status s = regroup(); !s.ok()) {
+      out = s;
+      break;
+    }
+    out = run();
   }
+  if (options_.step_observer != nullptr) options_.step_observer->OnJobEnd(a.job_id());
 
   v1::ReportDoneRequest done;
   done.set_worker_id(wid);
   done.set_job_id(a.job_id());
   done.set_rank(a.rank());
+  done.set_generation(a.generation());
   done.set_ok(out.ok());
   if (out.ok()) {
     done.set_steps(out->steps);

@@ -32,6 +32,24 @@
 //     most heartbeat_deadline() (min(rpc_timeout, max(1 s, 5 intervals))),
 //     so the check runs at least that often.
 //
+// Regroups (JobSpec.on_worker_lost = "shrink"; server/membership.h). A
+// heartbeat reply whose Assignment is for the job this worker runs, with a
+// higher generation, means a peer was lost and the survivors form a new
+// group: the daemon stops the current runner at its step boundary (and
+// shuts its transport) WITHOUT ReportDone, encodes its replica at the step
+// it holds (JobRunner::next_step), and heartbeats holds_state + held_step
+// under the new generation. Under shrink, a runner that failed (anything
+// but ABORTED) waits up to peer_failure_grace() for that decision like a
+// peer failure does. When the coordinator answers start_ready (start step
+// s, source rank): the source publishes its state on the state board
+// under the new group key; a rank behind s fetches it from the source's
+// peer address (FetchReplicaState); every rank then runs a new JobRunner
+// with world = the new group's size, initial_state = that state, reports
+// with the new generation. A second loss while regrouping just moves to
+// the next generation with the same held state. The wait for the start
+// has a deadline (combine_timeout + 2 x peer_failure_grace): then the job
+// is reported failed.
+//
 // Coordinator restarts (README "Coordinator state and restarts"). When the
 // coordinator's host refuses the connection (nothing listens on its port:
 // the process died and is being restarted, not a network partition) or
@@ -109,12 +127,12 @@ struct WorkerDaemonOptions {
   int blas_threads = 1;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
-  // Fault injection for tests (see JobRunnerOptions::nan_at_step).
-  int64_t nan_at_step = -1;
   // Fault injection for tests (see JobRunnerOptions::flip_at_step).
   int64_t flip_at_step = -1;
   bool flip_optimizer = false;
   int64_t flip_index = 0;
+  // Fault injection for tests (see JobRunnerOptions::nan_at_step).
+  int64_t nan_at_step = -1;
   // The states this worker offers its peers (served by worker/net/
   // state_service.h on the same gRPC server as the peer service); jobs
   // publish to it and fetch from peers' (divergence repair). Not owned;

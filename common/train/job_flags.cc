@@ -57,7 +57,9 @@ ABSL_FLAG(std::string, on_nonfinite, "fail",
 ABSL_FLAG(std::string, on_worker_lost, "fail",
           "fail: when a worker of the job is lost (no heartbeat for the coordinator's "
           "--lost_after_ms, 3 s by default), end the job FAILED naming the worker, rank and "
-          "host (shrink and wait are reserved, refused by this version)");
+          "host; shrink: the survivors regroup without it and continue from the last step "
+          "every replica completed with the same global batch (wait is reserved, refused by "
+          "this version)");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");

@@ -111,11 +111,11 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset) {
 
 absl::Status CheckWorkerLostPolicy(const JobSpec& spec) {
   const std::string& p = spec.on_worker_lost();
-  if (p.empty() || p == "fail") return absl::OkStatus();
-  if (p == "shrink" || p == "wait") {
+  if (p.empty() || p == "fail" || p == "shrink") return absl::OkStatus();
+  if (p == "wait") {
     return absl::FailedPreconditionError(absl::StrCat(
         "spec.on_worker_lost: \"", p,
-        "\" is not implemented by this version; only \"fail\" (the default) is"));
+        "\" is not implemented by this version; \"fail\" (the default) and \"shrink\" are"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("spec.on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));

@@ -142,19 +142,19 @@ TEST(ValidateJobSpecTest, AcceptsValidSpecs) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
-TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailOnly) {
+TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailOrShrink) {
   v1::JobSpec spec = Minimal();
   EXPECT_TRUE(ValidateJobSpec(spec).ok());  // "" = fail
   spec.set_on_worker_lost("fail");
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
   spec.set_on_worker_lost("shrink");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_on_worker_lost("wait");
   absl::Status s = ValidateJobSpec(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
-            "spec.on_worker_lost: \"shrink\" is not implemented by this version; only "
-            "\"fail\" (the default) is");
-  spec.set_on_worker_lost("wait");
-  EXPECT_EQ(ValidateJobSpec(spec).code(), absl::StatusCode::kFailedPrecondition);
+            "spec.on_worker_lost: \"wait\" is not implemented by this version; \"fail\" (the "
+            "default) and \"shrink\" are");
   spec.set_on_worker_lost("restart");
   s = ValidateJobSpec(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
