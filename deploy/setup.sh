@@ -11,6 +11,7 @@ PKGS=(
   python3-grpcio python3-protobuf python3-numpy
   docker-compose python3-yaml
   prometheus
+  clang-14 libclang-rt-14-dev  # tests/fuzz (libFuzzer, ASan, UBSan)
 )
 missing=()
 for p in "${PKGS[@]}"; do

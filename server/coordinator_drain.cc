@@ -10,8 +10,6 @@
 namespace lockstep {
 namespace {
 
-namespace v1 = ::lockstep::v1;
-
 constexpr size_t kMaxLeaveReasonBytes = 256;
 
 }  // namespace

@@ -11,8 +11,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 Coordinator::Locked::Locked(Coordinator* c) : c_(c) { c_->mu_.Lock(); }
 
 Coordinator::Locked::~Locked() {

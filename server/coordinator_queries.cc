@@ -13,8 +13,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
   const v1::JobSpec& spec = request.spec();
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;

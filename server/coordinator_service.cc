@@ -13,8 +13,6 @@
 namespace lockstep {
 namespace {
 
-namespace v1 = ::lockstep::v1;
-
 constexpr absl::Duration kWatchSlice = absl::Milliseconds(100);
 
 // Copies *result into *reply and converts the status.

@@ -12,8 +12,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 namespace {
 
 double UnixSeconds(absl::Time t) {

@@ -8,8 +8,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 std::vector<std::string> PsAddresses(const std::vector<std::string>& configured,
                                      const std::string& advertise) {
   if (!configured.empty()) return configured;

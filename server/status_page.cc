@@ -25,8 +25,6 @@
 namespace lockstep {
 namespace {
 
-namespace v1 = ::lockstep::v1;
-
 constexpr char kJson[] = "application/json; charset=utf-8";
 
 // A JSON string literal (quotes included).

@@ -4,8 +4,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 namespace {
 
 bool Terminal(v1::JobState s) {

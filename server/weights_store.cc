@@ -7,8 +7,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 v1::WeightsChunk MakeWeightsChunk(const FinalWeights& w, int64_t offset, int64_t max_floats) {
   v1::WeightsChunk chunk;
   chunk.set_job_id(w.job_id);

@@ -8,8 +8,6 @@
 
 namespace lockstep {
 
-namespace v1 = ::lockstep::v1;
-
 WorkerRecord* WorkerRegistry::Find(const std::string& id) {
   int64_t seq = 0;
   if (id.size() < 3 || id.compare(0, 2, "w-") != 0 ||

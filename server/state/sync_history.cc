@@ -5,8 +5,6 @@
 
 namespace lockstep {
 
-namespace v1 = lockstep::v1;
-
 SyncHistoryBuffer::SyncHistoryBuffer(SyncHistoryLimits limits) : limits_([&] {
   limits.recent = std::max<int64_t>(1, limits.recent);
   limits.max_mismatches = std::max<int64_t>(0, limits.max_mismatches);
