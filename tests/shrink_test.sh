@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Issue 10, a lost worker under on_worker_lost=shrink: real processes on
+# 127.0.0.1 (OS-chosen ports), a coordinator with its default lost_after
+# (3 s) and worker daemons. For ring over gRPC (K=3) and ps over raw TCP
+# (K=3):
+#   A  a K=3 shrink job; once it has run 20 steps, one worker is SIGKILLed
+#      mid-step. Asserted, with deadlines and no sleeps to synchronise:
+#      the job regroups (generation 1, 2 ranks, the lost worker out, a
+#      "shrink" event with the step s it continued at) within REGROUP_S
+#      (6 s: lost_after 3 s + heartbeats + the state hand-over) of the kill,
+#      and ends SUCCEEDED.
+#   B  the same run, uninterrupted at K=3, with a checkpoint every step;
+#      cancelled once its checkpoint of step s is on disk;
+#   C  the same run resumed from B's step-s checkpoint with K=2 workers.
+#   What is exactly expected: A's final hash == C's (the K=3 run up to s,
+#   then K=2 from s on, with the same global batch; README "Failure
+#   semantics"). The killed worker's replacement (a fresh worker) serves B.
+# Measured times are printed.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=20
+REGROUP_S=6
+source "$(dirname "$0")/e2e_lib.sh"
+
+python3 - "$T" <<'PY'
+import random, sys
+t = sys.argv[1]
+r = random.Random(7)
+def write(path, n):
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+write(f"{t}/train.csv", 240)
+write(f"{t}/test.csv", 60)
+PY
+DATA='csv:train.csv;test.csv'
+CK="$T/ckpt"
+mkdir -p "$CK"
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"
+C="127.0.0.1:$(cat "$T/coord.port")"
+cli() { "$CLI" --coordinator="$C" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+now_ms() { date +%s%3N; }
+wait_until() {
+  local deadline=$1; shift
+  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
+  "$@"
+}
+declare -A wpid
+n_workers=0
+live=()   # the ids of the workers alive
+start_worker() {
+  n_workers=$((n_workers + 1))
+  local i=$n_workers
+  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  wpid[$i]=$!
+  live+=("w-$i")
+  wait_file "$T/w$i.port"   # registration order = worker ids w-1, w-2, ...
+  wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
+}
+idle() {
+  local list; list=$(cli workers) || return 1
+  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
+}
+stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
+regrouped() {
+  cli status "$1" --json | json "int(d.get('generation', 0)) == 1 and not d.get('regrouping') and len(d['ranks']) == 2 and int(d['membership_events'][0]['step']) >= 0" | grep -q True
+}
+finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
+state_of() { cli status "$1" --json | json "d['state']"; }
+
+for _ in 1 2 3; do start_worker; done
+
+# shrink_case NAME VICTIM_INDEX -- SUBMIT FLAGS...  (3 idle workers, the
+# victim among them; leaves the victim dead and a fresh worker started)
+shrink_case() {
+  local name=$1 vi=$2; shift 3
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=4000 --lr=0.1 "$@")
+  echo "== $name"
+  local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
+  wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"
+  [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
+  local vid="w-$vi"
+  local vrank; vrank=$(cli status "$a" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$vid'][0]")
+  kill -KILL "${wpid[$vi]}"
+  local keep=(); for w in "${live[@]}"; do [ "$w" != "$vid" ] && keep+=("$w"); done; live=("${keep[@]}")
+  local t0; t0=$(now_ms)
+  wait_until $(( t0 + REGROUP_S * 1000 )) regrouped "$a" \
+    || fail "$name: A not regrouped within ${REGROUP_S}s of the SIGKILL: $(cli status "$a")"
+  local t1; t1=$(now_ms)
+  wait_until $(( t1 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
+  local t2; t2=$(now_ms)
+  local st; st=$(cli status "$a" --json)
+  [ "$(json "d['state']" <<<"$st")" = SUCCEEDED ] || fail "$name: A not SUCCEEDED: $(cli status "$a")"
+  local s; s=$(json "int(d['membership_events'][0]['step'])" <<<"$st")
+  local ev; ev=$(json "(d['membership_events'][0]['kind'], d['membership_events'][0]['worker_id'], d['membership_events'][0]['rank'], d['membership_events'][0]['world_before'], d['membership_events'][0]['world_after'], d['world'])" <<<"$st")
+  [ "$ev" = "('shrink', '$vid', $vrank, 3, 2, 2)" ] || fail "$name: shrink event: $ev: $(cli status "$a")"
+  json "' '.join(r['worker_id'] for r in d['ranks'])" <<<"$st" | grep -q "$vid" \
+    && fail "$name: $vid still a rank of A: $(cli status "$a")"
+  local ha; ha=$(json "d['final_hash']" <<<"$st")
+  cli status "$a" | grep -q "shrink: 3 -> 2 workers (generation 1), continued at step $s; worker $vid (rank $vrank" \
+    || fail "$name: status line: $(cli status "$a")"
+  [ "$(json "int(d['checked_steps']) > 0 and int(d['mismatched_steps']) == 0" <<<"$st")" = True ] \
+    || fail "$name: sync: $(cli status "$a")"
+
+  start_worker   # the victim's replacement
+  # B: the uninterrupted K=3 run, a checkpoint every step, cancelled once
+  # step s's is on disk.
+  local b; b=$(cli submit --workers=3 "${SPEC[@]}" --checkpoint_dir="$CK" --checkpoint_every_steps=1 \
+    --checkpoint_keep=100000) || fail "$name: submit B: $b"
+  local file; file=$(printf '%s/job-%s/step-%012d.ckpt' "$CK" "$b" "$s")
+  wait_until $(( $(now_ms) + 60000 )) test -f "$file" || fail "$name: B wrote no $file: $(cli status "$b")"
+  cli cancel "$b" >/dev/null || fail "$name: cancel B"
+  wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" >/dev/null
+  # C: resumed from step s with K=2.
+  local out; out=$(cli submit --workers=2 "${SPEC[@]}" --resume_from="$file" --follow --json) \
+    || fail "$name: C exit $?: $out"
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: C: $out"
+  local hc; hc=$(json "d['final_hash']" <<<"$out")
+  [ -n "$ha" ] && [ "$ha" = "$hc" ] || fail "$name: A's final hash $ha != C's (K=3 to step $s, then K=2) $hc"
+  awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t2 - t0))" -v h="$ha" \
+    'BEGIN { printf "%s: regrouped %.2f s after SIGKILL, continued at step %d with K=2, SUCCEEDED %.2f s after the kill; final hash %s = K=3 to step %d then K=2 (resumed checkpoint)\n", n, a / 1000, s, b / 1000, h, s }'
+  wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
+}
+
+shrink_case "SIGKILL ring/grpc K=3 -> 2" 3 -- --peer_transport=grpc
+# w-2 this time (a middle rank: the survivors are renumbered).
+shrink_case "SIGKILL ps/tcp K=3 -> 2" 2 -- --sync=ps --ps_transport=tcp
+echo PASS
