@@ -313,6 +313,20 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(absl::string_view spec,
       dims.push_back(width);
     }
     dims.push_back(num_classes);
+    // Bound the parameter count before the Model sums it (widths near 2^63
+    // overflowed int64: found by tests/fuzz/job_spec_fuzz).
+    int64_t params = 0;
+    for (size_t l = 0; l + 1 < dims.size(); ++l) {
+      int64_t layer = 0;
+      if (__builtin_mul_overflow(dims[l], dims[l + 1], &layer) ||
+          __builtin_add_overflow(layer, dims[l + 1], &layer) ||
+          __builtin_add_overflow(params, layer, &params) || params > kMaxModelParams) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model \"", spec, "\": more than ", kMaxModelParams,
+            " parameters (2^40) with input dimension ", input_dim, " and ", num_classes,
+            " classes"));
+      }
+    }
     return std::make_unique<Model>("mlp", std::move(dims), LossKind::kSoftmaxCrossEntropy);
   }
   return absl::InvalidArgumentError(absl::StrCat(

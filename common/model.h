@@ -148,6 +148,10 @@ class Model {
   Tensor dz_, dz_prev_, ones_;
 };
 
+// Largest parameter count CreateModel accepts (an overflow guard, far above
+// any model a worker can hold; larger specs are InvalidArgument).
+inline constexpr int64_t kMaxModelParams = int64_t{1} << 40;
+
 // Parses a model spec ("linear", "logistic", "softmax", "mlp:256",
 // "mlp:512,256") for a dataset with `input_dim` features and
 // `num_classes` classes (0 = regression targets). InvalidArgument naming

@@ -169,5 +169,17 @@ TEST(ModelTest, SumToMeanDividesOnce) {
   EXPECT_FLOAT_EQ(g[0], 0.41f);
 }
 
+// Found by tests/fuzz/job_spec_fuzz: widths near 2^63 overflowed the
+// parameter count (signed overflow in Model's constructor).
+TEST(ModelTest, HugeMlpWidthsAreRefusedNotOverflowed) {
+  auto m = CreateModel("mlp:9223372036854775807,9223372036854775807", 1, 10);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("more than 1099511627776 parameters"),
+            std::string::npos)
+      << m.status();
+  EXPECT_TRUE(CreateModel("mlp:1000000", 1, 10).ok());
+}
+
 }  // namespace
 }  // namespace lockstep
