@@ -353,6 +353,15 @@ class SameSpecAsCli(unittest.TestCase):
                              normalize="minmax"))
         self.check_same(dict(workers=3, sync="ps", optimizer="adamw", beta1=0.85,
                              beta2=0.99, eps=1e-7, min_lr=0.001, epochs=2))
+        # The issue 9/10 flags: overlap, compression, ps data plane, failure
+        # policies, checkpoints and resume.
+        self.check_same(dict(workers=3, steps=20, bucket_bytes=65536, compression="bf16",
+                             on_divergence="halt", on_nonfinite="skip",
+                             on_worker_lost="shrink", checkpoint_dir="/tmp/ck",
+                             checkpoint_every_steps=5, checkpoint_every_seconds=60,
+                             checkpoint_keep=2, resume_from="/tmp/ck/job-3/step-7.ckpt"))
+        self.check_same(dict(workers=3, sync="ps", ps_transport="tcp", steps=20,
+                             resume_from="/tmp/ck/job-4/"))
 
     def test_job_file_overridden_by_given_flags(self):
         self.check_same(dict(job_file=self.job_file, workers=3, lr=0.01))

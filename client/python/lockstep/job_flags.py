@@ -43,6 +43,12 @@ FLAGS = (
     ("libsvm_labels", "str", "auto", ("data", "libsvm_labels")),
     ("sync", "sync", "ring", ("sync_mode",)),
     ("peer_transport", "peer_transport", "grpc", ("peer_transport",)),
+    ("bucket_bytes", "int64", 0, ("bucket_bytes",)),
+    ("compression", "choice", "none", ("compression",)),
+    ("ps_transport", "peer_transport", "grpc", ("ps_transport",)),
+    ("on_divergence", "choice", "repair", ("on_divergence",)),
+    ("on_nonfinite", "choice", "fail", ("on_nonfinite",)),
+    ("on_worker_lost", "choice", "fail", ("on_worker_lost",)),
     ("workers", "int32", 4, ("num_workers",)),
     ("ps_shards", "int32", 1, ("ps_shards",)),
     ("batch", "int64", 128, ("global_batch",)),
@@ -66,7 +72,21 @@ FLAGS = (
     ("step_size", "int64", 0, ("lr", "step_size")),
     ("gamma", "float", 0.1, ("lr", "gamma")),
     ("min_lr", "float", 0.0, ("lr", "min_lr")),
+    ("checkpoint_dir", "str", "", ("checkpoint_dir",)),
+    ("checkpoint_every_steps", "int64", 0, ("checkpoint_every_steps",)),
+    ("checkpoint_every_seconds", "int64", 0, ("checkpoint_every_seconds",)),
+    ("checkpoint_keep", "int32", 3, ("checkpoint_keep",)),
+    ("resume_from", "resume", "", ("resume_from",)),
 )
+
+# kind "choice": the flag's allowed values, in the CLI's error order; the
+# first one (the default) is stored as "" in the spec.
+_CHOICES = {
+    "compression": ("none", "bf16", "fp16"),
+    "on_divergence": ("repair", "halt"),
+    "on_nonfinite": ("fail", "skip"),
+    "on_worker_lost": ("fail", "shrink", "wait"),
+}
 
 FLAG_NAMES = frozenset(f[0] for f in FLAGS) | {"job_file"}
 
@@ -83,7 +103,7 @@ def _type_name(value):
 
 def _check(flag, kind, value):
     """The value converted for the proto field; TypeError/ValueError naming the flag."""
-    if kind in ("str", "sync", "peer_transport"):
+    if kind in ("str", "sync", "peer_transport", "choice", "resume"):
         if not isinstance(value, str):
             raise TypeError(f"--{flag}: expected a str, got {_type_name(value)} {value!r}")
         return value
@@ -135,6 +155,43 @@ def _read_job_file(path):
     return spec
 
 
+def _parse_resume_from(path):
+    """--resume_from's value -> lockstep.v1.CheckpointRef (ParseResumeFrom)."""
+    err = ValueError(f'--resume_from: expected DIR/job-<id> (a job\'s checkpoint directory) or '
+                     f'DIR/job-<id>/step-<N>.ckpt (one checkpoint), got "{path}"')
+
+    def split(p):
+        slash = p.rfind("/")
+        if slash < 0:
+            return ".", p
+        return ("/" if slash == 0 else p[:slash]), p[slash + 1:]
+
+    def number(text):
+        if not text.isdigit():
+            raise err
+        return int(text)
+
+    p = path
+    while len(p) > 1 and p.endswith("/"):
+        p = p[:-1]
+    ref = job_pb2.CheckpointRef()
+    d, base = split(p)
+    if base.startswith("step-") and base.endswith(".ckpt"):
+        step = number(base[len("step-"):-len(".ckpt")])
+        if step <= 0:
+            raise err
+        ref.step = step
+        d, base = split(d)
+    if not base.startswith("job-"):
+        raise err
+    job = number(base[len("job-"):])
+    if job == 0:
+        raise err
+    ref.checkpoint_dir = d
+    ref.job_id = job
+    return ref
+
+
 def unknown_flag_error(function, name):
     close = difflib.get_close_matches(name, sorted(FLAG_NAMES), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -178,8 +235,18 @@ def job_spec_from_flags(job_file=None, **flags):
             elif value == "tcp":
                 value = job_pb2.TCP
             else:
-                raise ValueError(
-                    f'--peer_transport: expected grpc or tcp, got "{value}"')
+                raise ValueError(f'--{flag}: expected grpc or tcp, got "{value}"')
+        elif kind == "choice":
+            choices = _CHOICES[flag]
+            if value not in choices:
+                listed = ", ".join(choices[:-1]) + " or " + choices[-1]
+                raise ValueError(f'--{flag}: expected {listed}, got "{value}"')
+            value = "" if value == choices[0] else value
+        elif kind == "resume":
+            if not value:
+                continue
+            spec.resume_from.CopyFrom(_parse_resume_from(value))
+            continue
         elif kind == "momentum":
             sgd = spec.optimizer.kind in ("", "sgd")
             if not (sgd or flag in given):

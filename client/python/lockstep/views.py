@@ -67,6 +67,21 @@ class RankStatus(_View):
 
 
 @dataclasses.dataclass(frozen=True)
+class MembershipEvent(_View):
+    """A change of a running job's group (on_worker_lost=shrink)."""
+    kind: str                  # "shrink"
+    generation: int            # the generation it started
+    world_before: int
+    world_after: int
+    worker_id: str             # the worker lost
+    rank: int                  # its rank in the previous generation
+    step: int
+    unix_s: float
+    reason: str
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class JobStatus(_View):
     """A job's state and progress: lockstep.v1.JobStatus (GetJob, WatchJob events)."""
     job_id: int
@@ -89,6 +104,16 @@ class JobStatus(_View):
     finished_unix_s: float
     final_hash: str
     has_weights: bool
+    skipped_steps: int                 # steps skipped for a non-finite gradient
+    last_skipped_step: int
+    last_nonfinite_ranks: Tuple[int, ...]
+    repairs: int                       # diverged replicas repaired
+    last_divergence: str
+    evaluated: bool                    # test_accuracy/test_loss are from an evaluation
+    generation: int                    # membership generation (0 = the original group)
+    world: int                         # ranks in the current generation
+    regrouping: bool
+    membership_events: Tuple[MembershipEvent, ...]
     proto: Any = dataclasses.field(repr=False, compare=False)
 
     @property
@@ -115,6 +140,19 @@ class SyncCheck(_View):
     majority_hash: str
     differing_ranks: Tuple[int, ...]
     rank_hashes: Tuple[str, ...]   # index = rank
+    first_differing_block: str     # e.g. "W0" or "optimizer state"
+    no_majority: bool
+    note: str                      # divergence / repair notes
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncRun(_View):
+    """Consecutive all-matching checks, summarised."""
+    first_step: int
+    last_step: int
+    checks: int
+    last_majority_hash: str
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
@@ -126,6 +164,8 @@ class SyncHistory(_View):
     mismatched_steps: int
     first_mismatch_step: int       # -1 when none
     checks: Tuple[SyncCheck, ...]
+    runs: Tuple[SyncRun, ...]
+    next_step: int                 # paging: the from_step of the next page
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
@@ -145,6 +185,8 @@ class WorkerInfo(_View):
 _NESTED = {
     ("JobStatus", "ranks"): RankStatus,
     ("SyncHistory", "checks"): SyncCheck,
+    ("SyncHistory", "runs"): SyncRun,
+    ("JobStatus", "membership_events"): MembershipEvent,
 }
 
 # Which message each view mirrors (the tests check the field lists agree).
@@ -153,5 +195,7 @@ MESSAGES = {
     JobStatus: "JobStatus",
     SyncCheck: "SyncCheck",
     SyncHistory: "SyncHistory",
+    MembershipEvent: "MembershipEvent",
+    SyncRun: "SyncRun",
     WorkerInfo: "WorkerInfo",
 }
