@@ -48,8 +48,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                 : lockstep::kIdxLabels;
       auto arr = lockstep::DecodeIdx(file, expect);
       if (arr.ok()) {
-        int64_t count = 1;
-        for (int64_t d : arr->dims) count *= d;
+        // product(dims) without overflow: a zero dim makes it 0 whatever
+        // the others are (dims of 2^31 x 2^31 x 0 are a valid empty array).
+        bool zero = false;
+        for (int64_t d : arr->dims) zero |= d == 0;
+        int64_t count = zero ? 0 : 1;
+        for (int64_t d : arr->dims) {
+          if (!zero && __builtin_mul_overflow(count, d, &count)) std::abort();
+        }
         if (static_cast<int64_t>(arr->values.size()) != count) std::abort();
       }
       break;

@@ -53,7 +53,7 @@ for t in "${TARGETS[@]}"; do
   echo "== fuzz: $t for ${SECONDS_PER}s (seeds: $(ls "$seeds" | wc -l))" >&2
   # New inputs go to $SCRATCH/$t (first corpus dir); the seeds (including
   # committed regression inputs) are read, never written.
-  if ! "$BIN/$t" -max_total_time="$SECONDS_PER" -timeout=10 -rss_limit_mb=2048 \
+  if ! "$BIN/$t" -max_total_time="$SECONDS_PER" -timeout=10 -rss_limit_mb=3072 -malloc_limit_mb=2048 \
       -max_len=4096 -print_final_stats=1 -artifact_prefix="$ARTIFACTS/$t-" \
       "$SCRATCH/$t" "$seeds" 2>"$SCRATCH/$t.log"; then
     tail -n 60 "$SCRATCH/$t.log" >&2
