@@ -16,19 +16,7 @@ FAIL_TAIL=6
 source "$(dirname "$0")/e2e_lib.sh"
 
 mkdir -p "$T/data"
-python3 - "$T/data" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(11)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(4)]
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 300)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T/data" 11 300 60 4
 CK="$T/ck"
 
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)

@@ -18,19 +18,7 @@ BOUND_S=60
 STEPS=1500
 source "$(dirname "$0")/e2e_lib.sh"
 
-python3 - "$T" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(11)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 240)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T" 11 240 60
 DATA='csv:train.csv;test.csv'
 S="$T/state"
 

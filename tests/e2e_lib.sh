@@ -4,6 +4,11 @@
 #   pids+=($!)      after starting a daemon: it is stopped at exit
 #   fail MESSAGE    prints FAIL, the tail of every $T/*.log, exits 1
 #   wait_file F     waits up to 30 s for a non-empty F (a --port_file)
+#   write_blobs DIR SEED TRAIN TEST [FEATURES]
+#                   writes DIR/train.csv (TRAIN rows) and DIR/test.csv (TEST
+#                   rows): label c in {0,1,2} first, then FEATURES (3)
+#                   values, feature c near 2 and the others near 0, from
+#                   Python's random.Random(SEED)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -22,3 +27,19 @@ fail() {
   exit 1
 }
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+write_blobs() {
+  python3 - "$@" <<'PY'
+import random, sys
+d, seed, n_train, n_test = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+features = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+r = random.Random(seed)
+def write(path, n):
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(features)]
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+write(f"{d}/train.csv", n_train)
+write(f"{d}/test.csv", n_test)
+PY
+}

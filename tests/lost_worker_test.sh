@@ -18,19 +18,7 @@ FAIL_TAIL=12
 BOUND_S=5
 source "$(dirname "$0")/e2e_lib.sh"
 
-python3 - "$T" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(7)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 240)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T" 7 240 60
 DATA='csv:train.csv;test.csv'
 
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)

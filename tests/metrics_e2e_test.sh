@@ -29,19 +29,7 @@ with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
 PY
 }
 
-python3 - "$T" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(7)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 240)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T" 7 240 60
 
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
   --metrics_port_file="$T/coord.mport" 2>"$T/coord.log" & pids+=($!)
