@@ -24,35 +24,9 @@ T="${TEST_TMPDIR:-$(mktemp -d)}"
 BOUND_S=5
 NET="10.79.$(( $$ % 250 + 1 ))"
 TAG="lsp$$"
-BR="${TAG}br"
-NS=()
-cleanup() {
-  for n in "${NS[@]}"; do
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill "$p" 2>/dev/null; done
-  done
-  for n in "${NS[@]}"; do
-    for _ in $(seq 50); do [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && break; sleep 0.1; done
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$n" 2>/dev/null
-  done
-  ip link del "$BR" 2>/dev/null
-}
-trap cleanup EXIT
+source "$(dirname "$0")/netns_lib.sh"
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -12 "$f"; done; exit 1; }
-
-ip link add "$BR" type bridge || fail "cannot create bridge $BR"
-ip link set "$BR" up
-for i in 1 2 3 4; do
-  n="${TAG}n$i"; NS+=("$n")
-  ip netns add "$n" || fail "cannot create namespace $n"
-  ip link add "${TAG}h$i" type veth peer name "${TAG}p$i" || fail "veth $i"
-  ip link set "${TAG}h$i" master "$BR" up
-  ip link set "${TAG}p$i" netns "$n"
-  ip -n "$n" addr add "$NET.$i/24" dev "${TAG}p$i"
-  ip -n "$n" link set "${TAG}p$i" up
-  ip -n "$n" link set lo up
-done
-on() { local i=$1; shift; ip netns exec "${TAG}n$i" "$@"; }
+netns_up "$NET" "$TAG" 4
 C="$NET.1:7070"
 cli() { on 1 "$CLI" --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
