@@ -22,7 +22,7 @@
 //   RingAllReducer((*t).get()).AllReduce(...);
 //
 // Wire format: every message is a 40-byte frame header (magic, flags, job,
-// step, phase, chunk, payload length; little-endian, see tcp_transport.cc)
+// step, phase, chunk, payload length; little-endian, see tcp_wire.h)
 // followed by the payload bytes verbatim. No per-element encoding, no
 // size cap beyond int64.
 //
@@ -87,15 +87,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
+#include "worker/net/tcp_hub.h"
+#include "worker/net/tcp_outbox.h"
 
 namespace lockstep {
 
-struct TcpHubOptions {
-  // How long an accepted connection may take to send its hello.
-  absl::Duration hello_timeout = absl::Seconds(5);
-  // How long a connection for a (group, rank) nobody attached is kept.
-  absl::Duration park_timeout = absl::Seconds(60);
-};
+
 
 struct TcpTransportOptions {
   // Bytes backlogged for one peer above which Send waits (one message is
@@ -120,65 +117,6 @@ struct TcpTransportOptions {
   absl::Duration recv_spin = absl::Microseconds(50);
   // Shutdown: how long the backlog may take to drain.
   absl::Duration close_timeout = absl::Seconds(5);
-};
-
-class TcpInbox;  // receive side of one (group, rank); tcp_transport.cc
-
-// Accepts the peer connections of every TcpTransport in the process.
-// Thread-safe. Must outlive the transports attached to it.
-class TcpPeerHub {
- public:
-  // Listens on host:port (port 0: chosen by the OS; host "0.0.0.0" for every
-  // interface; an IPv6 host may be bracketed, "[::1]", as in addresses). Errors: InvalidArgumentError (host), UnavailableError
-  // (socket/bind/listen failed, with errno text).
-  static absl::StatusOr<std::unique_ptr<TcpPeerHub>> Start(
-      const std::string& host, int port, TcpHubOptions options = {});
-  ~TcpPeerHub();  // stops accepting, closes parked connections
-  TcpPeerHub(const TcpPeerHub&) = delete;
-  TcpPeerHub& operator=(const TcpPeerHub&) = delete;
-
-  int port() const { return port_; }
-  // Connections closed because their hello was missing, malformed or named
-  // a rank / world size that does not fit; the last reason, for tests and
-  // status pages.
-  int64_t rejected_connections() const;
-  std::string last_rejection() const;
-  // Connections waiting for their transport to attach.
-  int parked_connections() const;
-
- private:
-  friend class TcpTransport;
-  struct Parked {
-    uint64_t group;
-    int to;
-    int from;
-    int world;
-    int fd;
-    absl::Time since;
-  };
-
-  TcpPeerHub(int listen_fd, int wake_fd, int port, TcpHubOptions options);
-  // Registers the receive side of (group, rank); claims parked connections.
-  // AlreadyExistsError if (group, rank) is attached.
-  absl::Status Attach(const std::shared_ptr<TcpInbox>& inbox);
-  void Detach(const TcpInbox* inbox);
-  void AcceptLoop();
-  void HandleConnection(int fd);
-  void Reject(int fd, const std::string& why);
-
-  const int listen_fd_;
-  const int wake_fd_;  // eventfd: wakes the accept loop on destruction
-  const int port_;
-  const TcpHubOptions options_;
-
-  mutable absl::Mutex mu_;
-  std::map<std::pair<uint64_t, int>, std::shared_ptr<TcpInbox>> inboxes_
-      ABSL_GUARDED_BY(mu_);
-  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
-  int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_rejection_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> stop_{false};
-  std::thread accept_thread_;
 };
 
 class TcpTransport final : public Transport {
@@ -229,14 +167,12 @@ class TcpTransport final : public Transport {
   int64_t messages_sent() const { return sent_.load(); }
   // Sends that did not fit the socket buffer and went (partly) through the
   // writer thread's backlog.
-  int64_t messages_backlogged() const { return backlogged_.load(); }
+  int64_t messages_backlogged() const { return outbox_->backlogged(); }
   // Borrowed sends FlushSends had to copy at its deadline.
-  int64_t borrows_copied() const { return borrows_copied_.load(); }
+  int64_t borrows_copied() const { return outbox_->borrows_copied(); }
   int64_t stale_discarded() const { return stale_.load(); }
 
  private:
-  struct OutLink;
-
   TcpTransport(TcpPeerHub* hub, uint64_t group, int rank,
                std::vector<std::string> addresses,
                std::vector<std::pair<std::string, std::string>> host_ports,
@@ -249,18 +185,7 @@ class TcpTransport final : public Transport {
                         bool borrow);
   std::string PeerName(int peer) const;
   // Connects link `to` (called with its mutex held).
-  absl::Status ConnectLocked(int to, OutLink& link, absl::Time deadline);
-  void WriterLoop();
-  // Waits until fd is readable, flushing backlogs meanwhile (the links it
-  // polls are marked `progressed`; the writer thread leaves those alone).
-  absl::Status WaitReadable(int fd, absl::Time deadline);
-  // Keeps link.pending and pending_links_ in step with link.backlog.
-  void SyncPendingLocked(OutLink& link);
-  static constexpr int kMaxProgressPeers = 64;
-  // Writes as much backlog of `link` as the socket takes; false if the link
-  // broke (the backlog is then dropped and waiting Sends fail).
-  bool FlushLocked(int to, OutLink& link);
-  void WakeWriter();
+  absl::Status ConnectLocked(int to, TcpOutLink& link, absl::Time deadline);
 
   TcpPeerHub* const hub_;
   const uint64_t group_;
@@ -268,20 +193,14 @@ class TcpTransport final : public Transport {
   const std::vector<std::string> addresses_;
   const std::vector<std::pair<std::string, std::string>> host_ports_;
   const std::shared_ptr<TcpInbox> inbox_;
-  const int writer_wake_fd_;  // eventfd
   const TcpTransportOptions options_;
-  std::vector<std::unique_ptr<OutLink>> out_;  // one per rank
+  const std::unique_ptr<TcpOutbox> outbox_;  // send side, writer thread
 
-  std::atomic<bool> shutting_down_{false};
-  std::atomic<int> pending_links_{0};   // links with a non-empty backlog
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
-  std::thread writer_;
 
   std::atomic<int64_t> sent_{0};
-  std::atomic<int64_t> backlogged_{0};
   std::atomic<int64_t> stale_{0};
-  std::atomic<int64_t> borrows_copied_{0};
 };
 
 }  // namespace lockstep

@@ -1,0 +1,204 @@
+// The accept side of the raw-TCP peer transport (tcp_transport.h): one
+// TcpPeerHub per process listens, reads each inbound connection's 40-byte
+// hello (tcp_wire.h) and hands the socket to the TcpInbox of the (group,
+// receiver rank) it names, or parks it until that inbox attaches (ranks may
+// start in any order).
+//
+// Contract:
+//   * A connection whose hello is missing, malformed or names a rank /
+//     world size that does not fit is closed and counted
+//     (rejected_connections, last_rejection naming why); the hub keeps
+//     serving.
+//   * Parked connections are closed after park_timeout.
+//   * TcpInbox: the receive side of one (group, rank); per peer, the FIFO of
+//     accepted connections from it (front = the one being read; a reconnect
+//     appends) and the reader's position in the byte stream. Its
+//     descriptors are closed by the inbox only (Advance, destructor).
+// Threading: thread-safe; one accept thread per hub. The hub must outlive
+// the transports attached to it.
+#ifndef LOCKSTEP_WORKER_NET_TCP_HUB_H_
+#define LOCKSTEP_WORKER_NET_TCP_HUB_H_
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/net/tcp_wire.h"
+
+namespace lockstep {
+
+struct TcpHubOptions {
+  // How long an accepted connection may take to send its hello.
+  absl::Duration hello_timeout = absl::Seconds(5);
+  // How long a connection for a (group, rank) nobody attached is kept.
+  absl::Duration park_timeout = absl::Seconds(60);
+};
+
+// Receive side of one (group, rank): for each peer, the queue of accepted
+// connections from it (front = the one being read; a reconnect appends) and
+// the reader's position in the byte stream.
+class TcpInbox {
+ public:
+  struct InLink {
+    absl::Mutex read_mu;  // held by the one Recv reading this link
+    uint8_t hdr[tcpwire::kHeaderBytes] ABSL_GUARDED_BY(read_mu);
+    size_t hdr_got ABSL_GUARDED_BY(read_mu) = 0;
+    int64_t skip_left ABSL_GUARDED_BY(read_mu) = 0;
+  };
+
+  TcpInbox(uint64_t group, int rank, int world, int wake_fd)
+      : group(group), rank(rank), world(world), wake_fd(wake_fd),
+        fds_(world) {
+    for (int i = 0; i < world; ++i) links.push_back(std::make_unique<InLink>());
+  }
+  ~TcpInbox() {
+    for (auto& q : fds_) {
+      for (int fd : q) close(fd);
+    }
+    close(wake_fd);
+  }
+
+  // Hub: a connection from `from` arrived. False if shut down (the caller
+  // closes fd).
+  bool Deliver(int from, int fd) {
+    absl::MutexLock l(&mu_);
+    if (shut_down_) return false;
+    fds_[from].push_back(fd);
+    return true;
+  }
+
+  // Waits for a connection from `from`; returns its fd, or an error.
+  absl::StatusOr<int> Current(int from, absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    auto ready = [this, from]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return shut_down_ || !fds_[from].empty();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (shut_down_) return absl::CancelledError("transport shut down");
+    if (fds_[from].empty()) {
+      return absl::DeadlineExceededError("no connection from it yet");
+    }
+    return fds_[from].front();
+  }
+
+  // The current connection from `from` ended: switch to the next one if the
+  // peer reconnected. True if switched.
+  bool Advance(int from) {
+    absl::MutexLock l(&mu_);
+    auto& q = fds_[from];
+    if (q.size() < 2) return false;
+    close(q.front());
+    q.pop_front();
+    return true;
+  }
+
+  bool AwaitCount(int from, size_t count, absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    auto enough = [this, from, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return shut_down_ || fds_[from].size() >= count;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&enough), deadline);
+    return fds_[from].size() >= count;
+  }
+
+  // Makes the current connection from `from` read as ended (corrupt data).
+  void Poison(int from) {
+    absl::MutexLock l(&mu_);
+    if (!fds_[from].empty()) shutdown(fds_[from].front(), SHUT_RDWR);
+  }
+
+  void Shutdown() {
+    {
+      absl::MutexLock l(&mu_);
+      shut_down_ = true;
+    }
+    const uint64_t one = 1;
+    (void)!write(wake_fd, &one, sizeof(one));
+  }
+
+  const uint64_t group;
+  const int rank;
+  const int world;
+  const int wake_fd;  // eventfd, readable once shut down
+  std::vector<std::unique_ptr<InLink>> links;
+
+ private:
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::deque<int>> fds_ ABSL_GUARDED_BY(mu_);
+};
+
+// Accepts the peer connections of every TcpTransport in the process.
+// Thread-safe. Must outlive the transports attached to it.
+class TcpPeerHub {
+ public:
+  // Listens on host:port (port 0: chosen by the OS; host "0.0.0.0" for every
+  // interface; an IPv6 host may be bracketed, "[::1]", as in addresses). Errors: InvalidArgumentError (host), UnavailableError
+  // (socket/bind/listen failed, with errno text).
+  static absl::StatusOr<std::unique_ptr<TcpPeerHub>> Start(
+      const std::string& host, int port, TcpHubOptions options = {});
+  ~TcpPeerHub();  // stops accepting, closes parked connections
+  TcpPeerHub(const TcpPeerHub&) = delete;
+  TcpPeerHub& operator=(const TcpPeerHub&) = delete;
+
+  int port() const { return port_; }
+  // Connections closed because their hello was missing, malformed or named
+  // a rank / world size that does not fit; the last reason, for tests and
+  // status pages.
+  int64_t rejected_connections() const;
+  std::string last_rejection() const;
+  // Connections waiting for their transport to attach.
+  int parked_connections() const;
+
+ private:
+  friend class TcpTransport;
+  struct Parked {
+    uint64_t group;
+    int to;
+    int from;
+    int world;
+    int fd;
+    absl::Time since;
+  };
+
+  TcpPeerHub(int listen_fd, int wake_fd, int port, TcpHubOptions options);
+  // Registers the receive side of (group, rank); claims parked connections.
+  // AlreadyExistsError if (group, rank) is attached.
+  absl::Status Attach(const std::shared_ptr<TcpInbox>& inbox);
+  void Detach(const TcpInbox* inbox);
+  void AcceptLoop();
+  void HandleConnection(int fd);
+  void Reject(int fd, const std::string& why);
+
+  const int listen_fd_;
+  const int wake_fd_;  // eventfd: wakes the accept loop on destruction
+  const int port_;
+  const TcpHubOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::pair<uint64_t, int>, std::shared_ptr<TcpInbox>> inboxes_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_rejection_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stop_{false};
+  std::thread accept_thread_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_NET_TCP_HUB_H_

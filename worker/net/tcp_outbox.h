@@ -1,0 +1,142 @@
+// The send side of the raw-TCP peer transport (tcp_transport.h): per peer,
+// an outbound link (socket, backlog of bytes the kernel has not taken yet,
+// recycled buffers) and the transport's one writer thread; plus the
+// MPI-style progress a waiting Recv makes on the backlogs.
+//
+// Contract:
+//   * The transport writes a message straight from its caller's buffer
+//     (TcpTransport::SendImpl, under the link's mutex) and hands whatever the
+//     kernel did not take at once to BacklogLocked: a copy, or with `borrow`
+//     a reference to the caller's buffer (then the caller must keep the
+//     buffer until FlushBorrowed returned).
+//   * The backlog is written in FIFO order by whoever holds the link's mutex:
+//     the writer thread (for links no Recv is polling), a waiting Recv
+//     (WaitReadable, progress) or FlushBorrowed.
+//   * A link whose socket broke drops its backlog, records `broken` (the
+//     next Send or FlushBorrowed reports it once) and is reconnected by the
+//     next Send.
+// Bounds: backlog bytes per link are bounded by the transport's
+// max_queued_bytes (Send waits above it) plus one message; at most 4 spare
+// buffers per link; at most kMaxProgressPeers links polled by one Recv.
+#ifndef LOCKSTEP_WORKER_NET_TCP_OUTBOX_H_
+#define LOCKSTEP_WORKER_NET_TCP_OUTBOX_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/fifo.h"
+
+namespace lockstep {
+
+// Bytes of one message not yet taken by the kernel: `owned` first (a copy:
+// the rest of the header, and the payload unless borrowed), then `ext` (the
+// rest of a borrowed payload, still in the caller's buffer).
+struct TcpPendingSend {
+  std::vector<uint8_t> owned;
+  const uint8_t* ext = nullptr;
+  size_t ext_len = 0;
+  size_t size() const { return owned.size() + ext_len; }
+};
+
+// One outbound link.
+struct TcpOutLink {
+  absl::Mutex mu;
+  int fd ABSL_GUARDED_BY(mu) = -1;
+  // Bytes not yet taken by the kernel, in order; the front is partly
+  // written (front_done bytes).
+  // A Fifo keeps its capacity: no allocation per backlogged message.
+  Fifo<TcpPendingSend> backlog ABSL_GUARDED_BY(mu);
+  size_t front_done ABSL_GUARDED_BY(mu) = 0;
+  int64_t backlog_bytes ABSL_GUARDED_BY(mu) = 0;
+  int borrowed ABSL_GUARDED_BY(mu) = 0;  // entries with ext != nullptr
+  // !backlog.empty(), readable without the mutex.
+  std::atomic<bool> pending{false};
+  // Number of Recvs polling this link in WaitReadable right now.
+  std::atomic<int> progressed{0};
+  // Set when the writer found the link broken; reported by the next Send.
+  absl::Status broken ABSL_GUARDED_BY(mu);
+  // Recycled backlog buffers (fresh pages are slow here).
+  std::vector<std::vector<uint8_t>> spare ABSL_GUARDED_BY(mu);
+};
+
+class TcpOutbox {
+ public:
+  static constexpr int kMaxProgressPeers = 64;
+
+  // `world` links for rank `rank`; writer_wake_fd (an eventfd, owned) wakes
+  // the writer; shutdown_wake_fd (not owned) is readable once the transport
+  // shuts down. The writer thread starts at once.
+  TcpOutbox(int rank, int world, int writer_wake_fd, int shutdown_wake_fd,
+            absl::Duration close_timeout);
+  ~TcpOutbox();  // StopWriter(); closes writer_wake_fd
+  TcpOutbox(const TcpOutbox&) = delete;
+  TcpOutbox& operator=(const TcpOutbox&) = delete;
+
+  TcpOutLink& link(int to) { return *links_[to]; }
+  int world() const { return static_cast<int>(links_.size()); }
+
+  // Set once the transport shuts down: waits end, the writer drains for up
+  // to close_timeout and exits.
+  bool shutting_down() const { return shutting_down_.load(); }
+  void BeginShutdown();
+
+  // Queues the part of a message the kernel did not take: header bytes
+  // [done, 40) and payload bytes from max(done - 40, 0). Wakes the writer.
+  void BacklogLocked(TcpOutLink& link, const uint8_t* hdr, size_t hdr_bytes,
+                     size_t done, absl::Span<const uint8_t> data, bool borrow)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+
+  // Writes as much backlog of `link` as the socket takes; false if the link
+  // broke (the backlog is then dropped and `broken` set).
+  bool FlushLocked(int to, TcpOutLink& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+
+  // Writes borrowed backlog from the calling thread until none is left; at
+  // the deadline copies what is still borrowed (the writer sends it). The
+  // first error and the peer it concerns go to *failed_peer.
+  absl::Status FlushBorrowed(absl::Time deadline, int* failed_peer);
+
+  // Waits until fd is readable (or shutdown / deadline), writing backlogs
+  // meanwhile when `progress` (the links it polls are marked `progressed`;
+  // the writer thread leaves those alone). Spins for up to `spin` first.
+  absl::Status WaitReadable(int fd, absl::Time deadline, absl::Duration spin,
+                            bool progress);
+
+  // Drains (up to close_timeout after BeginShutdown) and joins the writer,
+  // then closes every socket and drops what did not drain. Idempotent.
+  void StopWriterAndClose();
+
+  int64_t backlogged() const { return backlogged_.load(); }
+  int64_t borrows_copied() const { return borrows_copied_.load(); }
+
+ private:
+  void SyncPendingLocked(TcpOutLink& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  void WriterLoop();
+  void WakeWriter();
+
+  const int rank_;
+  const int writer_wake_fd_;
+  const int shutdown_wake_fd_;
+  const absl::Duration close_timeout_;
+  std::vector<std::unique_ptr<TcpOutLink>> links_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<int> pending_links_{0};  // links with a non-empty backlog
+  std::atomic<int64_t> backlogged_{0};
+  std::atomic<int64_t> borrows_copied_{0};
+  absl::Mutex stop_mu_;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+  std::thread writer_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_NET_TCP_OUTBOX_H_
