@@ -58,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "common/collective/ring_allreduce.h"
 #include "common/process_tuning.h"
 #include "worker/net/grpc_transport.h"
@@ -107,6 +108,8 @@ ABSL_FLAG(bool, malloc_probe, false, "internal: report how malloc serves 64 MiB"
 namespace lockstep {
 namespace {
 
+using bench::Median;
+
 // Must match iterations_for / warmup_for in mpi_allreduce.c.
 // About 128 MiB reduced per (K, size), 6..500 timed calls.
 int IterationsFor(int64_t bytes) {
@@ -146,13 +149,6 @@ std::string HumanBytes(int64_t b) {
   if (b >= (1 << 20)) return absl::StrCat(b >> 20, " MiB");
   if (b >= (1 << 10)) return absl::StrCat(b >> 10, " KiB");
   return absl::StrCat(b, " B");
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 bool ReadFile(const std::string& path, std::string* out) {

@@ -10,19 +10,17 @@
 // for the distributed step.
 //   bazel run -c opt //bench:nonfinite_cost
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_util.h"
 #include "common/blas.h"
 #include "common/data/dataset.h"
 #include "common/data/sampler.h"
 #include "common/train/nonfinite.h"
 #include "common/train/replica.h"
-#include "proto/job.pb.h"
-#include "worker/job_data.h"
 
 ABSL_FLAG(int64_t, steps, 400, "Training steps per repeat");
 ABSL_FLAG(int32_t, repeats, 7, "Repeats; medians are reported");
@@ -32,37 +30,21 @@ ABSL_FLAG(std::string, model, "mlp:256", "Model spec");
 namespace lockstep {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::NowSeconds;
 
 int Main() {
   SetBlasThreads(1);
   const int64_t steps = absl::GetFlag(FLAGS_steps), batch = absl::GetFlag(FLAGS_batch);
   const int repeats = absl::GetFlag(FLAGS_repeats);
-  v1::DataSpec data_spec;
-  auto loaded = LoadJobData(data_spec);  // Fashion-MNIST
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "nonfinite_cost: %s\n", std::string(loaded.status().message()).c_str());
+  auto job = bench::LoadMainJobBench(absl::GetFlag(FLAGS_model), batch, "fashion-mnist", /*flag_slots=*/1);
+  if (!job.ok()) {
+    std::fprintf(stderr, "nonfinite_cost: %s\n", std::string(job.status().message()).c_str());
     return 1;
   }
-  const Dataset& data = loaded->train;
-  TrainSpec spec;
-  spec.model = absl::GetFlag(FLAGS_model);
-  spec.global_batch = batch;
-  spec.optimizer.momentum = 0.9f;
-  auto replica_or = Replica::Create(spec, data.dim, data.num_classes, /*flag_slots=*/1);
-  if (!replica_or.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(replica_or.status().message()).c_str());
-    return 1;
-  }
-  Replica& replica = **replica_or;
+  const Dataset& data = job->data.train;
+  const TrainSpec& spec = job->spec;
+  Replica& replica = *job->replica;
   GlobalBatchSampler sampler(data.num_examples, batch, spec.seed);
   std::vector<int64_t> indices;
   int64_t step = 0;
@@ -71,9 +53,9 @@ int Main() {
   auto train_step = [&] {
     sampler.SliceInto(step, 0, 1, &indices);
     BatchStats st = replica.ComputeGradSum(data, indices);
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     const bool finite = AllFinite(replica.grad());
-    check_seconds += Now() - t0;
+    check_seconds += NowSeconds() - t0;
     finite_steps += finite;
     replica.flags()[0] = finite ? 0.0f : 1.0f;
     replica.Apply(step, st.count);
@@ -83,9 +65,9 @@ int Main() {
   std::vector<double> step_us, check_us;
   for (int r = 0; r < repeats; ++r) {
     check_seconds = 0;
-    const double t0 = Now();
+    const double t0 = NowSeconds();
     for (int64_t s = 0; s < steps; ++s) train_step();
-    const double dt = Now() - t0;
+    const double dt = NowSeconds() - t0;
     step_us.push_back(1e6 * dt / steps);
     check_us.push_back(1e6 * check_seconds / steps);
   }

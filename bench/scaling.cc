@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_process.h"
+#include "bench/bench_util.h"
 #include "bench/local_cluster.h"
 
 ABSL_FLAG(int64_t, steps, 1500, "training steps of every run");
@@ -89,13 +90,6 @@ namespace {
 
 std::vector<std::string> Words(const std::string& s) {
   return absl::StrSplit(s, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 std::string LoadAvg() {

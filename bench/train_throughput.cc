@@ -16,18 +16,16 @@
 // the same shapes, with nothing else. Its rate is the ceiling this step
 // could reach if everything outside BLAS cost nothing.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_util.h"
 #include "common/blas.h"
 #include "common/data/dataset.h"
 #include "common/data/sampler.h"
 #include "common/train/replica.h"
-#include "proto/job.pb.h"
-#include "worker/job_data.h"
 
 ABSL_FLAG(int64_t, steps, 200, "Training steps per repeat");
 ABSL_FLAG(int32_t, repeats, 7, "Repeats; medians are reported");
@@ -39,38 +37,21 @@ ABSL_FLAG(std::string, dataset, "fashion-mnist",
 namespace lockstep {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::NowSeconds;
 
 int Main() {
   SetBlasThreads(1);
   const int64_t steps = absl::GetFlag(FLAGS_steps), batch = absl::GetFlag(FLAGS_batch);
   const int repeats = absl::GetFlag(FLAGS_repeats);
-  v1::DataSpec data_spec;
-  data_spec.set_dataset(absl::GetFlag(FLAGS_dataset));
-  auto loaded = LoadJobData(data_spec);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "train_throughput: %s\n", std::string(loaded.status().message()).c_str());
+  auto job = bench::LoadMainJobBench(absl::GetFlag(FLAGS_model), batch, absl::GetFlag(FLAGS_dataset));
+  if (!job.ok()) {
+    std::fprintf(stderr, "train_throughput: %s\n", std::string(job.status().message()).c_str());
     return 1;
   }
-  const Dataset& data = loaded->train;
-  TrainSpec spec;
-  spec.model = absl::GetFlag(FLAGS_model);
-  spec.global_batch = batch;
-  spec.optimizer.momentum = 0.9f;
-  auto replica_or = Replica::Create(spec, data.dim, data.num_classes);
-  if (!replica_or.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(replica_or.status().message()).c_str());
-    return 1;
-  }
-  Replica& replica = **replica_or;
+  const Dataset& data = job->data.train;
+  const TrainSpec& spec = job->spec;
+  Replica& replica = *job->replica;
   GlobalBatchSampler sampler(data.num_examples, batch, spec.seed);
   int64_t step = 0;
   auto train_step = [&] {
@@ -113,16 +94,16 @@ int Main() {
     double t0;
     {
       ScopedBlasProfile scope(&profile);
-      t0 = Now();
+      t0 = NowSeconds();
       for (int64_t s = 0; s < steps; ++s) train_step();
     }
-    const double dt = Now() - t0;
+    const double dt = NowSeconds() - t0;
     eps.push_back(steps * batch / dt);
     blas_share.push_back(profile.seconds / dt);
     gemm_share.push_back(profile.gemm_seconds / dt);
-    const double a0 = Now();
+    const double a0 = NowSeconds();
     for (int64_t s = 0; s < steps; ++s) anchor_step();
-    anchor_eps.push_back(steps * batch / (Now() - a0));
+    anchor_eps.push_back(steps * batch / (NowSeconds() - a0));
   }
   std::printf("train_throughput: %s %s, batch %lld, 1 BLAS thread (core %s), %lld steps x %d repeats\n",
               replica.model().Describe().c_str(), spec.optimizer.kind.c_str(),
