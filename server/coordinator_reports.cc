@@ -87,6 +87,10 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   }
   report.blocks.assign(request.block_hashes().begin(), request.block_hashes().end());
   if (request.repaired()) report.repaired_from = request.repaired_from();
+  if (request.rolled_back()) {
+    report.rolled_back_to = request.rolled_back_to();
+    report.rolled_back_at = request.rolled_back_at();
+  }
   if (request.block_names_size() > 0) {
     job->sync.SetBlockNames({request.block_names().begin(), request.block_names().end()});
   }
@@ -143,6 +147,11 @@ void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {
   const DivergencePolicy policy =
       ParseDivergencePolicy(job->spec.on_divergence()).value_or(DivergencePolicy::kRepair);
   const int64_t total = job->spec.steps() > 0 ? job->spec.steps() : job->total_steps;
+  // No majority: the ranks resolve it from the last checkpoint when the job
+  // writes them at intervals (worker/job_runner.h).
+  job->sync.set_checkpoint_rollback(
+      job->k > 1 && !job->spec.checkpoint_dir().empty() &&
+      (job->spec.checkpoint_every_steps() > 0 || job->spec.checkpoint_every_seconds() > 0));
   const DivergenceVerdict verdict = job->sync.Judge(c, policy, total);
   if (!c.differing.empty()) {
     job->out_of_sync = true;

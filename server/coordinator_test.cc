@@ -573,13 +573,81 @@ TEST_F(CoordinatorTest, TwoRanksThatDifferHaveNoMajority) {
   const v1::JobStatus st = Job(job);
   EXPECT_EQ(st.reason(),
             "replicas diverged at step 0: ranks 0 and 1 differ, no majority (first differing "
-            "block weights): on_divergence=repair needs a majority to copy from (no checkpoint "
-            "resolution)");
+            "block weights): on_divergence=repair has no majority to copy from and no checkpoint "
+            "to resolve from (the job writes none: set --checkpoint_dir and "
+            "--checkpoint_every_steps)");
   EXPECT_FALSE(st.ranks(0).in_sync());
   EXPECT_FALSE(st.ranks(1).in_sync());
   absl::StatusOr<v1::SyncHistory> h = coord_->GetSyncHistory(job, 0);
   ASSERT_TRUE(h.ok());
   EXPECT_TRUE(h->checks(0).no_majority());
+}
+
+// K = 2, no majority, in a job that writes checkpoints every 2 steps: the
+// job keeps running (the ranks roll back to the last checkpoint before it in
+// the next step's combine); the next check must say they did and match,
+// and counts as a repair. A next check without the rollback fails the job.
+TEST_F(CoordinatorTest, NoMajorityWithCheckpointsAwaitsTheRollback) {
+  for (bool rolled_back : {true, false}) {
+    SCOPED_TRACE(rolled_back);
+    std::vector<std::string> w;
+    const int base = rolled_back ? 0 : 2;
+    for (int i = 1; i <= 2; ++i) w.push_back(Register(base + i));
+    v1::JobSpec spec = Spec(2);
+    spec.set_checkpoint_dir("/tmp/lockstep-ck");
+    spec.set_checkpoint_every_steps(2);
+    const uint64_t job = Submit(spec);
+    for (const std::string& worker : w) {
+      EXPECT_TRUE(Beat(worker).has_assignment());
+      Beat(worker, job);
+    }
+    for (int t = 0; t < 3; ++t) {
+      for (int r = 0; r < 2; ++r) ASSERT_TRUE(Step(job, r, w[r], t, Hash(1 + t)).ok());
+    }
+    ASSERT_TRUE(Step(job, 0, w[0], 3, Hash(5)).ok());
+    absl::StatusOr<v1::ReportStepReply> r = Step(job, 1, w[1], 3, Hash(6));
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r->stop());
+    v1::JobStatus st = Job(job);
+    EXPECT_EQ(st.state(), v1::RUNNING);
+    EXPECT_FALSE(st.ranks(0).in_sync());
+    EXPECT_EQ(st.last_divergence(),
+              "step 3: ranks 0 and 1 differ, no majority (first differing block weights)");
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::ReportStepRequest req;
+      req.set_worker_id(w[rank]);
+      req.set_job_id(job);
+      req.set_rank(rank);
+      req.set_step(4);
+      req.set_weights_hash(Hash(7));
+      req.set_examples(8);
+      req.set_rolled_back(rolled_back);
+      req.set_rolled_back_to(rolled_back ? 2 : 0);
+      req.set_rolled_back_at(rolled_back ? 4 : 0);
+      ASSERT_TRUE(coord_->ReportStep(req).ok());
+    }
+    st = Job(job);
+    absl::StatusOr<v1::SyncHistory> h = coord_->GetSyncHistory(job, 0);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->checks(3).note(),
+              "divergence: ranks 0 and 1 differ, no majority (first differing block weights); "
+              "resolving from the last checkpoint");
+    if (rolled_back) {
+      EXPECT_EQ(st.state(), v1::RUNNING);
+      EXPECT_EQ(st.repairs(), 1);
+      EXPECT_FALSE(st.out_of_sync());
+      EXPECT_TRUE(st.ranks(0).in_sync() && st.ranks(1).in_sync());
+      EXPECT_EQ(h->checks(4).note(),
+                "rolled back in the combine of step 4: no majority, every rank reloaded the "
+                "checkpoint of step 2 and computed steps 2 to 3 again");
+    } else {
+      EXPECT_EQ(st.state(), v1::FAILED);
+      EXPECT_EQ(st.reason(),
+                "replicas diverged at step 3: ranks 0 and 1 differ, no majority (first differing "
+                "block weights); the ranks were to roll back to a checkpoint but reported step 4 "
+                "without one");
+    }
+  }
 }
 
 // Repair (the default) with a majority: the drifted rank keeps running,

@@ -61,6 +61,10 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
       c.repaired.push_back(static_cast<int32_t>(r));
       c.repaired_from = pending.reports[r]->repaired_from;
     }
+    if (pending.reports[r]->rolled_back_to >= 0) {
+      c.rolled_back_to = pending.reports[r]->rolled_back_to;
+      c.rolled_back_at = pending.reports[r]->rolled_back_at;
+    }
   }
   // A rank's identity: weights and optimizer state.
   std::vector<std::string> ids;
@@ -157,6 +161,30 @@ DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy po
   auto set_note = [&](std::string s) {
     if (note != nullptr) *note = std::move(s);
   };
+  if (rollback_from_ >= 0) {
+    // No majority at step rollback_from_: every rank was to reload a
+    // checkpoint in the next step's combine; this check must say so.
+    rollback_from_ = -1;
+    if (c.differing.empty() && c.rolled_back_to >= 0) {
+      ++repairs_;
+      set_note(absl::StrCat("rolled back in the combine of step ", c.rolled_back_at,
+                            ": no majority, every rank reloaded the checkpoint of step ",
+                            c.rolled_back_to, " and computed steps ", c.rolled_back_to, " to ",
+                            c.rolled_back_at - 1, " again"));
+      v.action = DivergenceVerdict::kRepaired;
+      return v;
+    }
+    if (c.differing.empty()) {
+      set_note("the ranks did not roll back to a checkpoint");
+      v.action = DivergenceVerdict::kFail;
+      v.reason = absl::StrCat("replicas diverged at ", last_divergence_,
+                              "; the ranks were to roll back to a checkpoint but reported step ",
+                              c.step, " without one");
+      return v;
+    }
+    // A mismatch again: judged below as a new divergence (the ranks bound
+    // how often they roll back).
+  }
   if (c.differing.empty()) {
     if (repair_.has_value() && !c.repaired.empty() && total_steps > 0 &&
         repair_->step >= total_steps) {
@@ -218,12 +246,23 @@ DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy po
     v.reason = absl::StrCat("replicas diverged at ", divergence);
     return v;
   }
+  if (c.no_majority && checkpoint_rollback_) {
+    // Resolved by the ranks themselves in the next step's combine (they
+    // see the same K identities): every rank reloads the last checkpoint
+    // before the divergence (worker/job_runner.h).
+    set_note(absl::StrCat("divergence: ", what, "; resolving from the last checkpoint"));
+    rollback_from_ = c.step;
+    v.action = DivergenceVerdict::kAwaitingRollback;
+    return v;
+  }
   if (c.no_majority) {
-    set_note(absl::StrCat("divergence: ", what, "; cannot repair without a majority"));
+    set_note(absl::StrCat("divergence: ", what,
+                          "; cannot repair: no majority and no checkpoint to resolve from"));
     v.action = DivergenceVerdict::kFail;
-    v.reason = absl::StrCat("replicas diverged at ", divergence,
-                            ": on_divergence=repair needs a majority to copy from (no "
-                            "checkpoint resolution)");
+    v.reason = absl::StrCat(
+        "replicas diverged at ", divergence,
+        ": on_divergence=repair has no majority to copy from and no checkpoint to resolve "
+        "from (the job writes none: set --checkpoint_dir and --checkpoint_every_steps)");
     return v;
   }
   PendingRepair p;

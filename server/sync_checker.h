@@ -48,6 +48,10 @@ struct StepReport {
   std::string optimizer_hash;   // lower-case hex; "" = not reported
   std::vector<uint64_t> blocks; // per-tensor hashes of the weights (may be empty)
   int repaired_from = -1;       // this rank copied that rank's state before the step
+  // No majority, resolved from a checkpoint (ReportStepRequest.rolled_back):
+  // found in the combine of step rolled_back_at, every rank reloaded the
+  // checkpoint of step rolled_back_to. -1 = none.
+  int64_t rolled_back_to = -1, rolled_back_at = -1;
 };
 
 struct MajorityResult {
@@ -78,6 +82,8 @@ struct CompletedStep {
   // Ranks that copied a peer's state before this step, and from whom.
   std::vector<int32_t> repaired;
   int repaired_from = -1;
+  // A rank's report says the ranks rolled back to a checkpoint (StepReport).
+  int64_t rolled_back_to = -1, rolled_back_at = -1;
 };
 
 // What a job does about a divergence (JobSpec.on_divergence).
@@ -97,7 +103,14 @@ inline constexpr int64_t kRepairDistance = 6;
 
 // The decision on a completed check (Judge).
 struct DivergenceVerdict {
-  enum Action { kOk, kFail, kRepairScheduled, kAwaitingRepair, kRepaired } action = kOk;
+  enum Action {
+    kOk,
+    kFail,
+    kRepairScheduled,
+    kAwaitingRepair,
+    kRepaired,
+    kAwaitingRollback,  // no majority: the ranks roll back to a checkpoint
+  } action = kOk;
   std::string reason;  // kFail: the job's reason
 };
 
@@ -130,7 +143,13 @@ class SyncChecker {
     k_ = k < 1 ? 1 : k;
     pending_.clear();
     repair_.reset();
+    rollback_from_ = -1;
   }
+  // The job writes checkpoints at intervals (JobSpec checkpoint_dir with
+  // checkpoint_every_steps or _seconds) and K > 1, so a divergence without
+  // a majority under repair is resolved by every rank reloading the last
+  // checkpoint before it (worker/job_runner.h) instead of failing the job.
+  void set_checkpoint_rollback(bool on) { checkpoint_rollback_ = on; }
 
   // The names of the blocks of StepReport::blocks (kept from the first
   // report that has them).
@@ -145,8 +164,13 @@ class SyncChecker {
   //                                           -> kRepaired ("repaired: ...")
   //   mismatch, halt                          -> kFail "replicas diverged at
   //       step 3: rank 1 differs from the majority in block W0"
-  //   mismatch, no majority                   -> kFail "...: ranks 0 and 1
-  //       differ, no majority ..."
+  //   mismatch, no majority, without checkpoint rollback
+  //                                           -> kFail "...: ranks 0 and 1
+  //       differ, no majority ...: ... and no checkpoint to resolve from"
+  //   mismatch, no majority, repair, with checkpoint rollback
+  //                                           -> kAwaitingRollback; the next
+  //       check must say the ranks rolled back (StepReport.rolled_back_*)
+  //       and match: kRepaired ("rolled back ..."), else kFail
   //   mismatch, repair, none pending          -> kRepairScheduled at
   //       step + kRepairDistance, source = the lowest majority rank (kFail
   //       when that boundary is past the job's last step)
@@ -192,6 +216,8 @@ class SyncChecker {
   std::optional<PendingRepair> repair_;
   int64_t repairs_ = 0;
   std::string last_divergence_;
+  bool checkpoint_rollback_ = false;
+  int64_t rollback_from_ = -1;  // the no-majority check awaiting a rollback
 };
 
 }  // namespace lockstep

@@ -7,8 +7,15 @@
 // job there; "repair" has the drifted rank copy a majority rank's state
 // (common/train/replica_state.h, through each rank's StateBoard) at step
 // 3 + kRepairDistance and the job ends with every replica identical. Also:
-// the stale-data agreement before step 0 (exact beyond 2^24).
+// the stale-data agreement before step 0 (exact beyond 2^24). The
+// in-combine repair also over in-process ps shards (ps mode, K = 3). K = 2
+// (no majority) under repair: with checkpoints every few steps every rank
+// rolls back to the last one before the divergence and the job ends with
+// the fault-free hash; without one before it, it fails saying so.
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/collective/inproc_transport.h"
+#include "common/collective/ps_aggregator.h"
 #include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "server/sync_checker.h"
@@ -46,13 +54,22 @@ class FakeCoordinator : public JobReporter {
     {
       absl::MutexLock l(&mu_);
       hashes_[r.step()][r.rank()] = r.weights_hash();
-      if (failed_.empty()) {
+      // As the coordinator: a rank's report of a step at or below its last
+      // one (steps computed again after a rollback) is a duplicate.
+      auto last = last_step_.try_emplace(r.rank(), -1).first;
+      const bool fresh = r.step() > last->second;
+      if (fresh) last->second = r.step();
+      if (failed_.empty() && fresh) {
         StepReport report;
         report.hash = r.weights_hash();
         report.optimizer_hash = r.optimizer_hash();
         report.blocks.assign(r.block_hashes().begin(), r.block_hashes().end());
         report.examples = r.examples();
         if (r.repaired()) report.repaired_from = r.repaired_from();
+        if (r.rolled_back()) {
+          report.rolled_back_to = r.rolled_back_to();
+          report.rolled_back_at = r.rolled_back_at();
+        }
         if (r.block_names_size() > 0) {
           checker_.SetBlockNames({r.block_names().begin(), r.block_names().end()});
         }
@@ -79,6 +96,12 @@ class FakeCoordinator : public JobReporter {
   absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
 
   void set_on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
+  // As the coordinator sets it for a job that writes checkpoints at
+  // intervals (coordinator_reports.cc).
+  void set_checkpoint_rollback(bool on) {
+    absl::MutexLock l(&mu_);
+    checker_.set_checkpoint_rollback(on);
+  }
   std::string failed() {
     absl::MutexLock l(&mu_);
     return failed_;
@@ -99,6 +122,7 @@ class FakeCoordinator : public JobReporter {
   const int64_t total_;
   std::string failed_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::map<int, std::string>> hashes_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int64_t> last_step_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_stop_;
 };
 
@@ -123,6 +147,19 @@ struct Fault {
   int64_t index = 5;
 };
 
+// How the job runs beyond the fault.
+struct RunSetup {
+  int ps_shards = 0;               // > 0: ps mode over in-process shards
+  int64_t checkpoint_every = 0;    // > 0: rank 0 writes a checkpoint every N steps
+};
+
+// A fresh checkpoint directory per job (the job id is always 7).
+std::string NewCheckpointDir() {
+  static std::atomic<int> n{0};
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ck-", getpid(), "-", n++);
+}
+
 struct Outcome {
   std::vector<absl::Status> status;
   std::vector<std::string> final_hash;  // per rank ("" when it failed)
@@ -131,10 +168,30 @@ struct Outcome {
 
 Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
                const std::map<int, const TrainTest*>& data_of_rank = {},
-               bool check_in_combine = true) {
+               bool check_in_combine = true, const RunSetup& setup = {}) {
   static const TrainTest data = Blobs(200, 0);
-  const v1::JobSpec spec = Spec(k, steps);
+  v1::JobSpec spec = Spec(k, steps);
+  if (setup.ps_shards > 0) {
+    spec.set_sync_mode(v1::PS);
+    spec.set_ps_shards(setup.ps_shards);
+  }
+  if (setup.checkpoint_every > 0) {
+    spec.set_checkpoint_dir(NewCheckpointDir());
+    spec.set_checkpoint_every_steps(setup.checkpoint_every);
+  }
   InProcessHub hub(k);
+  // ps: all ranks share one set of in-process shards per buffer length
+  // (the dataset agreement's round is shorter), made on first use.
+  absl::Mutex ps_mu;
+  std::map<int64_t, std::vector<std::unique_ptr<PsClient>>> ps_by_len;
+  PsCombiner::Connect connect = [&](int64_t n) -> absl::StatusOr<std::vector<PsClient*>> {
+    absl::MutexLock l(&ps_mu);
+    auto& clients = ps_by_len[n];
+    if (clients.empty()) clients = MakeInProcessPsClients(k, setup.ps_shards, n);
+    std::vector<PsClient*> ptrs;
+    for (auto& client : clients) ptrs.push_back(client.get());
+    return ptrs;
+  };
   std::vector<std::unique_ptr<StateBoard>> boards;
   for (int r = 0; r < k; ++r) boards.push_back(std::make_unique<StateBoard>());
   std::vector<std::unique_ptr<GradientCombiner>> combiners;
@@ -169,7 +226,11 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
       o.flip_optimizer = fault.optimizer;
       o.flip_index = fault.index;
     }
-    combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r)));
+    if (setup.ps_shards > 0) {
+      combiners.push_back(std::make_unique<PsCombiner>(connect, r));
+    } else {
+      combiners.push_back(std::make_unique<RingCombiner>(hub.endpoint(r)));
+    }
     const TrainTest* d = data_of_rank.count(r) ? data_of_rank.at(r) : &data;
     runners.push_back(std::make_unique<JobRunner>(o, d, combiners.back().get(), coord));
   }
@@ -201,9 +262,9 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
 
 constexpr int64_t kSteps = 16;
 
-std::string FaultFreeHash(int k) {
+std::string FaultFreeHash(int k, const RunSetup& setup = {}) {
   FakeCoordinator coord(k, DivergencePolicy::kRepair, kSteps);
-  Outcome run = RunJob(k, kSteps, Fault{}, &coord);
+  Outcome run = RunJob(k, kSteps, Fault{}, &coord, {}, true, setup);
   for (int r = 0; r < k; ++r) EXPECT_TRUE(run.status[r].ok()) << run.status[r];
   return run.final_hash[0];
 }
@@ -211,6 +272,7 @@ std::string FaultFreeHash(int k) {
 struct Case {
   int k;
   bool optimizer;
+  int ps_shards = 0;
 };
 
 class RepairTest : public ::testing::TestWithParam<Case> {};
@@ -221,7 +283,9 @@ TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
   Fault fault;
   fault.rank = 1;
   fault.optimizer = c.optimizer;
-  Outcome run = RunJob(c.k, kSteps, fault, &coord);
+  RunSetup setup;
+  setup.ps_shards = c.ps_shards;
+  Outcome run = RunJob(c.k, kSteps, fault, &coord, {}, true, setup);
   EXPECT_EQ(coord.failed(), "");
   for (int r = 0; r < c.k; ++r) {
     ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
@@ -229,7 +293,7 @@ TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
   }
   // The drifted replica's gradient never reached an update: the job ends
   // exactly where a run without the fault ends.
-  EXPECT_EQ(run.final_hash[0], FaultFreeHash(c.k));
+  EXPECT_EQ(run.final_hash[0], FaultFreeHash(c.k, setup));
   EXPECT_LT(run.took, absl::Seconds(30));
   const v1::SyncHistory h = coord.history();
   ASSERT_EQ(h.checks_size(), kSteps);
@@ -263,10 +327,14 @@ TEST_P(RepairTest, TheDriftedRankIsNamedAndRepairedFromAMajorityPeer) {
 
 INSTANTIATE_TEST_SUITE_P(K, RepairTest,
                          ::testing::Values(Case{3, false}, Case{3, true}, Case{4, false},
-                                           Case{4, true}),
+                                           Case{4, true}, Case{3, false, 2}, Case{3, true, 2}),
                          [](const auto& info) {
-                           return absl::StrCat("K", info.param.k,
-                                               info.param.optimizer ? "_optimizer" : "_weights");
+                           return absl::StrCat(
+                               "K", info.param.k,
+                               info.param.ps_shards > 0
+                                   ? absl::StrCat("_ps", info.param.ps_shards)
+                                   : std::string(),
+                               info.param.optimizer ? "_optimizer" : "_weights");
                          });
 
 TEST(DivergenceTest, HaltEndsTheJobNamingStepRankAndBlock) {
@@ -291,18 +359,101 @@ TEST(DivergenceTest, HaltEndsTheJobNamingStepRankAndBlock) {
   }
 }
 
-TEST(DivergenceTest, TwoRanksUnderRepairFailWithNoMajority) {
+TEST(DivergenceTest, TwoRanksWithoutCheckpointsFailWithNoMajority) {
   FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
   Fault fault;
   fault.rank = 0;  // the drifted rank is rank 0: nobody may blame rank 1 alone
   Outcome run = RunJob(2, kSteps, fault, &coord);
   EXPECT_EQ(coord.failed(),
             "replicas diverged at step 3: ranks 0 and 1 differ, no majority (first differing "
-            "block W0): on_divergence=repair needs a majority to copy from (no checkpoint "
-            "resolution)");
+            "block W0): on_divergence=repair has no majority to copy from and no checkpoint to "
+            "resolve from (the job writes none: set --checkpoint_dir and "
+            "--checkpoint_every_steps)");
   const v1::SyncHistory h = coord.history();
   EXPECT_TRUE(h.checks(3).no_majority());
   EXPECT_EQ(h.checks(3).differing_ranks_size(), 2);
+  EXPECT_LT(run.took, absl::Seconds(30));
+}
+
+// K = 2 under repair with a checkpoint every 2 steps: a bit flipped after
+// step 3 (on either rank, weights or optimizer state; ring and ps) is
+// found in step 4's combine with no majority; every rank reloads the
+// checkpoint of step 2 (its checksum and weights hash verified; rank 0
+// removes the one of step 4, written after the flip) and computes steps 2
+// and 3 again. The job ends with exactly the fault-free run's hash.
+struct RollbackCase {
+  int flip_rank;
+  bool optimizer;
+  int ps_shards;
+};
+
+class RollbackTest : public ::testing::TestWithParam<RollbackCase> {};
+
+TEST_P(RollbackTest, NoMajorityIsResolvedFromTheLastCheckpoint) {
+  const RollbackCase c = GetParam();
+  RunSetup setup;
+  setup.ps_shards = c.ps_shards;
+  setup.checkpoint_every = 2;
+  FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
+  coord.set_checkpoint_rollback(true);
+  Fault fault;
+  fault.rank = c.flip_rank;
+  fault.optimizer = c.optimizer;
+  Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
+  EXPECT_EQ(coord.failed(), "");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
+  }
+  EXPECT_EQ(run.final_hash[1], run.final_hash[0]);
+  EXPECT_EQ(run.final_hash[0], FaultFreeHash(2, setup));
+  EXPECT_LT(run.took, absl::Seconds(30));
+  const v1::SyncHistory h = coord.history();
+  ASSERT_EQ(h.checks_size(), kSteps);
+  const std::string block = c.optimizer ? "optimizer state" : "W0";
+  EXPECT_TRUE(h.checks(3).no_majority());
+  EXPECT_EQ(h.checks(3).note(),
+            absl::StrCat("divergence: ranks 0 and 1 differ, no majority (first differing block ",
+                         block, "); resolving from the last checkpoint"));
+  EXPECT_TRUE(h.checks(4).all_match());
+  EXPECT_EQ(h.checks(4).note(),
+            "rolled back in the combine of step 4: no majority, every rank reloaded the "
+            "checkpoint of step 2 and computed steps 2 to 3 again");
+  EXPECT_EQ(h.mismatched_steps(), 1);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    if (t == 3) continue;
+    EXPECT_TRUE(h.checks(t).all_match()) << "step " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(K2, RollbackTest,
+                         ::testing::Values(RollbackCase{0, false, 0}, RollbackCase{1, true, 0},
+                                           RollbackCase{1, false, 2}),
+                         [](const auto& info) {
+                           return absl::StrCat("flip_rank", info.param.flip_rank,
+                                               info.param.optimizer ? "_optimizer" : "_weights",
+                                               info.param.ps_shards > 0 ? "_ps" : "_ring");
+                         });
+
+TEST(DivergenceTest, NoMajorityWithNoCheckpointBeforeItFailsSayingSo) {
+  RunSetup setup;
+  setup.checkpoint_every = 10;  // the first checkpoint comes after the flip
+  FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
+  coord.set_checkpoint_rollback(true);
+  Fault fault;
+  fault.rank = 1;
+  Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(run.status[r].code(), absl::StatusCode::kFailedPrecondition) << run.status[r];
+    EXPECT_EQ(run.status[r].message(),
+              "replicas diverged after step 3 with no majority (found in the combine of step 4) "
+              "and there is no checkpoint before step 4 to resolve it from "
+              "(on_divergence=repair: write checkpoints more often with "
+              "--checkpoint_every_steps)");
+  }
+  EXPECT_EQ(coord.history().checks(3).note(),
+            "divergence: ranks 0 and 1 differ, no majority (first differing block W0); "
+            "resolving from the last checkpoint");
+  EXPECT_LT(run.took, absl::Seconds(30));
 }
 
 // Without the in-combine check (JobRunnerOptions.check_in_combine off:

@@ -392,10 +392,24 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // report). After the combine every rank reads all K; if a majority holds
   // one identity and some rank differs, that rank copies the lowest majority
   // rank's state (state transfer at this boundary) and every rank computes
-  // the step again (its combine keyed step + kRedoStep): the drifted
+  // the step again (under the next combine key, job_runner.h): the drifted
   // replica's gradient never reaches an update, so the job ends with the
   // weights of a run without the fault.
   std::vector<uint64_t> ids(static_cast<size_t>(options_.world), 0);
+  // No majority (K = 2, a tie): every rank rolls back to the last
+  // checkpoint before it (RollBack) when the job writes them at intervals;
+  // else the coordinator's check fails the job.
+  const bool can_roll_back =
+      !options_.spec.checkpoint_dir().empty() &&
+      (options_.spec.checkpoint_every_steps() > 0 || options_.spec.checkpoint_every_seconds() > 0);
+  // The combine keys' offset (job_runner.h: keys only ever increase).
+  int64_t wire_offset = 0;
+  auto grow_offset = [&](int64_t by, int64_t step) {
+    wire_offset += by;
+    if (options_.nan_at_step > step) {
+      step_combiner.InjectNanAtStep(options_.nan_at_step + wire_offset);
+    }
+  };
   uint64_t id_override = 0;
   bool use_override = false;
   absl::Status id_status;
@@ -431,7 +445,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     // This step's compute / communication / exposed / peer-wait seconds.
     CombineTiming combine_timing;
     if (absl::Status s =
-            step_combiner.ComputeAndCombine(r, train, slice, WireKey(), step,
+            step_combiner.ComputeAndCombine(r, train, slice, WireKey(), step + wire_offset,
                                             options_.combine_timeout, &local, &count,
                                             &combine_timing);
         !s.ok()) {
@@ -440,6 +454,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       }
       return UserFacing(s);
     }
+    use_override = false;  // (set for the first step after a rollback)
     if (inband) {
       if (!id_status.ok()) return id_status;
       const absl::Span<float> slots = r.ids();
@@ -462,8 +477,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
           if (absl::Status s = CopyState(step, source, target, &r); !s.ok()) return s;
           use_override = true;  // identical to the majority's now
           id_override = majority;
+          grow_offset(1, step);
           absl::Status s = step_combiner.ComputeAndCombine(r, train, slice, WireKey(),
-                                                           step + kRedoStep,
+                                                           step + wire_offset,
                                                            options_.combine_timeout, &local,
                                                            &count, &combine_timing);
           use_override = false;
@@ -475,6 +491,23 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
           }
           log_.Warn("divergence found in the combine: step recomputed",
                     {{"step", step}, {"source_rank", source}, {"copied", target}});
+        } else if (can_roll_back) {
+          auto back = RollBack(step, &checkpointer, position, total, &r);
+          if (!back.ok()) {
+            if (stop_.load()) {
+              return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+            }
+            return back.status();
+          }
+          // Every rank restored the same checkpoint: the same identity.
+          use_override = true;
+          id_override = back->hash.hi ^ (back->hash.lo * 0x9e3779b97f4a7c15ull);
+          grow_offset(step - back->next_step + 1, step);
+          rolled_back_to_ = back->next_step;
+          rolled_back_at_ = step;
+          next_step_ = back->next_step;
+          step = back->next_step - 1;  // the loop's ++step: the checkpoint's step
+          continue;
         }
       }
     }
@@ -498,8 +531,12 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                 {{"step", step}, {"ranks", RankList(nonfinite_ranks)},
                  {"skipped_steps", outcome.skipped_steps}});
     }
-    if (step == options_.flip_at_step) FlipOneBit(&r);
-    if (step == options_.perturb_at_step && r.num_params() > 0) {
+    if (step == options_.flip_at_step && !flipped_) {
+      flipped_ = true;
+      FlipOneBit(&r);
+    }
+    if (step == options_.perturb_at_step && r.num_params() > 0 && !perturbed_) {
+      perturbed_ = true;
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
     }
@@ -523,6 +560,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     report.set_repaired(repaired_from_ >= 0);
     report.set_repaired_from(std::max(repaired_from_, 0));
     repaired_from_ = -1;
+    const bool rolled_back = rolled_back_at_ >= 0 && step <= rolled_back_at_;
+    report.set_rolled_back(rolled_back);
+    report.set_rolled_back_to(rolled_back ? rolled_back_to_ : 0);
+    report.set_rolled_back_at(rolled_back ? rolled_back_at_ : 0);
     reporter.Submit(&report, r.params());
     if (options_.observer != nullptr) options_.observer->OnStep(timing);
 

@@ -47,6 +47,9 @@
 
 namespace lockstep {
 
+class JobCheckpointer;
+struct SamplerPosition;
+
 struct JobRunnerOptions {
   uint64_t job_id = 0;     // the coordinator's job id: reports, logs, errors
   // The key of the job's combines on the wire (Assignment.group_key);
@@ -134,9 +137,18 @@ WeightHash TrainingSetHash(const Dataset& data);
 // are separate from the gradient shards).
 inline uint64_t ShapeAgreementJob(uint64_t job) { return job | (uint64_t{1} << 63); }
 
-// The combine key of a step computed again after a divergence repair in
-// its combine: step + kRedoStep (never a real step).
-inline constexpr int64_t kRedoStep = int64_t{1} << 40;
+// Combine keys on the wire: step + an offset that starts at 0 and grows
+// so that the keys of a job only ever increase (ps shards refuse an older
+// step): a step computed again after a divergence repair in its combine
+// takes the next key (offset + 1), and after a rollback to the checkpoint
+// of step s found in the combine of step t the steps from s on continue
+// after t's key (offset + t - s + 1). Every rank sees the same combines, so
+// every rank keeps the same offset.
+
+// How often a job rolls back to a checkpoint (divergence without a
+// majority) before it fails instead: a fault that comes back every time is
+// not resolved by replaying it.
+inline constexpr int kMaxRollbacks = 3;
 
 class JobRunner {
  public:
@@ -186,6 +198,29 @@ class JobRunner {
   // The rank this replica last copied its state from (-1 = none): the next
   // step report says so (ReportStepRequest.repaired_from).
   int repaired_from_ = -1;
+  // Divergence without a majority (K = 2, a tie) found in the combine of
+  // `step` under repair, in a job that writes checkpoints at intervals
+  // (worker/job_rollback.cc): rank 0 waits for its checkpoint write in
+  // flight, takes the newest checkpoint of a step before `step` that loads
+  // (checksum and weights hash verified; the checkpoints of `step` and
+  // later hold unverified state and are removed), restores it and
+  // announces (step, weights hash) in a small combine keyed like the
+  // dataset agreement; every other rank loads the same file and checks its
+  // hash. Returns the step to continue from and the restored weights' hash.
+  // FailedPrecondition (the same on every rank) when there is none, or
+  // after kMaxRollbacks.
+  struct Rollback {
+    int64_t next_step = 0;
+    WeightHash hash;
+  };
+  absl::StatusOr<Rollback> RollBack(int64_t step, JobCheckpointer* checkpointer,
+                                    const SamplerPosition& position, int64_t total, Replica* r);
+  int rollbacks_ = 0;
+  // The last rollback (-1 = none): reported with every step up to `at`.
+  int64_t rolled_back_to_ = -1, rolled_back_at_ = -1;
+  // The test-only faults fire once per job (not again when steps are
+  // computed again after a rollback).
+  bool flipped_ = false, perturbed_ = false;
   std::string PeerName(int rank) const;
   // Fills every field of step `step`'s report but the weights hash (the
   // StepReporter adds it); reuses the message's storage.

@@ -1,0 +1,125 @@
+// JobRunner::RollBack: a divergence without a majority (K = 2, a tie),
+// resolved from the job's last checkpoint before it. See job_runner.h.
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/train/checkpoint.h"
+#include "common/train/job_checkpoint.h"
+#include "worker/job_runner.h"
+
+namespace lockstep {
+namespace {
+
+// As the dataset agreement (job_runner.cc): every number travels one byte
+// per float, so the sums are exact whatever the wire format.
+constexpr int kValues = 5;  // found, next step, hash hi, hash lo, reserved
+constexpr int kFloatsPerRank = 8 * kValues;
+
+void Put(uint64_t v, float* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<float>((v >> (8 * i)) & 0xff);
+}
+uint64_t Get(const float* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return v;
+}
+
+// `spec` resuming from its own job's checkpoint of `step`.
+v1::JobSpec AtCheckpoint(const v1::JobSpec& spec, uint64_t job_id, int64_t step) {
+  v1::JobSpec s = spec;
+  s.mutable_resume_from()->set_checkpoint_dir(spec.checkpoint_dir());
+  s.mutable_resume_from()->set_job_id(job_id);
+  s.mutable_resume_from()->set_step(step);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
+                                                        JobCheckpointer* checkpointer,
+                                                        const SamplerPosition& position,
+                                                        int64_t total, Replica* r) {
+  const std::string what =
+      absl::StrCat("replicas diverged after step ", step - 1,
+                   " with no majority (found in the combine of step ", step, ")");
+  if (rollbacks_ >= kMaxRollbacks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "; the job already rolled back to a checkpoint ", rollbacks_,
+                     " times (at most ", kMaxRollbacks, ")"));
+  }
+  uint64_t values[kValues] = {0, 0, 0, 0, 0};
+  if (options_.rank == 0 && checkpointer->enabled()) {
+    checkpointer->Wait();  // the write in flight, if any, is on disk
+    auto files = ListCheckpoints(checkpointer->dir());
+    if (files.ok()) {
+      for (auto it = files->rbegin(); it != files->rend(); ++it) {
+        if (it->first >= step) {
+          // Written after the last verified boundary: may hold the drift.
+          if (std::remove(it->second.c_str()) == 0) {
+            log_.Info("checkpoint removed: written after the divergence",
+                      {{"path", it->second}});
+          }
+          continue;
+        }
+        auto point =
+            ResumeReplica(AtCheckpoint(options_.spec, options_.job_id, it->first), position,
+                          total, r);
+        if (!point.ok()) {
+          log_.Warn("checkpoint skipped (corrupt or unreadable); trying an older one",
+                    {{"problem", point.status().ToString()}});
+          continue;
+        }
+        values[0] = 1;
+        values[1] = static_cast<uint64_t>(point->next_step);
+        values[2] = point->weights_hash.hi;
+        values[3] = point->weights_hash.lo;
+        break;
+      }
+    }
+  }
+  // Rank 0 tells every rank which checkpoint (the only non-zero slot).
+  std::vector<float> slots(static_cast<size_t>(kFloatsPerRank) * options_.world, 0.0f);
+  if (options_.rank == 0) {
+    for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
+  }
+  int64_t count = 1;
+  ++rollbacks_;
+  if (absl::Status s =
+          combiner_->Combine(ShapeAgreementJob(WireKey()), rollbacks_, absl::MakeSpan(slots),
+                             &count, options_.combine_timeout);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(what, "; agreeing on a checkpoint: ",
+                                               UserFacing(s).message()));
+  }
+  for (int i = 0; i < kValues; ++i) values[i] = Get(&slots[static_cast<size_t>(8 * i)]);
+  if (values[0] != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " and there is no checkpoint before step ", step,
+        " to resolve it from (on_divergence=repair: write checkpoints more often with "
+        "--checkpoint_every_steps)"));
+  }
+  Rollback back;
+  back.next_step = static_cast<int64_t>(values[1]);
+  back.hash = WeightHash{values[2], values[3]};
+  if (options_.rank != 0) {
+    auto point = ResumeReplica(AtCheckpoint(options_.spec, options_.job_id, back.next_step),
+                               position, total, r);
+    if (!point.ok()) {
+      return absl::Status(point.status().code(),
+                          absl::StrCat(what, "; worker ", options_.worker_id,
+                                       " cannot load the checkpoint rank 0 chose: ",
+                                       point.status().message()));
+    }
+    if (point->weights_hash != back.hash) {
+      return absl::DataLossError(absl::StrCat(
+          what, "; worker ", options_.worker_id, ": ", point->path, " holds weights hash ",
+          point->weights_hash.ToHex(), ", rank 0 loaded ", back.hash.ToHex()));
+    }
+  }
+  log_.Warn("divergence without a majority: rolled back to a checkpoint",
+            {{"step", step}, {"next_step", back.next_step}, {"weights_hash", back.hash.ToHex()}});
+  return back;
+}
+
+}  // namespace lockstep
