@@ -11,9 +11,15 @@
 #     workers (w-2 stopped, w-1 w-3 w-4);
 #   * K = 3, --on_divergence=halt: FAILED "replicas diverged at step 3:
 #     rank 1 differs from the majority in block W0";
-#   * K = 2 (no majority), repair: FAILED "ranks 0 and 1 differ, no
-#     majority", both ranks out of sync, and --follow prints no test
-#     accuracy for a job that never evaluated;
+#   * K = 2 (no majority), repair, no checkpoints: FAILED "ranks 0 and 1
+#     differ, no majority ... no checkpoint to resolve from ... set
+#     --checkpoint_dir and --checkpoint_every_steps", both ranks out of
+#     sync, and --follow prints no test accuracy for a job that never
+#     evaluated;
+#   * K = 2, repair, --checkpoint_every_steps=2: SUCCEEDED; the history
+#     shows the no-majority divergence at step 3 and the rollback in step
+#     4's combine to the checkpoint of step 2; the final hash equals the
+#     same job's on two fault-free workers (w-1 w-3);
 #   * K = 4 where w-5's training set has the same shape but other
 #     contents: FAILED before step 0 naming rank 3 and both hashes.
 # Every job ends within 30 s.
@@ -97,9 +103,13 @@ out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --on_divergence=halt --follow 
 wait_idle
 
 echo "== K=2, repair: no majority"
+t0=$(date +%s%N)
 out=$(timed 30 cli submit --workers=2 "${JOB[@]}" --follow); rc=$?
+echo "K=2 job without checkpoints: submit to FAILED in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 [ "$rc" = 3 ] || fail "K=2 job exit $rc: $out"
 echo "$out" | grep -q "ranks 0 and 1 differ, no majority" || fail "K=2 reason: $out"
+echo "$out" | grep -q "no checkpoint to resolve from (the job writes none: set --checkpoint_dir and --checkpoint_every_steps)" \
+  || fail "K=2 reason does not say there is no checkpoint: $out"
 echo "$out" | grep -q "final test accuracy" && fail "an accuracy for a job that never evaluated: $out"
 echo "$out" | grep -q "no test evaluation" || fail "K=2 follow: $out"
 id=$(cli jobs --json | json "d['jobs'][-1]['job_id']")
@@ -107,6 +117,34 @@ st=$(cli status "$id" --json)
 python3 -c "
 import json,sys; d=json.loads(sys.argv[1])
 assert [r['in_sync'] for r in d['ranks']] == [False, False], d" "$st" || fail "K=2 status: $st"
+wait_idle
+
+echo "== K=2, repair, a checkpoint every 2 steps: rolled back, SUCCEEDED"
+CK=(--checkpoint_dir="$T/ck" --checkpoint_every_steps=2)
+t0=$(date +%s%N)
+out=$(timed 30 cli submit --workers=2 "${JOB[@]}" "${CK[@]}" --follow --json)
+echo "rolled-back K=2 job: submit to SUCCEEDED in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "K=2 rollback job: $out"
+[ "$(json "[r['worker_id'] for r in d['ranks']]" <<<"$out")" = "['w-1', 'w-2']" ] || fail "K=2 rollback job ran on: $out"
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1])
+assert int(d['repairs']) == 1, d
+assert d['last_divergence'] == 'step 3: ranks 0 and 1 differ, no majority (first differing block W0)', d
+assert not d['out_of_sync'] and all(r['in_sync'] for r in d['ranks']), d" "$out" || fail "K=2 rollback figures: $out"
+id=$(json "d['job_id']" <<<"$out")
+sy=$(cli sync "$id" --json --max_entries=0)
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1]); c = {int(x['step']): x for x in d['checks']}
+assert c[3].get('no_majority') and c[3]['differing_ranks'] == [0, 1], c[3]
+assert c[3]['note'] == 'divergence: ranks 0 and 1 differ, no majority (first differing block W0); resolving from the last checkpoint', c[3]
+assert c[4].get('all_match') and c[4]['note'] == 'rolled back in the combine of step 4: no majority, every rank reloaded the checkpoint of step 2 and computed steps 2 to 3 again', c[4]
+assert all(c[t].get('all_match') for t in list(range(0, 3)) + list(range(4, 20))), d
+assert int(d['mismatched_steps']) == 1 and int(d['checked_steps']) == 20, d" "$sy" || fail "K=2 rollback history: $sy"
+cli sync "$id" | sed -n '1p;5,6p'
+for w in w1 w2; do
+  grep -q "divergence without a majority: rolled back to a checkpoint" "$T/$w.log" || fail "$w did not log the rollback"
+done
+rolled_back_hash=$(json "d['final_hash']" <<<"$out")
 wait_idle
 
 echo "== K=3 without the fault (w-2 stopped): the same final weights as the repaired job"
@@ -118,6 +156,17 @@ out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --follow --json)
 [ "$(json "d['final_hash']" <<<"$out")" = "$repaired_hash" ] \
   || fail "repaired job's final hash $repaired_hash differs from the fault-free run's: $out"
 [ "$(json "int(d['mismatched_steps'])" <<<"$out")" = 0 ] || fail "fault-free job: $out"
+wait_idle 4
+
+echo "== K=2 without the fault: the same final weights as the rolled-back job"
+t0=$(date +%s%N)
+out=$(timed 30 cli submit --workers=2 "${JOB[@]}" --checkpoint_dir="$T/ck2" --checkpoint_every_steps=2 --follow --json)
+echo "fault-free K=2 job: submit to SUCCEEDED in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "fault-free K=2 job: $out"
+[ "$(json "[r['worker_id'] for r in d['ranks']]" <<<"$out")" = "['w-1', 'w-3']" ] || fail "fault-free K=2 job ran on: $out"
+[ "$(json "d['final_hash']" <<<"$out")" = "$rolled_back_hash" ] \
+  || fail "rolled-back job's final hash $rolled_back_hash differs from the fault-free run's: $out"
+[ "$(json "int(d['mismatched_steps'])" <<<"$out")" = 0 ] || fail "fault-free K=2 job: $out"
 wait_idle 4
 
 echo "== K=4, one host's training set is stale"

@@ -45,6 +45,13 @@
 // process may meet a buffer that is not yet touched late in a run; a worker
 // process has one job thread computing.
 //
+// With `state_board` (on_divergence=repair armed, as lockstep-worker runs
+// every K > 1 job): each rank has a StateBoard and a fetch function, so the
+// divergence check rides in every combine (8 identity floats per rank
+// written by the id writer, which waits for the reporter thread's weights +
+// block + optimizer hashes of the previous step, and read back after the
+// combine); no fault is injected, so no state is ever copied.
+//
 // The reporter, observer and log sink are fakes that do not allocate.
 // Under AddressSanitizer (which owns malloc) the test is skipped.
 //
@@ -71,12 +78,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/collective/ps_aggregator.h"
 #include "common/blas.h"
 #include "common/collective/inproc_transport.h"
 #include "common/log.h"
 #include "common/process_stats.h"
 #include "common/rng.h"
+#include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "worker/combiner.h"
 #include "worker/job_runner.h"
@@ -359,19 +368,21 @@ struct Case {
   bool tcp;
   std::string optimizer = "sgd";
   int ps_shards = 0;  // > 0: ps mode over in-process shards
+  bool state_board = false;  // divergence repair armed (see the header)
 };
 
 std::string CaseName(const Case& c) {
   return absl::StrCat(c.model, " K=", c.world,
                       c.ps_shards > 0 ? absl::StrCat(" ps S=", c.ps_shards)
                                       : std::string(c.tcp ? " tcp" : " inproc"),
-                      " ", c.optimizer);
+                      " ", c.optimizer, c.state_board ? " +state board" : "");
 }
 
 struct RankResult {
   explicit RankResult(int group) : observer(group) {}
   absl::Status status;
   SnapshotObserver observer;
+  int64_t id_slots = -1;  // the replica's identity slots after the run
 };
 
 // OpenBLAS hands each gemm call a packing buffer from a shared pool (the
@@ -452,6 +463,23 @@ void RunCase(const Case& c) {
     for (auto& client : clients) ptrs.push_back(client.get());
     return ptrs;
   };
+  // Repair armed: each rank's state board, and a fetch from a peer's (as
+  // FetchState does, polling until the peer publishes; never called here).
+  std::vector<std::unique_ptr<StateBoard>> boards;
+  for (int r = 0; r < k; ++r) boards.push_back(std::make_unique<StateBoard>());
+  auto fetch = [&boards](int peer, int64_t step, int64_t expected,
+                         absl::Time deadline) -> absl::StatusOr<std::string> {
+    while (absl::Now() < deadline) {
+      if (auto s = boards[peer]->Find(42, step); s != nullptr) {
+        if (static_cast<int64_t>(s->size()) != expected) {
+          return absl::FailedPreconditionError("state size");
+        }
+        return *s;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return absl::DeadlineExceededError("not published");
+  };
   std::vector<std::unique_ptr<RankResult>> results;
   for (int r = 0; r < k; ++r) results.push_back(std::make_unique<RankResult>(r + 1));
   std::vector<std::thread> threads;
@@ -479,12 +507,17 @@ void RunCase(const Case& c) {
       o.combine_timeout = absl::Seconds(60);
       o.observer = &results[r]->observer;
       o.logger = &logger;
+      if (c.state_board) {
+        o.state_board = boards[r].get();
+        o.fetch_state = fetch;
+      }
       RingCombiner ring(transport);
       PsCombiner ps(connect, r);
       GradientCombiner* combiner = &ring;
       if (c.ps_shards > 0) combiner = &ps;
       JobRunner runner(o, &data, combiner, &reporter);
       results[r]->status = runner.Run().status();
+      if (runner.replica() != nullptr) results[r]->id_slots = runner.replica()->id_slots();
       t_group = 0;
     });
   }
@@ -498,6 +531,8 @@ void RunCase(const Case& c) {
     ASSERT_TRUE(results[r]->status.ok()) << CaseName(c) << " rank " << r << ": "
                                          << results[r]->status;
     ASSERT_EQ(ob.calls_, kSteps) << "OnStep must be called once per step";
+    // The divergence check rode in every combine exactly when armed.
+    ASSERT_EQ(results[r]->id_slots, c.state_board ? 8 * k : 0) << CaseName(c);
     ASSERT_EQ(ob.bad_calls_, 0) << "OnStep must be called on the job thread, steps 0.."
                                 << kSteps - 1;
     std::string per_step;
@@ -617,6 +652,10 @@ TEST(HotPathTest, WideMlpTcpK2Ring) { RunCase({"mlp:512", 2, true}); }
 // allocate a few times early (2026-11-30: 4 allocations and ~400 faults
 // in steps 2..23, at steps 2 and 5), inside the in-process bound of 8.
 TEST(HotPathTest, MlpInProcessPsK2S2) { RunCase({"mlp:256", 2, false, "sgd", 2}); }
+// Divergence repair armed (a state board per rank; the identities ride in
+// every combine): the same bounds as without it.
+TEST(HotPathTest, MlpTcpK2StateBoard) { RunCase({"mlp:256", 2, true, "sgd", 0, true}); }
+TEST(HotPathTest, MlpTcpK3StateBoard) { RunCase({"mlp:256", 3, true, "sgd", 0, true}); }
 
 }  // namespace
 }  // namespace lockstep

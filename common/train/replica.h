@@ -80,6 +80,7 @@ class Replica {
   // front, where each rank writes its state identity (worker/job_runner.cc:
   // 8 byte-valued floats per rank); summed by the combine like the flags.
   absl::Span<float> ids() { return absl::MakeSpan(grad_.data() + flag_slots_, id_slots_); }
+  int64_t id_slots() const { return id_slots_; }
   int64_t grad_offset() const { return grad_offset_; }
 
   // Divides grad() by total_count, applies the learning rate of `step` and
