@@ -60,6 +60,7 @@
 #include "common/shutdown_signal.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
+#include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
@@ -282,6 +283,9 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  // It hosts a ps shard: one shard per Push request / Pull reply
+  // (common/grpcutil/message_limits.h).
+  SetServerMessageLimits(&builder, PsMaxMessageBytes(ps_registry.max_shard_floats()));
   builder.RegisterService(&service);
   builder.RegisterService(&ps_service);
   builder.RegisterService(&health);

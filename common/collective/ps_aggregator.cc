@@ -1,5 +1,7 @@
 #include "common/collective/ps_aggregator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/collective/chunking.h"
 
 namespace lockstep {
@@ -56,6 +59,7 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
   if (step < 0) {
     return absl::InvalidArgumentError(where() + ": step must be >= 0");
   }
+  last_push_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
 
   absl::MutexLock l(&mu_);
   Job& js = jobs_[job];
@@ -108,9 +112,21 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
   return absl::OkStatus();
 }
 
+absl::Status PsShard::WaitComplete(uint64_t job, int64_t step, int worker,
+                                   absl::Time deadline) {
+  int64_t count = 0;
+  return PullImpl(job, step, worker, nullptr, &count, deadline);
+}
+
 absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
                            absl::Span<float> out, int64_t* count,
                            absl::Time deadline) {
+  return PullImpl(job, step, worker, &out, count, deadline);
+}
+
+absl::Status PsShard::PullImpl(uint64_t job, int64_t step, int worker,
+                               absl::Span<float>* out_or_null, int64_t* count,
+                               absl::Time deadline) {
   auto where = [&] {
     return absl::StrFormat("ps shard %d: pull (job %d step %d) by worker %d",
                            shard_index_, job, step, worker);
@@ -119,10 +135,11 @@ absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: worker must be in [0, %d)", where(), num_workers_));
   }
-  if (static_cast<int64_t>(out.size()) != shard_len_) {
+  if (out_or_null != nullptr &&
+      static_cast<int64_t>(out_or_null->size()) != shard_len_) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: output has %d floats, expected the shard length %d", where(),
-        out.size(), shard_len_));
+        out_or_null->size(), shard_len_));
   }
   if (count == nullptr) {
     return absl::InvalidArgumentError(where() + ": count is null");
@@ -148,7 +165,9 @@ absl::Status PsShard::Pull(uint64_t job, int64_t step, int worker,
       if (s.active && s.step == step) sl = &s;
     }
     if (sl != nullptr && sl->folded == num_workers_) {
-      std::copy(sl->acc.begin(), sl->acc.end(), out.begin());
+      if (out_or_null != nullptr) {
+        std::copy(sl->acc.begin(), sl->acc.end(), out_or_null->begin());
+      }
       *count = sl->total_count;
       return absl::OkStatus();
     }
@@ -185,46 +204,140 @@ std::vector<int64_t> PsShard::RetainedSteps(uint64_t job) const {
   return steps;
 }
 
+int64_t PsShardWorstCaseBytes(int num_workers, int64_t shard_len) {
+  int64_t b = 0;
+  if (num_workers < 0 || shard_len < 0 ||
+      __builtin_mul_overflow(shard_len, int64_t{2} * sizeof(float), &b) ||
+      __builtin_mul_overflow(b, static_cast<int64_t>(num_workers), &b)) {
+    return -1;
+  }
+  return b;
+}
+
+namespace {
+int64_t DefaultMaxBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return int64_t{4} << 30;
+  return static_cast<int64_t>(pages) / 2 * page;
+}
+}  // namespace
+
 PsShardRegistry::PsShardRegistry(int max_jobs, int64_t max_shard_floats)
-    : max_jobs_(max_jobs), max_shard_floats_(max_shard_floats) {
-  ABSL_RAW_CHECK(max_jobs >= 1, "PsShardRegistry: max_jobs must be >= 1");
+    : PsShardRegistry([&] {
+        PsRegistryLimits l;
+        l.max_jobs = max_jobs;
+        l.max_shard_floats = max_shard_floats;
+        return l;
+      }()) {}
+
+PsShardRegistry::PsShardRegistry(PsRegistryLimits limits)
+    : limits_(std::move(limits)) {
+  ABSL_RAW_CHECK(limits_.max_jobs >= 1, "PsShardRegistry: max_jobs must be >= 1");
+  if (limits_.max_bytes <= 0) limits_.max_bytes = DefaultMaxBytes();
+}
+
+absl::Time PsShardRegistry::Now() const {
+  return limits_.clock ? limits_.clock() : absl::Now();
+}
+
+void PsShardRegistry::EraseLocked(std::map<uint64_t, JobEntry>::iterator it) {
+  held_bytes_ -= it->second.bytes;
+  jobs_.erase(it);
 }
 
 absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     uint64_t job, int shard, int num_workers, int64_t shard_len) {
-  if (num_workers < 1 || num_workers > kMaxWorkers || shard < 0 ||
-      shard >= kMaxShards || shard_len < 0 || shard_len > max_shard_floats_) {
+  auto bad = [&](const char* field, int64_t value, const std::string& expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ps: job ", job, ": expected num_workers in [1, ", kMaxWorkers,
-        "], shard in [0, ", kMaxShards, ") and shard_len in [0, ",
-        max_shard_floats_, "], got ", num_workers, ", ", shard, ", ",
-        shard_len));
+        "ps: job ", job, " shard ", shard, ": ", field, " is ", value, ", expected ",
+        expected));
+  };
+  if (num_workers < 1 || num_workers > kMaxWorkers) {
+    return bad("num_workers", num_workers, absl::StrCat("1..", kMaxWorkers));
   }
+  if (shard < 0 || shard >= kMaxShards) {
+    return bad("shard", shard, absl::StrCat("0..", kMaxShards - 1));
+  }
+  if (shard_len < 0 || shard_len > limits_.max_shard_floats) {
+    return bad("shard_len", shard_len,
+               absl::StrCat("0..", limits_.max_shard_floats,
+                            " floats (this server's largest shard)"));
+  }
+  const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
-  if (it == jobs_.end()) {
-    while (!created_.empty() && static_cast<int>(jobs_.size()) >= max_jobs_) {
-      jobs_.erase(created_.front());
-      created_.pop_front();
+  if (it != jobs_.end() && it->second.num_workers != num_workers) {
+    return bad("num_workers", num_workers,
+               absl::StrCat(it->second.num_workers, " (the job's K)"));
+  }
+  if (it != jobs_.end()) {
+    auto sh = it->second.shards.find(shard);
+    if (sh != it->second.shards.end()) {
+      if (sh->second->shard_len() != shard_len) {
+        return bad("shard_len", shard_len,
+                   absl::StrCat(sh->second->shard_len(), " (the shard's length)"));
+      }
+      it->second.last_used = now;
+      return sh->second;
     }
-    it = jobs_.emplace(job, std::map<int, std::shared_ptr<PsShard>>()).first;
-    created_.push_back(job);
   }
-  std::shared_ptr<PsShard>& s = it->second[shard];
-  if (s == nullptr) {
-    s = std::make_shared<PsShard>(num_workers, shard_len, shard);
-  } else if (s->num_workers() != num_workers || s->shard_len() != shard_len) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ps: job ", job, " shard ", shard, " holds K=", s->num_workers(),
-        " and ", s->shard_len(), " floats; request says K=", num_workers,
-        " and ", shard_len));
+  const int64_t need = PsShardWorstCaseBytes(num_workers, shard_len);
+  if (need < 0 || need > limits_.max_bytes - held_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ps: job ", job, " shard ", shard, ": K=", num_workers, " x shard_len ",
+        shard_len, " needs up to ", need < 0 ? std::string("more than int64") : absl::StrCat(need),
+        " bytes (2 steps x K buffers x 4 bytes); this server holds ", held_bytes_,
+        " of its limit ", limits_.max_bytes, " bytes"));
   }
+  if (it == jobs_.end()) {
+    while (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
+      // Last activity of a key: its last GetShard, or a push into one of
+      // its shards (the TCP data plane asks for a shard once per
+      // connection).
+      auto last = [](const JobEntry& e) {
+        absl::Time t = e.last_used;
+        for (const auto& [i, sh] : e.shards) t = std::max(t, sh->last_push());
+        return t;
+      };
+      auto idlest = jobs_.begin();
+      absl::Time idlest_last = last(idlest->second);
+      for (auto j = jobs_.begin(); j != jobs_.end(); ++j) {
+        const absl::Time t = last(j->second);
+        if (t < idlest_last) {
+          idlest = j;
+          idlest_last = t;
+        }
+      }
+      if (now - idlest_last < limits_.active_window) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "ps: job ", job, ": this server holds ", jobs_.size(),
+            " jobs (its limit, --max_jobs) and every one had a request in the last ",
+            absl::FormatDuration(limits_.active_window),
+            "; retry when one ends (the idlest, job ", idlest->first, ", was last used ",
+            absl::FormatDuration(now - idlest_last), " ago)"));
+      }
+      EraseLocked(idlest);
+    }
+    it = jobs_.emplace(job, JobEntry()).first;
+    it->second.num_workers = num_workers;
+  }
+  std::shared_ptr<PsShard>& s = it->second.shards[shard];
+  s = std::make_shared<PsShard>(num_workers, shard_len, shard);
+  it->second.bytes += need;
+  held_bytes_ += need;
+  it->second.last_used = now;
   return s;
 }
 
 int PsShardRegistry::num_jobs() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(jobs_.size());
+}
+
+int64_t PsShardRegistry::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return held_bytes_;
 }
 
 void PsShardRegistry::CountPush(int64_t bytes) {

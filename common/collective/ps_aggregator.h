@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -85,9 +86,22 @@ class PsShard {
   absl::Status Pull(uint64_t job, int64_t step, int worker,
                     absl::Span<float> out, int64_t* count, absl::Time deadline);
 
+  // Pull without the copy: waits until (job, step) is complete (same errors
+  // as Pull), so that a caller can allocate its reply only once there is
+  // something to return.
+  absl::Status WaitComplete(uint64_t job, int64_t step, int worker,
+                            absl::Time deadline);
+
   // Drops all state of `job` (waiting pulls for it then time out, unless the
   // job is pushed again).
   void ForgetJob(uint64_t job);
+
+  // When the last push arrived (InfinitePast if none): what the registry's
+  // eviction reads for front ends that call GetShard once per connection.
+  absl::Time last_push() const {
+    const int64_t ns = last_push_ns_.load(std::memory_order_relaxed);
+    return ns == 0 ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+  }
 
   // Steps of `job` currently held (ascending; at most two), for tests.
   std::vector<int64_t> RetainedSteps(uint64_t job) const;
@@ -109,6 +123,9 @@ class PsShard {
     Slot slots[2];       // step s lives in slots[s & 1]
   };
 
+  absl::Status PullImpl(uint64_t job, int64_t step, int worker,
+                        absl::Span<float>* out_or_null, int64_t* count,
+                        absl::Time deadline);
   static bool IsGone(const Job& job, int64_t step) {
     return job.has_latest && step < job.latest - 1;
   }
@@ -118,6 +135,7 @@ class PsShard {
   const int num_workers_;
   const int64_t shard_len_;
   const int shard_index_;
+  std::atomic<int64_t> last_push_ns_{0};
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a step completes or is recycled
   std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
@@ -165,17 +183,50 @@ class PsClient {
   virtual void Cancel() {}
 };
 
+// Bounds of a PsShardRegistry (what one parameter server may hold).
+struct PsRegistryLimits {
+  // Job keys held at once (a job's group key and its shape-agreement key
+  // count as two).
+  int max_jobs = 64;
+  // Longest shard (floats); also what fixes the ps message-size limit
+  // (common/grpcutil/message_limits.h).
+  int64_t max_shard_floats = int64_t{1} << 28;  // 1 GiB
+  // Worst-case bytes all held shards may need together: per shard
+  // 2 retained steps x K buffers x shard_len x 4 bytes (the running sum plus
+  // up to K-1 pushes that arrived before their turn). 0: half the physical
+  // memory.
+  int64_t max_bytes = 0;
+  // A job key with a request this recent is never evicted: a new key beyond
+  // max_jobs is then refused (RESOURCE_EXHAUSTED) instead.
+  absl::Duration active_window = absl::Minutes(10);
+  // Time source (tests); null: absl::Now.
+  std::function<absl::Time()> clock;
+};
+
+// Worst-case bytes a shard of `shard_len` floats aggregated over
+// `num_workers` workers holds (2 x K x shard_len x 4); -1 on overflow.
+int64_t PsShardWorstCaseBytes(int num_workers, int64_t shard_len);
+
 // The shards a parameter server holds, one PsShard per (job key, shard
-// index), created on first use with the K and shard length the first
-// request names; later requests must name the same (else
-// FailedPreconditionError naming both). Shared by the server's gRPC service
-// and its raw-TCP data plane, so both see one state and one set of counters.
+// index). The first request of a job key fixes its shape (K and each
+// shard's length), within the limits; every later request must name the
+// same: InvalidArgumentError naming the field (num_workers, shard_len), the
+// value and the expected value. Sizes never come from a request beyond
+// that: a request is checked against the held shard before anything is
+// allocated, and a shard allocates its step buffers only when pushes
+// arrive (a push carries the bytes it makes the server hold).
+// Shared by the server's gRPC service and its raw-TCP data plane, so both
+// see one state and one set of counters.
 //
-// Memory: at most `max_jobs` job keys are held; a request for a new key
-// beyond that drops the shards of the key created longest ago (not the
-// lowest key: keys of a restarted coordinator's jobs may sort below old
-// ones). A shard longer than `max_shard_floats` or a K above kMaxWorkers is
-// refused (InvalidArgumentError) before anything is allocated. Thread-safe.
+// Memory: at most limits.max_jobs job keys and limits.max_bytes worst-case
+// shard bytes are held. A new key beyond max_jobs evicts the key idle
+// longest, but only if it has been idle for limits.active_window (a
+// running job is never evicted mid-job; shape-agreement keys go idle after
+// step 0 and are evicted first); otherwise it is refused with
+// ResourceExhaustedError naming the limit. A shard longer than
+// max_shard_floats, a K above kMaxWorkers, or a shard whose worst case
+// exceeds what is left of max_bytes is refused before anything is
+// allocated. Thread-safe.
 class PsShardRegistry {
  public:
   static constexpr int kMaxWorkers = 1 << 16;
@@ -183,14 +234,18 @@ class PsShardRegistry {
   // 256 Mi floats = 1 GiB per shard.
   static constexpr int64_t kDefaultMaxShardFloats = int64_t{1} << 28;
 
-  explicit PsShardRegistry(int max_jobs = 8,
+  explicit PsShardRegistry(int max_jobs = 64,
                            int64_t max_shard_floats = kDefaultMaxShardFloats);
+  explicit PsShardRegistry(PsRegistryLimits limits);
 
   absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard,
                                                     int num_workers,
                                                     int64_t shard_len);
   int num_jobs() const;
-  int64_t max_shard_floats() const { return max_shard_floats_; }
+  int64_t max_shard_floats() const { return limits_.max_shard_floats; }
+  const PsRegistryLimits& limits() const { return limits_; }
+  // Worst-case bytes of the shards held now.
+  int64_t held_bytes() const;
 
   // Successful pushes and pulls through any front end, and their payload
   // bytes (gradient floats x 4 + the 8-byte count), for the metrics.
@@ -204,14 +259,22 @@ class PsShardRegistry {
   Stats stats() const;
 
  private:
-  const int max_jobs_;
-  const int64_t max_shard_floats_;
+  struct JobEntry {
+    std::map<int, std::shared_ptr<PsShard>> shards;
+    int num_workers = 0;
+    absl::Time last_used;
+    int64_t bytes = 0;  // worst case of its shards
+  };
+  absl::Time Now() const;
+  void EraseLocked(std::map<uint64_t, JobEntry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PsRegistryLimits limits_;
   std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0},
       pulled_bytes_{0};
   mutable absl::Mutex mu_;
-  std::map<uint64_t, std::map<int, std::shared_ptr<PsShard>>> jobs_
-      ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> created_ ABSL_GUARDED_BY(mu_);  // oldest first
+  std::map<uint64_t, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  int64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // PsClient calling a PsShard in the same process (shares its ownership).

@@ -84,9 +84,9 @@ TEST(PsServiceTest, DimensionMismatchAndBadLengthAreNamedErrors) {
   ASSERT_TRUE(a.Push(1, 0, 0, g, 1, deadline).ok());
   GrpcPsClient b(channel, ps->address, 0, 3, 3);  // same job/shard, other K
   absl::Status s = b.Push(1, 0, 1, g, 1, deadline);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("ps shard 0 (" + ps->address + ")"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("K=2"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("num_workers is 3, expected 2"), std::string::npos) << s;
   // A pull that can never complete ends at its deadline naming the missing worker.
   std::vector<float> out(3);
   int64_t count = 0;
@@ -149,25 +149,28 @@ TEST(PsServiceTest, UnreachableServerIsNamed) {
 
 // Beyond max_jobs, the key created longest ago goes, not the lowest: a
 // restarted coordinator's group keys may sort below the old ones.
-TEST(PsServiceEvictionTest, DropsTheJobCreatedLongestAgoNotTheLowestKey) {
+TEST(PsServiceEvictionTest, NeverDropsAJobWithRecentTraffic) {
   std::shared_ptr<LocalPs> local = StartPs(/*max_jobs=*/2);
   OwningClient c(local, 0, 2, 1);
   const absl::Time soon = absl::Now() + absl::Seconds(10);
   const float one[1] = {1.0f}, two[1] = {2.0f};
-  ASSERT_TRUE(c.Push(9, 0, 0, one, 1, soon).ok());   // created first
-  ASSERT_TRUE(c.Push(3, 0, 0, one, 1, soon).ok());   // lowest key
-  ASSERT_TRUE(c.Push(20, 0, 0, one, 1, soon).ok());  // evicts 9
-  ASSERT_TRUE(c.Push(3, 0, 1, two, 1, soon).ok());
-  float out[1] = {0};
-  int64_t count = 0;
-  absl::Status pulled = c.Pull(3, 0, 0, out, &count, absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(pulled.ok()) << pulled;
-  EXPECT_EQ(out[0], 3.0f);
-  EXPECT_EQ(count, 2);
-  // Job 9 lost its first push: its step never completes.
-  ASSERT_TRUE(c.Push(9, 0, 1, two, 1, soon).ok());
-  pulled = c.Pull(9, 0, 0, out, &count, absl::Now() + absl::Milliseconds(300));
-  EXPECT_EQ(pulled.code(), absl::StatusCode::kDeadlineExceeded) << pulled;
+  ASSERT_TRUE(c.Push(9, 0, 0, one, 1, soon).ok());  // created first
+  ASSERT_TRUE(c.Push(3, 0, 0, one, 1, soon).ok());  // lowest key
+  // A third job while both are mid-step: refused, naming the limit (the
+  // old policy dropped job 9's shard and its first push).
+  absl::Status third = c.Push(20, 0, 0, one, 1, soon);
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_NE(third.message().find("holds 2 jobs (its limit, --max_jobs)"), std::string::npos)
+      << third;
+  for (uint64_t job : {3, 9}) {
+    ASSERT_TRUE(c.Push(job, 0, 1, two, 1, soon).ok());
+    float out[1] = {0};
+    int64_t count = 0;
+    absl::Status pulled = c.Pull(job, 0, 0, out, &count, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(pulled.ok()) << "job " << job << ": " << pulled;
+    EXPECT_EQ(out[0], 3.0f);
+    EXPECT_EQ(count, 2);
+  }
   local->server->Shutdown();
 }
 

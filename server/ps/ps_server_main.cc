@@ -19,6 +19,7 @@
 #include "common/shutdown_signal.h"
 #include "common/psnet/ps_tcp_server.h"
 #include "server/ps/ps_service.h"
+#include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
@@ -27,7 +28,10 @@
 ABSL_FLAG(std::string, role, "ps", "Server role; only \"ps\" (parameter-server shard) exists");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7080", "Address to serve on (port 0 = OS-chosen)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
-ABSL_FLAG(int32_t, max_jobs, 8, "Jobs whose shards are held at once (oldest dropped)");
+ABSL_FLAG(int32_t, max_jobs, 64,
+          "Job keys whose shards are held at once (each job has two: its own and its "
+          "shape round's); beyond it the key idle longest (10 min or more) is dropped, "
+          "else a new job is refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of the raw-TCP ps data plane (jobs with --ps_transport=tcp), on the --listen "
           "host: 0 = chosen by the OS (workers learn it over gRPC), -1 = off");
@@ -89,6 +93,9 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
+  // One shard per Push request / Pull reply (common/grpcutil/message_limits.h).
+  lockstep::SetServerMessageLimits(&builder,
+                                   lockstep::PsMaxMessageBytes(registry.max_shard_floats()));
   // Metrics (common/metrics/metrics_server.h): the shard's counters and
   // failed RPCs by method and code.
   lockstep::MetricsRegistry metrics_registry;

@@ -72,8 +72,6 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
   auto shard =
       registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
   if (!shard.ok()) return ToGrpcStatus(shard.status());
-  std::string* bytes = reply->mutable_grad_sum();
-  bytes->resize(static_cast<size_t>(req->shard_len()) * sizeof(float));
   int64_t count = 0;
   // Wait as long as the client asked (wait_micros), never past its RPC
   // deadline, never longer than 5 minutes.
@@ -85,15 +83,15 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
   }
   // Wait in slices so that a pull the client has given up on (a cancelled
-  // job) frees this server thread within a slice, not at its deadline.
+  // job) frees this server thread within a slice, not at its deadline. The
+  // reply is allocated only once the step is complete, at the length the
+  // shard holds (checked against the request by GetShard): a pull that
+  // waits costs no memory.
   waiting_pulls_.fetch_add(1, std::memory_order_relaxed);
   absl::Status s;
   for (;;) {
     const absl::Time slice = std::min(deadline, absl::Now() + kCancelCheckEvery);
-    s = (*shard)->Pull(
-        req->job(), req->step(), req->worker_rank(),
-        absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), req->shard_len()), &count,
-        slice);
+    s = (*shard)->WaitComplete(req->job(), req->step(), req->worker_rank(), slice);
     if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
     if (ctx->IsCancelled()) {
       s = absl::CancelledError(absl::StrFormat(
@@ -101,6 +99,15 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
           req->step(), req->shard(), req->worker_rank()));
       break;
     }
+  }
+  std::string* bytes = reply->mutable_grad_sum();
+  if (s.ok()) {
+    bytes->resize(static_cast<size_t>((*shard)->shard_len()) * sizeof(float));
+    // Complete: returns at once unless the step was recycled meanwhile.
+    s = (*shard)->Pull(
+        req->job(), req->step(), req->worker_rank(),
+        absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), (*shard)->shard_len()), &count,
+        absl::Now());
   }
   waiting_pulls_.fetch_sub(1, std::memory_order_relaxed);
   if (!s.ok()) return ToGrpcStatus(s);

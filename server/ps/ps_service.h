@@ -5,11 +5,15 @@
 // workers apply the update. DataAddress tells workers where the same
 // registry's raw-TCP data plane listens (common/psnet/ps_tcp_server.h).
 //
-// Memory: at most `max_jobs` jobs (job keys: a job's group key, and its
-// shape-agreement key) are held; a request for a new key beyond that drops
-// the shards of the key created longest ago (not the lowest key: keys of a
-// restarted coordinator's jobs may sort below old ones, and shape-agreement
-// keys sort last). Each PsShard itself keeps only its two latest steps.
+// Memory (PsShardRegistry, common/collective/ps_aggregator.h): at most
+// max_jobs job keys (a job's group key and its shape-agreement key) and
+// max_bytes of worst-case shard memory; a new key beyond max_jobs evicts the
+// key idle longest, never one with traffic in the last active_window (it is
+// refused with RESOURCE_EXHAUSTED instead). A request naming a num_workers
+// or shard_len other than the held shard's is INVALID_ARGUMENT naming the
+// field, the value and the expected one; nothing is allocated from a
+// request's numbers: a Pull's reply is allocated once its step is complete,
+// at the shard's length. Each PsShard keeps only its two latest steps.
 //
 // Threading: gRPC's sync server calls Push/Pull from many threads; the
 // shard map is guarded by a mutex, shards are thread-safe. A Pull waits for
@@ -36,7 +40,7 @@ namespace lockstep {
 class PsService final : public v1::ParameterServer::Service {
  public:
   // A service with its own registry of `max_jobs` jobs.
-  explicit PsService(int max_jobs = 8);
+  explicit PsService(int max_jobs = 64);
   // A service over `registry` (not owned; shared with the raw-TCP data
   // plane, common/psnet/ps_tcp_server.h).
   explicit PsService(PsShardRegistry* registry);
