@@ -26,9 +26,10 @@ v1::JobRef Ref(uint64_t id) {
 
 }  // namespace
 
-CoordinatorClient::CoordinatorClient(const std::string& address, absl::Duration rpc_timeout)
-    : stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+CoordinatorClient::CoordinatorClient(const std::string& address, absl::Duration rpc_timeout,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(
+          address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))),
       rpc_timeout_(rpc_timeout) {}
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {

@@ -26,7 +26,10 @@ namespace lockstep {
 class CoordinatorClient {
  public:
   // `address` is host:port; the channel connects lazily. rpc_timeout > 0.
-  CoordinatorClient(const std::string& address, absl::Duration rpc_timeout);
+  // `credentials`: common/grpcutil/tls.h's channel credentials (mutual TLS,
+  // bearer token); nullptr = plain text.
+  CoordinatorClient(const std::string& address, absl::Duration rpc_timeout,
+                    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   absl::StatusOr<v1::SubmitJobReply> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<v1::JobStatus> GetJob(uint64_t id);

@@ -11,13 +11,13 @@
 namespace lockstep {
 
 int HealthCommand(const std::string& address, const std::string& service, int64_t timeout_ms,
-                  bool json) {
+                  bool json, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (timeout_ms <= 0) {
     std::fprintf(stderr, "lockstep health: --timeout_ms: expected > 0, got %lld\n",
                  static_cast<long long>(timeout_ms));
     return 2;
   }
-  absl::StatusOr<HealthStatus> st = CheckHealth(address, service, absl::Milliseconds(timeout_ms));
+  absl::StatusOr<HealthStatus> st = CheckHealth(address, service, absl::Milliseconds(timeout_ms), std::move(credentials));
   std::string status, error;
   if (st.ok()) {
     status = HealthStatusName(*st);

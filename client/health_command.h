@@ -5,7 +5,10 @@
 #define LOCKSTEP_CLIENT_HEALTH_COMMAND_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include <grpcpp/grpcpp.h>
 
 namespace lockstep {
 
@@ -16,8 +19,9 @@ namespace lockstep {
 // to stderr; with `json` one object {"address", "service", "status"
 // [, "error"]}. Returns the exit code: 0 when SERVING, 1 otherwise, 2 when
 // timeout_ms <= 0.
+// `credentials`: the channel's (common/grpcutil/tls.h); nullptr = plain text.
 int HealthCommand(const std::string& address, const std::string& service, int64_t timeout_ms,
-                  bool json);
+                  bool json, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace lockstep
 

@@ -16,6 +16,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +42,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/tls.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
 ABSL_FLAG(bool, json, false, "Machine-readable JSON output");
@@ -60,9 +64,36 @@ ABSL_FLAG(std::string, service, "",
           "health: the service to ask about (\"\" = the whole daemon, or e.g. "
           "lockstep.v1.Coordinator)");
 ABSL_FLAG(int64_t, timeout_ms, 2000, "health: deadline of the health check, ms (> 0)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the coordinator's bearer token, sent with every call (submit, cancel "
+          "and resume need it under TLS); default: $LOCKSTEP_TOKEN. Needs --tls_*");
 
 namespace lockstep {
 namespace {
+
+// The coordinator channel's credentials: --tls_* (common/grpcutil/tls.h) and
+// the bearer token from --token_file, else $LOCKSTEP_TOKEN (TLS only).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromFlags() {
+  absl::StatusOr<GrpcSecurity> security = GrpcSecurity::FromFlags();
+  if (!security.ok()) return security.status();
+  if (security->explicitly_insecure()) {
+    std::fprintf(stderr, "lockstep: warning: --insecure: plain text, no authentication\n");
+  }
+  std::string token;
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    if (!security->tls()) {
+      return absl::InvalidArgumentError(
+          "--token_file: needs mutual TLS (--tls_cert, --tls_key, --tls_ca)");
+    }
+    absl::StatusOr<std::string> read = ReadTokenFile("--token_file", file);
+    if (!read.ok()) return read.status();
+    token = *std::move(read);
+  } else if (const char* env = std::getenv("LOCKSTEP_TOKEN");
+             env != nullptr && *env != '\0' && security->tls()) {
+    token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  return security->ChannelCredentials(token);
+}
 
 using v1::JobState;
 
@@ -206,8 +237,9 @@ void PrintStatus(const v1::JobStatus& j) {
 
 class Client {
  public:
-  explicit Client(const std::string& address)
-      : rpc_(address, absl::Seconds(std::max(1, absl::GetFlag(FLAGS_timeout_s)))) {}
+  Client(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : rpc_(address, absl::Seconds(std::max(1, absl::GetFlag(FLAGS_timeout_s))),
+             std::move(credentials)) {}
 
   absl::StatusOr<v1::JobStatus> Get(uint64_t id) { return rpc_.GetJob(id); }
 
@@ -539,7 +571,15 @@ int main(int argc, char** argv) {
   std::vector<char*> args = lockstep::ParseFlagsOrExit(argc, argv);
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];
-  lockstep::Client client(absl::GetFlag(FLAGS_coordinator));
+  // Mutual TLS with a client certificate and the bearer token
+  // (common/grpcutil/tls.h): --tls_*, --token_file or $LOCKSTEP_TOKEN.
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      lockstep::ClientCredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "lockstep: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  lockstep::Client client(absl::GetFlag(FLAGS_coordinator), *credentials);
   auto job_arg = [&](uint64_t* id) {
     return args.size() == 3 && absl::SimpleAtoi(args[2], id) && *id > 0;
   };
@@ -550,11 +590,13 @@ int main(int argc, char** argv) {
   if (cmd == "scale" && args.size() == 2) {
     return lockstep::ScaleCommand(absl::GetFlag(FLAGS_coordinator),
                                   lockstep::FlagsGivenOnCommandLine(argc, argv),
-                                  absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_timeout_s));
+                                  absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_timeout_s),
+                                  *credentials);
   }
   if (cmd == "health" && args.size() == 2) {
     return lockstep::HealthCommand(absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_service),
-                                   absl::GetFlag(FLAGS_timeout_ms), absl::GetFlag(FLAGS_json));
+                                   absl::GetFlag(FLAGS_timeout_ms), absl::GetFlag(FLAGS_json),
+                                   *credentials);
   }
   if (cmd == "jobs" && args.size() == 2) return client.Jobs();
   if (cmd == "workers" && args.size() == 2) return client.Workers();

@@ -49,8 +49,9 @@ int Exit(const absl::Status& s) {
 
 class GrpcScaleBackend : public ScaleBackend {
  public:
-  GrpcScaleBackend(const std::string& address, int rpc_timeout_s)
-      : client_(address, absl::Seconds(std::max(1, rpc_timeout_s))) {}
+  GrpcScaleBackend(const std::string& address, int rpc_timeout_s,
+                   std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : client_(address, absl::Seconds(std::max(1, rpc_timeout_s)), std::move(credentials)) {}
 
   // IDLE workers, and BUSY ones whose job has already ended: a worker turns
   // IDLE on its first heartbeat after its job (a scale run just after
@@ -122,7 +123,8 @@ std::string Title(const v1::JobSpec& spec, bool weak) {
 }  // namespace
 
 int ScaleCommand(const std::string& coordinator, const std::set<std::string>& given,
-                 const std::string& out_prefix, int rpc_timeout_s) {
+                 const std::string& out_prefix, int rpc_timeout_s,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials) {
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(given);
   if (!spec.ok()) return Exit(spec.status());
   // Evaluation would stop the clock of a fixed-step run: off unless asked for.
@@ -171,7 +173,7 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
   }
   const std::string prefix = out_prefix.empty() ? "scale" : out_prefix;
 
-  GrpcScaleBackend backend(coordinator, rpc_timeout_s);
+  GrpcScaleBackend backend(coordinator, rpc_timeout_s, credentials);
   absl::StatusOr<ScaleRun> run = RunScale(&backend, options, [](const std::string& line) {
     std::fprintf(stderr, "lockstep scale: %s\n", line.c_str());
   });

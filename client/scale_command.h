@@ -15,16 +15,22 @@
 #ifndef LOCKSTEP_CLIENT_SCALE_COMMAND_H_
 #define LOCKSTEP_CLIENT_SCALE_COMMAND_H_
 
+#include <memory>
 #include <set>
 #include <string>
+
+#include <grpcpp/grpcpp.h>
 
 namespace lockstep {
 
 // Returns the process exit code: 0 done, 1 an RPC or a file write failed
 // or a job did not succeed, 2 bad usage (a flag's value, no idle workers).
 // `given`: the flags given on the command line (FlagsGivenOnCommandLine).
+// `credentials`: the coordinator channel's (common/grpcutil/tls.h); nullptr =
+// plain text.
 int ScaleCommand(const std::string& coordinator, const std::set<std::string>& given,
-                 const std::string& out_prefix, int rpc_timeout_s);
+                 const std::string& out_prefix, int rpc_timeout_s,
+                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace lockstep
 

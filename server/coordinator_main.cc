@@ -54,6 +54,7 @@
 #include "common/flags_usage.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
+#include "common/grpcutil/tls.h"
 #include "common/http/http_server.h"
 #include "common/log.h"
 #include "common/log_flags.h"
@@ -105,6 +106,9 @@ ABSL_FLAG(std::string, state_dir, "",
           "directory of the coordinator's SQLite state (DIR/coordinator.db: workers, jobs, sync "
           "history, id counters); a coordinator restarted with the same directory (and port) "
           "keeps every job and its running jobs continue. \"\" = in memory only");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token that SubmitJob and CancelJob need (authorization: "
+          "Bearer <token>); required with --tls_* (deploy/certs.sh writes one)");
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
@@ -232,6 +236,36 @@ int Run(int argc, char** argv) {
     }
   }
 
+  // Transport security (common/grpcutil/tls.h): mutual TLS with roles, and
+  // the bearer token of SubmitJob/CancelJob.
+  absl::StatusOr<GrpcSecurity> security = GrpcSecurity::FromFlags();
+  if (!security.ok()) {
+    logger.Error(security.status().message());
+    return kExitBadFlags;
+  }
+  std::string token;
+  if (const std::string token_file = absl::GetFlag(FLAGS_token_file); !token_file.empty()) {
+    if (!security->tls()) {
+      logger.Error("--token_file: needs mutual TLS (--tls_cert, --tls_key, --tls_ca); a token "
+                   "sent in plain text protects nothing");
+      return kExitBadFlags;
+    }
+    absl::StatusOr<std::string> read = ReadTokenFile("--token_file", token_file);
+    if (!read.ok()) {
+      logger.Error(read.status().message());
+      return kExitBadFlags;
+    }
+    token = *std::move(read);
+  } else if (security->tls()) {
+    logger.Error("--token_file: missing; with --tls_* job submission and cancellation need a "
+                 "bearer token file (deploy/certs.sh writes DIR/token)");
+    return kExitBadFlags;
+  }
+  if (security->explicitly_insecure()) {
+    logger.Warn("--insecure: gRPC in plain text; anyone who reaches the port can submit and "
+                "cancel jobs, register workers and read weights");
+  }
+
   // Shutdown signals go through a self-pipe (common/shutdown_signal.h).
   if (absl::Status s = InstallShutdownSignalHandlers(); !s.ok()) {
     logger.Error(s.message());
@@ -277,7 +311,7 @@ int Run(int argc, char** argv) {
   EnableServerReflection();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->ServerCredentials(token), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
@@ -372,7 +406,8 @@ int Run(int argc, char** argv) {
                             {"advertise", advertise[0] == ':'
                                               ? absl::StrCat("<the host each worker dials>",
                                                              advertise)
-                                              : advertise}});
+                                              : advertise},
+                            {"grpc_security", security->Describe()}});
 
   health.SetAllServing(true);
   absl::Notification stop_ticking;

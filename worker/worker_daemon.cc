@@ -687,7 +687,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.state_board = options_.state_board;
     if (options_.state_board != nullptr) {
       // Peers' states come from their gRPC servers (the peer addresses).
-      o.fetch_state = [peers = o.peer_names, group = o.group_key, wid](
+      o.fetch_state = [peers = o.peer_names, group = o.group_key, wid,
+                       credentials = ChannelCredentials()](
                           int peer, int64_t step, int64_t expected_bytes,
                           absl::Time deadline) -> absl::StatusOr<std::string> {
         FetchStateOptions f;
@@ -706,6 +707,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       absl::MutexLock l(&job->mu);
       job->runner = &runner;
       // A regroup announced while this generation was being set up.
+        f.credentials = credentials;
       if (job->SupersededLocked(a.generation())) job->StopGenerationLocked();
     }
     if (job->stop.load()) runner.RequestStop();
@@ -811,6 +813,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                {"state_from_rank", fetched ? source : a.rank()},
                {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
     return absl::OkStatus();
+      f.credentials = ChannelCredentials();
   };
 
   absl::StatusOr<JobOutcome> out = run();

@@ -153,6 +153,10 @@ struct WorkerDaemonOptions {
   // Wraps each ps shard client (the worker's metrics count its bytes); the
   // wrapper must forward every call. Empty = the clients are used as they are.
   std::function<std::unique_ptr<PsClient>(PsClient* inner)> wrap_ps_client;
+  // Credentials of the channels to ps shards and to peers' ReplicaState
+  // (common/grpcutil/tls.h); nullptr = plain text. (The coordinator channel
+  // and the peer transports get theirs from the caller.)
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
 };
 
 class WorkerDaemon {
@@ -185,6 +189,12 @@ class WorkerDaemon {
 
  private:
   struct RunningJob;
+
+  // options_.channel_credentials, or plain text when it is null.
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const {
+    return options_.channel_credentials != nullptr ? options_.channel_credentials
+                                                   : grpc::InsecureChannelCredentials();
+  }
 
   absl::Status Register();
   // DeregisterWorker with the drain reason (Run(), after a Drain()).

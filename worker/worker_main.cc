@@ -28,6 +28,7 @@
 #include "common/log_flags.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
+#include "common/grpcutil/tls.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
@@ -138,6 +139,21 @@ int main(int argc, char** argv) {
 
   const int data_port = absl::GetFlag(FLAGS_data_port);
   if (data_port < 0 || data_port > 65535) {
+  // Mutual TLS with roles (common/grpcutil/tls.h) on the worker's server
+  // (peers, replica state) and on every channel it opens (coordinator, peers,
+  // ps shards, peers' replica state).
+  absl::StatusOr<lockstep::GrpcSecurity> security = lockstep::GrpcSecurity::FromFlags();
+  if (!security.ok()) {
+    logger.Error(security.status().message());
+    return 2;
+  }
+  if (security->explicitly_insecure()) {
+    logger.Warn("--insecure: gRPC in plain text; anyone who reaches the port can feed this "
+                "worker's all-reduce and read its replica state");
+  }
+  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      security->ChannelCredentials();
+
     logger.Error(absl::StrCat("--data_port: expected 0..65535, got ", data_port));
     return 2;
   }
@@ -159,7 +175,7 @@ int main(int argc, char** argv) {
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->ServerCredentials(), &port);
   peers.RegisterOn(builder);
   builder.RegisterService(&health);
   builder.RegisterService(&state_service);
@@ -222,7 +238,8 @@ int main(int argc, char** argv) {
                {"port", port},
                {"advertise", advertise},
                {"data_address", data_address},
-               {"coordinator", absl::GetFlag(FLAGS_coordinator)}});
+               {"coordinator", absl::GetFlag(FLAGS_coordinator)},
+               {"grpc_security", security->Describe()}});
 
   lockstep::WorkerDaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -249,6 +266,7 @@ int main(int argc, char** argv) {
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
   options.state_board = &state_board;
   options.logger = &logger;
+  options.channel_credentials = channel_credentials;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;
   options.wrap_ps_client = [&worker_metrics](lockstep::PsClient* inner) {
@@ -260,14 +278,14 @@ int main(int argc, char** argv) {
   coordinator_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   coordinator_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = lockstep::CreateChannelCountingErrors(
-      options.coordinator, grpc::InsecureChannelCredentials(),
+      options.coordinator, channel_credentials,
       [&worker_metrics](absl::string_view method, absl::string_view code) {
         worker_metrics.RpcError(method, code);
       },
       coordinator_args);
   lockstep::WorkerDaemon daemon(
       options, channel,
-      [&peers, &worker_metrics, tcp_hub = hub->get()](
+      [&peers, &worker_metrics, tcp_hub = hub->get(), channel_credentials](
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
           const std::vector<std::string>& addresses)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
@@ -275,7 +293,9 @@ int main(int argc, char** argv) {
           return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses),
                       &worker_metrics, "tcp");
         }
-        return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses),
+        lockstep::GrpcTransportOptions grpc_options;
+        grpc_options.credentials = channel_credentials;
+        return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses, grpc_options),
                     &worker_metrics, "grpc");
       });
 

@@ -8,9 +8,10 @@
 namespace lockstep {
 
 absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::string& service,
-                                         absl::Duration timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+                                         absl::Duration timeout,
+                                         std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckRequest request;

@@ -3,7 +3,10 @@
 #ifndef LOCKSTEP_COMMON_GRPCUTIL_HEALTH_CHECK_H_
 #define LOCKSTEP_COMMON_GRPCUTIL_HEALTH_CHECK_H_
 
+#include <memory>
 #include <string>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -19,8 +22,10 @@ namespace lockstep {
 //              (SERVICE_UNKNOWN), UNAVAILABLE / DEADLINE_EXCEEDED when it
 //              cannot be reached in time, UNIMPLEMENTED when it serves no
 //              health service; every message names the address.
-absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::string& service,
-                                         absl::Duration timeout);
+// `credentials`: the channel's (common/grpcutil/tls.h); nullptr = plain text.
+absl::StatusOr<HealthStatus> CheckHealth(
+    const std::string& address, const std::string& service, absl::Duration timeout,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace lockstep
 

@@ -13,6 +13,7 @@
 #include "common/flags_usage.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
+#include "common/grpcutil/tls.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/process_tuning.h"
@@ -68,6 +69,16 @@ int main(int argc, char** argv) {
     log.Error(absl::StrCat("--max_jobs: expected >= 1, got ", absl::GetFlag(FLAGS_max_jobs)));
     return 2;
   }
+  // Mutual TLS with roles (common/grpcutil/tls.h): only worker certificates
+  // may Push/Pull.
+  absl::StatusOr<lockstep::GrpcSecurity> security = lockstep::GrpcSecurity::FromFlags();
+  if (!security.ok()) {
+    log.Error(security.status().message());
+    return 2;
+  }
+  if (security->explicitly_insecure()) {
+    log.Warn("--insecure: gRPC in plain text; anyone who reaches the port can push gradients");
+  }
   if (absl::Status s = lockstep::InstallShutdownSignalHandlers(); !s.ok()) {
     log.Error(s.message());
     return 1;
@@ -90,7 +101,7 @@ int main(int argc, char** argv) {
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->ServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
   // One shard per Push request / Pull reply (common/grpcutil/message_limits.h).

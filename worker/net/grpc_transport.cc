@@ -432,7 +432,9 @@ absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
       args.SetInt(name, value);
     }
     channel = grpc::CreateCustomChannel(
-        inbox_->peer_addresses[to], grpc::InsecureChannelCredentials(), args);
+        inbox_->peer_addresses[to],
+        options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+        args);
     link.stubs[index] = std::make_unique<grpc::GenericStub>(channel);
   }
   // Connect (the peer may still be starting); poll in short slices so

@@ -71,6 +71,8 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -111,6 +113,9 @@ struct GrpcTransportOptions {
   // Extra integer channel arguments for the peer channels (tuning, e.g.
   // GRPC_ARG_HTTP2_BDP_PROBE, GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE).
   std::vector<std::pair<std::string, int>> channel_args;
+  // Credentials of the peer channels (common/grpcutil/tls.h); nullptr =
+  // plain text.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class OutboundStream;

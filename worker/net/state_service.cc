@@ -84,7 +84,10 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kStateChunkBytes + (64 << 10)));
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      address,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
   auto stub = v1::ReplicaState::NewStub(channel);
   absl::Status last = absl::DeadlineExceededError("no attempt");
   while (true) {

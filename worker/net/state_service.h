@@ -18,7 +18,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -57,6 +60,8 @@ struct FetchStateOptions {
   int64_t expected_bytes = 0;
   absl::Time deadline = absl::InfinitePast();  // required
   std::string requester;  // for the peer's log
+  // Channel credentials (common/grpcutil/tls.h); nullptr = plain text.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // Fetches the state `options` names from the peer at `address`. Errors name

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Creates what mutual TLS between lockstep processes needs (Debian's openssl):
+#
+#   bash deploy/certs.sh --out=DIR [--hosts=h1,10.0.0.5,...] [--days=N] [--force]
+#
+# DIR/ca.pem, ca.key             the CA (keep ca.key offline in production)
+# DIR/coordinator.{pem,key}      lockstep-coordinator   URI SAN lockstep://role/coordinator
+# DIR/server.{pem,key}           lockstep-server (ps)   URI SAN lockstep://role/server
+# DIR/worker.{pem,key}           lockstep-worker        URI SAN lockstep://role/worker
+# DIR/client.{pem,key}           lockstep CLI / Python  URI SAN lockstep://role/client
+# DIR/token                      the bearer token for SubmitJob/CancelJob
+#                                (coordinator --token_file, lockstep --token_file)
+#
+# Every certificate that a server presents (coordinator, server, worker: a
+# worker serves its peers) names localhost, 127.0.0.1, ::1 and every --hosts
+# entry (DNS names or IP addresses) as subject alternative names: channels
+# verify the host they dial against them. The role is in the URI SAN that
+# common/grpcutil/call_policy.h reads. Keys are EC P-256, certificates valid
+# --days days (default 365). Private keys and the token are mode 0600.
+# An existing DIR/ca.pem is kept (re-run with a new --hosts list to re-issue
+# the role certificates from the same CA) unless --force.
+set -euo pipefail
+
+out="" hosts="" days=365 force=0
+for arg in "$@"; do
+  case "$arg" in
+    --out=*) out="${arg#--out=}" ;;
+    --hosts=*) hosts="${arg#--hosts=}" ;;
+    --days=*) days="${arg#--days=}" ;;
+    --force) force=1 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "certs.sh: unknown argument \"$arg\" (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [[ -z "$out" ]]; then
+  echo "certs.sh: --out=DIR is required" >&2; exit 2
+fi
+if ! [[ "$days" =~ ^[1-9][0-9]*$ ]]; then
+  echo "certs.sh: --days: expected a positive integer, got \"$days\"" >&2; exit 2
+fi
+command -v openssl >/dev/null || { echo "certs.sh: openssl not found (apt-get install openssl)" >&2; exit 1; }
+mkdir -p "$out"
+umask 077
+
+san_hosts="DNS:localhost,IP:127.0.0.1,IP:::1"
+IFS=',' read -r -a extra <<< "$hosts"
+for h in "${extra[@]}"; do
+  [[ -z "$h" ]] && continue
+  if [[ "$h" =~ ^[0-9.]+$ || "$h" == *:* ]]; then
+    san_hosts+=",IP:$h"
+  elif [[ "$h" =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]]; then
+    san_hosts+=",DNS:$h"
+  else
+    echo "certs.sh: --hosts: \"$h\" is neither a host name nor an IP address" >&2; exit 2
+  fi
+done
+
+if [[ $force -eq 1 || ! -s "$out/ca.pem" || ! -s "$out/ca.key" ]]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/ca.key" 2>/dev/null
+  openssl req -x509 -new -key "$out/ca.key" -sha256 -days "$days" \
+    -subj "/O=lockstep/CN=lockstep CA" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$out/ca.pem" 2>/dev/null
+fi
+
+issue() {  # role, SAN list, extended key usage
+  local role="$1" san="$2" eku="$3"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/$role.key.tmp" 2>/dev/null
+  openssl pkcs8 -topk8 -nocrypt -in "$out/$role.key.tmp" -out "$out/$role.key" 2>/dev/null
+  rm -f "$out/$role.key.tmp"
+  openssl req -new -key "$out/$role.key" -subj "/O=lockstep/OU=$role/CN=lockstep-$role" \
+    -out "$out/$role.csr" 2>/dev/null
+  printf 'subjectAltName=%s\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n' \
+    "$san" "$eku" > "$out/$role.ext"
+  openssl x509 -req -in "$out/$role.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" \
+    -CAcreateserial -days "$days" -sha256 -extfile "$out/$role.ext" \
+    -out "$out/$role.pem" 2>/dev/null
+  rm -f "$out/$role.csr" "$out/$role.ext"
+  chmod 0644 "$out/$role.pem"
+}
+
+issue coordinator "URI:lockstep://role/coordinator,$san_hosts" "serverAuth,clientAuth"
+issue server "URI:lockstep://role/server,$san_hosts" "serverAuth,clientAuth"
+issue worker "URI:lockstep://role/worker,$san_hosts" "serverAuth,clientAuth"
+issue client "URI:lockstep://role/client" "clientAuth"
+chmod 0644 "$out/ca.pem"
+rm -f "$out/ca.srl"
+
+if [[ $force -eq 1 || ! -s "$out/token" ]]; then
+  openssl rand -hex 32 > "$out/token"
+fi
+echo "certs.sh: CA, coordinator, server, worker and client certificates and a token in $out" >&2
