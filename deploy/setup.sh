@@ -12,6 +12,7 @@ PKGS=(
   docker-compose python3-yaml
   prometheus
   clang-14 libclang-rt-14-dev  # tests/fuzz (libFuzzer, ASan, UBSan)
+  openssl  # deploy/certs.sh (mutual TLS certificates), tests/tls_e2e_test
 )
 missing=()
 for p in "${PKGS[@]}"; do

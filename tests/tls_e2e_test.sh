@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Mutual TLS and roles end to end (issue 11, "Every channel authenticated"),
+# real processes on 127.0.0.1 with OS-chosen ports, certificates made by
+# deploy/certs.sh (Debian's openssl):
+#   A  a plain-text cluster (coordinator, lockstep-server ps shard, 2 workers)
+#      trains a K=2 ring/grpc job and a K=2 ps job: the reference hashes;
+#   B  the same cluster with --tls_* on every process trains both jobs with
+#      the same final hashes (the ring job submitted with --token_file, the
+#      ps job with $LOCKSTEP_TOKEN);
+#   C  refused, and nothing changes (`lockstep jobs`, `lockstep workers`):
+#      no certificate / another CA's -> UNAVAILABLE; no or a wrong token ->
+#      UNAUTHENTICATED; a worker certificate calling SubmitJob/CancelJob/
+#      ListJobs -> PERMISSION_DENIED; a client certificate calling
+#      RegisterWorker/Heartbeat/ReportStep/UploadWeights, ps Push/Pull (on
+#      lockstep-server and on the coordinator's shard), a worker's
+#      PeerService/Stream and ReplicaState/FetchState -> PERMISSION_DENIED;
+#   D  bad flags exit 2 naming the flag and file.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; CERTS="$5"; PROBE="$6"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=6
+source "$(dirname "$0")/e2e_lib.sh"
+command -v openssl >/dev/null || fail "openssl not installed (deploy/setup.sh installs it)"
+
+mkdir -p "$T/data"
+write_blobs "$T/data" 11 300 60 4
+bash "$CERTS" --out="$T/pki" 2>/dev/null || fail "certs.sh"
+bash "$CERTS" --out="$T/other" 2>/dev/null || fail "certs.sh (other CA)"
+PKI="$T/pki"
+tls() { echo "--tls_cert=$1/$2.pem --tls_key=$1/$2.key --tls_ca=$1/ca.pem"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+
+JOB=(--workers=2 --model=mlp:16 --dataset='csv:train.csv;test.csv' --batch=30 --steps=300
+     --lr=0.05 --optimizer=sgd --momentum=0.9 --seed=9 --eval_each_epoch=false)
+
+# start NAME [TLS flags per role: "" = plain]; sets C, PSA, W1 (worker 1's address)
+start() {
+  local n="$1" secure="$2" cf="" wf="" sf=""
+  if [ "$secure" = 1 ]; then
+    cf="$(tls "$PKI" coordinator) --token_file=$PKI/token"; wf="$(tls "$PKI" worker)"
+    sf="$(tls "$PKI" server)"
+  fi
+  "$PS" --listen=127.0.0.1:0 --port_file="$T/$n.ps.port" --metrics_port=-1 $sf \
+    2>"$T/$n.ps.log" & pids+=($!)
+  wait_file "$T/$n.ps.port"
+  PSA="127.0.0.1:$(cat "$T/$n.ps.port")"
+  "$COORD" --listen=127.0.0.1:0 --port_file="$T/$n.coord.port" --metrics_port=-1 \
+    --ps_addresses="$PSA" $cf 2>"$T/$n.coord.log" & pids+=($!)
+  wait_file "$T/$n.coord.port"
+  C="127.0.0.1:$(cat "$T/$n.coord.port")"
+  for i in 1 2; do
+    "$WORKER" --coordinator="$C" --data_dir="$T/data" --port_file="$T/$n.w$i.port" \
+      --metrics_port=-1 $wf 2>"$T/$n.w$i.log" & pids+=($!)
+    wait_file "$T/$n.w$i.port"
+  done
+  W1="127.0.0.1:$(cat "$T/$n.w1.port")"
+}
+idle() {
+  for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && return 0; sleep 0.05; done
+  fail "workers not idle"
+}
+run_job() {  # extra flags...; prints the final hash
+  local out
+  out=$(cli submit "${JOB[@]}" "$@" --follow --json) || fail "submit $* exit $?: $out"
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "job $*: $out"
+  json "d['final_hash']" <<<"$out"
+}
+stop_all() { cleanup; pids=(); }
+
+echo "== A: plain text"
+start plain 0
+cli() { "$CLI" --coordinator="$C" "$@"; }
+idle
+t0=$(date +%s.%N)
+ring_ref=$(run_job --sync=ring --peer_transport=grpc) || exit 1
+ps_ref=$(run_job --sync=ps) || exit 1
+t1=$(date +%s.%N)
+echo "plain: ring/grpc $ring_ref, ps $ps_ref ($(python3 -c "print(f'{$t1-$t0:.1f}')") s for both jobs)"
+stop_all
+
+echo "== B: mutual TLS on every process"
+start tls 1
+grep -q 'grpc_security="mutual TLS' "$T/tls.coord.log" || fail "coordinator does not log mutual TLS"
+grep -q 'grpc_security="mutual TLS' "$T/tls.w1.log" || fail "worker does not log mutual TLS"
+cli() { "$CLI" --coordinator="$C" $(tls "$PKI" client) "$@"; }
+idle
+t0=$(date +%s.%N)
+ring_tls=$(run_job --sync=ring --peer_transport=grpc --token_file="$PKI/token") || exit 1
+ps_tls=$(LOCKSTEP_TOKEN="$(cat "$PKI/token")" run_job --sync=ps) || exit 1
+t1=$(date +%s.%N)
+echo "tls:   ring/grpc $ring_tls, ps $ps_tls ($(python3 -c "print(f'{$t1-$t0:.1f}')") s for both jobs)"
+[ "$ring_tls" = "$ring_ref" ] || fail "ring/grpc over TLS: hash $ring_tls, plain $ring_ref"
+[ "$ps_tls" = "$ps_ref" ] || fail "ps over TLS: hash $ps_tls, plain $ps_ref"
+idle
+
+echo "== C: refusals change nothing"
+# What a refused call could change: the jobs (id, state, step, hash, spec)
+# and the registered workers.
+jobs_view() { cli jobs --json | json "[(j['job_id'], j['state'], j['step'], j.get('final_hash'), j['spec']) for j in d['jobs']]"; }
+jobs_before=$(jobs_view) || fail "jobs"
+workers_before=$(cli workers --json | json "sorted((w['worker_id'], w['address']) for w in d['workers'])") \
+  || fail "workers"
+expect_cli() {  # CODE args...: the CLI exits 1 with CODE on stderr
+  local code="$1"; shift
+  local err
+  err=$("$CLI" --coordinator="$C" --timeout_s=3 "$@" 2>&1 >/dev/null); local rc=$?
+  [ "$rc" = 1 ] && grep -q "$code" <<<"$err" || fail "lockstep $*: exit $rc, expected 1 with $code: $err"
+  echo "ok   $(grep -v "^E[0-9]" <<<"$err" | head -c 200)"
+}
+echo wrong-token > "$T/wrong.token"
+expect_cli UNAVAILABLE jobs
+expect_cli UNAVAILABLE submit "${JOB[@]}"
+expect_cli UNAVAILABLE $(tls "$T/other" client) --token_file="$T/other/token" submit "${JOB[@]}"
+expect_cli UNAUTHENTICATED $(tls "$PKI" client) submit "${JOB[@]}"
+expect_cli UNAUTHENTICATED $(tls "$PKI" client) --token_file="$T/wrong.token" submit "${JOB[@]}"
+expect_cli UNAUTHENTICATED $(tls "$PKI" client) --token_file="$T/wrong.token" cancel 1
+expect_cli PERMISSION_DENIED $(tls "$PKI" worker) --token_file="$PKI/token" submit "${JOB[@]}"
+expect_cli PERMISSION_DENIED $(tls "$PKI" worker) --token_file="$PKI/token" cancel 1
+expect_cli PERMISSION_DENIED $(tls "$PKI" worker) jobs
+TOKEN=$(cat "$PKI/token")
+CO=lockstep.v1.Coordinator
+# Debian's python3 (python3-grpcio); a pyenv python may be first on PATH.
+PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1 /usr/bin/python3 "$PROBE" \
+  "$C|/$CO/ListJobs|unary|-|-|UNAVAILABLE" \
+  "$C|/$CO/ListJobs|unary|$T/other/client|-|UNAVAILABLE" \
+  "$C|/$CO/RegisterWorker|unary|$T/other/worker|-|UNAVAILABLE" \
+  "$C|/$CO/SubmitJob|unary|$PKI/worker|$TOKEN|PERMISSION_DENIED" \
+  "$C|/$CO/SubmitJob|unary|$PKI/client|wrong|UNAUTHENTICATED" \
+  "$C|/$CO/RegisterWorker|unary|$PKI/client|$TOKEN|PERMISSION_DENIED" \
+  "$C|/$CO/RegisterWorker|unary|$PKI/server|-|PERMISSION_DENIED" \
+  "$C|/$CO/Heartbeat|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$C|/$CO/ReportStep|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$C|/$CO/ReportDone|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$C|/$CO/UploadWeights|stream_unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$C|/lockstep.v1.ParameterServer/Push|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$PSA|/lockstep.v1.ParameterServer/Push|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$PSA|/lockstep.v1.ParameterServer/Pull|unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$PSA|/lockstep.v1.ParameterServer/Push|unary|-|-|UNAVAILABLE" \
+  "$W1|/lockstep.v1.PeerService/Stream|stream_unary|$PKI/client|-|PERMISSION_DENIED" \
+  "$W1|/lockstep.v1.PeerService/Stream|stream_unary|$T/other/worker|-|UNAVAILABLE" \
+  "$W1|/lockstep.v1.ReplicaState/FetchState|unary_stream|$PKI/client|-|PERMISSION_DENIED" \
+  "$C|/grpc.health.v1.Health/Check|unary|$PKI/client|-|OK" \
+  "$W1|/grpc.health.v1.Health/Check|unary|$PKI/worker|-|OK" \
+  || fail "a probe ended with another status"
+jobs_after=$(jobs_view) || fail "jobs"
+workers_after=$(cli workers --json | json "sorted((w['worker_id'], w['address']) for w in d['workers'])")
+[ "$jobs_after" = "$jobs_before" ] || fail "jobs changed: before $jobs_before after $jobs_after"
+[ "$workers_after" = "$workers_before" ] || fail "workers changed: $workers_before -> $workers_after"
+[ "$(cli jobs --json | json "len(d['jobs'])")" = 2 ] || fail "expected only the 2 jobs of B: $jobs_after"
+echo "ok   jobs and workers unchanged: $(cli jobs | tail -n +2 | awk '{print $1, $2}' | tr '\n' ' ')"
+stop_all
+
+echo "== D: bad flags"
+expect_exit2() {  # WHAT-to-find binary args...
+  local want="$1"; shift
+  local err; err=$("$@" --listen=127.0.0.1:0 --metrics_port=-1 2>&1 </dev/null); local rc=$?
+  [ "$rc" = 2 ] && grep -q -- "$want" <<<"$err" || fail "$* exit $rc, expected 2 naming $want: $err"
+  echo "ok   exit 2: $(grep -o -- "$want.*" <<<"$err" | head -1 | head -c 150)"
+}
+expect_exit2 "--tls_key: cannot read $T/nope.key" "$COORD" --tls_cert="$PKI/coordinator.pem" \
+  --tls_key="$T/nope.key" --tls_ca="$PKI/ca.pem" --token_file="$PKI/token"
+expect_exit2 "--tls_ca: missing" "$WORKER" --coordinator=127.0.0.1:1 --tls_cert="$PKI/worker.pem" \
+  --tls_key="$PKI/worker.key"
+expect_exit2 "--tls_cert: $PKI/token is not a PEM" "$PS" --tls_cert="$PKI/token" \
+  --tls_key="$PKI/server.key" --tls_ca="$PKI/ca.pem"
+expect_exit2 "--token_file: missing" "$COORD" $(tls "$PKI" coordinator)
+expect_exit2 "--insecure: cannot be combined" "$COORD" --insecure $(tls "$PKI" coordinator)
+err=$("$CLI" --coordinator=127.0.0.1:1 --tls_cert="$PKI/client.pem" jobs 2>&1); rc=$?
+[ "$rc" = 2 ] && grep -q -- "--tls_key: missing" <<<"$err" || fail "lockstep with --tls_cert only: exit $rc: $err"
+echo PASS
