@@ -9,6 +9,9 @@
 #     coordinator's repair at step 9; status counts one repair, every rank
 #     in sync; the final hash equals the same job's on three fault-free
 #     workers (w-2 stopped, w-1 w-3 w-4);
+#   * the same in ps mode (--sync=ps --ps_transport=tcp, the
+#     coordinator's shard): SUCCEEDED, the same notes, and the final hash
+#     equals the fault-free ps run's;
 #   * K = 3, --on_divergence=halt: FAILED "replicas diverged at step 3:
 #     rank 1 differs from the majority in block W0";
 #   * K = 2 (no majority), repair, no checkpoints: FAILED "ranks 0 and 1
@@ -95,6 +98,22 @@ grep -q "divergence repair: copied a peer's state" "$T/w2.log" || fail "w-2 did 
 repaired_hash=$(json "d['final_hash']" <<<"$out")
 wait_idle
 
+echo "== K=3, repair, ps mode (raw TCP to the coordinator's shard)"
+PS=(--sync=ps --ps_transport=tcp)
+out=$(timed 30 cli submit --workers=3 "${JOB[@]}" "${PS[@]}" --follow --json)
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps repair job: $out"
+[ "$(json "int(d['repairs'])" <<<"$out")" = 1 ] || fail "ps repair job: $out"
+id=$(json "d['job_id']" <<<"$out")
+sy=$(cli sync "$id" --json --max_entries=0)
+python3 -c "
+import json,sys; d=json.loads(sys.argv[1]); c = {int(x['step']): x for x in d['checks']}
+assert c[3]['differing_ranks'] == [1] and c[3]['first_differing_block'] == 'W0', c[3]
+assert c[4]['note'] == \"repaired in the combine of step 4: rank 1 copied rank 0's state and the step was computed again\", c[4]
+assert all(c[t].get('all_match') for t in list(range(0, 3)) + list(range(4, 20))), d
+assert int(d['mismatched_steps']) == 1, d" "$sy" || fail "ps repair job history: $sy"
+ps_repaired_hash=$(json "d['final_hash']" <<<"$out")
+wait_idle
+
 echo "== K=3, halt"
 out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --on_divergence=halt --follow --json)
 [ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "halt job: $out"
@@ -156,6 +175,14 @@ out=$(timed 30 cli submit --workers=3 "${JOB[@]}" --follow --json)
 [ "$(json "d['final_hash']" <<<"$out")" = "$repaired_hash" ] \
   || fail "repaired job's final hash $repaired_hash differs from the fault-free run's: $out"
 [ "$(json "int(d['mismatched_steps'])" <<<"$out")" = 0 ] || fail "fault-free job: $out"
+wait_idle 4
+
+echo "== K=3 ps without the fault: the same final weights as the repaired ps job"
+out=$(timed 30 cli submit --workers=3 "${JOB[@]}" "${PS[@]}" --follow --json)
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "fault-free ps job: $out"
+[ "$(json "[r['worker_id'] for r in d['ranks']]" <<<"$out")" = "['w-1', 'w-3', 'w-4']" ] || fail "fault-free ps job ran on: $out"
+[ "$(json "d['final_hash']" <<<"$out")" = "$ps_repaired_hash" ] \
+  || fail "repaired ps job's final hash $ps_repaired_hash differs from the fault-free ps run's: $out"
 wait_idle 4
 
 echo "== K=2 without the fault: the same final weights as the rolled-back job"
