@@ -12,7 +12,10 @@
 #include "common/collective/chunking.h"
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/grpc_ps_client.h"
+#include "common/grpcutil/message_limits.h"
 #include "common/psnet/ps_tcp_client.h"
+#include "common/train/job_memory.h"
+#include "common/train/job_spec_convert.h"
 #include "worker/job_data.h"
 #include "common/train/replica_state.h"
 #include "worker/net/state_service.h"
@@ -579,6 +582,22 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       data_key_ = key;
       data_ = data;
     }
+    // A job that cannot fit is refused before anything is allocated for it
+    // (common/train/job_memory.h): the job fails with RESOURCE_EXHAUSTED
+    // naming the need and the limit, and this worker keeps serving.
+    if (options_.max_job_memory_bytes > 0) {
+      auto train_spec = ToTrainSpec(a.spec());
+      if (!train_spec.ok()) return train_spec.status();
+      auto need = ComputeJobMemoryNeed(*train_spec, data->train.dim, data->train.num_classes, k);
+      if (!need.ok()) return need.status();
+      if (absl::Status s =
+              CheckJobMemory(*need, options_.max_job_memory_bytes,
+                             absl::StrCat("worker ", wid, " (", options_.hostname, ")"),
+                             "its --max_job_memory_bytes");
+          !s.ok()) {
+        return s;
+      }
+    }
     std::unique_ptr<GradientCombiner> combiner;
     // gRPC clients of the shards, and (ps_transport TCP) their raw-TCP
     // data-plane clients, which the combine then uses.
@@ -620,9 +639,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                                               options_.coordinator)),
                                                           a.ps_addresses(s))
                                            : a.ps_addresses(s);
+              // Receives one shard per Pull reply (message_limits.h).
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
-                  grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), addr, s, k,
-                  e - b));
+                  CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), ChannelCredentials()),
+                  addr, s, k, e - b));
               ps_ptrs.push_back(ps_clients.back().get());
               if (ps_tcp) {
                 // The shard's raw-TCP data plane, at the port its gRPC

@@ -125,6 +125,10 @@ struct WorkerDaemonOptions {
   // restarting; see "Coordinator restarts" above).
   absl::Duration coordinator_restart_grace = absl::Seconds(30);
   int blas_threads = 1;
+  // A job whose memory need on this worker (common/train/job_memory.h)
+  // exceeds this is refused (RESOURCE_EXHAUSTED naming need and limit);
+  // 0 = no limit.
+  int64_t max_job_memory_bytes = 0;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
   // Fault injection for tests (see JobRunnerOptions::flip_at_step).

@@ -30,12 +30,14 @@
 #include "common/grpcutil/server_reflection.h"
 #include "common/grpcutil/tls.h"
 #include "common/process_tuning.h"
+#include "common/train/job_memory.h"
 #include "common/shutdown_signal.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
 #include "worker/net/state_service.h"
 #include "worker/net/tcp_transport.h"
 #include "worker/worker_daemon.h"
+#include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
@@ -63,6 +65,10 @@ ABSL_FLAG(int32_t, metrics_port, 9171,
 ABSL_FLAG(std::string, metrics_port_file, "", "Write the metrics server's bound port here");
 ABSL_FLAG(std::string, hostname, "", "Name shown in status (default: gethostname)");
 ABSL_FLAG(int32_t, blas_threads, 1, "OpenBLAS threads per worker");
+ABSL_FLAG(int64_t, max_job_memory_bytes, -1,
+          "Refuse a job whose memory need on this worker (parameters, gradient, optimizer "
+          "state, combine buffer, activations) exceeds this many bytes, with "
+          "RESOURCE_EXHAUSTED naming both; -1 = 3/4 of physical memory, 0 = no limit");
 ABSL_FLAG(int64_t, fault_perturb_step, -1,
           "Testing only: after this step of every job, nudge this replica's first weight by "
           "one ulp so the coordinator's hash check catches the drift (-1 = off)");
@@ -247,6 +253,9 @@ int main(int argc, char** argv) {
   options.data_address = data_address;
   options.hostname = hostname;
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes) < 0
+                                     ? lockstep::DefaultMaxJobMemoryBytes()
+                                     : absl::GetFlag(FLAGS_max_job_memory_bytes);
   options.rpc_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms));
   options.coordinator_restart_grace =
       absl::Milliseconds(std::max<int64_t>(1, absl::GetFlag(FLAGS_coordinator_restart_grace_ms)));
@@ -277,6 +286,8 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments coordinator_args;
   coordinator_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   coordinator_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  coordinator_args.SetMaxReceiveMessageSize(lockstep::kControlMaxMessageBytes);
+  coordinator_args.SetMaxSendMessageSize(lockstep::kControlMaxMessageBytes);
   auto channel = lockstep::CreateChannelCountingErrors(
       options.coordinator, channel_credentials,
       [&worker_metrics](absl::string_view method, absl::string_view code) {

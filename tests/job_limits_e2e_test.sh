@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue 11, every input bounded, with real processes on 127.0.0.1
+# (OS-chosen ports): a coordinator and two worker daemons.
+#   1  a job whose model cannot fit (--model=mlp:1000000000, K=1): refused
+#      by the worker before anything is allocated: FAILED with a reason
+#      naming RESOURCE_EXHAUSTED-style need and limit ("job needs N bytes
+#      ... but the limit is L bytes"), the worker stays alive and IDLE (it
+#      used to die of std::bad_alloc and the job failed 3 s later as
+#      "lost: no heartbeat");
+#   2  then a normal ring job runs on the same workers: SUCCEEDED;
+#   3  a ps job whose shard is over gRPC's default 4 MiB (mlp:1100,1000 on 3
+#      features: 1,108,403 parameters + the loss slot = 4.4 MB per Push and
+#      Pull over gRPC, S = 1 on the coordinator's shard): SUCCEEDED (it failed
+#      with "Received message larger than max" before the limits were set
+#      deliberately, common/grpcutil/message_limits.h).
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=20
+source "$(dirname "$0")/e2e_lib.sh"
+write_blobs "$T" 11 200 40
+DATA='csv:train.csv;test.csv'
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"
+C="127.0.0.1:$(cat "$T/coord.port")"
+cli() { "$CLI" --coordinator="$C" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+now_ms() { date +%s%3N; }
+wait_until() {
+  local deadline=$1; shift
+  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
+  "$@"
+}
+idle() {
+  local list; list=$(cli workers) || return 1
+  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
+}
+finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
+state_of() { cli status "$1" --json | json "d['state']"; }
+declare -A wpid
+for i in 1 2; do
+  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
+    --max_job_memory_bytes=1000000000 2>"$T/w$i.log" & pids+=($!)
+  wpid[$i]=$!
+  wait_file "$T/w$i.port"
+  wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
+done
+
+# 1: the huge model.
+t0=$(now_ms)
+huge=$(cli submit --workers=1 --model=mlp:1000000000 --dataset="$DATA" --batch=8 --steps=5) \
+  || fail "submit of the huge job: $huge"
+wait_until $(( $(now_ms) + 20000 )) finished "$huge" || fail "huge job not finished: $(cli status "$huge")"
+[ "$(state_of "$huge")" = FAILED ] || fail "huge job: expected FAILED, got $(cli status "$huge")"
+reason=$(cli status "$huge" --json | json "d.get('reason', '')")
+echo "huge job FAILED after $(( $(now_ms) - t0 )) ms: $reason"
+grep -q "job needs [0-9]* bytes of memory per worker" <<<"$reason" || fail "reason names no need: $reason"
+grep -q "but the limit is 1000000000 bytes (1.0 GB, its --max_job_memory_bytes)" <<<"$reason" \
+  || fail "reason names no limit: $reason"
+grep -q "no heartbeat" <<<"$reason" && fail "the worker was lost: $reason"
+for i in 1 2; do kill -0 "${wpid[$i]}" || fail "worker w-$i died"; done
+wait_until $(( $(now_ms) + 5000 )) idle w-1 w-2 || fail "workers not IDLE after the refusal: $(cli workers)"
+
+# 2: a normal job on the same workers.
+ok=$(cli submit --workers=2 --model=mlp:8 --dataset="$DATA" --batch=16 --steps=30) || fail "submit: $ok"
+wait_until $(( $(now_ms) + 60000 )) finished "$ok" || fail "normal job not finished: $(cli status "$ok")"
+[ "$(state_of "$ok")" = SUCCEEDED ] || fail "normal job: expected SUCCEEDED, got $(cli status "$ok")"
+echo "normal job after the refusal: SUCCEEDED"
+
+# 3: a ps shard over 4 MiB over gRPC.
+t0=$(now_ms)
+big=$(cli submit --workers=2 --sync=ps --model=mlp:1100,1000 --dataset="$DATA" --batch=16 \
+  --steps=4) || fail "submit of the big-shard ps job: $big"
+wait_until $(( $(now_ms) + 90000 )) finished "$big" || fail "ps job not finished: $(cli status "$big")"
+[ "$(state_of "$big")" = SUCCEEDED ] \
+  || fail "ps job with a 4.4 MB shard: expected SUCCEEDED, got $(cli status "$big")"
+echo "ps job with a 4.4 MB shard over gRPC: SUCCEEDED in $(( $(now_ms) - t0 )) ms"
+echo PASS
