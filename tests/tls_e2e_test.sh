@@ -142,6 +142,46 @@ PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1 /usr/bin/python3 "$PROBE" \
   "$C|/grpc.health.v1.Health/Check|unary|$PKI/client|-|OK" \
   "$W1|/grpc.health.v1.Health/Check|unary|$PKI/worker|-|OK" \
   || fail "a probe ended with another status"
+# The Python client (client/python) with the same options as the CLI.
+PYTHONPATH="${TEST_SRCDIR}/${TEST_WORKSPACE}/client/python" PYTHONDONTWRITEBYTECODE=1 \
+  PYTHONNOUSERSITE=1 /usr/bin/python3 -P - "$C" "$PKI" "$T/wrong.token" "$T/other" <<'PY' \
+  || fail "python client"
+import sys
+import lockstep
+addr, pki, wrong, other = sys.argv[1:]
+def tls(d, role):
+    return dict(tls_ca=f"{d}/ca.pem", tls_cert=f"{d}/{role}.pem", tls_key=f"{d}/{role}.key")
+def code(f):
+    try:
+        f()
+        return "OK"
+    except lockstep.LockstepError as e:
+        return e.code.name
+job = dict(model="mlp:16", workers=2, dataset="csv:train.csv;test.csv", steps=10)
+with lockstep.Client(addr, **tls(pki, "client")) as c:
+    assert [j.state for j in c.jobs()] == ["SUCCEEDED"] * 2, c.jobs()
+    assert code(lambda: c.submit(**job)) == "UNAUTHENTICATED"
+with lockstep.Client(addr, **tls(pki, "client"), token_file=wrong) as c:
+    assert code(lambda: c.submit(**job)) == "UNAUTHENTICATED"
+    assert code(lambda: c.cancel(1)) == "UNAUTHENTICATED"
+with lockstep.Client(addr, **tls(pki, "worker"), token_file=f"{pki}/token") as c:
+    assert code(lambda: c.submit(**job)) == "PERMISSION_DENIED"
+with lockstep.Client(addr, timeout=3, **tls(other, "client"), token_file=f"{other}/token") as c:
+    assert code(c.jobs) == "UNAVAILABLE"
+with lockstep.Client(addr, timeout=3) as c:
+    assert code(c.jobs) == "UNAVAILABLE"
+for bad, what in [(dict(tls_ca=f"{pki}/ca.pem"), "tls_cert: missing"),
+                  (dict(tls(pki, "client"), tls_key=f"{pki}/nope.key"), "tls_key: cannot read"),
+                  (dict(token="abc"), "token: needs mutual TLS"),
+                  (dict(tls(pki, "client"), insecure=True), "insecure: cannot be combined")]:
+    try:
+        lockstep.Client(addr, **bad)
+        raise SystemExit(f"accepted {bad}")
+    except ValueError as e:
+        assert what in str(e), (what, str(e))
+print("ok   python client: jobs over mTLS; UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE; "
+      "bad options name the option")
+PY
 jobs_after=$(jobs_view) || fail "jobs"
 workers_after=$(cli workers --json | json "sorted((w['worker_id'], w['address']) for w in d['workers'])")
 [ "$jobs_after" = "$jobs_before" ] || fail "jobs changed: before $jobs_before after $jobs_after"

@@ -8,10 +8,21 @@
 
 Every RPC error becomes a LockstepError carrying the gRPC status code and
 the coordinator's message (which names the field, job or worker).
+
+Mutual TLS (a coordinator started with --tls_*), as the CLI's flags:
+
+    c = lockstep.Client("10.0.0.1:7070", tls_ca="pki/ca.pem", tls_cert="pki/client.pem",
+                        tls_key="pki/client.key", token_file="pki/token")
+
+token= / token_file= (default: $LOCKSTEP_TOKEN) is sent as "authorization:
+Bearer <token>"; submit and cancel need it. Without tls_* the channel is
+plain text (insecure=True says so explicitly and warns).
 """
 
 import math
+import os
 import time
+import warnings
 
 import grpc
 import numpy as np
@@ -68,6 +79,60 @@ def _check_timeout(name, timeout, allow_none):
     return float(timeout)
 
 
+def _read_option_file(option, path, limit):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ValueError(f"{option}: cannot read {path} ({e.strerror})") from None
+    if len(data) > limit:
+        raise ValueError(f"{option}: {path} is larger than {limit} bytes")
+    return data
+
+
+def _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure):
+    """grpc channel credentials for the options of Client (the CLI's --tls_ca,
+    --tls_cert, --tls_key, --token_file / $LOCKSTEP_TOKEN and --insecure),
+    or None for plain text."""
+    tls = {"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key}
+    given = [k for k, v in tls.items() if v]
+    if insecure and (given or token or token_file):
+        raise ValueError("insecure: cannot be combined with tls_* or a token (pick one)")
+    if given and len(given) < 3:
+        missing = [k for k in tls if k not in given][0]
+        raise ValueError(f"{missing}: missing; mutual TLS needs tls_ca, tls_cert and tls_key "
+                         "together")
+    if token and token_file:
+        raise ValueError("token and token_file: give one")
+    if token_file:
+        token = _read_option_file("token_file", token_file, 4096).decode("ascii", "replace")
+    if token is not None:
+        token = token.strip()
+        if not token or any(not 0x21 <= ord(ch) <= 0x7e for ch in token):
+            raise ValueError("token: expected one token of printable ASCII without spaces")
+    if not given:
+        if token:
+            raise ValueError("token: needs mutual TLS (tls_ca, tls_cert, tls_key); a token sent "
+                             "in plain text protects nothing")
+        return None
+    pem = {}
+    for option, path in tls.items():
+        data = _read_option_file(option, path, 1 << 20)
+        what = b"PRIVATE KEY" if option == "tls_key" else b"CERTIFICATE"
+        if b"-----BEGIN " not in data or what not in data:
+            raise ValueError(f"{option}: {path} is not a PEM {what.decode()}")
+        pem[option] = data
+    creds = grpc.ssl_channel_credentials(root_certificates=pem["tls_ca"],
+                                         private_key=pem["tls_key"],
+                                         certificate_chain=pem["tls_cert"])
+    if token is None:
+        env = os.environ.get("LOCKSTEP_TOKEN", "").strip()
+        token = env or None
+    if token:
+        creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+    return creds
+
+
 def _split_layout(names, shapes, total, job_id):
     """[(name, shape)] from a WeightsChunk's block_names / block_shapes."""
     blocks, dims = [], []
@@ -102,12 +167,17 @@ class Client:
     --timeout_s; follow() and weights() take their own.
     """
 
-    def __init__(self, address="127.0.0.1:7070", timeout=10.0):
+    def __init__(self, address="127.0.0.1:7070", timeout=10.0, *, tls_ca=None, tls_cert=None,
+                 tls_key=None, token=None, token_file=None, insecure=False):
         if not isinstance(address, str) or not address:
             raise ValueError(f"address: expected host:port, got {address!r}")
         self.address = address
         self.timeout = _check_timeout("timeout", timeout, allow_none=False)
-        self._channel = grpc.insecure_channel(address)
+        creds = _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure)
+        if insecure:
+            warnings.warn("lockstep.Client(insecure=True): plain text, no authentication")
+        self._channel = (grpc.insecure_channel(address) if creds is None
+                         else grpc.secure_channel(address, creds))
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     def close(self):
