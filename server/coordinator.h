@@ -169,8 +169,17 @@
 //     completed in the last moments before the kill and were not yet
 //     committed, and steps some ranks had reported to the old process, are
 //     not checked (checked_steps then falls short of the steps run);
-//   * not kept: final weights (has_weights false: export fails), the status
-//     page's curves, timing medians.
+//   * membership: each job's generation, members (worker ids, addresses by
+//     rank, held steps) and membership events are stored when they change
+//     (with the job row, at once), so a job that shrank (or regroups) comes
+//     back with its current group and group key;
+//   * final weights (while the weights store keeps them, up to
+//     kMaxStoredWeightsBytes each), the curves (at the job's end, and every
+//     kPersistSeriesEvery while it runs) and the final hash and metrics are
+//     kept; a ps job on the coordinator's own shard (no ps_addresses)
+//     cannot continue (the shard's sums are gone) and FAILS at the restart,
+//     its reason saying to resume it from its last checkpoint;
+//   * not kept: timing medians.
 //
 // ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------
 // DeregisterWorker(worker_id, reason): a worker that shuts down says so. It
@@ -317,6 +326,8 @@ class Coordinator {
   // the coordinator serves. Errors name the database file.
   absl::Status AttachStateDb(StateDb* db);
   static constexpr absl::Duration kPersistProgressEvery = absl::Seconds(1);
+  static constexpr absl::Duration kPersistSeriesEvery = absl::Seconds(10);
+  static constexpr size_t kMaxStoredWeightsBytes = size_t{256} << 20;
   // NOT_FOUND, or FAILED_PRECONDITION when the job has no (or no longer
   // has) final weights. The result stays valid after eviction.
   absl::StatusOr<std::shared_ptr<const FinalWeights>> GetWeights(uint64_t job_id);
@@ -443,6 +454,11 @@ class Coordinator {
     lockstep::v1::JobState state = lockstep::v1::JOB_STATE_UNSPECIFIED;
     absl::Time at = absl::InfinitePast();
     int64_t checked = 0;  // sync.checked() already stored
+    uint64_t membership = 0;  // fingerprint of the membership stored (0 = none)
+    absl::Time series_at = absl::InfinitePast();  // curves last stored
+    bool series_final = false;                     // stored at the job's end
+    bool weights_stored = false;
+    std::weak_ptr<const FinalWeights> weights;  // the stored ones
   };
 
   const CoordinatorOptions options_;

@@ -3,12 +3,19 @@
 // coordinator.h ("State database and restarts"), server/state/state_db.h.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "proto/coordinator_state.pb.h"
 #include "server/coordinator.h"
+#include "server/job_series.h"
+#include "server/membership.h"
+#include "server/weights_store.h"
 
 namespace lockstep {
 
@@ -20,6 +27,152 @@ double UnixSeconds(absl::Time t) {
 
 absl::Time FromUnixSeconds(double s) {
   return s <= 0 ? absl::InfinitePast() : absl::UnixEpoch() + absl::Seconds(s);
+}
+
+// A cheap fingerprint of a started job's membership (generation, group,
+// held steps, events), so the persistence hook, which runs on every report,
+// writes the membership tables only when it changed. Never 0.
+uint64_t MembershipFingerprint(const JobRecord& job) {
+  const MembershipState& m = job.membership;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  };
+  mix(static_cast<uint64_t>(m.generation));
+  mix(m.regrouping ? 1 : 2);
+  mix(static_cast<uint64_t>(m.start_step));
+  mix(static_cast<uint64_t>(m.source_rank));
+  mix(static_cast<uint64_t>(job.k));
+  mix(m.events.size());
+  if (!m.events.empty()) mix(static_cast<uint64_t>(m.events.back().step()));
+  for (const RankRecord& r : job.ranks) {
+    mix(std::hash<std::string>()(r.worker_id));
+    mix(static_cast<uint64_t>(r.held_generation));
+    mix(static_cast<uint64_t>(r.held_step));
+  }
+  return h == 0 ? 1 : h;
+}
+
+StoredMembership MembershipOf(const JobRecord& job) {
+  const MembershipState& m = job.membership;
+  StoredMembership out;
+  out.generation = m.generation;
+  out.world = job.k;
+  out.regrouping = m.regrouping;
+  out.start_step = m.start_step;
+  out.source_rank = m.source_rank;
+  for (const RankRecord& r : job.ranks) {
+    StoredMember x;
+    x.worker_id = r.worker_id;
+    x.address = r.address;
+    x.data_address = r.data_address;
+    x.hostname = r.hostname;
+    x.held_generation = r.held_generation;
+    x.held_step = r.held_step;
+    out.members.push_back(std::move(x));
+  }
+  out.events.assign(m.events.begin(), m.events.end());
+  return out;
+}
+
+std::string EncodeSeries(const JobSeriesSnapshot& s) {
+  v1::StoredJobSeries p;
+  for (const LossPoint& x : s.loss) {
+    v1::StoredLossPoint* y = p.add_loss();
+    y->set_step(x.step);
+    y->set_loss(x.loss);
+    y->set_examples_per_second(x.examples_per_second);
+    y->set_seconds(x.seconds);
+    y->set_examples(x.examples);
+  }
+  for (const EvalPoint& x : s.eval) {
+    v1::StoredEvalPoint* y = p.add_eval();
+    y->set_step(x.step);
+    y->set_test_accuracy(x.test_accuracy);
+    y->set_test_loss(x.test_loss);
+  }
+  for (const SyncCell& x : s.sync) {
+    v1::StoredSyncCell* y = p.add_sync();
+    y->set_first_step(x.first_step);
+    y->set_last_step(x.last_step);
+    y->set_checks(x.checks);
+    y->set_mismatches(x.mismatches);
+  }
+  p.set_loss_stride(s.loss_stride);
+  p.set_eval_stride(s.eval_stride);
+  p.set_checks_per_cell(s.checks_per_cell);
+  p.set_steps_offered(s.steps_offered);
+  p.set_evals_offered(s.evals_offered);
+  p.set_checks_offered(s.checks_offered);
+  return p.SerializeAsString();
+}
+
+bool DecodeSeries(const std::string& blob, JobSeriesSnapshot* s) {
+  v1::StoredJobSeries p;
+  if (!p.ParseFromString(blob)) return false;
+  for (const v1::StoredLossPoint& y : p.loss()) {
+    s->loss.push_back({y.step(), y.loss(), y.examples_per_second(), y.seconds(), y.examples()});
+  }
+  for (const v1::StoredEvalPoint& y : p.eval()) {
+    s->eval.push_back({y.step(), y.test_accuracy(), y.test_loss()});
+  }
+  for (const v1::StoredSyncCell& y : p.sync()) {
+    s->sync.push_back({y.first_step(), y.last_step(), y.checks(), y.mismatches()});
+  }
+  s->loss_stride = p.loss_stride();
+  s->eval_stride = p.eval_stride();
+  s->checks_per_cell = p.checks_per_cell();
+  s->steps_offered = p.steps_offered();
+  s->evals_offered = p.evals_offered();
+  s->checks_offered = p.checks_offered();
+  return true;
+}
+
+// The job's membership after a restart: the stored generation, members and
+// events (schema v2); from a version 1 database (no membership tables), what
+// its JobStatus showed (generation, regrouping, events; the ranks are the
+// current generation's already).
+void RestoreMembership(const StoredJob& stored, JobRecord* job, absl::Time now) {
+  MembershipState& m = job->membership;
+  const v1::JobStatus& st = stored.status;
+  if (!stored.membership) {
+    m.generation = st.generation();
+    m.regrouping = st.regrouping();
+    m.events.assign(st.membership_events().begin(), st.membership_events().end());
+    if (m.generation > 0 && !m.regrouping && !m.events.empty()) {
+      m.start_step = m.events.back().step();
+    }
+    return;
+  }
+  const StoredMembership& sm = *stored.membership;
+  m.generation = sm.generation;
+  m.regrouping = sm.regrouping;
+  m.start_step = sm.start_step;
+  m.source_rank = sm.source_rank;
+  m.events.assign(sm.events.begin(), sm.events.end());
+  while (m.events.size() > kMaxMembershipEvents) m.events.pop_front();
+  if (sm.members.empty()) return;
+  // The members by rank; what the JobStatus kept of each (steps, hashes,
+  // done) follows its worker.
+  std::vector<RankRecord> ranks;
+  for (const StoredMember& x : sm.members) {
+    RankRecord r;
+    for (RankRecord& old : job->ranks) {
+      if (old.worker_id == x.worker_id) {
+        r = std::move(old);
+        break;
+      }
+    }
+    r.worker_id = x.worker_id;
+    r.address = x.address;
+    r.data_address = x.data_address;
+    r.hostname = x.hostname;
+    r.held_generation = x.held_generation;
+    r.held_step = x.held_step;
+    r.last_heartbeat = now;
+    ranks.push_back(std::move(r));
+  }
+  job->ranks = std::move(ranks);
 }
 
 }  // namespace
@@ -44,11 +197,19 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     w.data_address = s.data_address;
     w.hostname = s.hostname;
     w.pid = s.pid;
-    w.state = v1::IDLE;
-    w.last_seen = now;  // lost_after from the restart to come back
+    // Not heard from since the restart: LOST (never scheduled) until its
+    // first heartbeat makes it IDLE ("worker back"), so no job starts on,
+    // and no shrunk job grows onto, a worker that died meanwhile. Bound to
+    // a RUNNING job: BUSY below, lost_after from the restart to come back.
+    w.state = v1::LOST;
+    w.last_seen = now;
     workers_.SetNextSeq(s.seq + 1);
     workers_.Add(std::move(w));
   }
+  // Installed first: a job failed while restoring is stored as FAILED.
+  jobs_.SetChangeHook([this](const JobRecord& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PersistJobLocked(job);  // the hook runs under mu_
+  });
   int64_t running = 0;
   for (StoredJob& stored : loaded->jobs) {
     const v1::JobStatus& st = stored.status;
@@ -64,7 +225,6 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->reason = st.reason();
     job->k = st.spec().num_workers();
     job->ps_addresses.assign(extra.ps_addresses().begin(), extra.ps_addresses().end());
-    job->sync = jobs_.NewSyncChecker(job->k);
     // The checks table is committed every flush interval, the job row at
     // most every kPersistProgressEvery: the newer of the two counts.
     job->restored_checked = std::max(st.checked_steps(), stored.stored_checks);
@@ -116,13 +276,45 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       }
       job->ranks.push_back(std::move(rank));
     }
+    RestoreMembership(stored, job.get(), now);
+    // K of the current generation (a shrunk job runs below spec.num_workers).
+    if (!job->ranks.empty()) job->k = static_cast<int>(job->ranks.size());
+    job->sync = jobs_.NewSyncChecker(job->k);
+    if (stored.series) {
+      JobSeriesSnapshot series;
+      if (!DecodeSeries(*stored.series, &series)) {
+        return absl::DataLossError(absl::StrCat(db->path(), ": job ", st.job_id(),
+                                                ": stored curves do not parse"));
+      }
+      job->series.Restore(series);
+    }
     Job* j = jobs_.Restore(std::move(job));
-    persisted_[j->id] = PersistMark{j->state, now, 0};
+    PersistMark& mark = persisted_[j->id];
+    mark.state = j->state;
+    mark.at = now;
+    mark.membership = stored.membership ? MembershipFingerprint(*j) : 0;
+    mark.series_at = stored.series ? now : absl::InfinitePast();
+    mark.series_final = stored.series && IsTerminalJobState(j->state);
+    if (j->state == v1::RUNNING && j->spec.sync_mode() == v1::PS &&
+        (extra.coordinator_ps_shard() || options_.ps_addresses.empty())) {
+      // The coordinator's own shard held this job's in-flight sums: gone.
+      ++running;
+      FailJobLocked(
+          j, absl::StrCat(
+                 "the coordinator restarted and its parameter-server shard, which this ps job "
+                 "used, lost its state; resume the job from its last checkpoint",
+                 j->spec.checkpoint_dir().empty()
+                     ? " (it had no checkpoint_dir: submit it again, with --checkpoint_dir to "
+                       "make it resumable)"
+                     : absl::StrCat(": lockstep resume ", j->id)));
+      continue;
+    }
     if (j->state == v1::RUNNING) {
       ++running;
       // Rebind the ranks' workers; a rank whose worker is gone fails the job.
       std::string missing;
       for (size_t r = 0; r < j->ranks.size(); ++r) {
+        if (j->ranks[r].worker_id.empty()) continue;  // a vacant rank (wait)
         Worker* w = workers_.Find(j->ranks[r].worker_id);
         if (w == nullptr) {
           missing = absl::StrFormat("worker %s (rank %d, %s)", j->ranks[r].worker_id, r,
@@ -140,9 +332,39 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     }
     versions_.StateChanged(&j->watch, StatusLocked(*j, now));
   }
-  jobs_.SetChangeHook([this](const JobRecord& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    PersistJobLocked(job);  // the hook runs under mu_
-  });
+  // Final weights the store still keeps (oldest job first: eviction
+  // order); rows it does not keep (a smaller max_jobs_with_weights) go.
+  for (const StoredWeights& sw : loaded->weights) {
+    Job* j = jobs_.Find(sw.job_id);
+    if (j == nullptr || j->state != v1::SUCCEEDED) {
+      state_db_->DeleteWeights(sw.job_id);
+      continue;
+    }
+    FinalWeights w;
+    w.job_id = sw.job_id;
+    w.total = sw.total;
+    w.data = *sw.data;
+    w.block_names = sw.block_names;
+    w.block_shapes = sw.block_shapes;
+    v1::WeightsChunk all = MakeWeightsChunk(w, 0, w.total);
+    all.set_worker_id(j->ranks.empty() ? "" : j->ranks[0].worker_id);
+    absl::StatusOr<std::vector<uint64_t>> changed = weights_.AddChunk(all);
+    if (!changed.ok()) {
+      return absl::DataLossError(absl::StrCat(db->path(), ": job ", sw.job_id,
+                                              ": stored weights: ", changed.status().message()));
+    }
+    for (uint64_t id : *changed) {
+      PersistMark& mark = persisted_[id];
+      if (std::shared_ptr<const FinalWeights> kept = weights_.Get(id); kept != nullptr) {
+        mark.weights_stored = true;
+        mark.weights = kept;
+      } else {
+        mark.weights_stored = false;
+        mark.weights.reset();
+        state_db_->DeleteWeights(id);
+      }
+    }
+  }
   PersistCountersLocked();
   LogLocked(LogLevel::kInfo, "state restored",
             {{"state_db", db->path()},
@@ -183,10 +405,50 @@ void Coordinator::PersistJobLocked(const Job& job) {
     for (const v1::SyncCheck& c : h.checks()) state_db_->AddSyncCheck(job.id, c);
     mark.checked = checked;
   }
-  if (job.state == mark.state && now - mark.at < kPersistProgressEvery) return;
+  // Final weights: stored when published, deleted when dropped or evicted.
+  {
+    std::shared_ptr<const FinalWeights> w = weights_.Get(job.id);
+    if (w != nullptr ? (!mark.weights_stored || mark.weights.lock() != w) : mark.weights_stored) {
+      mark.weights_stored = false;
+      mark.weights.reset();
+      if (w == nullptr || w->data.size() > kMaxStoredWeightsBytes) {
+        state_db_->DeleteWeights(job.id);
+      } else {
+        StoredWeights sw;
+        sw.job_id = job.id;
+        sw.total = w->total;
+        sw.block_names = w->block_names;
+        sw.block_shapes = w->block_shapes;
+        sw.data = std::shared_ptr<const std::string>(w, &w->data);  // shared, not copied
+        state_db_->PutWeights(std::move(sw));
+        mark.weights_stored = true;
+        mark.weights = w;
+      }
+    }
+  }
+  // Membership: at once when it changed (a shrink, a regroup's start).
+  const uint64_t membership = job.ranks.empty() ? 0 : MembershipFingerprint(job);
+  const bool membership_changed = membership != mark.membership;
+  // Curves: at the end, and now and then while running.
+  const bool terminal = IsTerminalJobState(job.state);
+  const bool series_due = job.state != v1::PENDING && !mark.series_final &&
+                          (terminal || now - mark.series_at >= kPersistSeriesEvery);
+  if (job.state == mark.state && now - mark.at < kPersistProgressEvery && !membership_changed &&
+      !(series_due && terminal)) {
+    return;
+  }
   mark.state = job.state;
   mark.at = now;
   StoredJob stored;
+  if (membership_changed) {
+    stored.membership = MembershipOf(job);
+    mark.membership = membership;
+  }
+  if (series_due) {
+    stored.series = EncodeSeries(job.series.Snapshot());
+    mark.series_at = now;
+    mark.series_final = terminal;
+  }
   stored.status = JobStatusOf(job, now, /*has_weights=*/false);
   stored.first_mismatch_step = FirstMismatchOf(job);
   v1::StoredJobState extra;
@@ -203,6 +465,7 @@ void Coordinator::PersistJobLocked(const Job& job) {
   extra.set_first_step_unix_s(UnixSeconds(job.first_step_time));
   extra.set_first_step_examples(job.first_step_examples);
   extra.set_first_mismatch_step(FirstMismatchOf(job));
+  extra.set_coordinator_ps_shard(job.spec.sync_mode() == v1::PS && options_.ps_addresses.empty());
   extra.SerializeToString(&stored.extra);
   state_db_->PutJob(std::move(stored));
 }

@@ -20,6 +20,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
+#include "server/membership.h"
 #include "server/state/state_db.h"
 
 namespace lockstep {
@@ -234,6 +235,277 @@ TEST_F(CoordinatorStateTest, LeftWorkerAndItsFailedJobStayThatWayAcrossRestart) 
   EXPECT_EQ(j.state(), v1::FAILED);
   EXPECT_NE(j.reason().find("w-2"), std::string::npos) << j.reason();
   ASSERT_EQ(second.coord->ListWorkers().workers_size(), 1);
+}
+
+// Issue 10 "Nothing lost": a job that shrank (K = 3 -> 2) keeps its
+// generation, members, group key and events across restarts — one while it
+// regroups, one after its start was decided — and finishes SUCCEEDED.
+TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(3, 60);
+  spec.set_on_worker_lost("shrink");
+  auto step = [](Coordinator* c, int rank, const std::string& w, int64_t s, int64_t gen) {
+    v1::ReportStepRequest req;
+    req.set_worker_id(w);
+    req.set_job_id(1);
+    req.set_rank(rank);
+    req.set_step(s);
+    req.set_weights_hash(Hash(s));
+    req.set_loss(1.0);
+    req.set_examples(8);
+    req.set_generation(gen);
+    auto r = c->ReportStep(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_FALSE(r->stop()) << r->reason();
+  };
+  auto hold = [](Coordinator* c, const std::string& w, int64_t gen, int64_t held) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(w);
+    req.set_job_id(1);
+    req.set_generation(gen);
+    req.set_holds_state(true);
+    req.set_held_step(held);
+    auto r = c->Heartbeat(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::HeartbeatReply();
+  };
+  uint64_t gen0_key = 0;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    for (int i = 1; i <= 3; ++i) Register(c, i);
+    ASSERT_EQ(Submit(c, spec), 1u);
+    for (const char* w : {"w-1", "w-2", "w-3"}) {
+      v1::HeartbeatReply r = Beat(c, w);
+      ASSERT_TRUE(r.has_assignment());
+      gen0_key = r.assignment().group_key();
+      Beat(c, w, 1);
+    }
+    for (int64_t s = 0; s < 20; ++s) {
+      step(c, 0, "w-1", s, 0);
+      step(c, 1, "w-2", s, 0);
+      step(c, 2, "w-3", s, 0);
+    }
+    // w-3 goes silent: lost after 3 s, the job shrinks (generation 1, K 2).
+    for (int i = 0; i < 4; ++i) {
+      clock_.Advance(absl::Seconds(1));
+      Beat(c, "w-1", 1);
+      Beat(c, "w-2", 1);
+      c->Tick();
+    }
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    ASSERT_EQ(j.generation(), 1);
+    ASSERT_TRUE(j.regrouping());
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }  // SIGKILL-like: no drain, the database as committed
+
+  uint64_t gen1_key = 0;
+  {
+    Incarnation second = Start(dir);
+    Coordinator* c = second.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
+    EXPECT_EQ(j.generation(), 1);
+    EXPECT_EQ(j.world(), 2);
+    EXPECT_TRUE(j.regrouping());
+    ASSERT_EQ(j.ranks_size(), 2);
+    EXPECT_EQ(j.ranks(0).worker_id(), "w-1");
+    EXPECT_EQ(j.ranks(1).worker_id(), "w-2");
+    EXPECT_EQ(j.ranks(1).address(), "10.0.0.2:5000");
+    ASSERT_EQ(j.membership_events_size(), 1);
+    EXPECT_EQ(j.membership_events(0).kind(), "shrink");
+    EXPECT_EQ(j.membership_events(0).worker_id(), "w-3");
+    // The survivors say what they hold (w-2 is one step behind): the start
+    // is decided after the restart.
+    EXPECT_FALSE(hold(c, "w-1", 1, 20).has_assignment());
+    v1::HeartbeatReply r = hold(c, "w-2", 1, 19);
+    ASSERT_TRUE(r.has_assignment());
+    EXPECT_EQ(r.assignment().generation(), 1);
+    EXPECT_TRUE(r.assignment().start_ready());
+    EXPECT_EQ(r.assignment().start_step(), 20);
+    EXPECT_EQ(r.assignment().state_source_rank(), 0);
+    EXPECT_EQ(r.assignment().rank(), 1);
+    EXPECT_EQ(r.assignment().peer_addresses_size(), 2);
+    gen1_key = r.assignment().group_key();
+    EXPECT_NE(gen1_key, gen0_key);
+    EXPECT_EQ(gen1_key, GenerationKey(gen0_key, 1));
+    for (int64_t s = 20; s < 40; ++s) {
+      step(c, 0, "w-1", s, 1);
+      step(c, 1, "w-2", s, 1);
+    }
+    ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+
+  Incarnation third = Start(dir);
+  Coordinator* c = third.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
+  EXPECT_EQ(j.generation(), 1);
+  EXPECT_EQ(j.world(), 2);
+  EXPECT_FALSE(j.regrouping());
+  ASSERT_EQ(j.membership_events_size(), 1);
+  EXPECT_EQ(j.membership_events(0).step(), 20);
+  // A survivor carrying on (generation 1, not holding) needs nothing; one
+  // that lost its assignment gets the same group back.
+  v1::HeartbeatRequest carry;
+  carry.set_worker_id("w-1");
+  carry.set_job_id(1);
+  carry.set_generation(1);
+  v1::HeartbeatReply r = *c->Heartbeat(carry);
+  EXPECT_FALSE(r.has_assignment());
+  EXPECT_FALSE(r.stop_job());
+  carry.set_generation(0);
+  r = *c->Heartbeat(carry);
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().group_key(), gen1_key);
+  EXPECT_EQ(r.assignment().start_step(), 20);
+  Beat(c, "w-2", 1);
+  for (int64_t s = 40; s < 60; ++s) {
+    step(c, 0, "w-1", s, 1);
+    step(c, 1, "w-2", s, 1);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::ReportDoneRequest req;
+    req.set_worker_id(rank == 0 ? "w-1" : "w-2");
+    req.set_job_id(1);
+    req.set_rank(rank);
+    req.set_ok(true);
+    req.set_weights_hash(Hash(59));
+    req.set_steps(60);
+    req.set_generation(1);
+    ASSERT_TRUE(c->ReportDone(req).ok());
+  }
+  j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+  EXPECT_EQ(j.final_hash(), Hash(59));
+}
+
+// Final weights, curves (loss, eval, sync strip) and final metrics of a
+// finished job survive a restart: status, export and the status page.
+TEST_F(CoordinatorStateTest, FinalWeightsCurvesAndMetricsSurviveRestart) {
+  const std::string dir = TempDir();
+  JobSeriesSnapshot before;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    Register(c, 1);
+    ASSERT_EQ(Submit(c, Spec(1, 3000)), 1u);
+    Beat(c, "w-1");
+    Beat(c, "w-1", 1);
+    for (int64_t s = 0; s < 3000; ++s) {  // past 1024 points: downsampled
+      Step(c, 1, 0, "w-1", s);
+      clock_.Advance(absl::Milliseconds(5));
+      if (s % 500 == 499) {
+        v1::ReportEvalRequest e;
+        e.set_worker_id("w-1");
+        e.set_job_id(1);
+        e.set_rank(0);
+        e.set_step(s + 1);
+        e.set_test_accuracy(0.5 + s * 1e-4);
+        e.set_test_loss(1.0 - s * 1e-4);
+        ASSERT_TRUE(c->ReportEval(e).ok());
+      }
+    }
+    std::string data;
+    for (int i = 0; i < 6; ++i) {
+      const float f = 0.25f * i;
+      data.append(reinterpret_cast<const char*>(&f), 4);
+    }
+    v1::WeightsChunk chunk;
+    chunk.set_job_id(1);
+    chunk.set_worker_id("w-1");
+    chunk.set_offset(0);
+    chunk.set_total(6);
+    chunk.set_data(data);
+    chunk.add_block_names("W0");
+    chunk.add_block_shapes(2);
+    chunk.add_block_shapes(3);
+    ASSERT_TRUE(c->UploadWeightsChunk(chunk).ok());
+    ASSERT_TRUE(c->FinishWeightsUpload("w-1", 1).ok());
+    v1::ReportDoneRequest d;
+    d.set_worker_id("w-1");
+    d.set_job_id(1);
+    d.set_ok(true);
+    d.set_weights_hash(Hash(2999));
+    d.set_steps(3000);
+    d.set_test_accuracy(0.75);
+    d.set_test_loss(0.125);
+    ASSERT_TRUE(c->ReportDone(d).ok());
+    before = *c->GetJobSeries(1);
+    ASSERT_TRUE(c->GetJob(1)->has_weights());
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED);
+  EXPECT_EQ(j.final_hash(), Hash(2999));
+  EXPECT_EQ(j.test_accuracy(), 0.75);
+  EXPECT_EQ(j.test_loss(), 0.125);
+  EXPECT_TRUE(j.evaluated());
+  EXPECT_TRUE(j.has_weights());
+  absl::StatusOr<std::shared_ptr<const FinalWeights>> w = c->GetWeights(1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->total, 6);
+  EXPECT_EQ((*w)->data.size(), 24u);
+  EXPECT_EQ(reinterpret_cast<const float*>((*w)->data.data())[5], 1.25f);
+  EXPECT_EQ((*w)->block_names, std::vector<std::string>{"W0"});
+  EXPECT_EQ((*w)->block_shapes, (std::vector<int64_t>{2, 3}));
+  JobSeriesSnapshot after = *c->GetJobSeries(1);
+  ASSERT_EQ(after.loss.size(), before.loss.size());
+  ASSERT_GT(after.loss.size(), 500u);
+  EXPECT_LE(after.loss.size(), 1025u);
+  for (size_t i = 0; i < after.loss.size(); ++i) {
+    EXPECT_EQ(after.loss[i].step, before.loss[i].step);
+    EXPECT_EQ(after.loss[i].loss, before.loss[i].loss);
+    EXPECT_EQ(after.loss[i].examples, before.loss[i].examples);
+  }
+  EXPECT_EQ(after.loss.back().step, 2999);
+  ASSERT_EQ(after.eval.size(), 6u);
+  EXPECT_EQ(after.eval.back().step, 3000);
+  EXPECT_EQ(after.sync.size(), before.sync.size());
+  EXPECT_EQ(after.loss_stride, before.loss_stride);
+  EXPECT_EQ(after.steps_offered, 3000);
+  EXPECT_EQ(after.checks_offered, 3000);
+}
+
+// A ps job on the coordinator's own shard cannot continue after a restart
+// (the shard's sums are gone): it fails at once, saying to resume it.
+TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardFailsAtRestartSayingResume) {
+  const std::string dir = TempDir();
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    Register(c, 1);
+    Register(c, 2);
+    v1::JobSpec spec = Spec(2, 100);
+    spec.set_sync_mode(v1::PS);
+    spec.set_checkpoint_dir("/tmp/ck");
+    spec.set_checkpoint_every_steps(10);
+    ASSERT_EQ(Submit(c, spec), 1u);
+    for (const char* w : {"w-1", "w-2"}) {
+      ASSERT_TRUE(Beat(c, w).has_assignment());
+      Beat(c, w, 1);
+    }
+    for (int64_t s = 0; s < 10; ++s) {
+      Step(c, 1, 0, "w-1", s);
+      Step(c, 1, 1, "w-2", s);
+    }
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  {
+    Incarnation second = Start(dir);
+    Coordinator* c = second.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    EXPECT_EQ(j.state(), v1::FAILED);
+    EXPECT_NE(j.reason().find("parameter-server shard"), std::string::npos) << j.reason();
+    EXPECT_NE(j.reason().find("lockstep resume 1"), std::string::npos) << j.reason();
+    EXPECT_TRUE(Beat(c, "w-1", 1).stop_job());  // its workers stop and go idle
+    ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation third = Start(dir);  // and it was stored that way
+  EXPECT_EQ(third.coord->GetJob(1)->state(), v1::FAILED);
 }
 
 // The reported failure: `lockstep submit --workers=4 --model=softmax

@@ -50,4 +50,13 @@ JobSeriesSnapshot JobSeries::Snapshot() const {
   return s;
 }
 
+void JobSeries::Restore(const JobSeriesSnapshot& s) {
+  loss_.Restore(s.loss, s.loss_stride, s.steps_offered);
+  eval_.Restore(s.eval, s.eval_stride, s.evals_offered);
+  sync_ = s.sync;
+  if (static_cast<int>(sync_.size()) > max_points_) sync_.resize(max_points_);
+  checks_per_cell_ = std::max<int64_t>(1, s.checks_per_cell);
+  checks_offered_ = std::max<int64_t>(0, s.checks_offered);
+}
+
 }  // namespace lockstep

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace lockstep {
@@ -88,6 +89,22 @@ class DownsampledSeries {
   int64_t stride() const { return stride_; }
   int64_t offered() const { return offered_; }
 
+  // Back to the state whose Points() were `points` (a stored snapshot):
+  // the same points, stride and count, so later Adds continue the spacing.
+  // Keeps at most max_points + 1 of them (a damaged store stays bounded).
+  void Restore(std::vector<T> points, int64_t stride, int64_t offered) {
+    if (static_cast<int>(points.size()) > max_points_ + 1) points.resize(max_points_ + 1);
+    stride_ = stride < 1 ? 1 : stride;
+    offered_ = offered < static_cast<int64_t>(points.size())
+                   ? static_cast<int64_t>(points.size())
+                   : offered;
+    latest_.reset();
+    if (!points.empty()) latest_ = points.back();
+    // Points() appended the latest one when it was not kept.
+    if (!points.empty() && (offered_ - 1) % stride_ != 0) points.pop_back();
+    kept_ = std::move(points);
+  }
+
  private:
   int max_points_;
   int64_t stride_ = 1;
@@ -108,6 +125,9 @@ class JobSeries {
   void AddCheck(int64_t step, bool all_match);
 
   JobSeriesSnapshot Snapshot() const;
+  // Back to the state `s` was taken of (a coordinator restart; bounded as
+  // ever: at most max_points + 1 entries per series are taken).
+  void Restore(const JobSeriesSnapshot& s);
   // Evaluations added so far (kept or not).
   int64_t evals_offered() const { return eval_.offered(); }
 

@@ -5,7 +5,9 @@
 #   1. job 1 runs uninterrupted (the reference final hash);
 #   2. job 2, the same spec: its coordinator is SIGKILLed mid-job (the
 #      job at step >= 200) and restarted on the same port with
-#      the same --state_dir, and within BOUND_S:
+#      the same --state_dir once both workers logged failed heartbeats
+#      over more than 3.5 s (> lost_after; polled, within 10 s of the
+#      kill), and within BOUND_S of the kill:
 #        * `jobs`, `status`, `sync` show both jobs and job 1's whole history;
 #        * the workers are back under their ids w-1, w-2 (not re-registered);
 #        * job 2 continues and ends SUCCEEDED with job 1's final hash;
@@ -63,13 +65,20 @@ echo "job $J1 final hash $H1"
 echo "== job 2, coordinator SIGKILLed mid-job and restarted"
 J2=$(cli submit "${SPEC[@]}") || fail "submit 2: $J2"
 wait_until $(( $(now_ms) + 30000 )) stepped "$J2" 200 || fail "job $J2 made no progress: $(cli status "$J2")"
+o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
 kill -9 "$cpid"
 wait "$cpid" 2>/dev/null
 t0=$(now_ms)
 # An outage longer than lost_after (3 s): the workers keep the job while the
-# coordinator refuses connections (not synchronisation: the outage itself).
-echo "killed the coordinator (job $J2 at step >= 200); restarting on port $PORT in 4 s"
-sleep 4
+# coordinator refuses connections. Restarted once both workers logged failed
+# heartbeats over more than OUTAGE_MS (their own timestamps), at most
+# DOWN_BOUND_S after the kill.
+OUTAGE_MS=3500; DOWN_BOUND_S=10
+echo "killed the coordinator (job $J2 at step >= 200)"
+wait_until $(( t0 + DOWN_BOUND_S * 1000 )) down_for $OUTAGE_MS "$T/w1.log:$o1" "$T/w2.log:$o2" \
+  || fail "the workers did not see the coordinator down for ${OUTAGE_MS} ms within ${DOWN_BOUND_S}s"
+td=$(now_ms)
+echo "both workers saw the coordinator down for >= ${OUTAGE_MS} ms; restarting on port $PORT $(( td - t0 )) ms after the kill"
 rm -f "$T/coord.port"
 start_coordinator "$C" coord2.log
 wait_file "$T/coord.port"
@@ -79,7 +88,7 @@ t1=$(now_ms)
 [ "$(field "$J2" state)" = SUCCEEDED ] || fail "job $J2 after the restart: $(cli status "$J2")"
 H2=$(field "$J2" final_hash)
 [ "$H2" = "$H1" ] || fail "job $J2 final hash $H2 != uninterrupted $H1"
-echo "job $J2 SUCCEEDED $(( (t1 - t0) )) ms after the kill (4 s down), final hash $H2 (= job $J1's)"
+echo "job $J2 SUCCEEDED $(( (t1 - t0) )) ms after the kill ($(( td - t0 )) ms down), final hash $H2 (= job $J1's)"
 
 # The workers came back under their ids (the restarted coordinator knew them).
 W=$(cli workers) || fail "workers: $W"

@@ -9,6 +9,12 @@
 #                   rows): label c in {0,1,2} first, then FEATURES (3)
 #                   values, feature c near 2 and the others near 0, from
 #                   Python's random.Random(SEED)
+#   log_size F      F's size in bytes (an offset for down_for)
+#   down_for MS F:OFFSET...
+#                   true when every log F has, from byte OFFSET on,
+#                   "heartbeat failed" lines spanning at least MS ms by their
+#                   own timestamps: each worker saw its coordinator down for
+#                   that long (poll it with a deadline)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -41,5 +47,22 @@ def write(path, n):
             f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
 write(f"{d}/train.csv", n_train)
 write(f"{d}/test.csv", n_test)
+PY
+}
+log_size() { stat -c %s "$1"; }
+down_for() {
+  python3 - "$@" <<'PY'
+import datetime, sys
+ms = int(sys.argv[1])
+def at(line):
+    return datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+for arg in sys.argv[2:]:
+    path, offset = arg.rsplit(":", 1)
+    with open(path, "rb") as f:
+        f.seek(int(offset))
+        lines = [l for l in f.read().decode("utf-8", "replace").splitlines()
+                 if "heartbeat failed" in l]
+    if not lines or (at(lines[-1]) - at(lines[0])).total_seconds() * 1000 < ms:
+        sys.exit(1)
 PY
 }

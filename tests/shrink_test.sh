@@ -18,8 +18,15 @@
 #   the uninterrupted run), so the comparison can fail. The killed
 #   worker's replacement (a fresh worker) serves B and D.
 # Measured times are printed.
+# With a 4th argument "restart" (//tests:shrink_restart_test), the
+# coordinator runs with --state_dir and, once A has regrouped, is SIGKILLed
+# and restarted on the same port (after both survivors logged failed
+# heartbeats for 1 s; polled, bound 5 s): the ring job must still end
+# SUCCEEDED with C's hash (its generation, members and group key came back
+# from the database); the ps job, whose shard was the coordinator's own,
+# must end FAILED saying to resume it from its last checkpoint.
 set -uo pipefail
-COORD="$1"; WORKER="$2"; CLI="$3"
+COORD="$1"; WORKER="$2"; CLI="$3"; MODE="${4:-}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 REGROUP_S=6
@@ -42,7 +49,10 @@ DATA='csv:train.csv;test.csv'
 CK="$T/ckpt"
 mkdir -p "$CK"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+COORD_FLAGS=()
+[ "$MODE" = restart ] && COORD_FLAGS=(--state_dir="$T/state")
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
+cpid=$!
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 cli() { "$CLI" --coordinator="$C" "$@"; }
@@ -76,6 +86,22 @@ regrouped() {
 finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
 state_of() { cli status "$1" --json | json "d['state']"; }
 
+# restart_coordinator NAME: SIGKILL, wait until every live worker logged
+# failed heartbeats for 1 s, restart on the same port and --state_dir.
+restart_coordinator() {
+  local offsets=() w
+  for w in "${live[@]}"; do offsets+=("$T/w${w#w-}.log:$(log_size "$T/w${w#w-}.log")"); done
+  kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
+  local k0; k0=$(now_ms)
+  wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
+    || fail "$1: the workers did not see the coordinator down within 5 s"
+  rm -f "$T/coord.port"
+  "$COORD" --listen="$C" --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>>"$T/coord2.log" & pids+=($!)
+  cpid=$!
+  wait_file "$T/coord.port"
+  echo "$1: coordinator SIGKILLed after the regroup, restarted $(( $(now_ms) - k0 )) ms later"
+}
+
 for _ in 1 2 3; do start_worker; done
 
 # shrink_case NAME VICTIM_INDEX -- SUBMIT FLAGS...  (3 idle workers, the
@@ -95,6 +121,18 @@ shrink_case() {
   wait_until $(( t0 + REGROUP_S * 1000 )) regrouped "$a" \
     || fail "$name: A not regrouped within ${REGROUP_S}s of the SIGKILL: $(cli status "$a")"
   local t1; t1=$(now_ms)
+  if [ "$MODE" = restart ]; then
+    restart_coordinator "$name"
+    if grep -q -- --sync=ps <<<"$*"; then
+      # The coordinator's own ps shard lost the job's sums: FAILED, saying so.
+      wait_until $(( $(now_ms) + 10000 )) finished "$a" || fail "$name: A did not end: $(cli status "$a")"
+      local r; r=$(cli status "$a" --json | json "d['state'] + ': ' + d['reason']")
+      grep -q "^FAILED: .*parameter-server shard.*resume the job from its last checkpoint" <<<"$r" \
+        || fail "$name: A after the restart: $r"
+      echo "$name: after the coordinator restart A is $r"
+      return
+    fi
+  fi
   wait_until $(( t1 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
   local t2; t2=$(now_ms)
   local st; st=$(cli status "$a" --json)

@@ -30,7 +30,27 @@ CREATE TABLE IF NOT EXISTS jobs(
 CREATE TABLE IF NOT EXISTS sync_checks(
   job_id INTEGER NOT NULL, step INTEGER NOT NULL, all_match INTEGER NOT NULL,
   body BLOB NOT NULL, PRIMARY KEY(job_id, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_membership(
+  job_id INTEGER PRIMARY KEY, generation INTEGER NOT NULL, world INTEGER NOT NULL,
+  regrouping INTEGER NOT NULL, start_step INTEGER NOT NULL, source_rank INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS job_members(
+  job_id INTEGER NOT NULL, rank INTEGER NOT NULL, worker_id TEXT NOT NULL,
+  address TEXT NOT NULL, data_address TEXT NOT NULL, hostname TEXT NOT NULL,
+  held_generation INTEGER NOT NULL, held_step INTEGER NOT NULL,
+  PRIMARY KEY(job_id, rank)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS membership_events(
+  job_id INTEGER NOT NULL, seq INTEGER NOT NULL, generation INTEGER NOT NULL,
+  kind TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY(job_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_series(job_id INTEGER PRIMARY KEY, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS job_weights(
+  job_id INTEGER PRIMARY KEY, total INTEGER NOT NULL, blocks BLOB NOT NULL,
+  data BLOB NOT NULL);
 )sql";
+
+// Version 1 had meta, workers, jobs and sync_checks, as above; version 2
+// added the membership, series and weights tables (kSchema creates them
+// IF NOT EXISTS), so migrating 1 -> 2 only records the new version.
+constexpr int kFirstMigratableVersion = 1;
 
 // A prepared statement, finalized on scope exit. Connections close with
 // sqlite3_close_v2, so one closed while a statement is alive (an error path)
@@ -142,7 +162,15 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(StateDbOptions options) {
     if (!get.ok()) return fail(SqlError(*writer, path, "reading the schema version"), nullptr);
     if (get.Step() == SQLITE_ROW) {
       const int64_t version = get.ColInt(0);
-      if (version != kSchemaVersion) {
+      if (version >= kFirstMigratableVersion && version < kSchemaVersion) {
+        Stmt put(*writer, "UPDATE meta SET value = ? WHERE key = 'schema_version'");
+        put.Int(1, kSchemaVersion);
+        if (!put.ok() || put.Step() != SQLITE_DONE) {
+          return fail(SqlError(*writer, path, absl::StrCat("migrating the schema from version ",
+                                                           version, " to ", kSchemaVersion)),
+                      nullptr);
+        }
+      } else if (version != kSchemaVersion) {
         return fail(absl::FailedPreconditionError(absl::StrCat(
                         path, ": schema version ", version, ", this coordinator reads version ",
                         kSchemaVersion, " (use another --state_dir or a matching build)")),
@@ -229,6 +257,97 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
       j.last_checked_step = s.ColInt(3);
       j.extra = s.ColText(4);
       out.jobs.push_back(std::move(j));
+    }
+  }
+  std::map<uint64_t, size_t> index;  // job id -> out.jobs position
+  for (size_t i = 0; i < out.jobs.size(); ++i) index[out.jobs[i].status.job_id()] = i;
+  auto job_of = [&](int64_t id) -> StoredJob* {
+    auto it = index.find(static_cast<uint64_t>(id));
+    return it == index.end() ? nullptr : &out.jobs[it->second];
+  };
+  {
+    Stmt s(reader_db_,
+           "SELECT job_id, generation, world, regrouping, start_step, source_rank "
+           "FROM job_membership ORDER BY job_id");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading job memberships");
+    while (s.Step() == SQLITE_ROW) {
+      StoredJob* j = job_of(s.ColInt(0));
+      if (j == nullptr) continue;
+      StoredMembership m;
+      m.generation = s.ColInt(1);
+      m.world = static_cast<int32_t>(s.ColInt(2));
+      m.regrouping = s.ColInt(3) != 0;
+      m.start_step = s.ColInt(4);
+      m.source_rank = static_cast<int32_t>(s.ColInt(5));
+      j->membership = std::move(m);
+    }
+  }
+  {
+    Stmt s(reader_db_,
+           "SELECT job_id, rank, worker_id, address, data_address, hostname, held_generation, "
+           "held_step FROM job_members ORDER BY job_id, rank");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading job members");
+    while (s.Step() == SQLITE_ROW) {
+      StoredJob* j = job_of(s.ColInt(0));
+      if (j == nullptr || !j->membership) continue;
+      const int64_t rank = s.ColInt(1);
+      if (rank != static_cast<int64_t>(j->membership->members.size())) {
+        return absl::DataLossError(absl::StrCat(path_, ": job ", s.ColInt(0), ": member rank ",
+                                                rank, " stored where rank ",
+                                                j->membership->members.size(),
+                                                " was expected"));
+      }
+      StoredMember m;
+      m.worker_id = s.ColText(2);
+      m.address = s.ColText(3);
+      m.data_address = s.ColText(4);
+      m.hostname = s.ColText(5);
+      m.held_generation = s.ColInt(6);
+      m.held_step = s.ColInt(7);
+      j->membership->members.push_back(std::move(m));
+    }
+  }
+  {
+    Stmt s(reader_db_, "SELECT job_id, seq, body FROM membership_events ORDER BY job_id, seq");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading membership events");
+    while (s.Step() == SQLITE_ROW) {
+      StoredJob* j = job_of(s.ColInt(0));
+      if (j == nullptr || !j->membership) continue;
+      v1::MembershipEvent e;
+      if (!e.ParseFromString(s.ColText(2))) {
+        return absl::DataLossError(absl::StrCat(path_, ": job ", s.ColInt(0),
+                                                ": stored membership event ", s.ColInt(1),
+                                                " does not parse"));
+      }
+      j->membership->events.push_back(std::move(e));
+    }
+  }
+  {
+    Stmt s(reader_db_, "SELECT job_id, body FROM job_series ORDER BY job_id");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading job series");
+    while (s.Step() == SQLITE_ROW) {
+      if (StoredJob* j = job_of(s.ColInt(0)); j != nullptr) j->series = s.ColText(1);
+    }
+  }
+  {
+    Stmt s(reader_db_, "SELECT job_id, total, blocks, data FROM job_weights ORDER BY job_id");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading job weights");
+    while (s.Step() == SQLITE_ROW) {
+      StoredWeights w;
+      w.job_id = static_cast<uint64_t>(s.ColInt(0));
+      w.total = s.ColInt(1);
+      v1::WeightsChunk blocks;
+      auto data = std::make_shared<std::string>(s.ColText(3));
+      if (!blocks.ParseFromString(s.ColText(2)) || w.total < 1 ||
+          data->size() != static_cast<size_t>(w.total) * 4) {
+        return absl::DataLossError(absl::StrCat(path_, ": job ", w.job_id,
+                                                ": stored weights are damaged (", data->size(),
+                                                " bytes for ", w.total, " floats)"));
+      }
+      w.block_names.assign(blocks.block_names().begin(), blocks.block_names().end());
+      w.block_shapes.assign(blocks.block_shapes().begin(), blocks.block_shapes().end());
+      w.data = std::move(data);
+      out.weights.push_back(std::move(w));
     }
   }
   {
@@ -326,9 +445,28 @@ void StateDb::DeleteWorker(int64_t seq) {
 void StateDb::PutJob(StoredJob job) {
   absl::MutexLock l(&mu_);
   const uint64_t id = job.status.job_id();
+  auto it = queued_.jobs.find(id);
+  if (it != queued_.jobs.end()) {  // coalesce: keep what the newer put leaves out
+    if (!job.membership) job.membership = std::move(it->second.membership);
+    if (!job.series) job.series = std::move(it->second.series);
+  }
   queued_.jobs[id] = std::move(job);
   ++enqueued_seq_;
 }
+
+void StateDb::PutWeights(StoredWeights weights) {
+  absl::MutexLock l(&mu_);
+  const uint64_t id = weights.job_id;
+  queued_.weights[id] = std::move(weights);
+  ++enqueued_seq_;
+}
+
+void StateDb::DeleteWeights(uint64_t job_id) {
+  absl::MutexLock l(&mu_);
+  queued_.weights[job_id] = std::nullopt;
+  ++enqueued_seq_;
+}
+
 
 void StateDb::AddSyncCheck(uint64_t job_id, const v1::SyncCheck& check) {
   absl::MutexLock l(&mu_);
@@ -386,7 +524,8 @@ void StateDb::WriterLoop() {
     int64_t rows = 0;
     if (!batch.empty()) {
       rows = static_cast<int64_t>((batch.counters ? 3 : 0) + batch.workers.size() +
-                                  batch.jobs.size() + batch.checks.size());
+                                  batch.jobs.size() + batch.checks.size() +
+                                  batch.weights.size());
       s = Write(batch);
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -404,6 +543,59 @@ void StateDb::WriterLoop() {
     }
   }
 }
+
+namespace {
+
+// The membership tables of one job, inside Write's transaction; `check`
+// steps a statement and records the first error.
+template <typename Check>
+void WriteMembership(sqlite3* db, uint64_t job_id, const StoredMembership& m, Check& check) {
+  const int64_t id = static_cast<int64_t>(job_id);
+  Stmt put(db,
+           "INSERT OR REPLACE INTO job_membership(job_id, generation, world, regrouping, "
+           "start_step, source_rank) VALUES(?, ?, ?, ?, ?, ?)");
+  put.Int(1, id);
+  put.Int(2, m.generation);
+  put.Int(3, m.world);
+  put.Int(4, m.regrouping ? 1 : 0);
+  put.Int(5, m.start_step);
+  put.Int(6, m.source_rank);
+  check(put, "writing a job's membership");
+  Stmt del_members(db, "DELETE FROM job_members WHERE job_id = ?");
+  del_members.Int(1, id);
+  check(del_members, "replacing a job's members");
+  Stmt member(db,
+              "INSERT INTO job_members(job_id, rank, worker_id, address, data_address, "
+              "hostname, held_generation, held_step) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+  for (size_t r = 0; r < m.members.size(); ++r) {
+    const StoredMember& x = m.members[r];
+    member.Int(1, id);
+    member.Int(2, static_cast<int64_t>(r));
+    member.Text(3, x.worker_id);
+    member.Text(4, x.address);
+    member.Text(5, x.data_address);
+    member.Text(6, x.hostname);
+    member.Int(7, x.held_generation);
+    member.Int(8, x.held_step);
+    check(member, "writing a job member");
+  }
+  Stmt del_events(db, "DELETE FROM membership_events WHERE job_id = ?");
+  del_events.Int(1, id);
+  check(del_events, "replacing a job's membership events");
+  Stmt event(db,
+             "INSERT INTO membership_events(job_id, seq, generation, kind, body) "
+             "VALUES(?, ?, ?, ?, ?)");
+  for (size_t i = 0; i < m.events.size(); ++i) {
+    event.Int(1, id);
+    event.Int(2, static_cast<int64_t>(i));
+    event.Int(3, m.events[i].generation());
+    event.Text(4, m.events[i].kind());
+    event.Blob(5, m.events[i].SerializeAsString());
+    check(event, "writing a membership event");
+  }
+}
+
+}  // namespace
 
 absl::Status StateDb::Write(Batch& batch) {
   sqlite3* db = writer_db_;
@@ -461,6 +653,33 @@ absl::Status StateDb::Write(Batch& batch) {
       put.Int(5, j.last_checked_step);
       put.Blob(6, j.extra);
       check(put, "writing a job");
+      if (j.membership) WriteMembership(db, id, *j.membership, check);
+      if (j.series) {
+        Stmt series(db, "INSERT OR REPLACE INTO job_series(job_id, body) VALUES(?, ?)");
+        series.Int(1, static_cast<int64_t>(id));
+        series.Blob(2, *j.series);
+        check(series, "writing a job's series");
+      }
+    }
+  }
+  if (!batch.weights.empty()) {
+    Stmt put(db, "INSERT OR REPLACE INTO job_weights(job_id, total, blocks, data) "
+                 "VALUES(?, ?, ?, ?)");
+    Stmt del(db, "DELETE FROM job_weights WHERE job_id = ?");
+    for (const auto& [id, w] : batch.weights) {
+      if (!w || w->data == nullptr) {
+        del.Int(1, static_cast<int64_t>(id));
+        check(del, "deleting a job's weights");
+        continue;
+      }
+      v1::WeightsChunk blocks;
+      for (const std::string& name : w->block_names) blocks.add_block_names(name);
+      for (int64_t d : w->block_shapes) blocks.add_block_shapes(d);
+      put.Int(1, static_cast<int64_t>(id));
+      put.Int(2, w->total);
+      put.Blob(3, blocks.SerializeAsString());
+      put.Blob(4, *w->data);
+      check(put, "writing a job's weights");
     }
   }
   if (!batch.checks.empty()) {

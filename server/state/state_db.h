@@ -3,7 +3,9 @@
 // transaction survives SIGKILL of the process; an OS crash may lose the
 // last ones). Schema version kSchemaVersion in table meta; a database with
 // another version is refused with an error naming the file and both
-// versions. DIR/LOCK is flock()ed for the life of the StateDb, so a second
+// versions, except version 1 (the schema before membership, results and
+// weights were stored), which Open migrates in place to version 2 (adds the
+// new tables; v1 jobs load without a stored membership). DIR/LOCK is flock()ed for the life of the StateDb, so a second
 // coordinator on the same directory fails at Open (the kernel drops the
 // lock when a killed process dies).
 //
@@ -16,6 +18,16 @@
 //   sync_checks (job, step) -> SyncCheck, every check (detail the bounded
 //               in-memory history summarises), at most
 //               options.max_checks_per_job per job (then mismatches only)
+//   job_membership, job_members, membership_events (v2)
+//               a job's current generation (world, regrouping, decided
+//               start step and source rank), its members by rank (worker
+//               id, addresses, host, held generation/step) and its
+//               membership events; written with the job row (same
+//               transaction) when StoredJob.membership is set
+//   job_series  (v2) an opaque blob per job (the coordinator's curves),
+//               written with the job row when StoredJob.series is set
+//   job_weights (v2) a job's final weights (total floats, block names and
+//               shapes, the float32 bytes), until DeleteWeights
 //
 // Writes never block the caller on SQLite: Put*/AddSyncCheck only copy into
 // a queue under a short internal lock; a writer thread commits what is
@@ -61,6 +73,33 @@ struct StoredWorker {
   int64_t pid = 0;
 };
 
+// One rank of a job's current generation (job_members).
+struct StoredMember {
+  std::string worker_id, address, data_address, hostname;
+  int64_t held_generation = -1, held_step = -1;
+};
+
+// A job's membership (server/membership.h's MembershipState and the ranks).
+struct StoredMembership {
+  int64_t generation = 0;
+  int32_t world = 0;
+  bool regrouping = false;
+  int64_t start_step = -1;
+  int32_t source_rank = -1;
+  std::vector<StoredMember> members;                  // index = rank
+  std::vector<lockstep::v1::MembershipEvent> events;  // oldest first
+};
+
+// A job's final weights (job_weights). `data` is shared, not copied: the
+// writer thread reads it (total * 4 bytes, float32 little-endian).
+struct StoredWeights {
+  uint64_t job_id = 0;
+  int64_t total = 0;
+  std::vector<std::string> block_names;
+  std::vector<int64_t> block_shapes;
+  std::shared_ptr<const std::string> data;
+};
+
 struct StoredJob {
   lockstep::v1::JobStatus status;  // status.job_id is the key
   int64_t first_mismatch_step = -1;
@@ -71,6 +110,10 @@ struct StoredJob {
   // and the newest step (-1 = none).
   int64_t stored_checks = 0, stored_mismatches = 0;
   int64_t stored_first_mismatch = -1, stored_last_step = -1;
+  // PutJob: written (replacing the stored ones) when set; a queued put
+  // without them keeps a queued one's. Load: set when stored.
+  std::optional<StoredMembership> membership;
+  std::optional<std::string> series;  // opaque to StateDb
 };
 
 struct StoredCounters {
@@ -88,12 +131,13 @@ struct StateDbOptions {
 
 class StateDb {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   struct Loaded {
     StoredCounters counters;
     std::vector<StoredWorker> workers;  // by seq
     std::vector<StoredJob> jobs;        // by id
+    std::vector<StoredWeights> weights; // by job id
   };
   struct Stats {
     int64_t transactions = 0;
@@ -133,6 +177,9 @@ class StateDb {
   void DeleteWorker(int64_t seq);
   void PutJob(StoredJob job);
   void AddSyncCheck(uint64_t job_id, const lockstep::v1::SyncCheck& check);
+  // A job's final weights (replacing stored ones), or none.
+  void PutWeights(StoredWeights weights);
+  void DeleteWeights(uint64_t job_id);
 
   // Blocks until everything queued before the call is committed, or
   // `deadline` (DEADLINE_EXCEEDED). Returns the writer's last error if the
@@ -147,8 +194,9 @@ class StateDb {
     std::map<int64_t, std::optional<StoredWorker>> workers;  // nullopt = delete
     std::map<uint64_t, StoredJob> jobs;
     std::vector<std::pair<uint64_t, lockstep::v1::SyncCheck>> checks;
+    std::map<uint64_t, std::optional<StoredWeights>> weights;  // nullopt = delete
     bool empty() const {
-      return !counters && workers.empty() && jobs.empty() && checks.empty();
+      return !counters && workers.empty() && jobs.empty() && checks.empty() && weights.empty();
     }
   };
 

@@ -3,10 +3,13 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -107,6 +110,164 @@ TEST(StateDbTest, EverythingSurvivesReopen) {
   EXPECT_FALSE((*checks)[1].all_match());
   EXPECT_EQ((*checks)[1].differing_ranks(0), 1);
   EXPECT_EQ((*checks)[3].step(), 6);
+}
+
+StoredMembership Shrunk() {
+  StoredMembership m;
+  m.generation = 1;
+  m.world = 2;
+  m.regrouping = false;
+  m.start_step = 20;
+  m.source_rank = 0;
+  for (int r = 0; r < 2; ++r) {
+    StoredMember x;
+    x.worker_id = absl::StrCat("w-", r + 1);
+    x.address = absl::StrCat("127.0.0.1:", 7001 + r);
+    x.data_address = absl::StrCat("127.0.0.1:", 9001 + r);
+    x.hostname = "vm";
+    x.held_generation = 1;
+    x.held_step = 20 - r;
+    m.members.push_back(x);
+  }
+  v1::MembershipEvent e;
+  e.set_kind("shrink");
+  e.set_generation(1);
+  e.set_world_before(3);
+  e.set_world_after(2);
+  e.set_worker_id("w-3");
+  e.set_rank(2);
+  e.set_step(20);
+  m.events.push_back(e);
+  return m;
+}
+
+// Schema v2: the membership tables, curves and final weights; a put without
+// them keeps the queued (or stored) ones; weights are deleted on request.
+TEST(StateDbTest, MembershipSeriesAndWeightsSurviveReopen) {
+  const std::string dir = TempDir();
+  {
+    auto db = StateDb::Open({dir});
+    ASSERT_TRUE(db.ok()) << db.status();
+    StoredJob j = Job(1, v1::RUNNING, 25);
+    j.membership = Shrunk();
+    (*db)->PutJob(j);
+    (*db)->PutJob(Job(1, v1::RUNNING, 26));  // coalesced: the membership stays queued
+    StoredJob done = Job(2, v1::SUCCEEDED, 9);
+    done.series = "curves";
+    (*db)->PutJob(done);
+    for (uint64_t id : {2, 3}) {
+      StoredWeights w;
+      w.job_id = id;
+      w.total = 3;
+      w.block_names = {"W0", "b0"};
+      w.block_shapes = {3, -1, 1};
+      w.data = std::make_shared<const std::string>(std::string(12, static_cast<char>(id)));
+      (*db)->PutWeights(w);
+    }
+    ASSERT_TRUE((*db)->Flush(Soon()).ok());
+    (*db)->DeleteWeights(3);
+    (*db)->PutJob(Job(1, v1::RUNNING, 27));  // a later progress row alone
+    ASSERT_TRUE((*db)->Flush(Soon()).ok());
+    EXPECT_EQ((*db)->GetStats().last_error, "");
+  }
+  auto db = StateDb::Open({dir});
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto loaded = (*db)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->jobs.size(), 2u);
+  const StoredJob& j = loaded->jobs[0];
+  EXPECT_EQ(j.status.step(), 27);
+  ASSERT_TRUE(j.membership.has_value());
+  EXPECT_EQ(j.membership->generation, 1);
+  EXPECT_EQ(j.membership->world, 2);
+  EXPECT_EQ(j.membership->start_step, 20);
+  ASSERT_EQ(j.membership->members.size(), 2u);
+  EXPECT_EQ(j.membership->members[1].worker_id, "w-2");
+  EXPECT_EQ(j.membership->members[1].data_address, "127.0.0.1:9002");
+  EXPECT_EQ(j.membership->members[1].held_step, 19);
+  ASSERT_EQ(j.membership->events.size(), 1u);
+  EXPECT_EQ(j.membership->events[0].worker_id(), "w-3");
+  EXPECT_FALSE(j.series.has_value());
+  EXPECT_FALSE(loaded->jobs[1].membership.has_value());
+  EXPECT_EQ(loaded->jobs[1].series.value_or(""), "curves");
+  ASSERT_EQ(loaded->weights.size(), 1u);
+  EXPECT_EQ(loaded->weights[0].job_id, 2u);
+  EXPECT_EQ(loaded->weights[0].total, 3);
+  EXPECT_EQ(*loaded->weights[0].data, std::string(12, '\2'));
+  EXPECT_EQ(loaded->weights[0].block_names, (std::vector<std::string>{"W0", "b0"}));
+  EXPECT_EQ(loaded->weights[0].block_shapes, (std::vector<int64_t>{3, -1, 1}));
+}
+
+// A state directory written by the previous version (schema 1: meta,
+// workers, jobs, sync_checks) still opens: it is migrated to version 2 in
+// place and its jobs load (without a stored membership).
+TEST(StateDbTest, Version1DatabaseIsMigrated) {
+  const std::string dir = TempDir();
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &raw), SQLITE_OK);
+    // The version 1 schema, verbatim.
+    const char* v1_schema = R"sql(
+      PRAGMA journal_mode=WAL;
+      CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+      CREATE TABLE workers(
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, address TEXT NOT NULL,
+        data_address TEXT NOT NULL, hostname TEXT NOT NULL, pid INTEGER NOT NULL);
+      CREATE TABLE jobs(
+        id INTEGER PRIMARY KEY, state INTEGER NOT NULL, status BLOB NOT NULL,
+        first_mismatch_step INTEGER NOT NULL, last_checked_step INTEGER NOT NULL,
+        extra BLOB NOT NULL);
+      CREATE TABLE sync_checks(
+        job_id INTEGER NOT NULL, step INTEGER NOT NULL, all_match INTEGER NOT NULL,
+        body BLOB NOT NULL, PRIMARY KEY(job_id, step)) WITHOUT ROWID;
+      INSERT INTO meta VALUES('schema_version', 1), ('next_job_id', 2), ('incarnation', 55);
+      INSERT INTO workers VALUES(1, 'w-1', '127.0.0.1:7001', '', 'vm', 11);
+    )sql";
+    ASSERT_EQ(sqlite3_exec(raw, v1_schema, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    const std::string status = Job(1, v1::SUCCEEDED, 10).status.SerializeAsString();
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO jobs VALUES(1, 3, ?, -1, 9, '')", -1, &st,
+                                 nullptr),
+              SQLITE_OK);
+    sqlite3_bind_blob(st, 1, status.data(), static_cast<int>(status.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  {
+    auto db = StateDb::Open({dir});
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto loaded = (*db)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->counters.incarnation, 55u);
+    ASSERT_EQ(loaded->workers.size(), 1u);
+    ASSERT_EQ(loaded->jobs.size(), 1u);
+    EXPECT_EQ(loaded->jobs[0].status.final_hash(), std::string(32, 'a'));
+    EXPECT_FALSE(loaded->jobs[0].membership.has_value());
+    StoredJob j = Job(1, v1::SUCCEEDED, 10);
+    j.membership = Shrunk();
+    (*db)->PutJob(j);  // the new tables are writable
+    ASSERT_TRUE((*db)->Flush(Soon()).ok());
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                               &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(st, 0), StateDb::kSchemaVersion);
+  EXPECT_EQ(StateDb::kSchemaVersion, 2);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  auto db = StateDb::Open({dir});
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto loaded = (*db)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->jobs[0].membership.has_value());
+  EXPECT_EQ(loaded->jobs[0].membership->members.size(), 2u);
 }
 
 TEST(StateDbTest, SecondOpenOfTheSameDirectoryIsRefused) {
