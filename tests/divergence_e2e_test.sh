@@ -19,6 +19,9 @@
 #     --checkpoint_dir and --checkpoint_every_steps", both ranks out of
 #     sync, and --follow prints no test accuracy for a job that never
 #     evaluated;
+#   * K = 2, repair, --checkpoint_every_steps=10 (none before the flip):
+#     FAILED "... no majority ... no checkpoint before step 4 to resolve it
+#     from ... --checkpoint_every_steps";
 #   * K = 2, repair, --checkpoint_every_steps=2: SUCCEEDED; the history
 #     shows the no-majority divergence at step 3 and the rollback in step
 #     4's combine to the checkpoint of step 2; the final hash equals the
@@ -136,6 +139,14 @@ st=$(cli status "$id" --json)
 python3 -c "
 import json,sys; d=json.loads(sys.argv[1])
 assert [r['in_sync'] for r in d['ranks']] == [False, False], d" "$st" || fail "K=2 status: $st"
+wait_idle
+
+echo "== K=2, repair, the first checkpoint only after the divergence: FAILED"
+out=$(timed 30 cli submit --workers=2 "${JOB[@]}" --checkpoint_dir="$T/ck10" --checkpoint_every_steps=10 --follow --json)
+[ "$(json "d['state']" <<<"$out")" = FAILED ] || fail "K=2 late-checkpoint job: $out"
+reason=$(json "d['reason']" <<<"$out")
+echo "$reason" | grep -Eq "^rank [01] \(w-[12]\): replicas diverged after step 3 with no majority \(found in the combine of step 4\) and there is no checkpoint before step 4 to resolve it from \(on_divergence=repair: write checkpoints more often with --checkpoint_every_steps\)$" \
+  || fail "K=2 late-checkpoint reason: $reason"
 wait_idle
 
 echo "== K=2, repair, a checkpoint every 2 steps: rolled back, SUCCEEDED"
