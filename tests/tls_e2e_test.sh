@@ -14,7 +14,7 @@
 #      RegisterWorker/Heartbeat/ReportStep/UploadWeights, ps Push/Pull (on
 #      lockstep-server and on the coordinator's shard), a worker's
 #      PeerService/Stream and ReplicaState/FetchState -> PERMISSION_DENIED;
-#   D  bad flags exit 2 naming the flag and file.
+#   D  bad flags exit 2 naming the flag and file; --insecure warns.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; CERTS="$5"; PROBE="$6"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -205,6 +205,15 @@ expect_exit2 "--tls_cert: $PKI/token is not a PEM" "$PS" --tls_cert="$PKI/token"
   --tls_key="$PKI/server.key" --tls_ca="$PKI/ca.pem"
 expect_exit2 "--token_file: missing" "$COORD" $(tls "$PKI" coordinator)
 expect_exit2 "--insecure: cannot be combined" "$COORD" --insecure $(tls "$PKI" coordinator)
+# --insecure: plain text, and the daemon says so in a warning.
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/insecure.port" --metrics_port=-1 --insecure \
+  2>"$T/insecure.coord.log" & pids+=($!)
+wait_file "$T/insecure.port"
+grep -q "WARN.*--insecure: gRPC in plain text" "$T/insecure.coord.log" || fail "no --insecure warning"
+"$CLI" --coordinator="127.0.0.1:$(cat "$T/insecure.port")" --insecure jobs >/dev/null 2>"$T/cli.err" \
+  || fail "lockstep --insecure jobs against an --insecure coordinator: $(cat "$T/cli.err")"
+grep -q "warning: --insecure" "$T/cli.err" || fail "the CLI does not warn about --insecure"
+echo "ok   --insecure: plain text with a warning from the coordinator and the CLI"
 err=$("$CLI" --coordinator=127.0.0.1:1 --tls_cert="$PKI/client.pem" jobs 2>&1); rc=$?
 [ "$rc" = 2 ] && grep -q -- "--tls_key: missing" <<<"$err" || fail "lockstep with --tls_cert only: exit $rc: $err"
 echo PASS
