@@ -17,7 +17,12 @@ namespace lockstep {
 Coordinator::Coordinator(CoordinatorOptions options, Clock* clock)
     : options_(std::move(options)), clock_(clock),
       log_(LoggerOrStderr(options_.logger, "coordinator")),
-      jobs_(options_.max_sync_history), weights_(options_.max_jobs_with_weights) {
+      jobs_(JobStoreLimits{SyncHistoryLimits{std::max<int64_t>(1, options_.max_sync_history),
+                                              SyncHistoryLimits().max_mismatches,
+                                              SyncHistoryLimits().max_runs},
+                           JobStoreLimits().finished_history,
+                           options_.max_finished_jobs_in_memory}),
+      weights_(options_.max_jobs_with_weights) {
   // Milliseconds since 2023-11-14 (unix 1.7e9 s): a later start gets a
   // larger incarnation; 43 bits last 278 years. A clock before that (tests'
   // fake clocks) gives 1.
@@ -318,6 +323,7 @@ void Coordinator::Tick() {
 
 bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
   const std::string why =
+  EvictFinishedJobsLocked();
       absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
                       lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
                       lost.address, absl::ToDoubleSeconds(silent));

@@ -139,15 +139,27 @@
 // CancelJob: PENDING/RUNNING -> CANCELLED, reason "cancelled by user";
 //   already terminal jobs are returned unchanged with OK (idempotent cancel).
 //   Unknown id -> NOT_FOUND "job 42 not found".
-// Sync history keeps the last options.max_sync_history checks per job; the
-// counters (checked_steps, mismatched_steps, first_mismatch_step) are exact.
+// ---- Sync history and finished jobs (coordinator_history.cc) --------------
+// Each job's sync history is bounded (sync_checker.h, state/sync_history.h):
+// a running job keeps its newest options.max_sync_history checks in full,
+// older matching steps as SyncRuns, older mismatches and noted checks in
+// full up to 1024; a finished job keeps 128 / 32 / 32. The counters
+// (checked_steps, mismatched_steps, first_mismatch_step) are exact.
 // A GetSyncHistory reply holds at most kMaxSyncReplyChecks checks and about
-// kMaxSyncReplyBytes (the newest; max_entries 0 = as many as fit), so it
-// stays far below gRPC's 4 MiB default for any job length and K; older
-// checks are read page by page (GetSyncHistoryPage), from the --state_dir
-// database when there is one.
-// Jobs are kept for the life of the coordinator, and across restarts with a
-// state database.
+// kMaxSyncReplyBytes (the newest; max_entries 0 = as many as fit) plus the
+// runs, so it stays far below gRPC's 4 MiB default for any job length and
+// K. GetSyncHistoryPage pages in step order: steps older than memory's
+// window from the --state_dir database (every check is stored there), the
+// window from memory; without a database the steps older than the window
+// come back summarised (SyncHistory.summarised_to_step, .summary, runs,
+// the kept mismatches), and the next page starts at the window.
+// Finished jobs: at most options.max_finished_jobs_in_memory stay in memory
+// (the oldest finished are evicted by Tick, once no worker is bound to
+// them). An evicted job is not listed (JobList.evicted_jobs counts them);
+// with a state database GetJob and GetSyncHistory(Page) answer from it (the
+// stored JobStatus and checks); without one, and for every other call, it
+// is NOT_FOUND "job 5 was evicted from memory (...)". PENDING and RUNNING
+// jobs are never evicted.
 //
 // ---- State database and restarts (coordinator_state.cc) --------------------
 // AttachStateDb(db), before serving: restores what db holds (workers,
@@ -243,8 +255,12 @@ struct CoordinatorOptions {
   std::string advertise_address;
   // Final weights are kept for at most this many jobs (>= 0).
   int max_jobs_with_weights = 8;
-  // Sync checks kept per job (>= 1); counters stay exact beyond it.
-  int64_t max_sync_history = 100000;
+  // Sync checks a running job keeps in full (>= 1; older ones summarised,
+  // coordinator.h "Sync history"); counters stay exact beyond it.
+  int64_t max_sync_history = 4096;
+  // Finished jobs kept in memory (>= 1); older ones are evicted
+  // (--max_finished_jobs_in_memory).
+  int64_t max_finished_jobs_in_memory = 1000;
   // Watchers (NextJobEvents: WatchJob streams) get at most one progress
   // event per this interval (Clock time); state changes come at once.
   absl::Duration watch_interval = absl::Milliseconds(200);
@@ -458,6 +474,15 @@ class Coordinator {
     absl::Time series_at = absl::InfinitePast();  // curves last stored
     bool series_final = false;                     // stored at the job's end
     bool weights_stored = false;
+  // Finished jobs beyond options.max_finished_jobs_in_memory leave memory
+  // (coordinator_history.cc; called by Tick).
+  void EvictFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An evicted job's stored JobStatus from the state database (mu_ not
+  // held); `not_found` when there is no database or no row.
+  absl::StatusOr<lockstep::v1::JobStatus> EvictedJobStatus(uint64_t job_id,
+                                                           const absl::Status& not_found)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
     std::weak_ptr<const FinalWeights> weights;  // the stored ones
   };
 

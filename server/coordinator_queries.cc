@@ -44,10 +44,15 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
 
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> job = jobs_.FindOrNotFound(job_id);
-  if (!job.ok()) return job.status();
-  return StatusLocked(**job, now);
+  absl::Status not_found;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Job*> job = jobs_.FindOrNotFound(job_id);
+    if (job.ok()) return StatusLocked(**job, now);
+    if (!jobs_.WasEvicted(job_id)) return job.status();
+    not_found = job.status();
+  }
+  return EvictedJobStatus(job_id, not_found);  // from the state database, if any
 }
 
 v1::JobList Coordinator::ListJobs() {
@@ -55,6 +60,9 @@ v1::JobList Coordinator::ListJobs() {
   absl::MutexLock lock(&mu_);
   v1::JobList list;
   for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
+  list.set_evicted_jobs(jobs_.evicted());
+  list.set_max_finished_jobs_in_memory(jobs_.limits().max_finished_jobs);
+  list.set_state_db_has_evicted(state_db_ != nullptr);
   return list;
 }
 
@@ -115,9 +123,16 @@ absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> Coordinator::WaitForJobChange
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
   if (!found.ok()) return found.status();
-  const Job* job = *found;
-  auto changed = [job, seen_version]() { return job->watch.version > seen_version; };
+  // The job is looked up again after each wait: a finished job may be
+  // evicted meanwhile (coordinator_history.cc).
+  auto changed = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const Job* j = jobs_.Find(job_id);
+    return j == nullptr || j->watch.version > seen_version;
+  };
   mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
+  found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  const Job* job = *found;
   return std::make_pair(StatusLocked(*job, clock_->Now()), job->watch.version);
 }
 
@@ -131,9 +146,14 @@ absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEvents(uint64_t job_i
   const Job* job = *found;
   const absl::Time not_before = WatchNotBefore(last_sent, options_.watch_interval);
   // Evaluated by absl::Mutex on every release of mu_ while waiting: cheap,
-  // and nothing is serialised until it holds.
-  auto ready = [&] { return WatchReady(job->watch, seen_version, clock_->Now(), not_before); };
+  // and nothing is serialised until it holds. The job is looked up again
+  // each time: a finished job may be evicted meanwhile.
+  auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const Job* j = jobs_.Find(job_id);
+    return j == nullptr || WatchReady(j->watch, seen_version, clock_->Now(), not_before);
+  };
   while (!ready()) {
+    job = jobs_.Find(job_id);  // present: ready() was false
     absl::Time wake = deadline;
     if (job->watch.version > seen_version) {
       // Changed, but too soon after the last event: look again when the
@@ -143,6 +163,9 @@ absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEvents(uint64_t job_i
     if (absl::Now() >= deadline) break;
     mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
   }
+  found = jobs_.FindOrNotFound(job_id);
+  if (!found.ok()) return found.status();
+  job = *found;
   const absl::Time now = clock_->Now();
   return NextEvents(job->watch, seen_version, now, not_before,
                     [&] { return StatusLocked(*job, now); });

@@ -96,8 +96,10 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   }
   std::optional<CompletedStep> complete =
       job->sync.Add(request.rank(), request.step(), std::move(report));
-  BumpLocked(job);
+  // Judged (its note set) before the change is recorded: the state database
+  // gets each check once, with its note.
   if (complete.has_value()) ApplyCompletedStepLocked(job, *complete);
+  BumpLocked(job);
   // A step at or below every rank's last step can no longer complete (each
   // rank's steps arrive in increasing order): drop it.
   int64_t min_last = job->ranks[0].last_step;

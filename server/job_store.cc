@@ -79,15 +79,17 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   return s;
 }
 
-JobStore::JobStore(int64_t max_sync_history)
-    : max_sync_history_(std::max<int64_t>(1, max_sync_history)) {}
+JobStore::JobStore(JobStoreLimits limits) : limits_([&] {
+  limits.max_finished_jobs = std::max<int64_t>(1, limits.max_finished_jobs);
+  return limits;
+}()) {}
 
 JobRecord* JobStore::Create(const v1::JobSpec& spec, absl::Time now) {
   auto job = std::make_unique<JobRecord>();
   job->id = next_id_++;
   job->spec = spec;
   job->k = spec.num_workers();
-  job->sync = SyncChecker(job->k, max_sync_history_);
+  job->sync = SyncChecker(job->k, limits_.running_history);
   job->submitted = now;
   job->total_steps = spec.steps();
   JobRecord* j = job.get();
@@ -104,15 +106,52 @@ JobRecord* JobStore::Find(uint64_t id) {
 absl::StatusOr<JobRecord*> JobStore::FindOrNotFound(uint64_t id) {
   JobRecord* job = Find(id);
   if (job == nullptr) return absl::NotFoundError(JobNotFoundMessage(id));
+  if (job == nullptr && WasEvicted(id)) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", id, " was evicted from memory (the coordinator keeps the newest ",
+        limits_.max_finished_jobs, " finished jobs: --max_finished_jobs_in_memory)"));
+  }
   return job;
 }
 
 JobRecord* JobStore::Restore(std::unique_ptr<JobRecord> job) {
+bool JobStore::WasEvicted(uint64_t id) const {
+  return evicted_ > 0 && id >= 1 && id < next_id_ && jobs_.count(id) == 0;
+}
+
+void JobStore::NoteIfFinished(JobRecord& job) {
+  if (job.finish_noted || !IsTerminalJobState(job.state)) return;
+  job.finish_noted = true;
+  job.sync.FinishHistory(limits_.finished_history);
+  finished_.push_back(job.id);
+}
+
+std::vector<uint64_t> JobStore::EvictFinished(const std::function<bool(uint64_t)>& may_evict) {
+  std::vector<uint64_t> out;
+  const size_t bound = static_cast<size_t>(limits_.max_finished_jobs);
+  if (finished_.size() <= bound) return out;
+  std::deque<uint64_t> kept;
+  size_t excess = finished_.size() - bound;
+  for (uint64_t id : finished_) {
+    if (excess > 0 && may_evict(id)) {
+      jobs_.erase(id);
+      out.push_back(id);
+      --excess;
+      ++evicted_;
+    } else {
+      kept.push_back(id);
+    }
+  }
+  finished_ = std::move(kept);
+  return out;
+}
+
   JobRecord* j = job.get();
   next_id_ = std::max(next_id_, j->id + 1);
   jobs_[j->id] = std::move(job);
   if (j->state == v1::PENDING) pending_.push_back(j->id);
   return j;
+  NoteIfFinished(*j);
 }
 
 void JobStore::RemovePending(uint64_t id) {

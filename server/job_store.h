@@ -1,7 +1,16 @@
 // JobStore: the coordinator's jobs — the records (JobRecord, one per job, by
 // id), id allocation (1, 2, 3, ... in submission order), the strict-FIFO
 // queue of PENDING job ids, lookups, and the JobStatus snapshot of a record.
-// Jobs are kept for the life of the coordinator.
+//
+// Bounded: PENDING and RUNNING jobs are all kept; of the finished ones
+// (SUCCEEDED, FAILED, CANCELLED) at most limits.max_finished_jobs stay in
+// memory. When a job's change (Changed) first shows it finished, its sync
+// history shrinks to limits.finished_history and it joins the finished
+// FIFO; EvictFinished (called by the Coordinator's Tick, never while a
+// JobRecord pointer is held across it) erases the oldest finished records
+// beyond the bound that its caller allows (no worker still bound to them).
+// An evicted id answers NOT_FOUND "job 5 was evicted ..." (JobStore keeps
+// only a count; a --state_dir database still has the job).
 //
 // Persistence hook: every change to a stored record ends with Changed(job)
 // (the Coordinator calls it from its BumpLocked, i.e. for every change that
@@ -12,8 +21,8 @@
 // released, as the event log does).
 //
 // Not thread-safe: the Coordinator owns one and calls it under its mutex.
-// Records are owned by the store; JobRecord pointers stay valid for the
-// store's life (jobs are never erased).
+// Records are owned by the store; a JobRecord pointer stays valid until
+// EvictFinished erases that job (only finished jobs are ever erased).
 #ifndef LOCKSTEP_SERVER_JOB_STORE_H_
 #define LOCKSTEP_SERVER_JOB_STORE_H_
 
@@ -87,6 +96,8 @@ struct JobRecord {
   int64_t restored_checked = 0, restored_mismatched = 0, restored_first_mismatch = -1;
   // Generation, regroup and shrink events (server/membership.h).
   MembershipState membership;
+  // JobStore: the job is in the finished FIFO (its history was shrunk).
+  bool finish_noted = false;
 };
 
 // Exact sync counters of a job, across coordinator restarts.
@@ -109,16 +120,28 @@ std::string JobNotFoundMessage(uint64_t job_id);
 // knows).
 lockstep::v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights);
 
+struct JobStoreLimits {
+  // A PENDING or RUNNING job's sync history (sync_history.h).
+  SyncHistoryLimits running_history;
+  // A finished job's: the newest 128 checks, 32 older events, 32 runs.
+  SyncHistoryLimits finished_history = {128, 32, 32};
+  // Finished jobs kept in memory (>= 1).
+  int64_t max_finished_jobs = 1000;
+};
+
 class JobStore {
  public:
-  // Sync checks kept per job (>= 1).
-  explicit JobStore(int64_t max_sync_history);
+  explicit JobStore(JobStoreLimits limits = {});
 
   // A new PENDING job with the next id, queued at the back of the FIFO.
   JobRecord* Create(const lockstep::v1::JobSpec& spec, absl::Time now);
   JobRecord* Find(uint64_t id);
-  // NOT_FOUND "job 42 not found" for an unknown id.
+  // NOT_FOUND "job 42 not found" for an unknown id, "job 5 was evicted
+  // from memory (the coordinator keeps the newest 1000 finished jobs)" for
+  // an evicted one.
   absl::StatusOr<JobRecord*> FindOrNotFound(uint64_t id);
+  // The id was handed out and its record evicted.
+  bool WasEvicted(uint64_t id) const;
   // Every job, ascending id.
   const std::map<uint64_t, std::unique_ptr<JobRecord>>& all() const { return jobs_; }
 
@@ -135,16 +158,30 @@ class JobStore {
   void SetNextId(uint64_t next_id) { next_id_ = std::max(next_id_, next_id); }
   uint64_t next_id() const { return next_id_; }
   // A new SyncChecker as Create makes them (k ranks, this store's bound).
-  SyncChecker NewSyncChecker(int k) const { return SyncChecker(k, max_sync_history_); }
+  SyncChecker NewSyncChecker(int k) const { return SyncChecker(k, limits_.running_history); }
 
   // The persistence hook (see the top of this file).
   void SetChangeHook(std::function<void(const JobRecord&)> hook) { hook_ = std::move(hook); }
-  void Changed(const JobRecord& job) {
+  // Runs the hook; a job seen finished for the first time has its history
+  // shrunk and joins the finished FIFO.
+  void Changed(JobRecord& job) {
     if (hook_) hook_(job);
+    NoteIfFinished(job);
   }
 
+  // Erases the oldest finished jobs beyond limits.max_finished_jobs for
+  // which may_evict(id) holds; returns their ids (ascending by finish).
+  std::vector<uint64_t> EvictFinished(const std::function<bool(uint64_t)>& may_evict);
+  int64_t evicted() const { return evicted_; }
+  size_t finished_in_memory() const { return finished_.size(); }
+  const JobStoreLimits& limits() const { return limits_; }
+
  private:
-  const int64_t max_sync_history_;
+  void NoteIfFinished(JobRecord& job);
+
+  const JobStoreLimits limits_;
+  std::deque<uint64_t> finished_;  // finished ids in memory, in finishing order
+  int64_t evicted_ = 0;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::unique_ptr<JobRecord>> jobs_;
   std::deque<uint64_t> pending_;  // FIFO of PENDING ids

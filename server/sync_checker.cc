@@ -21,8 +21,13 @@ MajorityResult MajorityHash(const std::vector<std::string>& hashes) {
   return out;
 }
 
+SyncChecker::SyncChecker(int k, SyncHistoryLimits limits)
+    : k_(std::max(1, k)), history_(limits) {}
+
 SyncChecker::SyncChecker(int k, int64_t max_history)
-    : k_(std::max(1, k)), max_history_(std::max<int64_t>(1, max_history)) {}
+    : SyncChecker(k, SyncHistoryLimits{std::max<int64_t>(1, max_history),
+                                       SyncHistoryLimits().max_mismatches,
+                                       SyncHistoryLimits().max_runs}) {}
 
 std::optional<CompletedStep> SyncChecker::Add(int rank, int64_t step, StepReport report) {
   Pending& pending = pending_[step];
@@ -116,19 +121,23 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
   }
 
   ++checked_;
-  StoredCheck check;
-  check.step = step;
-  check.majority = c.majority;
-  check.differing = c.differing;
-  check.first_block = c.first_block;
-  check.no_majority = c.no_majority;
   if (!c.differing.empty()) {
     ++mismatched_;
     if (first_mismatch_ < 0) first_mismatch_ = step;
-    check.rank_hashes = c.hashes;
   }
-  history_.push_back(std::move(check));
-  while (static_cast<int64_t>(history_.size()) > max_history_) history_.pop_front();
+  lockstep::v1::SyncCheck check;
+  check.set_step(step);
+  check.set_all_match(c.differing.empty());
+  check.set_majority_hash(c.majority);
+  for (int32_t r : c.differing) check.add_differing_ranks(r);
+  if (c.differing.empty()) {  // held without the K equal rank hashes
+    history_.AddMatching(std::move(check), static_cast<int32_t>(c.hashes.size()));
+    return c;
+  }
+  for (const std::string& h : c.hashes) check.add_rank_hashes(h);
+  check.set_first_differing_block(c.first_block);
+  check.set_no_majority(c.no_majority);
+  history_.Add(std::move(check));
   return c;
 }
 
@@ -155,11 +164,10 @@ std::string Ranks(const std::vector<int32_t>& ranks) {
 DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy policy,
                                      int64_t total_steps) {
   DivergenceVerdict v;
-  std::string* note = history_.empty() || history_.back().step != c.step
-                          ? nullptr
-                          : &history_.back().note;
+  lockstep::v1::SyncCheck* newest = history_.MutableNewest();
+  if (newest != nullptr && newest->step() != c.step) newest = nullptr;
   auto set_note = [&](std::string s) {
-    if (note != nullptr) *note = std::move(s);
+    if (newest != nullptr) newest->set_note(std::move(s));
   };
   if (rollback_from_ >= 0) {
     // No majority at step rollback_from_: every rank was to reload a
@@ -167,10 +175,13 @@ DivergenceVerdict SyncChecker::Judge(const CompletedStep& c, DivergencePolicy po
     rollback_from_ = -1;
     if (c.differing.empty() && c.rolled_back_to >= 0) {
       ++repairs_;
-      set_note(absl::StrCat("rolled back in the combine of step ", c.rolled_back_at,
-                            ": no majority, every rank reloaded the checkpoint of step ",
-                            c.rolled_back_to, " and computed steps ", c.rolled_back_to, " to ",
-                            c.rolled_back_at - 1, " again"));
+      set_note(absl::StrCat(
+          "rolled back in the combine of step ", c.rolled_back_at,
+          ": no majority, every rank reloaded the checkpoint of step ", c.rolled_back_to,
+          c.rolled_back_at - 1 == c.rolled_back_to
+              ? absl::StrCat(" and computed step ", c.rolled_back_to, " again")
+              : absl::StrCat(" and computed steps ", c.rolled_back_to, " to ",
+                             c.rolled_back_at - 1, " again")));
       v.action = DivergenceVerdict::kRepaired;
       return v;
     }
@@ -301,25 +312,18 @@ lockstep::v1::SyncHistory SyncChecker::History(uint64_t job_id, int64_t max_entr
   h.set_checked_steps(checked_);
   h.set_mismatched_steps(mismatched_);
   h.set_first_mismatch_step(first_mismatch_);
-  const size_t n = history_.size();
-  const size_t first =
-      max_entries <= 0 || static_cast<size_t>(max_entries) >= n ? 0 : n - max_entries;
-  for (size_t i = first; i < n; ++i) {
-    const StoredCheck& c = history_[i];
-    lockstep::v1::SyncCheck* out = h.add_checks();
-    out->set_step(c.step);
-    out->set_all_match(c.differing.empty());
-    out->set_majority_hash(c.majority);
-    for (int32_t r : c.differing) out->add_differing_ranks(r);
-    out->set_first_differing_block(c.first_block);
-    out->set_no_majority(c.no_majority);
-    out->set_note(c.note);
-    if (c.rank_hashes.empty()) {
-      for (int r = 0; r < k_; ++r) out->add_rank_hashes(c.majority);
-    } else {
-      for (const std::string& hash : c.rank_hashes) out->add_rank_hashes(hash);
-    }
-  }
+  const int64_t n = max_entries <= 0 ? static_cast<int64_t>(history_.held_checks()) : max_entries;
+  for (lockstep::v1::SyncCheck& c : history_.Newest(n)) *h.add_checks() = std::move(c);
+  return h;
+}
+
+lockstep::v1::SyncHistory SyncChecker::Snapshot(uint64_t job_id, int64_t max_entries) const {
+  lockstep::v1::SyncHistory h;
+  history_.Snapshot(max_entries, &h);
+  h.set_job_id(job_id);
+  h.set_checked_steps(checked_);
+  h.set_mismatched_steps(mismatched_);
+  h.set_first_mismatch_step(first_mismatch_);
   return h;
 }
 

@@ -6,9 +6,11 @@
 // step t arrives it completes the check:
 //   * the majority hash is the most common one (ties: the one of the lowest
 //     rank); ranks with another hash differ (MajorityHash);
-//   * a SyncCheck is appended to the history, which keeps the last
-//     max_history checks; the counters (checked, mismatched,
-//     first_mismatch) are exact beyond it;
+//   * a SyncCheck is appended to the history, a SyncHistoryBuffer
+//     (server/state/sync_history.h): the newest `limits.recent` checks in
+//     full, older all-matching steps summarised as SyncRuns, older events
+//     (mismatches, divergence / repair notes) kept in full up to a bound;
+//     the counters (checked, mismatched, first_mismatch) are exact;
 //   * the step's loss is the examples-weighted mean of the ranks' losses,
 //     sum(loss_r * examples_r) / sum(examples_r) (the plain mean when every
 //     rank reports 0 examples), its examples the sum, its epoch the largest.
@@ -22,8 +24,11 @@
 // below it can no longer complete.
 //
 // Not thread-safe: the Coordinator holds one per job (in its JobRecord) and
-// calls it under its mutex. Bounded: at most max_history checks; pending
-// steps are bounded by how far the fastest rank runs ahead of the slowest.
+// calls it under its mutex. Bounded: the history holds at most
+// recent + max_mismatches checks and max_runs runs whatever the number of
+// steps (FinishHistory shrinks a finished job's to smaller limits);
+// pending steps are bounded by how far the fastest rank runs ahead of the
+// slowest.
 #ifndef LOCKSTEP_SERVER_SYNC_CHECKER_H_
 #define LOCKSTEP_SERVER_SYNC_CHECKER_H_
 
@@ -36,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/coordinator.pb.h"
+#include "server/state/sync_history.h"
 
 namespace lockstep {
 
@@ -124,8 +130,10 @@ struct PendingRepair {
 
 class SyncChecker {
  public:
-  // k >= 1 ranks; max_history < 1 counts as 1.
-  explicit SyncChecker(int k = 1, int64_t max_history = 1);
+  // k >= 1 ranks; the history's bounds (sync_history.h).
+  explicit SyncChecker(int k = 1, SyncHistoryLimits limits = {});
+  // The same with limits.recent = max_history (< 1 counts as 1).
+  SyncChecker(int k, int64_t max_history);
 
   // Records `rank`'s (in [0, k)) report of `step` (>= 0). When it is the
   // k-th report of that step, checks the step, appends it to the history
@@ -185,33 +193,33 @@ class SyncChecker {
   int64_t checked() const { return checked_; }
   int64_t mismatched() const { return mismatched_; }
   int64_t first_mismatch() const { return first_mismatch_; }  // -1: none
-  size_t history_size() const { return history_.size(); }
+  // Checks held in full (window + old events).
+  size_t history_size() const { return history_.held_checks(); }
   size_t pending_steps() const { return pending_.size(); }
+  const SyncHistoryBuffer& history() const { return history_; }
+  // The job ended: its history keeps only `limits` from now on.
+  void FinishHistory(SyncHistoryLimits limits) { history_.SetLimits(limits); }
 
-  // The counters and the most recent `max_entries` kept checks (0 = all
-  // kept; precondition: >= 0), oldest first, as the SyncHistory message.
+  // The counters and the most recent `max_entries` checks held in full (0 =
+  // all held; precondition: >= 0), oldest first, as the SyncHistory
+  // message; no runs, no reply caps (the state database's feed).
   lockstep::v1::SyncHistory History(uint64_t job_id, int64_t max_entries) const;
+  // GetSyncHistory's answer from memory: the counters, every summarised
+  // run, and the newest max_entries (0 = as many as fit) checks held in
+  // full, within the reply caps (SyncHistoryBuffer::Snapshot).
+  lockstep::v1::SyncHistory Snapshot(uint64_t job_id, int64_t max_entries) const;
 
  private:
   struct Pending {
     std::vector<std::optional<StepReport>> reports;  // index = rank
     int count = 0;
   };
-  struct StoredCheck {
-    int64_t step = 0;
-    std::string majority;
-    std::vector<int32_t> differing;
-    std::vector<std::string> rank_hashes;  // empty when all ranks matched
-    std::string first_block, note;
-    bool no_majority = false;
-  };
   CompletedStep Complete(int64_t step, const Pending& pending);
 
   int k_;
-  int64_t max_history_;
   std::map<int64_t, Pending> pending_;  // by step
   int64_t checked_ = 0, mismatched_ = 0, first_mismatch_ = -1;
-  std::deque<StoredCheck> history_;
+  SyncHistoryBuffer history_;
   std::vector<std::string> block_names_;
   std::optional<PendingRepair> repair_;
   int64_t repairs_ = 0;

@@ -467,6 +467,21 @@ void StateDb::DeleteWeights(uint64_t job_id) {
   ++enqueued_seq_;
 }
 
+absl::StatusOr<std::optional<v1::JobStatus>> StateDb::ReadJobStatus(uint64_t job_id) {
+  absl::MutexLock l(&read_mu_);
+  Stmt s(reader_db_, "SELECT status FROM jobs WHERE id = ?");
+  if (!s.ok()) return SqlError(reader_db_, path_, "reading a job");
+  s.Int(1, static_cast<int64_t>(job_id));
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return std::optional<v1::JobStatus>();
+  if (rc != SQLITE_ROW) return SqlError(reader_db_, path_, "reading a job");
+  v1::JobStatus status;
+  if (!status.ParseFromString(s.ColText(0))) {
+    return absl::DataLossError(
+        absl::StrCat(path_, ": job ", job_id, ": stored status does not parse"));
+  }
+  return std::optional<v1::JobStatus>(std::move(status));
+}
 
 void StateDb::AddSyncCheck(uint64_t job_id, const v1::SyncCheck& check) {
   absl::MutexLock l(&mu_);

@@ -172,6 +172,10 @@ class StateDb {
                                                                          int64_t before_step,
                                                                          int64_t limit);
 
+  // The stored JobStatus of one job (committed rows), nullopt when none:
+  // for a job the coordinator evicted from memory.
+  absl::StatusOr<std::optional<lockstep::v1::JobStatus>> ReadJobStatus(uint64_t job_id);
+
   void PutCounters(const StoredCounters& counters);
   void PutWorker(StoredWorker worker);
   void DeleteWorker(int64_t seq);

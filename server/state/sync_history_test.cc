@@ -134,5 +134,42 @@ TEST(SyncHistoryBufferTest, RestoredCountersContinue) {
   EXPECT_EQ(b.LastStep(), 500);
 }
 
+TEST(SyncHistoryBufferTest, MatchingChecksAreHeldWithoutRankHashesAndShrinkOnFinish) {
+  SyncHistoryBuffer b({/*recent=*/100, 8, 8});
+  for (int64_t s = 0; s < 100; ++s) b.Add(Check(s, 64, s != 40));
+  // 64 hashes per check on the way out, but only mismatches hold them.
+  v1::SyncHistory h;
+  b.Snapshot(0, &h);
+  ASSERT_EQ(h.checks_size(), 100);
+  EXPECT_EQ(h.checks(0).rank_hashes_size(), 64);
+  EXPECT_EQ(h.checks(0).rank_hashes(63), Hash(0));
+  EXPECT_EQ(h.checks(40).rank_hashes(1), Hash(-40));
+  EXPECT_LT(b.SpaceUsed(), 100u * 400u + 64u * 100u) << b.SpaceUsed();
+  const size_t full = b.SpaceUsed();
+  b.SetLimits({10, 1, 1});
+  EXPECT_EQ(b.held_checks(), 11u);  // window 90..99 + the mismatch at 40
+  EXPECT_EQ(b.held_runs(), 1u);     // 0..39 and 41..89 merged
+  EXPECT_LT(b.SpaceUsed(), full / 2);  // the mismatch with its 64 hashes is most of it
+  v1::SyncHistory after;
+  b.Snapshot(0, &after);
+  ASSERT_EQ(after.runs_size(), 1);
+  EXPECT_EQ(after.runs(0).first_step(), 0);
+  EXPECT_EQ(after.runs(0).last_step(), 89);
+  EXPECT_EQ(after.runs(0).checks(), 89);
+  EXPECT_EQ(after.checks(0).step(), 40);
+  EXPECT_EQ(after.checked_steps(), 100);
+  // A noted all-matching check (a repair) is an event: kept, not a run.
+  SyncHistoryBuffer n({/*recent=*/1, 4, 4});
+  n.Add(Check(0, 2, true));
+  n.MutableNewest()->set_note("repaired: rank 1 copied rank 0's state at step 0");
+  n.Add(Check(1, 2, true));
+  n.Add(Check(2, 2, true));
+  v1::SyncHistory noted;
+  EXPECT_EQ(n.Summary(0, 2, &noted), 1);
+  EXPECT_EQ(noted.checks(0).step(), 0);
+  ASSERT_EQ(noted.runs_size(), 1);
+  EXPECT_EQ(noted.runs(0).first_step(), 1);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -29,7 +29,7 @@ import numpy as np
 
 from lockstep import job_flags
 from lockstep._stubs import coordinator_pb2, coordinator_pb2_grpc
-from lockstep.views import JobStatus, SyncHistory, WorkerInfo
+from lockstep.views import JobList, JobStatus, SyncHistory, WorkerInfo
 
 # WatchJob reconnects when the stream breaks (UNAVAILABLE) before the job
 # ended, as `lockstep submit --follow` does.
@@ -229,6 +229,10 @@ class Client:
         """Every job the coordinator knows, as JobStatus."""
         reply = self._call("ListJobs", coordinator_pb2.ListRequest())
         return [JobStatus.from_proto(j) for j in reply.jobs]
+
+    def job_list(self):
+        """ListJobs as a JobList: the jobs, and how many finished ones were evicted."""
+        return JobList.from_proto(self._call("ListJobs", coordinator_pb2.ListRequest()))
 
     def workers(self):
         """Every registered worker, as WorkerInfo."""

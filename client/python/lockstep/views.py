@@ -168,6 +168,18 @@ class SyncHistory(_View):
     next_step: int                 # paging: the from_step of the next page
     proto: Any = dataclasses.field(repr=False, compare=False)
 
+    summarised_to_step: int        # > 0: steps before it kept only as runs + mismatches
+    summary: str                   # what was summarised, in words ("" = nothing)
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobList(_View):
+    """Every job in the coordinator's memory, and how many finished ones it evicted."""
+    jobs: Tuple["JobStatus", ...]
+    evicted_jobs: int                  # finished jobs dropped from memory, not listed
+    max_finished_jobs_in_memory: int
+    state_db_has_evicted: bool         # status / sync still answer for them (--state_dir)
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo(_View):
@@ -188,6 +200,7 @@ _NESTED = {
     ("SyncHistory", "runs"): SyncRun,
     ("JobStatus", "membership_events"): MembershipEvent,
 }
+    ("JobList", "jobs"): JobStatus,
 
 # Which message each view mirrors (the tests check the field lists agree).
 MESSAGES = {
@@ -199,3 +212,4 @@ MESSAGES = {
     SyncRun: "SyncRun",
     WorkerInfo: "WorkerInfo",
 }
+    JobList: "JobList",

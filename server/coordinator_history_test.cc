@@ -1,0 +1,290 @@
+// The coordinator's bounded sync history and finished-job bound
+// (coordinator_history.cc), on a fake clock with fake reports:
+//   * paging (GetSyncHistoryPage) across the memory/database boundary
+//     returns every check exactly once, in step order, with a mismatch and
+//     its repair notes, when the window holds only the newest 50 checks;
+//   * without a database the steps older than the window come back
+//     summarised (runs + the kept events, summarised_to_step, summary) and
+//     the next page continues at the window;
+//   * finished jobs beyond max_finished_jobs_in_memory are evicted: NOT_FOUND
+//     naming the eviction without a database, the stored status and checks
+//     with one; ListJobs counts them; a running job is never evicted.
+#include <stdlib.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/state/state_db.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+std::string Hash(int64_t i) { return absl::StrFormat("%032x", i); }
+
+std::string TempDir() {
+  std::string tmpl = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
+                                  "/coord_history_XXXXXX");
+  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+  return tmpl + "/state";
+}
+
+constexpr int64_t kWindow = 50;
+constexpr int64_t kSteps = 300;
+constexpr int64_t kBadStep = 20;  // rank 1 differs at this step only
+
+class CoordinatorHistoryTest : public ::testing::Test {
+ protected:
+  CoordinatorHistoryTest() : clock_(absl::FromUnixSeconds(1700000000 + 1000)) {}
+
+  void Start(bool with_db, int64_t max_finished = 1000) {
+    if (with_db) {
+      auto db = StateDb::Open({TempDir()});
+      ASSERT_TRUE(db.ok()) << db.status();
+      db_ = *std::move(db);
+    }
+    CoordinatorOptions o;
+    o.advertise_address = "coord:7070";
+    o.max_sync_history = kWindow;
+    o.max_finished_jobs_in_memory = max_finished;
+    coord_ = std::make_unique<Coordinator>(o, &clock_);
+    if (db_ != nullptr) ASSERT_TRUE(coord_->AttachStateDb(db_.get()).ok());
+    for (int i = 1; i <= 3; ++i) {
+      v1::RegisterWorkerRequest req;
+      req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
+      req.set_hostname(absl::StrCat("host", i));
+      auto r = coord_->RegisterWorker(req);
+      ASSERT_TRUE(r.ok()) << r.status();
+      workers_.push_back(r->worker_id());
+    }
+  }
+
+  // Submits a K=3 job, binds it, reports `steps` steps (rank 1 differs at
+  // kBadStep when `bad`), and when `finish` reports done and lets the
+  // workers go idle.
+  uint64_t RunJob(int64_t steps, bool bad, bool finish) {
+    v1::SubmitJobRequest sub;
+    v1::JobSpec* spec = sub.mutable_spec();
+    spec->set_model("mlp:8");
+    spec->set_sync_mode(v1::RING);
+    spec->set_num_workers(3);
+    spec->set_global_batch(24);
+    spec->mutable_lr()->set_base_lr(0.1f);
+    spec->set_steps(steps);
+    auto submitted = coord_->SubmitJob(sub);
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    const uint64_t job = submitted->job_id();
+    for (int r = 0; r < 3; ++r) Beat(r, 0);
+    for (int r = 0; r < 3; ++r) Beat(r, job);  // acknowledged
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int r = 0; r < 3; ++r) {
+        v1::ReportStepRequest req;
+        req.set_worker_id(workers_[r]);
+        req.set_job_id(job);
+        req.set_rank(r);
+        req.set_step(s);
+        req.set_weights_hash(bad && r == 1 && s == kBadStep ? Hash(s + 100000) : Hash(s));
+        req.set_loss(1.0);
+        req.set_examples(8);
+        auto rep = coord_->ReportStep(req);
+        EXPECT_TRUE(rep.ok()) << rep.status();
+      }
+      clock_.Advance(absl::Milliseconds(1));
+    }
+    if (finish) {
+      for (int r = 0; r < 3; ++r) {
+        v1::ReportDoneRequest done;
+        done.set_worker_id(workers_[r]);
+        done.set_job_id(job);
+        done.set_rank(r);
+        done.set_ok(true);
+        done.set_weights_hash(Hash(steps - 1));
+        done.set_steps(steps);
+        EXPECT_TRUE(coord_->ReportDone(done).ok());
+      }
+      for (int r = 0; r < 3; ++r) Beat(r, 0);  // idle again
+    }
+    return job;
+  }
+
+  void Beat(int r, uint64_t job) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(workers_[r]);
+    req.set_job_id(job);
+    auto b = coord_->Heartbeat(req);
+    EXPECT_TRUE(b.ok()) << b.status();
+  }
+
+  // Every page from step 0, `per_page` checks each.
+  std::vector<v1::SyncHistory> Pages(uint64_t job, int64_t per_page) {
+    std::vector<v1::SyncHistory> pages;
+    for (int64_t next = 0; next >= 0 && pages.size() < 1000;) {
+      auto page = coord_->GetSyncHistoryPage(job, next, per_page);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      EXPECT_LE(page->checks_size(), per_page);
+      pages.push_back(*page);
+      next = page->next_step();
+    }
+    return pages;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<StateDb> db_;
+  std::unique_ptr<Coordinator> coord_;
+  std::vector<std::string> workers_;
+};
+
+TEST_F(CoordinatorHistoryTest, PagesCrossFromTheDatabaseIntoMemoryWithEveryCheckOnce) {
+  Start(/*with_db=*/true);
+  const uint64_t job = RunJob(kSteps, /*bad=*/true, /*finish=*/false);
+  ASSERT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
+  std::vector<int64_t> steps;
+  std::string notes;
+  for (const v1::SyncHistory& page : Pages(job, 64)) {
+    EXPECT_EQ(page.checked_steps(), kSteps);
+    EXPECT_EQ(page.mismatched_steps(), 1);
+    EXPECT_EQ(page.first_mismatch_step(), kBadStep);
+    EXPECT_EQ(page.summarised_to_step(), 0);  // the database has the detail
+    EXPECT_EQ(page.runs_size(), 0);
+    for (const v1::SyncCheck& c : page.checks()) {
+      steps.push_back(c.step());
+      EXPECT_EQ(c.all_match(), c.step() != kBadStep) << c.step();
+      EXPECT_EQ(c.rank_hashes_size(), 3);
+      if (!c.note().empty()) notes += absl::StrCat(c.step(), ": ", c.note(), "\n");
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), kSteps);
+  for (int64_t s = 0; s < kSteps; ++s) EXPECT_EQ(steps[s], s);
+  // The divergence and its repair, older than the window, came from the
+  // database with their notes.
+  EXPECT_NE(notes.find("20: divergence: rank 1 differs"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("26: repaired: rank 1 copied rank 0's state at step 26"),
+            std::string::npos)
+      << notes;
+  // Memory holds the window, not the job: 50 checks + 2 events, 2 runs.
+  auto h = coord_->GetSyncHistory(job, 0);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->checks_size(), kSteps);  // all from the database + window
+  EXPECT_EQ(h->checks(0).step(), 0);
+}
+
+TEST_F(CoordinatorHistoryTest, WithoutADatabaseOlderStepsAreSummarised) {
+  Start(/*with_db=*/false);
+  const uint64_t job = RunJob(kSteps, /*bad=*/true, /*finish=*/false);
+  std::vector<v1::SyncHistory> pages = Pages(job, 20);
+  ASSERT_GE(pages.size(), 2u);
+  const v1::SyncHistory& first = pages[0];
+  // Window: steps 250..299. Older: runs 0-19 and 21-249 (the repaired
+  // step 26 splits the second, being an event), events 20 and 26.
+  EXPECT_EQ(first.summarised_to_step(), kSteps - kWindow);
+  EXPECT_NE(first.summary().find("steps 0-249: per-step checks are not kept"), std::string::npos)
+      << first.summary();
+  EXPECT_NE(first.summary().find("no --state_dir database"), std::string::npos);
+  int64_t matching = 0;
+  for (const v1::SyncRun& r : first.runs()) matching += r.checks();
+  EXPECT_EQ(matching, kSteps - kWindow - 2);
+  ASSERT_EQ(first.runs_size(), 3);
+  EXPECT_EQ(first.runs(0).first_step(), 0);
+  EXPECT_EQ(first.runs(0).last_step(), 19);
+  EXPECT_EQ(first.runs(1).first_step(), 21);
+  EXPECT_EQ(first.runs(1).last_step(), 25);
+  EXPECT_EQ(first.runs(2).first_step(), 27);
+  EXPECT_EQ(first.runs(2).last_step(), 249);
+  ASSERT_GE(first.checks_size(), 2);
+  EXPECT_EQ(first.checks(0).step(), kBadStep);
+  EXPECT_FALSE(first.checks(0).all_match());
+  EXPECT_EQ(first.checks(1).step(), 26);
+  // Then the window, 20 per page, every step once.
+  std::vector<int64_t> steps;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    for (const v1::SyncCheck& c : pages[i].checks()) {
+      if (c.step() >= kSteps - kWindow) steps.push_back(c.step());
+    }
+    if (i > 0) EXPECT_EQ(pages[i].summarised_to_step(), 0);
+  }
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), kWindow);
+  for (int64_t i = 0; i < kWindow; ++i) EXPECT_EQ(steps[i], kSteps - kWindow + i);
+  // A page that starts inside the window has no summary.
+  auto inside = coord_->GetSyncHistoryPage(job, 280, 0);
+  ASSERT_TRUE(inside.ok());
+  EXPECT_EQ(inside->summarised_to_step(), 0);
+  ASSERT_EQ(inside->checks_size(), 20);
+  EXPECT_EQ(inside->checks(0).step(), 280);
+  EXPECT_EQ(inside->next_step(), -1);
+  // The unpaged answer: runs, the two events, the window.
+  auto h = coord_->GetSyncHistory(job, 0);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->runs_size(), 3);
+  EXPECT_EQ(h->checks_size(), kWindow + 2);
+  EXPECT_EQ(h->checked_steps(), kSteps);
+}
+
+TEST_F(CoordinatorHistoryTest, FinishedJobsBeyondTheBoundAreEvictedWithoutADatabase) {
+  Start(/*with_db=*/false, /*max_finished=*/2);
+  std::vector<uint64_t> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(RunJob(10, false, /*finish=*/true));
+  const uint64_t running = RunJob(5, false, /*finish=*/false);
+  coord_->Tick();
+  for (int i = 0; i < 2; ++i) {
+    auto st = coord_->GetJob(jobs[i]);
+    ASSERT_EQ(st.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(st.status().message().find("was evicted from memory"), std::string::npos)
+        << st.status();
+    EXPECT_EQ(coord_->GetSyncHistoryPage(jobs[i], 0, 0).status().code(),
+              absl::StatusCode::kNotFound);
+  }
+  for (int i = 2; i < 4; ++i) {
+    auto st = coord_->GetJob(jobs[i]);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->state(), v1::SUCCEEDED);
+  }
+  ASSERT_TRUE(coord_->GetJob(running).ok());
+  EXPECT_EQ(coord_->GetJob(99).status().message(), "job 99 not found");
+  v1::JobList list = coord_->ListJobs();
+  EXPECT_EQ(list.jobs_size(), 3);
+  EXPECT_EQ(list.evicted_jobs(), 2);
+  EXPECT_EQ(list.max_finished_jobs_in_memory(), 2);
+  EXPECT_FALSE(list.state_db_has_evicted());
+}
+
+TEST_F(CoordinatorHistoryTest, EvictedJobsAnswerFromTheDatabase) {
+  Start(/*with_db=*/true, /*max_finished=*/1);
+  const uint64_t old = RunJob(120, /*bad=*/false, /*finish=*/true);
+  const uint64_t newer = RunJob(10, false, /*finish=*/true);
+  coord_->Tick();
+  ASSERT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
+  v1::JobList list = coord_->ListJobs();
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).job_id(), newer);
+  EXPECT_EQ(list.evicted_jobs(), 1);
+  EXPECT_TRUE(list.state_db_has_evicted());
+  auto st = coord_->GetJob(old);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED);
+  EXPECT_EQ(st->step(), 120);
+  EXPECT_EQ(st->checked_steps(), 120);
+  std::vector<int64_t> steps;
+  for (const v1::SyncHistory& page : Pages(old, 50)) {
+    EXPECT_EQ(page.checked_steps(), 120);
+    for (const v1::SyncCheck& c : page.checks()) steps.push_back(c.step());
+  }
+  ASSERT_EQ(steps.size(), 120u);
+  for (int64_t s = 0; s < 120; ++s) EXPECT_EQ(steps[s], s);
+  auto last = coord_->GetSyncHistory(old, 10);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ(last->checks_size(), 10);
+  EXPECT_EQ(last->checks(9).step(), 119);
+  // Only reads answer for an evicted job.
+  EXPECT_EQ(coord_->GetJobSeries(old).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace lockstep
