@@ -93,6 +93,9 @@ ABSL_FLAG(int32_t, ps_data_port, 0,
           "with --ps_transport=tcp), on the --listen host: 0 = chosen by the OS (workers learn "
           "it over gRPC), -1 = off");
 ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many jobs (>= 0)");
+ABSL_FLAG(int64_t, max_finished_jobs_in_memory, 1000,
+          "finished jobs kept in memory (>= 1); older ones are evicted: with --state_dir "
+          "status and sync still read them from the database, without it they are forgotten");
 ABSL_FLAG(std::string, metrics_host, "",
           "host of the HTTP server for Prometheus (GET /metrics, /healthz) and the status page "
           "(GET /, /api/...); default: the --listen host");
@@ -272,12 +275,19 @@ int Run(int argc, char** argv) {
     return kExitBindFailed;
   }
 
+  if (absl::GetFlag(FLAGS_max_finished_jobs_in_memory) < 1) {
+    logger.Error(absl::StrCat("--max_finished_jobs_in_memory: expected >= 1, got ",
+                              absl::GetFlag(FLAGS_max_finished_jobs_in_memory)));
+    return kExitBadFlags;
+  }
+
   RealClock clock;
   CoordinatorOptions options;
   options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.lost_after = absl::Milliseconds(lost_after_ms);
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
+  options.max_finished_jobs_in_memory = absl::GetFlag(FLAGS_max_finished_jobs_in_memory);
   options.logger = &logger;
   std::unique_ptr<StateDb> state_db;  // outlives the coordinator
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
