@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(steps), k, static_cast<long long>(checker->checked()),
                 (after - before) / 1024.0, static_cast<double>(after - before) / steps,
                 us / steps);
+    // The job ends: the Coordinator shrinks a finished job's history to
+    // JobStoreLimits::finished_history (128 checks, 32 events, 32 runs).
+    checker->FinishHistory({128, 32, 32});
+    const size_t finished = mallinfo2().uordblks;
+    std::printf("after the job finished: history heap %.1f KiB (SpaceUsed %.1f KiB)\n",
+                (finished - before) / 1024.0, checker->history().SpaceUsed() / 1024.0);
     delete checker;
   }
   return 0;
