@@ -3,12 +3,15 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,10 +20,8 @@
 namespace lockstep {
 
 using tcpio::Errno;
-using tcpio::ReadFully;
 using tcpio::SetNoDelay;
 using tcpio::Unbracketed;
-using tcpio::WaitFd;
 using tcpwire::kHeaderBytes;
 
 absl::StatusOr<std::unique_ptr<TcpPeerHub>> TcpPeerHub::Start(
@@ -156,42 +157,107 @@ void TcpPeerHub::Reject(int fd, const std::string& why) {
 }
 
 void TcpPeerHub::AcceptLoop() {
+  std::vector<PendingHello> pending;  // this thread only
+  std::vector<pollfd> fds;
+  // Accepts until EAGAIN below: the listening socket must not block.
+  const int listen_flags = fcntl(listen_fd_, F_GETFL);
+  if (listen_flags >= 0) fcntl(listen_fd_, F_SETFL, listen_flags | O_NONBLOCK);
   while (!stop_.load()) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int n = poll(p, 2, 1000);
-    if (stop_.load()) break;
-    if (n > 0 && (p[0].revents & POLLIN) != 0) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) HandleConnection(fd);
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    absl::Time wake_at = absl::Now() + absl::Seconds(1);  // park expiry
+    for (const PendingHello& p : pending) {
+      fds.push_back({p.fd, POLLIN, 0});
+      wake_at = std::min(wake_at, p.deadline);
     }
+    const int timeout_ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(wake_at - absl::Now()) + 1, 0, 1000));
+    const int n = poll(fds.data(), fds.size(), timeout_ms);
+    if (stop_.load()) break;
+    // Hellos first (their fds are fds[2..]), then new connections.
+    if (n > 0) {
+      size_t keep = 0;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        const bool ready = fds[2 + i].revents != 0;
+        if (ready && ReadHello(pending[i])) continue;
+        pending[keep++] = pending[i];
+      }
+      pending.resize(keep);
+    }
+    if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+      // Accept what is queued (bounded per round so hellos keep moving).
+      for (int i = 0; i < 64; ++i) {
+        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        // The transports read with MSG_DONTWAIT and wait with ppoll: the
+        // socket itself stays blocking, as before.
+        const int flags = fcntl(fd, F_GETFL);
+        if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        if (static_cast<int>(pending.size()) >= options_.max_pending_hellos) {
+          Reject(fd, absl::StrFormat("%d connections are already waiting for their hello "
+                                     "(max_pending_hellos)",
+                                     pending.size()));
+          continue;
+        }
+        PendingHello p;
+        p.fd = fd;
+        p.got = 0;
+        p.deadline = absl::Now() + options_.hello_timeout;
+        pending.push_back(p);
+        // A hello sent with the connect is often there already.
+        if (ReadHello(pending.back())) pending.pop_back();
+      }
+    }
+    const absl::Time now = absl::Now();
+    size_t keep = 0;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (now >= pending[i].deadline) {
+        Reject(pending[i].fd,
+               absl::StrCat("no complete hello within ", absl::FormatDuration(options_.hello_timeout),
+                            " (", pending[i].got, " of ", kHeaderBytes, " bytes)"));
+        continue;
+      }
+      pending[keep++] = pending[i];
+    }
+    pending.resize(keep);
+    pending_hellos_.store(static_cast<int>(pending.size()));
     // Drop connections nobody claimed in time.
     absl::MutexLock l(&mu_);
-    const absl::Time now = absl::Now();
-    std::vector<Parked> keep;
+    std::vector<Parked> still;
     for (const Parked& q : parked_) {
       if (now - q.since > options_.park_timeout) {
         close(q.fd);
       } else {
-        keep.push_back(q);
+        still.push_back(q);
       }
     }
-    parked_.swap(keep);
+    parked_.swap(still);
+  }
+  for (const PendingHello& p : pending) close(p.fd);
+  pending_hellos_.store(0);
+}
+
+bool TcpPeerHub::ReadHello(PendingHello& p) {
+  for (;;) {
+    const ssize_t r = recv(p.fd, p.buf + p.got, kHeaderBytes - p.got, MSG_DONTWAIT);
+    if (r > 0) {
+      p.got += static_cast<size_t>(r);
+      if (p.got == kHeaderBytes) {
+        HandleHello(p.fd, p.buf);
+        return true;
+      }
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    Reject(p.fd, absl::StrCat("no complete hello (", p.got, " of ", kHeaderBytes, " bytes): ",
+                              r == 0 ? std::string("end of stream") : Errno("recv")));
+    return true;
   }
 }
 
-void TcpPeerHub::HandleConnection(int fd) {
-  uint8_t h[kHeaderBytes];
-  size_t got = 0;
-  bool eof = false;
-  const absl::Time deadline = absl::Now() + options_.hello_timeout;
-  absl::Status s = ReadFully(fd, h, sizeof(h), &got, &eof, [&] {
-    return WaitFd(fd, POLLIN, wake_fd_, deadline);
-  });
-  if (!s.ok()) {
-    Reject(fd, absl::StrCat("no complete hello (", got, " of ", kHeaderBytes,
-                            " bytes): ", s.message()));
-    return;
-  }
+void TcpPeerHub::HandleHello(int fd, const uint8_t* h) {
   tcpwire::Hello hello;
   if (absl::Status bad = tcpwire::DecodeHello(h, &hello); !bad.ok()) {
     Reject(fd, std::string(bad.message()));
@@ -207,6 +273,15 @@ void TcpPeerHub::HandleConnection(int fd) {
     absl::MutexLock l(&mu_);
     auto it = inboxes_.find(std::make_pair(group, static_cast<int>(to)));
     if (it == inboxes_.end()) {
+      if (static_cast<int>(parked_.size()) >= options_.max_parked) {
+        ++rejected_;
+        last_rejection_ = absl::StrFormat(
+            "hello from rank %d for group %d rank %d, which is not attached: %d connections "
+            "are parked (max_parked)",
+            from, group, to, parked_.size());
+        close(fd);
+        return;
+      }
       parked_.push_back(Parked{group, static_cast<int>(to),
                                static_cast<int>(from), static_cast<int>(world),
                                fd, absl::Now()});

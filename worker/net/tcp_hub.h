@@ -9,6 +9,12 @@
 //     world size that does not fit is closed and counted
 //     (rejected_connections, last_rejection naming why); the hub keeps
 //     serving.
+//   * Hellos are read by the accept thread as they arrive (non-blocking,
+//     poll), each connection with its own hello_timeout: a silent or slow
+//     connection delays no other. At most max_pending_hellos connections
+//     wait for their hello and at most max_parked are parked; one more is
+//     closed at once, counted and named (rejected_connections,
+//     last_rejection).
 //   * Parked connections are closed after park_timeout.
 //   * TcpInbox: the receive side of one (group, rank); per peer, the FIFO of
 //     accepted connections from it (front = the one being read; a reconnect
@@ -42,10 +48,18 @@
 namespace lockstep {
 
 struct TcpHubOptions {
-  // How long an accepted connection may take to send its hello.
+  // How long an accepted connection may take to send its hello (each
+  // connection has its own deadline; hellos are read as they arrive, so a
+  // silent connection delays no other).
   absl::Duration hello_timeout = absl::Seconds(5);
+  // Connections accepted whose hello is not complete yet; one more is
+  // closed at once (counted, named).
+  int max_pending_hellos = 256;
   // How long a connection for a (group, rank) nobody attached is kept.
   absl::Duration park_timeout = absl::Seconds(60);
+  // Parked connections at once; one more is closed at once (counted,
+  // named). A job of K ranks parks at most K-1 per rank that starts late.
+  int max_parked = 1024;
 };
 
 // Receive side of one (group, rank): for each peer, the queue of accepted
@@ -163,6 +177,8 @@ class TcpPeerHub {
   std::string last_rejection() const;
   // Connections waiting for their transport to attach.
   int parked_connections() const;
+  // Connections whose hello has not arrived yet.
+  int pending_hellos() const { return pending_hellos_.load(); }
 
  private:
   friend class TcpTransport;
@@ -180,8 +196,18 @@ class TcpPeerHub {
   // AlreadyExistsError if (group, rank) is attached.
   absl::Status Attach(const std::shared_ptr<TcpInbox>& inbox);
   void Detach(const TcpInbox* inbox);
+  // A connection whose hello is not complete yet (accept thread only).
+  struct PendingHello {
+    int fd;
+    uint8_t buf[tcpwire::kHeaderBytes];
+    size_t got;
+    absl::Time deadline;
+  };
   void AcceptLoop();
-  void HandleConnection(int fd);
+  // Reads what `p`'s socket has; true when p is done with (handed on or
+  // rejected).
+  bool ReadHello(PendingHello& p);
+  void HandleHello(int fd, const uint8_t* h);
   void Reject(int fd, const std::string& why);
 
   const int listen_fd_;
@@ -196,6 +222,7 @@ class TcpPeerHub {
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_rejection_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
+  std::atomic<int> pending_hellos_{0};
   std::thread accept_thread_;
 };
 

@@ -23,8 +23,9 @@
 //
 // Wire format: every message is a 40-byte frame header (magic, flags, job,
 // step, phase, chunk, payload length; little-endian, see tcp_wire.h)
-// followed by the payload bytes verbatim. No per-element encoding, no
-// size cap beyond int64.
+// followed by the payload bytes verbatim. No per-element encoding; a Recv
+// accepts only the length its caller expects (anything else is an error
+// naming the peer, the frame is not consumed).
 //
 // Sending: Send writes the header and payload with one non-blocking
 // sendmsg() from the caller's thread (no copy, no thread hop). Whatever the
@@ -65,9 +66,9 @@
 // serialized. Shutdown() (or the destructor) wakes every waiting call (they
 // return CancelledError), lets the backlog drain for up to close_timeout,
 // then closes the outbound sockets (peers see end-of-stream); inbound ones
-// close with the transport. The hub reads each hello on its accept thread,
-// so a connection that never sends one delays later accepts by up to
-// hello_timeout.
+// close with the transport. The hub (tcp_hub.h) reads hellos as they
+// arrive, each with its own deadline, so a connection that never sends one
+// delays no other; pending hellos and parked connections are capped.
 #ifndef LOCKSTEP_WORKER_NET_TCP_TRANSPORT_H_
 #define LOCKSTEP_WORKER_NET_TCP_TRANSPORT_H_
 

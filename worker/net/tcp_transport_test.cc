@@ -27,9 +27,9 @@ using ::testing::HasSubstr;
 // One hub per rank, as if each rank were its own process, on OS-chosen
 // loopback ports.
 struct Hubs {
-  explicit Hubs(int k) {
+  explicit Hubs(int k, TcpHubOptions options = {}) {
     for (int r = 0; r < k; ++r) {
-      auto h = TcpPeerHub::Start("127.0.0.1", 0);
+      auto h = TcpPeerHub::Start("127.0.0.1", 0, options);
       ABSL_RAW_CHECK(h.ok(), "TcpPeerHub::Start failed");
       hubs.push_back(*std::move(h));
     }
@@ -344,6 +344,85 @@ TEST(TcpTransportTest, HelloNamingAnotherWorldSizeIsRejected) {
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("world size 3"));
+}
+
+// Issue 11: "the tcp hub reads each hello on its accept thread (one silent
+// connection stalls all accepts for 5 s)". A connection that sends nothing
+// must not delay a job's connections: they are read off the accept thread,
+// each with its own hello deadline.
+TEST(TcpTransportTest, ASilentConnectionDoesNotStallAJobsConnections) {
+  TcpHubOptions o;
+  o.hello_timeout = absl::Seconds(20);
+  Hubs h(2, o);
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(RawConnect(h.hubs[1]->port(), {}));
+  auto t0 = h.Make(5, 0);
+  auto t1 = h.Make(5, 1);
+  const absl::Time start = absl::Now();
+  const uint8_t msg[4] = {1, 2, 3, 4};
+  MessageKey key{5, 0, 0, 0};
+  ASSERT_TRUE(t0->Send(1, key, msg, absl::Now() + absl::Seconds(5)).ok());
+  uint8_t got[4] = {};
+  absl::Status s = t1->Recv(0, key, absl::MakeSpan(got), absl::Now() + absl::Seconds(3));
+  ASSERT_TRUE(s.ok()) << s << " (the hub stalled behind the silent connections)";
+  EXPECT_EQ(std::memcmp(got, msg, 4), 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 0);  // still waiting for their hellos
+  for (int fd : silent) close(fd);
+}
+
+// A silent connection is closed once its hello deadline passes, counted and
+// named.
+TEST(TcpTransportTest, AHelloDeadlineClosesASilentConnection) {
+  TcpHubOptions o;
+  o.hello_timeout = absl::Milliseconds(200);
+  Hubs h(1, o);
+  const int fd = RawConnect(h.hubs[0]->port(), {});
+  char c;
+  EXPECT_LE(recv(fd, &c, 1, 0), 0);  // closed by the hub (blocks until then)
+  close(fd);
+  EXPECT_EQ(h.hubs[0]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[0]->last_rejection(), HasSubstr("no complete hello within 200ms"));
+}
+
+// Valid hellos for a group nobody attaches: parked up to max_parked, the
+// rest closed naming the cap; the hub keeps serving.
+TEST(TcpTransportTest, AFloodOfParkedConnectionsIsCapped) {
+  TcpHubOptions o;
+  o.max_parked = 8;
+  Hubs h(2, o);
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint8_t> hello(40, 0);
+    const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 2;
+    const uint64_t group = 1000 + i;
+    std::memcpy(&hello[0], &magic, 4);
+    std::memcpy(&hello[4], &version, 4);
+    std::memcpy(&hello[8], &group, 8);
+    std::memcpy(&hello[16], &from, 4);
+    std::memcpy(&hello[20], &to, 4);
+    std::memcpy(&hello[24], &world, 4);
+    fds.push_back(RawConnect(h.hubs[1]->port(), hello));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (h.hubs[1]->rejected_connections() + h.hubs[1]->parked_connections() < 20 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  EXPECT_EQ(h.hubs[1]->parked_connections(), 8);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 12);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("8 connections are parked (max_parked)"));
+  for (int fd : fds) close(fd);
+  // A job still connects.
+  auto t0 = h.Make(5, 0);
+  auto t1 = h.Make(5, 1);
+  const uint8_t msg[1] = {9};
+  MessageKey key{5, 0, 0, 0};
+  ASSERT_TRUE(t0->Send(1, key, msg, absl::Now() + absl::Seconds(5)).ok());
+  uint8_t got[1] = {};
+  absl::Status s = t1->Recv(0, key, absl::MakeSpan(got), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got[0], 9);
 }
 
 TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
