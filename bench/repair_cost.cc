@@ -16,9 +16,11 @@
 //            the reporter thread has hashed the previous step, and the K
 //            identities are compared after the combine (no fault: no state
 //            is ever copied).
-// Per run: the steady-state step time, (time of the last step's end - time
-// of step `warmup`'s end) / steps, on rank 0. Reports the medians and the
-// difference.
+// Per run, on rank 0 after `warmup` steps: the median of the step times
+// (end of step t - end of step t-1; robust against the moments another
+// process takes a core) and the mean. Reports, over the runs, the medians
+// of both per configuration and the median of the paired differences (run
+// i with - run i without, back to back).
 //
 // Part 2, the reporter thread's hashing per step (off the job thread, but
 // on the same two cores): XXH3-128 of the weights alone, and with one
@@ -85,8 +87,13 @@ class EndTimes final : public StepObserver {
   std::vector<double> t_;
 };
 
-// One run of the job; returns rank 0's steady-state seconds per step.
-absl::StatusOr<double> RunJob(const TrainTest& data, int k, int64_t warmup, int64_t steps,
+struct RunTimes {
+  double median = 0;  // seconds per step
+  double mean = 0;
+};
+
+// One run of the job: rank 0's steady-state step times.
+absl::StatusOr<RunTimes> RunJob(const TrainTest& data, int k, int64_t warmup, int64_t steps,
                               bool repair, uint64_t job_id) {
   v1::JobSpec spec;
   spec.set_model(absl::GetFlag(FLAGS_model));
@@ -140,7 +147,12 @@ absl::StatusOr<double> RunJob(const TrainTest& data, int k, int64_t warmup, int6
     if (!status[r].ok()) return status[r];
   }
   const std::vector<double>& t = ends.t();
-  return (t[warmup + steps - 1] - t[warmup - 1]) / static_cast<double>(steps);
+  std::vector<double> dt;
+  for (int64_t i = warmup; i < warmup + steps; ++i) dt.push_back(t[i] - t[i - 1]);
+  RunTimes out;
+  out.median = Median(dt);
+  out.mean = (t[warmup + steps - 1] - t[warmup - 1]) / static_cast<double>(steps);
+  return out;
 }
 
 int Main() {
@@ -154,7 +166,7 @@ int Main() {
     return 1;
   }
   // Part 1.
-  std::vector<double> without_us, with_us;
+  std::vector<double> without_us, with_us, without_mean_us, with_mean_us, diff_us;
   uint64_t job_id = 1;
   for (int i = 0; i < repeats; ++i) {
     for (bool repair : {false, true}) {
@@ -163,8 +175,10 @@ int Main() {
         std::fprintf(stderr, "repair_cost: %s\n", std::string(dt.status().message()).c_str());
         return 1;
       }
-      (repair ? with_us : without_us).push_back(1e6 * *dt);
+      (repair ? with_us : without_us).push_back(1e6 * dt->median);
+      (repair ? with_mean_us : without_mean_us).push_back(1e6 * dt->mean);
     }
+    diff_us.push_back(with_us.back() - without_us.back());
   }
   std::sort(without_us.begin(), without_us.end());
   std::sort(with_us.begin(), with_us.end());
@@ -175,12 +189,15 @@ int Main() {
               static_cast<long long>(absl::GetFlag(FLAGS_batch)), BlasCoreName(),
               static_cast<long long>(warmup), static_cast<long long>(steps), repeats);
   const double a = Median(without_us), b = Median(with_us);
-  std::printf("%-52s %10.1f  (min %.1f, max %.1f)\n", "step, without the repair path (us)", a,
-              without_us.front(), without_us.back());
-  std::printf("%-52s %10.1f  (min %.1f, max %.1f)\n", "step, with state board + in-combine check (us)",
-              b, with_us.front(), with_us.back());
+  std::printf("%-52s %10.1f  (runs: min %.1f, max %.1f; mean step %.1f)\n",
+              "step, without the repair path (us)", a, without_us.front(), without_us.back(),
+              Median(without_mean_us));
+  std::printf("%-52s %10.1f  (runs: min %.1f, max %.1f; mean step %.1f)\n",
+              "step, with state board + in-combine check (us)", b, with_us.front(),
+              with_us.back(), Median(with_mean_us));
   std::printf("%-52s %+10.1f  (%+.2f%%)\n", "difference of the medians (us)", b - a,
               100 * (b - a) / a);
+  std::printf("%-52s %+10.1f\n", "median of the paired differences (us)", Median(diff_us));
 
   // Part 2: the reporter thread's hashing of one step's state.
   const Replica& replica = *job->replica;
