@@ -142,6 +142,7 @@ v1::JobSpec Spec(int k, int64_t steps) {
 
 struct Fault {
   int rank = -1;          // -1: none
+  int rank2 = -1;         // a second rank with the same fault (-1: none)
   int64_t step = 3;
   bool optimizer = false;
   int64_t index = 5;
@@ -221,7 +222,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
       }
       return absl::DeadlineExceededError("not published");
     };
-    if (r == fault.rank) {
+    if (r == fault.rank || r == fault.rank2) {
       o.flip_at_step = fault.step;
       o.flip_optimizer = fault.optimizer;
       o.flip_index = fault.index;
@@ -433,6 +434,34 @@ INSTANTIATE_TEST_SUITE_P(K2, RollbackTest,
                                                info.param.optimizer ? "_optimizer" : "_weights",
                                                info.param.ps_shards > 0 ? "_ps" : "_ring");
                          });
+
+// A tie at K = 4 (ranks 1 and 2 flip the same bit: 2 against 2) has no
+// majority either: resolved from the checkpoint the same way.
+TEST(DivergenceTest, ATieAtFourRanksIsResolvedFromTheLastCheckpoint) {
+  RunSetup setup;
+  setup.checkpoint_every = 3;
+  FakeCoordinator coord(4, DivergencePolicy::kRepair, kSteps);
+  coord.set_checkpoint_rollback(true);
+  Fault fault;
+  fault.rank = 1;
+  fault.rank2 = 2;
+  Outcome run = RunJob(4, kSteps, fault, &coord, {}, true, setup);
+  EXPECT_EQ(coord.failed(), "");
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
+    EXPECT_EQ(run.final_hash[r], run.final_hash[0]);
+  }
+  EXPECT_EQ(run.final_hash[0], FaultFreeHash(4, setup));
+  const v1::SyncHistory h = coord.history();
+  ASSERT_EQ(h.checks_size(), kSteps);
+  EXPECT_EQ(h.checks(3).note(),
+            "divergence: ranks 0, 1, 2 and 3 differ, no majority (first differing block W0); "
+            "resolving from the last checkpoint");
+  EXPECT_EQ(h.checks(4).note(),
+            "rolled back in the combine of step 4: no majority, every rank reloaded the "
+            "checkpoint of step 3 and computed step 3 again");
+  EXPECT_LT(run.took, absl::Seconds(30));
+}
 
 TEST(DivergenceTest, NoMajorityWithNoCheckpointBeforeItFailsSayingSo) {
   RunSetup setup;
