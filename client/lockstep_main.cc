@@ -193,13 +193,36 @@ void PrintStatus(const v1::JobStatus& j) {
                 static_cast<long long>(j.skipped_steps()),
                 static_cast<long long>(j.last_skipped_step()), ranks.c_str());
   }
-  // Membership (on_worker_lost=shrink): each regroup, one line.
+  // Membership (on_worker_lost=shrink / wait, late joiners): each change of
+  // the group, one line.
   for (const v1::MembershipEvent& e : j.membership_events()) {
-    std::printf("  %s: %d -> %d workers (generation %lld), %s at step %lld; %s\n",
-                e.kind().c_str(), e.world_before(), e.world_after(),
-                static_cast<long long>(e.generation()),
-                e.step() >= 0 ? "continued" : "regrouping, to continue",
-                static_cast<long long>(e.step()), e.reason().c_str());
+    const long long step = static_cast<long long>(e.step());
+    const long long gen = static_cast<long long>(e.generation());
+    if (e.kind() == "wait") {
+      std::printf("  wait: rank %d lost (generation %lld), %s; %s\n", e.rank(), gen,
+                  e.step() >= 0 ? absl::StrFormat("replaced, continued at step %lld", step).c_str()
+                                : "waiting for a worker to replace it",
+                  e.reason().c_str());
+    } else if (e.kind() == "replace" || e.kind() == "join") {
+      std::printf("  %s: %s as rank %d, %d -> %d workers (generation %lld), %s; %s\n",
+                  e.kind().c_str(), e.worker_id().c_str(), e.rank(), e.world_before(),
+                  e.world_after(), gen,
+                  e.step() >= 0 ? absl::StrFormat("joined at step %lld", step).c_str()
+                                : "regrouping",
+                  e.reason().c_str());
+    } else {
+      std::printf("  %s: %d -> %d workers (generation %lld), %s at step %lld; %s\n",
+                  e.kind().c_str(), e.world_before(), e.world_after(), gen,
+                  e.step() >= 0 ? "continued" : "regrouping, to continue", step,
+                  e.reason().c_str());
+    }
+  }
+  if (j.waiting_for_ranks_size() > 0) {
+    std::string ranks;
+    for (int32_t r : j.waiting_for_ranks()) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", r);
+    const double left = j.wait_deadline_unix_s() - absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    std::printf("  waiting for a worker to take rank(s) %s: FAILED in %.0f s unless one registers\n",
+                ranks.c_str(), left > 0 ? left : 0.0);
   }
   if (j.ranks_size() > 0) {
     // A tcp ring job's peers talk over their data addresses: list those too.

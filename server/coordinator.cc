@@ -107,6 +107,7 @@ std::vector<std::string> Coordinator::PsAddressesLocked() const {
 
 void Coordinator::ScheduleLocked() {
   if (draining_) return;
+  FillOpenRanksLocked();  // running jobs first (membership.h)
   while (!jobs_.pending().empty()) {
     Job* job = jobs_.Find(jobs_.pending().front());
     if (job == nullptr || job->state != v1::PENDING) {
@@ -310,14 +311,17 @@ void Coordinator::Tick() {
     Job* job = jobs_.Find(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
       // The job's policy for a lost worker (spec.on_worker_lost): "shrink"
-      // regroups the survivors (membership.h); "fail" ends the job.
+      // regroups the survivors, "wait" leaves the rank vacant until an idle
+      // worker takes it (membership.h); "fail" ends the job.
       if (ShrinksOnLoss(*job) && ShrinkLockedOnLoss(job, w, lost.silent)) continue;
+      if (WaitsOnLoss(*job) && VacateLockedOnLoss(job, w, lost.silent)) continue;
       FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
                                          w.id, w.rank,
                                          w.hostname.empty() ? "" : "host " + w.hostname + ", ",
                                          w.address, absl::ToDoubleSeconds(lost.silent)));
     }
   }
+  ExpireWaitsLocked(now);
   ScheduleLocked();
 }
 
@@ -330,8 +334,12 @@ bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duratio
   const int lost_rank = lost.rank;
   ShrinkResult shrunk = ShrinkJob(job, lost_rank, clock_->Now(), why);
   if (!shrunk.shrunk) return false;
-  // The lost worker leaves the job; the survivors take their new ranks.
-  if (Worker* w = workers_.Find(lost.id); w != nullptr) WorkerRegistry::Unbind(w);
+  // The lost worker leaves the job (and stays LOST: never scheduled until
+  // it heartbeats again); the survivors take their new ranks.
+  if (Worker* w = workers_.Find(lost.id); w != nullptr) {
+    WorkerRegistry::Unbind(w);
+    w->state = v1::LOST;
+  }
   for (size_t r = 0; r < shrunk.workers.size(); ++r) {
     if (Worker* w = workers_.Find(shrunk.workers[r]); w != nullptr) {
       w->rank = static_cast<int>(r);

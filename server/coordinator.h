@@ -82,7 +82,12 @@
 //   "worker w-3 (rank 2, host vm3, 127.0.0.1:4567) lost: no heartbeat for
 //   3.2s" under spec.on_worker_lost "fail"; under "shrink" the survivors
 //   regroup instead (server/membership.h: new generation, renumbered ranks,
-//   k - 1; their heartbeats carry the new Assignment, then its start).
+//   k - 1; their heartbeats carry the new Assignment, then its start);
+//   under "wait" the rank is left vacant and the job pauses until an idle
+//   worker takes it (or spec.wait_timeout_ms passes: FAILED naming it).
+//   Scheduling first gives idle workers to RUNNING jobs with a vacant rank
+//   or (shrink) below their spec.num_workers, in job id order
+//   (membership.h OpenRank/AddRank), then starts PENDING jobs.
 //   RegisterWorkerReply.lost_after_ms tells workers options.lost_after.
 //   Then PENDING jobs are scheduled (scheduler.h). Scheduling also runs on
 //   submit and whenever a worker becomes IDLE.
@@ -429,6 +434,14 @@ class Coordinator {
   // worker (membership.h); false when it cannot (then the job fails).
   bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Membership with the registry (coordinator_membership.cc): "wait" leaves
+  // the lost rank vacant (false: it cannot, the job fails); waits past
+  // their spec.wait_timeout_ms fail; idle workers take vacant ranks and
+  // join shrunk jobs (before PENDING jobs start).
+  bool VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireWaitsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillOpenRanksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Event logging without I/O under mu_ (coordinator_log.cc): LogLocked
   // queues a line; Locked (used instead of absl::MutexLock by the methods

@@ -44,6 +44,7 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
   s.set_world(job.k);
   s.set_regrouping(job.membership.regrouping);
   for (const v1::MembershipEvent& e : job.membership.events) *s.add_membership_events() = e;
+  FillMembershipStatus(job, &s);
   s.set_checked_steps(CheckedStepsOf(job));
   s.set_mismatched_steps(MismatchedStepsOf(job));
   s.set_skipped_steps(job.skipped_steps);

@@ -1,14 +1,192 @@
-// Membership: shrink a job's group on a lost worker. Contract: membership.h.
+// Membership: shrink a job's group on a lost worker, wait for a
+// replacement, add joiners. Contract: membership.h.
 #include "server/membership.h"
 
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/train/job_spec_convert.h"
 #include "server/job_store.h"
 
 namespace lockstep {
 
 bool ShrinksOnLoss(const JobRecord& job) { return job.spec.on_worker_lost() == "shrink"; }
+bool WaitsOnLoss(const JobRecord& job) { return job.spec.on_worker_lost() == "wait"; }
+
+absl::Duration WaitTimeout(const JobRecord& job) { return WorkerLostWaitTimeout(job.spec); }
+
+namespace {
+
+double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+void AddEvent(MembershipState* m, v1::MembershipEvent e) {
+  m->events.push_back(std::move(e));
+  while (m->events.size() > kMaxMembershipEvents) m->events.pop_front();
+}
+
+bool IsVacant(const MembershipState& m, int rank) {
+  return std::find(m.vacant.begin(), m.vacant.end(), rank) != m.vacant.end();
+}
+
+// A new generation of the same group: every rank says again which step it
+// holds; nothing of the old generation completes.
+void NewGeneration(JobRecord* job) {
+  MembershipState& m = job->membership;
+  ++m.generation;
+  m.regrouping = true;
+  m.start_step = -1;
+  m.source_rank = -1;
+  job->sync.Regroup(job->k);
+  for (RankRecord& r : job->ranks) {
+    r.held_generation = -1;
+    r.held_step = -1;
+    r.in_sync = true;
+  }
+}
+
+// JobRecord::reason while ranks are vacant (waiting_for: the first loss).
+std::string WaitingReason(const MembershipState& m) {
+  if (m.vacant.size() == 1) {
+    return absl::StrCat("waiting for a worker to replace rank ", m.vacant.front(),
+                        " (lost: ", m.waiting_for, ")");
+  }
+  std::string ranks;
+  for (int r : m.vacant) absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", r);
+  return absl::StrCat("waiting for workers to replace ranks ", ranks, " (first lost: ",
+                      m.waiting_for, ")");
+}
+
+}  // namespace
+
+bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason) {
+  const int k = static_cast<int>(job->ranks.size());
+  MembershipState& m = job->membership;
+  if (lost_rank < 0 || lost_rank >= k || IsVacant(m, lost_rank)) return false;
+  int holders = 0;  // ranks left that may hold a replica
+  for (int r = 0; r < k; ++r) {
+    if (job->ranks[r].done) return false;  // the job is at its end: nothing to wait for
+    if (r != lost_rank && !IsVacant(m, r)) ++holders;
+  }
+  if (holders == 0) return false;
+  v1::MembershipEvent e;
+  e.set_kind("wait");
+  e.set_generation(m.generation + 1);
+  e.set_world_before(k);
+  e.set_world_after(k);
+  e.set_worker_id(job->ranks[lost_rank].worker_id);
+  e.set_rank(lost_rank);
+  e.set_step(-1);
+  e.set_unix_s(UnixSeconds(now));
+  e.set_reason(reason);
+  AddEvent(&m, std::move(e));
+
+  RankRecord& lost = job->ranks[lost_rank];
+  lost.worker_id.clear();
+  lost.address.clear();
+  lost.data_address.clear();
+  lost.hostname.clear();
+  lost.acknowledged = false;
+  lost.last_hash.clear();
+  m.vacant.insert(std::upper_bound(m.vacant.begin(), m.vacant.end(), lost_rank), lost_rank);
+  if (m.waiting_since == absl::InfinitePast()) {
+    m.waiting_since = now;
+    m.waiting_for = reason;
+  }
+  job->reason = WaitingReason(m);
+  NewGeneration(job);
+  return true;
+}
+
+bool WaitExpired(const JobRecord& job, absl::Time now, std::string* reason) {
+  const MembershipState& m = job.membership;
+  if (m.vacant.empty() || m.waiting_since == absl::InfinitePast()) return false;
+  const absl::Duration timeout = WaitTimeout(job);
+  if (now - m.waiting_since <= timeout) return false;
+  std::string ranks;
+  for (int r : m.vacant) absl::StrAppend(&ranks, ranks.empty() ? "" : ", ", r);
+  *reason = absl::StrFormat(
+      "no worker replaced rank%s %s within %s (spec.wait_timeout_ms %d); %s",
+      m.vacant.size() > 1 ? "s" : "", ranks, absl::FormatDuration(timeout),
+      absl::ToInt64Milliseconds(timeout), m.waiting_for);
+  return true;
+}
+
+int64_t GrowMargin(const JobRecord& job) {
+  int64_t margin = 20;
+  const int64_t batch = job.spec.global_batch();
+  if (batch > 0 && job.examples_per_second > 0) {
+    const double steps_per_s = job.examples_per_second / static_cast<double>(batch);
+    margin = std::max<int64_t>(margin, static_cast<int64_t>(2.0 * steps_per_s) + 1);
+  }
+  return margin;
+}
+
+int OpenRank(const JobRecord& job) {
+  const MembershipState& m = job.membership;
+  if (job.ranks.empty()) return -1;
+  for (const RankRecord& r : job.ranks) {
+    if (r.done) return -1;
+  }
+  if (!m.vacant.empty()) return m.vacant.front();
+  if (!ShrinksOnLoss(job) || job.k >= job.spec.num_workers()) return -1;
+  const int64_t total = job.spec.steps() > 0 ? job.spec.steps() : job.total_steps;
+  if (total <= 0 || job.steps_done + GrowMargin(job) >= total) return -1;
+  return job.k;
+}
+
+bool AddRank(JobRecord* job, int rank, RankRecordLite joiner, absl::Time now) {
+  if (rank < 0 || rank != OpenRank(*job)) return false;
+  MembershipState& m = job->membership;
+  const bool replace = rank < job->k;
+  v1::MembershipEvent e;
+  e.set_kind(replace ? "replace" : "join");
+  e.set_generation(m.generation + 1);
+  e.set_world_before(replace ? job->k - static_cast<int>(m.vacant.size()) : job->k);
+  e.set_worker_id(joiner.worker_id);
+  e.set_rank(rank);
+  e.set_step(-1);
+  e.set_unix_s(UnixSeconds(now));
+  RankRecord r;
+  r.worker_id = std::move(joiner.worker_id);
+  r.address = std::move(joiner.address);
+  r.data_address = std::move(joiner.data_address);
+  r.hostname = std::move(joiner.hostname);
+  r.last_heartbeat = joiner.last_seen;
+  if (replace) {
+    e.set_reason(absl::StrCat(r.worker_id, " (", r.address, ") took rank ", rank, " after ",
+                              absl::FormatDuration(absl::Trunc(now - m.waiting_since,
+                                                               absl::Milliseconds(1))),
+                              " of waiting"));
+    job->ranks[rank] = std::move(r);
+    m.vacant.erase(std::find(m.vacant.begin(), m.vacant.end(), rank));
+    if (m.vacant.empty()) {
+      m.waiting_since = absl::InfinitePast();
+      m.waiting_for.clear();
+      job->reason.clear();
+    } else {
+      job->reason = WaitingReason(m);
+    }
+  } else {
+    e.set_reason(absl::StrCat(r.worker_id, " (", r.address, ") joined as rank ", rank,
+                              " (the job asks for ", job->spec.num_workers(), " workers)"));
+    job->ranks.push_back(std::move(r));
+    job->k = static_cast<int>(job->ranks.size());
+  }
+  e.set_world_after(job->k - static_cast<int>(m.vacant.size()));
+  AddEvent(&m, std::move(e));
+  NewGeneration(job);
+  return true;
+}
+
+void FillMembershipStatus(const JobRecord& job, v1::JobStatus* s) {
+  const MembershipState& m = job.membership;
+  for (int r : m.vacant) s->add_waiting_for_ranks(r);
+  if (!m.vacant.empty() && m.waiting_since != absl::InfinitePast()) {
+    s->set_wait_deadline_unix_s(UnixSeconds(m.waiting_since + WaitTimeout(job)));
+  }
+}
 
 ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now,
                        const std::string& reason) {
@@ -52,11 +230,12 @@ ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now,
 bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_step) {
   MembershipState& m = job->membership;
   if (!m.regrouping || generation != m.generation || rank < 0 ||
-      rank >= static_cast<int>(job->ranks.size()) || held_step < 0) {
+      rank >= static_cast<int>(job->ranks.size()) || held_step < -1 || IsVacant(m, rank)) {
     return false;
   }
   job->ranks[rank].held_generation = generation;
   job->ranks[rank].held_step = held_step;
+  if (!m.vacant.empty()) return false;  // waiting for a replacement
   int64_t s = -1;
   int source = -1;
   for (size_t r = 0; r < job->ranks.size(); ++r) {
@@ -67,14 +246,17 @@ bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_s
       source = static_cast<int>(r);
     }
   }
+  if (s < 0) return false;  // nobody holds a replica (cannot happen: VacateRank keeps one)
   m.regrouping = false;
   m.start_step = s;
   m.source_rank = source;
   for (RankRecord& rr : job->ranks) rr.last_step = s - 1;
   job->sync.Regroup(job->k);  // nothing of the old generation completes
   job->steps_done = std::max(job->steps_done, s);
-  if (!m.events.empty() && m.events.back().generation() == m.generation) {
-    m.events.back().set_step(s);
+  // Every event since the last decided start continues at s (a wait and
+  // its replace; a shrink and a join that followed before the start).
+  for (auto it = m.events.rbegin(); it != m.events.rend() && it->step() < 0; ++it) {
+    it->set_step(s);
   }
   return true;
 }

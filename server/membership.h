@@ -1,6 +1,6 @@
 // Membership: how a RUNNING job's group changes when one of its workers is
-// LOST under JobSpec.on_worker_lost = "shrink" (README "Failure
-// semantics"). Plain functions on a JobRecord, called by the Coordinator
+// LOST under JobSpec.on_worker_lost = "shrink" or "wait", and when an idle
+// worker joins it (README "Failure semantics"). Plain functions on a JobRecord, called by the Coordinator
 // facade under its mutex; no clock reads, no I/O (tests drive them with a
 // fake clock's times).
 //
@@ -30,10 +30,31 @@
 //   steps_done = s, the event's step = s, regrouping = false. The next
 //   heartbeats carry start_ready: each rank continues at s with world k and
 //   the same global batch (slices grow).
-// Not here (yet): "wait" and late joiners (a worker added to a job below
-// its spec.num_workers): the Assignment and heartbeat fields support a rank
-// that holds no state (it would fetch from the source), but the
-// coordinator never adds one; ValidateJobSpec refuses "wait".
+// Wait (VacateRank, from Tick when a rank's worker is LOST under
+// on_worker_lost = "wait"): the lost rank stays in the group as a VACANT
+// slot (no worker, no address); generation + 1, k unchanged, regrouping,
+// the survivors stop and hold their replicas exactly as under shrink; the
+// job stays RUNNING with reason "waiting for a worker to replace rank R
+// (lost: ...)", JobStatus.waiting_for_ranks and wait_deadline_unix_s, and a
+// "wait" event. No start is decided while a rank is vacant. When no worker
+// fills it within WaitTimeout (spec.wait_timeout_ms, 0 = 10 min),
+// WaitExpired says so and the facade fails the job naming the rank. A
+// second loss while waiting vacates that rank too; losing the last rank
+// that holds a replica fails the job (nobody to copy from).
+// Joiners (AddRank, from the facade's scheduling pass, before PENDING jobs
+// start): OpenRank says which rank an idle worker can take now: the lowest
+// vacant rank (wait), else rank k when a "shrink" job runs below its
+// spec.num_workers and is not near its end (GrowMargin: a rank that has
+// finished cannot regroup). AddRank binds the worker there (a "replace" or
+// "join" event, world after), generation + 1, regrouping; the joiner
+// heartbeats holds_state with held_step -1 (it holds nothing) and the
+// start is decided as above from the ranks that hold one: every rank,
+// the joiner included, continues at the largest held step s, the joiner
+// (and any rank behind) copying the source rank's weights + optimizer
+// state first. The event's step is s: the step at which it joined. Under
+// "wait" K is unchanged, so the job ends with the hash of an uninterrupted
+// run; a late joiner's job ends with the hash of a run that used K until
+// the shrink, K-1 until the join step, K after it.
 #ifndef LOCKSTEP_SERVER_MEMBERSHIP_H_
 #define LOCKSTEP_SERVER_MEMBERSHIP_H_
 
@@ -49,6 +70,12 @@ namespace lockstep {
 
 struct JobRecord;
 
+// A worker joining a job (AddRank).
+struct RankRecordLite {
+  std::string worker_id, address, data_address, hostname;
+  absl::Time last_seen;
+};
+
 // A job's membership state (JobRecord::membership).
 struct MembershipState {
   int64_t generation = 0;
@@ -56,11 +83,43 @@ struct MembershipState {
   int64_t start_step = -1;        // the current generation's start (decided)
   int source_rank = -1;           // the rank whose state the others copy
   std::deque<lockstep::v1::MembershipEvent> events;  // oldest first, bounded
+  // on_worker_lost = "wait": the vacant ranks (ascending), since when the
+  // job waits (InfinitePast = not waiting) and the first loss's reason.
+  std::vector<int> vacant;
+  absl::Time waiting_since = absl::InfinitePast();
+  std::string waiting_for;
 };
 inline constexpr size_t kMaxMembershipEvents = 64;
 
 // spec.on_worker_lost is "shrink".
 bool ShrinksOnLoss(const JobRecord& job);
+// spec.on_worker_lost is "wait".
+bool WaitsOnLoss(const JobRecord& job);
+// spec.wait_timeout_ms, 0 -> 10 minutes (common/train/job_spec_convert.h
+// WorkerLostWaitTimeout).
+absl::Duration WaitTimeout(const JobRecord& job);
+
+// Vacates `lost_rank` (see the top of this file). False (nothing changed;
+// the job fails as under "fail") when a rank already finished or no other
+// rank would be left holding a replica.
+bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason);
+
+// True when the job has waited longer than WaitTimeout for a vacant rank at
+// `now`; then *reason says which rank, since when and why it was lost.
+bool WaitExpired(const JobRecord& job, absl::Time now, std::string* reason);
+
+// Steps before the end within which a shrunk job does not grow:
+// max(20, 2 s of steps at the job's current rate: 10 heartbeat intervals),
+// so no rank can have finished (and sent ReportDone for the old
+// generation, which would be dropped) by the time the regroup reaches it.
+int64_t GrowMargin(const JobRecord& job);
+// The rank an idle worker can take in `job` now (see the top of this
+// file), or -1. The job must be RUNNING.
+int OpenRank(const JobRecord& job);
+// Binds the worker described by `joiner` (worker_id, address,
+// data_address, hostname, last_heartbeat) as rank `rank` (OpenRank's).
+// Returns false when `rank` is not open.
+bool AddRank(JobRecord* job, int rank, RankRecordLite joiner, absl::Time now);
 
 // What ShrinkJob did: the survivors' worker ids by their new rank.
 struct ShrinkResult {
@@ -73,9 +132,10 @@ struct ShrinkResult {
 // finished (ReportDone ok: the job is at its end, nothing to regroup).
 ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason);
 
-// Rank `rank` holds its replica at `held_step` for `generation`. Ignored
-// unless generation is the job's and it is regrouping. Returns true when
-// this decided the start (every rank holds).
+// Rank `rank` holds its replica at `held_step` for `generation` (-1: it
+// holds none, a joiner). Ignored unless generation is the job's and it is
+// regrouping. Returns true when this decided the start (every rank said,
+// no rank is vacant, and some rank holds a replica).
 bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_step);
 
 // The heartbeat reply of a worker at `rank` of `job` that said
@@ -85,6 +145,9 @@ bool NeedsAssignment(const JobRecord& job, int64_t generation, bool holds_state)
 
 // Fills the Assignment's membership fields for the job's current state.
 void FillMembership(const JobRecord& job, lockstep::v1::Assignment* a);
+
+// JobStatus.waiting_for_ranks and wait_deadline_unix_s.
+void FillMembershipStatus(const JobRecord& job, lockstep::v1::JobStatus* s);
 
 // The job's wire key for its current generation: `base` (incarnation and
 // job id, bit 63 clear) for generation 0, else base mixed with the

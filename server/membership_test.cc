@@ -2,8 +2,11 @@
 // clock: a K=3 shrink job loses a worker; the survivors get the next
 // generation's assignment (renumbered, fresh group key), report their held
 // steps, get the start (the largest held step, the lowest rank holding it),
-// stale reports are dropped, and the job completes with K=2. Plus the
-// plain functions and the refusal cases (fail policy, the last rank).
+// stale reports are dropped, and the job completes with K=2. Under wait the
+// rank stays vacant until a new worker takes it, or the job fails after
+// its wait timeout; a shrunk job grows back when a worker is idle (not
+// near its end). Plus the plain functions and the refusal cases (fail
+// policy, the last rank, no replica left).
 #include "server/membership.h"
 
 #include <memory>
@@ -68,7 +71,7 @@ class MembershipTest : public ::testing::Test {
     return coord_->ReportStep(r);
   }
 
-  uint64_t Submit(const std::string& policy) {
+  uint64_t Submit(const std::string& policy, int64_t steps = 10, int64_t wait_timeout_ms = 0) {
     v1::JobSpec spec;
     spec.set_name("t");
     spec.set_model("mlp:8");
@@ -77,13 +80,46 @@ class MembershipTest : public ::testing::Test {
     spec.set_num_workers(3);
     spec.set_global_batch(24);
     spec.mutable_lr()->set_base_lr(0.1f);
-    spec.set_steps(10);
+    spec.set_steps(steps);
     spec.set_on_worker_lost(policy);
+    spec.set_wait_timeout_ms(wait_timeout_ms);
     v1::SubmitJobRequest req;
     *req.mutable_spec() = spec;
     auto r = coord_->SubmitJob(req);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->job_id() : 0;
+  }
+
+  // Every rank of `job` reports steps [from, to] under `gen`, in rank order.
+  void Steps(const std::vector<std::string>& ws, uint64_t job, int64_t from, int64_t to,
+             int64_t gen) {
+    for (int64_t t = from; t <= to; ++t) {
+      for (size_t r = 0; r < ws.size(); ++r) {
+        ASSERT_TRUE(Step(ws[r], job, static_cast<int>(r), t, gen).ok());
+      }
+    }
+  }
+
+  void Done(const std::vector<std::string>& ws, uint64_t job, int64_t gen, int64_t steps) {
+    for (size_t r = 0; r < ws.size(); ++r) {
+      v1::ReportDoneRequest d;
+      d.set_worker_id(ws[r]);
+      d.set_job_id(job);
+      d.set_rank(static_cast<int>(r));
+      d.set_ok(true);
+      d.set_generation(gen);
+      d.set_steps(steps);
+      d.set_weights_hash(Hash(7));
+      ASSERT_TRUE(coord_->ReportDone(d).ok());
+    }
+  }
+
+  // Starts `job` on `ws` (first assignment, acknowledged).
+  void Start(const std::vector<std::string>& ws, uint64_t job) {
+    for (const std::string& w : ws) {
+      ASSERT_TRUE(Beat(w, 0).has_assignment());
+      Beat(w, job);
+    }
   }
 
   FakeClock clock_;
@@ -252,6 +288,249 @@ TEST_F(MembershipTest, ShrinkDownToOneThenTheLastLossFails) {
   st = *coord_->GetJob(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_NE(st.reason().find(w1), std::string::npos) << st.reason();
+}
+
+// on_worker_lost = "wait": the lost rank stays vacant, the job pauses
+// (RUNNING, reason and waiting_for_ranks say why), no start is decided
+// until a new worker takes the rank; then generation 2 (K = 3 again) starts
+// at the largest held step with the newcomer copying rank 0's state.
+TEST_F(MembershipTest, WaitKeepsTheRankVacantUntilANewWorkerTakesIt) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("wait");
+  Start({w1, w2, w3}, job);
+  Steps({w1, w2, w3}, job, 0, 4, 0);
+  ASSERT_TRUE(Step(w1, job, 0, 5, 0).ok());
+
+  clock_.Advance(absl::Seconds(2));
+  Beat(w1, job);
+  Beat(w3, job);
+  clock_.Advance(absl::Seconds(1.5));
+  Beat(w1, job);
+  Beat(w3, job);
+  coord_->Tick();  // w2 (rank 1) lost
+  v1::JobStatus st = *coord_->GetJob(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.world(), 3);
+  EXPECT_TRUE(st.regrouping());
+  EXPECT_EQ(st.reason(),
+            "waiting for a worker to replace rank 1 (lost: worker w-2 (rank 1, host host2, "
+            "10.0.0.2:5000) lost: no heartbeat for 3.5s)");
+  ASSERT_EQ(st.waiting_for_ranks_size(), 1);
+  EXPECT_EQ(st.waiting_for_ranks(0), 1);
+  EXPECT_DOUBLE_EQ(st.wait_deadline_unix_s(), 1003.5 + 600);  // the default: 10 minutes
+  ASSERT_EQ(st.ranks_size(), 3);
+  EXPECT_EQ(st.ranks(1).worker_id(), "");
+  ASSERT_EQ(st.membership_events_size(), 1);
+  EXPECT_EQ(st.membership_events(0).kind(), "wait");
+  EXPECT_EQ(st.membership_events(0).rank(), 1);
+  EXPECT_EQ(st.membership_events(0).worker_id(), w2);
+  EXPECT_EQ(st.membership_events(0).step(), -1);
+
+  // The survivors stop (generation 1) and hold; nothing is decided while
+  // rank 1 is vacant, however long it takes (within the timeout).
+  v1::HeartbeatReply r1 = Beat(w1, job, 0);
+  ASSERT_TRUE(r1.has_assignment());
+  EXPECT_EQ(r1.assignment().generation(), 1);
+  EXPECT_EQ(r1.assignment().rank(), 0);
+  EXPECT_FALSE(Beat(w1, job, 1, true, 6).has_assignment());
+  EXPECT_FALSE(Beat(w3, job, 1, true, 5).has_assignment());
+  clock_.Advance(absl::Seconds(60));
+  Beat(w1, job, 1, true, 6);
+  Beat(w3, job, 1, true, 5);
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::RUNNING);
+  EXPECT_TRUE(coord_->GetJob(job)->regrouping());
+
+  // A fresh worker registers: it takes rank 1 at once (generation 2).
+  const std::string w4 = Register(4);
+  st = *coord_->GetJob(job);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_EQ(st.reason(), "");
+  EXPECT_EQ(st.waiting_for_ranks_size(), 0);
+  EXPECT_EQ(st.wait_deadline_unix_s(), 0);
+  EXPECT_EQ(st.ranks(1).worker_id(), w4);
+  ASSERT_EQ(st.membership_events_size(), 2);
+  EXPECT_EQ(st.membership_events(1).kind(), "replace");
+  EXPECT_EQ(st.membership_events(1).worker_id(), w4);
+  EXPECT_EQ(st.membership_events(1).rank(), 1);
+  EXPECT_EQ(st.membership_events(1).world_before(), 2);
+  EXPECT_EQ(st.membership_events(1).world_after(), 3);
+  v1::HeartbeatReply a4 = Beat(w4, 0);
+  ASSERT_TRUE(a4.has_assignment());
+  EXPECT_EQ(a4.assignment().generation(), 2);
+  EXPECT_EQ(a4.assignment().rank(), 1);
+  EXPECT_FALSE(a4.assignment().start_ready());
+  ASSERT_EQ(a4.assignment().peer_addresses_size(), 3);
+  EXPECT_EQ(a4.assignment().peer_addresses(1), "10.0.0.4:5000");
+  // The survivors move to generation 2 and hold again; the newcomer holds
+  // nothing (-1). The start: step 6 from rank 0.
+  EXPECT_EQ(Beat(w1, job, 1, true, 6).assignment().generation(), 2);
+  EXPECT_FALSE(Beat(w1, job, 2, true, 6).has_assignment());
+  EXPECT_FALSE(Beat(w3, job, 2, true, 5).has_assignment());
+  v1::HeartbeatReply s4 = Beat(w4, job, 2, true, -1);
+  ASSERT_TRUE(s4.has_assignment());
+  EXPECT_TRUE(s4.assignment().start_ready());
+  EXPECT_EQ(s4.assignment().start_step(), 6);
+  EXPECT_EQ(s4.assignment().state_source_rank(), 0);
+  st = *coord_->GetJob(job);
+  EXPECT_FALSE(st.regrouping());
+  EXPECT_EQ(st.membership_events(0).step(), 6);
+  EXPECT_EQ(st.membership_events(1).step(), 6);
+
+  Steps({w1, w4, w3}, job, 6, 9, 2);
+  EXPECT_EQ(coord_->GetJob(job)->step(), 10);
+  EXPECT_EQ(coord_->GetJob(job)->mismatched_steps(), 0);
+  Done({w1, w4, w3}, job, 2, 10);
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::SUCCEEDED) << coord_->GetJob(job)->reason();
+}
+
+TEST_F(MembershipTest, WaitFailsAfterItsTimeoutNamingTheRank) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("wait", 10, /*wait_timeout_ms=*/5000);
+  Start({w1, w2, w3}, job);
+  clock_.Advance(absl::Seconds(3.5));
+  Beat(w1, job);
+  Beat(w2, job);
+  coord_->Tick();  // w3 (rank 2) lost at t = 1003.5
+  EXPECT_DOUBLE_EQ(coord_->GetJob(job)->wait_deadline_unix_s(), 1008.5);
+  clock_.Advance(absl::Seconds(4.9));
+  Beat(w1, job, 1, true, 0);
+  Beat(w2, job, 1, true, 0);
+  coord_->Tick();
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(0.2));
+  coord_->Tick();
+  v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(),
+            "no worker replaced rank 2 within 5s (spec.wait_timeout_ms 5000); worker w-3 (rank 2, "
+            "host host3, 10.0.0.3:5000) lost: no heartbeat for 3.5s");
+  // The survivors are told to stop and go idle; a worker registered now
+  // is not bound to the failed job.
+  EXPECT_TRUE(Beat(w1, job, 1, true, 0).stop_job());
+  Register(4);
+  EXPECT_EQ(coord_->GetJob(job)->ranks(2).worker_id(), "");
+}
+
+TEST_F(MembershipTest, WaitWithNoReplicaLeftFails) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("wait");
+  Start({w1, w2, w3}, job);
+  clock_.Advance(absl::Seconds(3.5));
+  Beat(w1, job);
+  coord_->Tick();  // w2 and w3 lost: two vacant ranks, w1 holds
+  v1::JobStatus st = *coord_->GetJob(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.waiting_for_ranks_size(), 2);
+  EXPECT_EQ(st.reason().rfind("waiting for workers to replace ranks 1, 2 (first lost: worker w-", 0),
+            0)
+      << st.reason();
+  clock_.Advance(absl::Seconds(3.5));
+  coord_->Tick();  // w1 lost too: no replica left to copy from
+  st = *coord_->GetJob(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("worker w-1 (rank 0"), std::string::npos) << st.reason();
+}
+
+// A shrunk job grows back: an idle worker joins as rank k at a step
+// boundary (generation + 1), receives rank 0's state, and the join step is
+// recorded in the event.
+TEST_F(MembershipTest, LateJoinerGrowsAShrunkJobBackToK) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("shrink", /*steps=*/100);
+  Start({w1, w2, w3}, job);
+  Steps({w1, w2, w3}, job, 0, 4, 0);
+  clock_.Advance(absl::Seconds(3.5));
+  Beat(w1, job);
+  Beat(w2, job);
+  coord_->Tick();  // w3 lost: K = 2, generation 1
+  Beat(w1, job, 1, true, 5);
+  ASSERT_TRUE(Beat(w2, job, 1, true, 5).assignment().start_ready());
+  Steps({w1, w2}, job, 5, 9, 1);
+
+  const std::string w4 = Register(4);  // joins at once: rank 2, generation 2
+  v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_EQ(st.world(), 3);
+  EXPECT_TRUE(st.regrouping());
+  ASSERT_EQ(st.ranks_size(), 3);
+  EXPECT_EQ(st.ranks(2).worker_id(), w4);
+  ASSERT_EQ(st.membership_events_size(), 2);
+  const v1::MembershipEvent& e = st.membership_events(1);
+  EXPECT_EQ(e.kind(), "join");
+  EXPECT_EQ(e.worker_id(), w4);
+  EXPECT_EQ(e.rank(), 2);
+  EXPECT_EQ(e.world_before(), 2);
+  EXPECT_EQ(e.world_after(), 3);
+  EXPECT_EQ(e.step(), -1);
+  EXPECT_EQ(e.generation(), 2);
+  v1::HeartbeatReply a4 = Beat(w4, 0);
+  ASSERT_TRUE(a4.has_assignment());
+  EXPECT_EQ(a4.assignment().rank(), 2);
+  EXPECT_EQ(a4.assignment().generation(), 2);
+  EXPECT_EQ(a4.assignment().peer_addresses_size(), 3);
+  // rank 0 stopped after step 10, rank 1 after step 9: start at 11 from rank 0.
+  EXPECT_EQ(Beat(w1, job, 1).assignment().generation(), 2);
+  Beat(w1, job, 2, true, 11);
+  Beat(w2, job, 2, true, 10);
+  v1::HeartbeatReply s4 = Beat(w4, job, 2, true, -1);
+  ASSERT_TRUE(s4.assignment().start_ready());
+  EXPECT_EQ(s4.assignment().start_step(), 11);
+  EXPECT_EQ(s4.assignment().state_source_rank(), 0);
+  st = *coord_->GetJob(job);
+  EXPECT_EQ(st.membership_events(0).step(), 5);   // the shrink
+  EXPECT_EQ(st.membership_events(1).step(), 11);  // the join step
+  Steps({w1, w2, w4}, job, 11, 99, 2);
+  Done({w1, w2, w4}, job, 2, 100);
+  EXPECT_EQ(coord_->GetJob(job)->state(), v1::SUCCEEDED) << coord_->GetJob(job)->reason();
+}
+
+TEST_F(MembershipTest, NoLateJoinNearTheEndOrAtFullK) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("shrink", /*steps=*/30);
+  Start({w1, w2, w3}, job);
+  // At full K a fourth worker stays idle.
+  const std::string w4 = Register(4);
+  EXPECT_EQ(coord_->GetJob(job)->generation(), 0);
+  Steps({w1, w2, w3}, job, 0, 4, 0);
+  clock_.Advance(absl::Seconds(3.5));
+  Beat(w1, job);
+  Beat(w2, job);
+  Beat(w4, 0);
+  coord_->Tick();  // w3 lost: K = 2; w4 (idle) joins right away: step 5 + 20 < 30
+  EXPECT_EQ(coord_->GetJob(job)->generation(), 2);
+  EXPECT_EQ(coord_->GetJob(job)->world(), 3);
+}
+
+TEST_F(MembershipTest, NoLateJoinWithinTheMarginOfTheEnd) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("shrink", /*steps=*/30);
+  Start({w1, w2, w3}, job);
+  Steps({w1, w2, w3}, job, 0, 9, 0);  // steps done: 10; 10 + 20 >= 30
+  clock_.Advance(absl::Seconds(3.5));
+  Beat(w1, job);
+  Beat(w2, job);
+  coord_->Tick();  // w3 lost: K = 2
+  const std::string w4 = Register(4);
+  v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.world(), 2);
+  bool idle = false;
+  const v1::WorkerList workers = coord_->ListWorkers();
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    if (w.worker_id() == w4) idle = w.state() == v1::IDLE;
+  }
+  EXPECT_TRUE(idle);
+}
+
+// The plain functions: the margin follows the job's rate.
+TEST(GrowMarginTest, AtLeastTwentyStepsOrTwoSecondsOfSteps) {
+  JobRecord job;
+  job.spec.set_global_batch(10);
+  EXPECT_EQ(GrowMargin(job), 20);
+  job.examples_per_second = 1000;  // 100 steps/s
+  EXPECT_EQ(GrowMargin(job), 201);
 }
 
 TEST(GenerationKeyTest, FreshKeyPerGenerationBit63Clear) {

@@ -360,6 +360,30 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                        ": regroup state: ", next.status().message()));
     }
     first_step = *next;
+  } else if (options_.initial_state_source >= 0) {  // a joiner (membership)
+    const int source = options_.initial_state_source;
+    const int64_t at = options_.initial_state_step;
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<std::string> bytes =
+        options_.fetch_state ? options_.fetch_state(source, at, ExpectedStateBytes(r),
+                                                    t0 + options_.combine_timeout)
+                             : absl::FailedPreconditionError("this worker cannot fetch a "
+                                                             "peer's state");
+    absl::StatusOr<int64_t> next =
+        bytes.ok() ? RestoreReplicaState(*bytes, &r) : absl::StatusOr<int64_t>(bytes.status());
+    if (!next.ok() || *next != at) {
+      replica_.reset();  // holds nothing: a regroup must not offer it
+      return absl::Status(
+          next.ok() ? absl::StatusCode::kDataLoss : next.status().code(),
+          absl::StrCat("worker ", options_.worker_id, ": joining at step ", at, ", state of ",
+                       PeerName(source), ": ",
+                       next.ok() ? absl::StrCat("it is for step ", *next)
+                                 : std::string(next.status().message())));
+    }
+    log_.Info("joined: copied a peer's weights and optimizer state",
+              {{"step", at}, {"source_rank", source},
+               {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
+    first_step = at;
   }
   next_step_ = first_step;
   if (writes_checkpoints) {

@@ -93,6 +93,13 @@ struct JobRunnerOptions {
   // step; "" = start as usual: step 0 or spec.resume_from).
   int64_t generation = 0;
   std::string initial_state;
+  // A rank that joins a running job (membership: a replacement or a late
+  // joiner) holds no state: with initial_state empty and this >= 0 it
+  // fetches rank initial_state_source's state published at boundary
+  // initial_state_step (fetch_state, sized for this job's model) before it
+  // trains, and starts there.
+  int initial_state_source = -1;
+  int64_t initial_state_step = -1;
   // Steps the job may run ahead of the coordinator's replies to its step
   // reports (step_reporter.h; 0 = wait for each reply), and the longest
   // wait for one reply.

@@ -544,7 +544,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   job->generation.store(a.generation());
   const std::string wid = worker_id();
   const bool tcp = a.spec().peer_transport() == v1::TCP;
-  const bool shrinks = a.spec().on_worker_lost() == "shrink";
+  // Policies whose answer to a lost peer is a regroup (membership.h):
+  // shrink (and its late joiners) and wait (a replacement).
+  const bool regroups =
+      a.spec().on_worker_lost() == "shrink" || a.spec().on_worker_lost() == "wait";
   log_.Info("job started", {{"job", a.job_id()},
                             {"rank", a.rank()},
                             {"world", a.peer_addresses_size()},
@@ -565,6 +568,11 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   // bytes, "" = the initial replica) and its step.
   std::string held;
   int64_t held_step = 0;
+  // A joiner (a replacement or a late joiner: its first assignment has a
+  // generation above 0) holds nothing: its runner fetches rank join_source's
+  // state at join_step before it trains.
+  int join_source = -1;
+  int64_t join_step = -1;
   auto run = [&]() -> absl::StatusOr<JobOutcome> {
     const int k = a.peer_addresses_size();
     // Dataset from this machine's disk, cached across jobs.
@@ -704,6 +712,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.nan_at_step = options_.nan_at_step;
     o.generation = a.generation();
     if (a.generation() > 0) o.initial_state = held;
+    if (held.empty() && join_source >= 0) {
+      o.initial_state_source = join_source;
+      o.initial_state_step = join_step;
+    }
     o.state_board = options_.state_board;
     if (options_.state_board != nullptr) {
       // Peers' states come from their gRPC servers (the peer addresses).
@@ -732,7 +744,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     }
     if (job->stop.load()) runner.RequestStop();
     auto out = runner.Run();
-    if (!out.ok() && shrinks && runner.replica() != nullptr) {
+    if (!out.ok() && regroups && runner.replica() != nullptr) {
       // Kept for a regroup (a lost peer): the replica at its step boundary.
       held_step = runner.next_step();
       held = EncodeReplicaState(*runner.replica(), held_step);
@@ -749,7 +761,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   // rank's state if this replica is behind it.
   auto regroup = [&]() -> absl::Status {
     const absl::Time t0 = absl::Now();
-    const absl::Time deadline = t0 + options_.combine_timeout + 2 * peer_failure_grace();
+    // Under wait the coordinator may take up to the job's wait timeout to
+    // find a replacement.
+    const absl::Time deadline =
+        t0 + options_.combine_timeout + 2 * peer_failure_grace() +
+        (a.spec().on_worker_lost() == "wait" ? WorkerLostWaitTimeout(a.spec())
+                                             : absl::ZeroDuration());
     for (;;) {
       {
         absl::MutexLock l(&job->mu);
@@ -801,7 +818,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     if (a.rank() == source && options_.state_board != nullptr && !held.empty()) {
       options_.state_board->Publish(WireKey(a), s, held);
     }
-    if (held_step < s) {
+    if (held_step < s && held.empty() && options_.state_board != nullptr) {
+      // A joiner: its runner fetches the source's state (sized for the
+      // job's model, which only the runner builds) before it trains.
+      join_source = source;
+      join_step = s;
+    } else if (held_step < s) {
       if (options_.state_board == nullptr || held.empty()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "regroup of job ", a.job_id(), ": this rank is at step ", held_step,
@@ -830,13 +852,29 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                {"rank", a.rank()},
                {"world", a.peer_addresses_size()},
                {"start_step", s},
-               {"state_from_rank", fetched ? source : a.rank()},
+               {"state_from_rank", fetched || join_source >= 0 ? source : a.rank()},
                {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
     return absl::OkStatus();
       f.credentials = ChannelCredentials();
   };
 
-  absl::StatusOr<JobOutcome> out = run();
+  absl::StatusOr<JobOutcome> out = absl::UnknownError("not run");
+  if (a.generation() > 0) {
+    // Joining a running job (membership.h): wait for the start like a
+    // survivor of a regroup, holding nothing (held_step -1).
+    held_step = -1;
+    {
+      absl::MutexLock l(&job->mu);
+      if (!job->has_pending || job->pending.generation() < a.generation()) {
+        job->pending = a;
+        job->has_pending = true;
+      }
+    }
+    absl::Status s = regroup();
+    out = s.ok() ? run() : absl::StatusOr<JobOutcome>(s);
+  } else {
+    out = run();
+  }
   while (!out.ok() && !job->stop.load()) {
     bool superseded;
     {
@@ -845,8 +883,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     }
     // A combine that failed on a peer: let the coordinator say who was lost
     // (see "Lost workers" in the header) before reporting this side's
-    // error. Under on_worker_lost=shrink its answer may be a regroup.
-    const bool may_regroup = shrinks && out.status().code() != absl::StatusCode::kAborted;
+    // error. Under on_worker_lost=shrink or wait its answer may be a regroup.
+    const bool may_regroup = regroups && out.status().code() != absl::StatusCode::kAborted;
     if (!superseded && (IsPeerFailure(out.status()) || may_regroup)) {
       const absl::Duration grace = peer_failure_grace();
       log_.Warn("combine failed on a peer; waiting for the coordinator's decision before "

@@ -362,6 +362,8 @@ class SameSpecAsCli(unittest.TestCase):
                              checkpoint_keep=2, resume_from="/tmp/ck/job-3/step-7.ckpt"))
         self.check_same(dict(workers=3, sync="ps", ps_transport="tcp", steps=20,
                              resume_from="/tmp/ck/job-4/"))
+        self.check_same(dict(workers=3, steps=20, on_worker_lost="wait",
+                             wait_timeout_ms=2500))
 
     def test_job_file_overridden_by_given_flags(self):
         self.check_same(dict(job_file=self.job_file, workers=3, lr=0.01))

@@ -58,8 +58,13 @@ ABSL_FLAG(std::string, on_worker_lost, "fail",
           "fail: when a worker of the job is lost (no heartbeat for the coordinator's "
           "--lost_after_ms, 3 s by default), end the job FAILED naming the worker, rank and "
           "host; shrink: the survivors regroup without it and continue from the last step "
-          "every replica completed with the same global batch (wait is reserved, refused by "
-          "this version)");
+          "every replica completed with the same global batch, and grow back to --workers "
+          "when idle workers appear; wait: the job pauses until an idle worker takes the lost "
+          "rank's place (it receives a peer's weights and optimizer state), at most "
+          "--wait_timeout_ms");
+ABSL_FLAG(int64_t, wait_timeout_ms, 0,
+          "--on_worker_lost=wait: how long a job waits for a worker to replace a lost rank "
+          "before it ends FAILED naming the rank (0 = 600000, 10 minutes)");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -278,6 +283,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
     }
     spec.set_on_worker_lost(p == "fail" ? "" : p);
   }
+  // (A negative value is refused by ValidateJobSpec, naming the field.)
+  if (use("wait_timeout_ms")) spec.set_wait_timeout_ms(absl::GetFlag(FLAGS_wait_timeout_ms));
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));
   if (use("batch")) spec.set_global_batch(absl::GetFlag(FLAGS_batch));

@@ -100,6 +100,11 @@ TEST(JobFlagsTest, OnWorkerLostFlag) {
   EXPECT_EQ(spec.status().message(),
             "--on_worker_lost: expected fail, shrink or wait, got \"retry\"");
   ASSERT_TRUE(FromArgs({"--on_worker_lost=fail"}).ok());
+  spec = FromArgs({"--on_worker_lost=wait", "--wait_timeout_ms=2500"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_worker_lost(), "wait");
+  EXPECT_EQ(spec->wait_timeout_ms(), 2500);
+  ASSERT_TRUE(FromArgs({"--on_worker_lost=fail", "--wait_timeout_ms=0"}).ok());  // defaults back
 }
 
 TEST(JobFlagsTest, PeerTransportFlag) {

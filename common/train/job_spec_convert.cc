@@ -111,12 +111,11 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset) {
 
 absl::Status CheckWorkerLostPolicy(const JobSpec& spec) {
   const std::string& p = spec.on_worker_lost();
-  if (p.empty() || p == "fail" || p == "shrink") return absl::OkStatus();
-  if (p == "wait") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "spec.on_worker_lost: \"", p,
-        "\" is not implemented by this version; \"fail\" (the default) and \"shrink\" are"));
+  if (spec.wait_timeout_ms() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.wait_timeout_ms: expected >= 0 (0 = 10 minutes), got ", spec.wait_timeout_ms()));
   }
+  if (p.empty() || p == "fail" || p == "shrink" || p == "wait") return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("spec.on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
 }

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/train/train_spec.h"
 #include "proto/job.pb.h"
 
@@ -72,10 +73,18 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset);
 // job_id and step >= 0. InvalidArgument naming the field.
 absl::Status CheckCheckpointFields(const lockstep::v1::JobSpec& spec);
 
-// spec.on_worker_lost: "" or "fail" is OK; "shrink" and "wait" are
-// reserved (FailedPrecondition: not implemented by this version); anything
-// else InvalidArgument naming the field and the expected values.
+// spec.on_worker_lost: "", "fail", "shrink" or "wait"; anything else
+// InvalidArgument naming the field and the expected values; and
+// spec.wait_timeout_ms >= 0.
 absl::Status CheckWorkerLostPolicy(const lockstep::v1::JobSpec& spec);
+
+// on_worker_lost = "wait": how long a job waits for a worker to replace a
+// lost rank (spec.wait_timeout_ms; 0 = kDefaultWaitTimeoutMs, 10 minutes).
+inline constexpr int64_t kDefaultWaitTimeoutMs = 600000;
+inline absl::Duration WorkerLostWaitTimeout(const lockstep::v1::JobSpec& spec) {
+  return absl::Milliseconds(spec.wait_timeout_ms() > 0 ? spec.wait_timeout_ms()
+                                                       : kDefaultWaitTimeoutMs);
+}
 
 // The number of parameter-server shards a job uses: spec.ps_shards, 0 -> 1.
 int PsShards(const lockstep::v1::JobSpec& spec);

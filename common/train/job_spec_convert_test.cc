@@ -142,7 +142,7 @@ TEST(ValidateJobSpecTest, AcceptsValidSpecs) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
-TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailOrShrink) {
+TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailShrinkOrWait) {
   v1::JobSpec spec = Minimal();
   EXPECT_TRUE(ValidateJobSpec(spec).ok());  // "" = fail
   spec.set_on_worker_lost("fail");
@@ -150,11 +150,14 @@ TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailOrShrink) {
   spec.set_on_worker_lost("shrink");
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
   spec.set_on_worker_lost("wait");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_wait_timeout_ms(5000);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec.set_wait_timeout_ms(-1);
   absl::Status s = ValidateJobSpec(spec);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(),
-            "spec.on_worker_lost: \"wait\" is not implemented by this version; \"fail\" (the "
-            "default) and \"shrink\" are");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "spec.wait_timeout_ms: expected >= 0 (0 = 10 minutes), got -1");
+  spec.set_wait_timeout_ms(0);
   spec.set_on_worker_lost("restart");
   s = ValidateJobSpec(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -68,13 +68,13 @@ class RankStatus(_View):
 
 @dataclasses.dataclass(frozen=True)
 class MembershipEvent(_View):
-    """A change of a running job's group (on_worker_lost=shrink)."""
-    kind: str                  # "shrink"
+    """A change of a running job's group (on_worker_lost=shrink / wait, late joiners)."""
+    kind: str                  # "shrink", "wait", "replace" or "join"
     generation: int            # the generation it started
     world_before: int
     world_after: int
-    worker_id: str             # the worker lost
-    rank: int                  # its rank in the previous generation
+    worker_id: str             # the worker lost (replace, join: the worker added)
+    rank: int                  # its rank in the previous generation (replace, join: its new rank)
     step: int
     unix_s: float
     reason: str
@@ -114,6 +114,8 @@ class JobStatus(_View):
     world: int                         # ranks in the current generation
     regrouping: bool
     membership_events: Tuple[MembershipEvent, ...]
+    waiting_for_ranks: Tuple[int, ...]  # on_worker_lost=wait: ranks waiting for a worker
+    wait_deadline_unix_s: float        # when that wait fails the job (0 = not waiting)
     proto: Any = dataclasses.field(repr=False, compare=False)
 
     @property

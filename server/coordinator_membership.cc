@@ -1,0 +1,77 @@
+// Coordinator facade: membership changes of RUNNING jobs that need the
+// worker registry — a lost rank left vacant under on_worker_lost = "wait"
+// (and the wait's deadline), idle workers taking a vacant rank or joining
+// a shrunk job. The rules are plain functions in server/membership.h; the
+// contracts are at the top of coordinator.h ("Worker protocol", Tick).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "server/coordinator.h"
+#include "server/membership.h"
+
+namespace lockstep {
+
+bool Coordinator::VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
+  const std::string why =
+      absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
+                      lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
+                      lost.address, absl::ToDoubleSeconds(silent));
+  const int rank = lost.rank;
+  if (!VacateRank(job, rank, clock_->Now(), why)) return false;
+  // The lost worker leaves the job and stays LOST (`lost` is its record).
+  if (Worker* w = workers_.Find(lost.id); w != nullptr) {
+    WorkerRegistry::Unbind(w);
+    w->state = v1::LOST;
+  }
+  LogLocked(LogLevel::kWarn, "job waiting for a worker",
+            {{"job", job->id},
+             {"generation", job->membership.generation},
+             {"rank", rank},
+             {"wait_timeout_s", absl::ToDoubleSeconds(WaitTimeout(*job))},
+             {"lost", why}});
+  StateChangedLocked(job);
+  return true;
+}
+
+void Coordinator::ExpireWaitsLocked(absl::Time now) {
+  for (const auto& [id, job] : jobs_.all()) {
+    if (job->state != v1::RUNNING || job->membership.vacant.empty()) continue;
+    std::string reason;
+    if (WaitExpired(*job, now, &reason)) FailJobLocked(job.get(), std::move(reason));
+  }
+}
+
+void Coordinator::FillOpenRanksLocked() {
+  std::vector<Worker*> idle = workers_.Idle();
+  if (idle.empty()) return;
+  size_t next = 0;
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, job_ptr] : jobs_.all()) {
+    if (next >= idle.size()) return;
+    Job* job = job_ptr.get();
+    if (job->state != v1::RUNNING) continue;
+    const bool tcp_ring = job->spec.sync_mode() != v1::PS && job->spec.peer_transport() == v1::TCP;
+    for (int rank = OpenRank(*job); rank >= 0 && next < idle.size(); rank = OpenRank(*job)) {
+      Worker* w = idle[next++];
+      if (tcp_ring && w->data_address.empty()) continue;  // cannot join a raw-TCP ring
+      RankRecordLite joiner{w->id, w->address, w->data_address, w->hostname, w->last_seen};
+      if (!AddRank(job, rank, std::move(joiner), now)) break;
+      w->state = v1::BUSY;
+      w->job_id = job->id;
+      w->rank = rank;
+      const v1::MembershipEvent& e = job->membership.events.back();
+      LogLocked(LogLevel::kInfo, e.kind() == "join" ? "worker joined a running job"
+                                                     : "worker replaced a lost rank",
+                {{"job", job->id},
+                 {"worker", w->id},
+                 {"rank", rank},
+                 {"generation", job->membership.generation},
+                 {"world", job->k}});
+      StateChangedLocked(job);
+    }
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Issue 10, a lost worker under on_worker_lost=wait: real processes on
+# 127.0.0.1 (OS-chosen ports), a coordinator with its default lost_after
+# (3 s) and worker daemons. For ring over gRPC and ps over raw TCP (K=3):
+#   A  a K=3 wait job; once it has run 20 steps, one worker is SIGKILLed.
+#      Asserted, with deadlines and no sleeps to synchronise: within
+#      LOST_S (5 s) of the kill the job is RUNNING, paused (regrouping,
+#      generation 1), waiting_for_ranks = [the lost rank] and its reason
+#      says "waiting for a worker to replace rank R (lost: worker w-N (rank
+#      R, ...". Then a FRESH worker daemon is started: within RESUME_S (3 s)
+#      of its port file (it registers right after) it has taken rank R
+#      (generation 2, a "replace" event naming it, with the step s the group
+#      continued at, the "wait" event at the same s) and the group runs
+#      again; the job ends SUCCEEDED with every step checked in sync.
+#   B  the same spec, uninterrupted, K=3: A's final hash must EQUAL B's (K
+#      and the global batch never changed; the newcomer received rank 0's
+#      weights + optimizer state at s; README "Failure semantics").
+#   T  no replacement: a K=3 wait job with --wait_timeout_ms=2000 (ps over
+#      gRPC) loses a worker and nobody registers: FAILED "no worker
+#      replaced rank R within 2s (spec.wait_timeout_ms 2000); worker w-N
+#      (rank R, ...) lost: ..." within LOST_S + 2 s + 1 s of the kill, and
+#      the survivors idle within 3 s of that.
+# Measured times are printed.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=20
+LOST_S=5
+RESUME_S=3
+source "$(dirname "$0")/e2e_lib.sh"
+
+python3 - "$T" <<'PY'
+import random, sys
+t = sys.argv[1]
+r = random.Random(7)
+def write(path, n):
+    with open(path, "w") as f:
+        for _ in range(n):
+            c = r.randrange(3)
+            xs = [(0.6 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]   # overlapping: the loss stays well above 0
+            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
+write(f"{t}/train.csv", 240)
+write(f"{t}/test.csv", 60)
+PY
+DATA='csv:train.csv;test.csv'
+
+"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"
+C="127.0.0.1:$(cat "$T/coord.port")"
+cli() { "$CLI" --coordinator="$C" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+now_ms() { date +%s%3N; }
+wait_until() {
+  local deadline=$1; shift
+  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
+  "$@"
+}
+declare -A wpid
+n_workers=0
+live=()   # the ids of the workers alive
+# Starts worker w-N (registration order = ids) and returns once its port
+# file is there; it registers right after.
+spawn_worker() {
+  n_workers=$((n_workers + 1))
+  local i=$n_workers
+  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  wpid[$i]=$!
+  live+=("w-$i")
+  wait_file "$T/w$i.port"
+}
+start_worker() {
+  spawn_worker
+  wait_until $(( $(now_ms) + 10000 )) idle "w-$n_workers" || fail "w-$n_workers not IDLE: $(cli workers)"
+}
+idle() {
+  local list; list=$(cli workers) || return 1
+  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
+}
+stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
+# waiting JOB RANK: paused, waiting for a worker to take RANK.
+waiting() {
+  cli status "$1" --json | json "d['state'] == 'RUNNING' and d.get('regrouping', False) and [int(r) for r in d.get('waiting_for_ranks', [])] == [$2] and d['reason'].startswith('waiting for a worker to replace rank $2 (lost: worker ')" | grep -q True
+}
+# resumed JOB: generation 2 decided its start after a "replace".
+resumed() {
+  cli status "$1" --json | json "int(d.get('generation', 0)) == 2 and not d.get('regrouping') and d['membership_events'][-1]['kind'] == 'replace' and int(d['membership_events'][-1]['step']) >= 0" | grep -q True
+}
+finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
+state_of() { cli status "$1" --json | json "d['state']"; }
+kill_worker() {  # kill_worker INDEX: SIGKILL w-INDEX, drop it from live
+  kill -KILL "${wpid[$1]}"
+  local keep=(); for w in "${live[@]}"; do [ "$w" != "w-$1" ] && keep+=("$w"); done; live=("${keep[@]}")
+}
+rank_of() { cli status "$1" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$2'][0]"; }
+# poll_rank_at JOB N WORKER: once JOB has run N steps, prints WORKER's rank
+# (one status call per poll; 30 s deadline).
+poll_rank_at() {
+  local deadline=$(( $(now_ms) + 30000 )) r
+  while [ "$(now_ms)" -lt "$deadline" ]; do
+    r=$(cli status "$1" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$3'][0] if d['state'] == 'RUNNING' and int(d.get('step', 0)) >= $2 else ''") \
+      && [ -n "$r" ] && { echo "$r"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+
+for _ in 1 2 3; do start_worker; done
+
+# wait_case NAME VICTIM_INDEX -- SUBMIT FLAGS...  (3 idle workers, the
+# victim among them; leaves the victim dead and its replacement idle)
+wait_case() {
+  local name=$1 vi=$2; shift 3
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=5000 --lr=0.1 "$@")
+  echo "== $name"
+  local a; a=$(cli submit --workers=3 --on_worker_lost=wait "${SPEC[@]}") || fail "$name: submit A: $a"
+  local vid="w-$vi"
+  # One status call between step 20 and the kill (the job runs ~400
+  # steps/s; a loaded machine makes each call slow).
+  local vrank; vrank=$(poll_rank_at "$a" 20 "$vid") || fail "$name: A made no progress: $(cli status "$a")"
+  kill_worker "$vi"
+  [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
+  local t0; t0=$(now_ms)
+  wait_until $(( t0 + LOST_S * 1000 )) waiting "$a" "$vrank" \
+    || fail "$name: A not waiting for rank $vrank within ${LOST_S}s of the SIGKILL: $(cli status "$a")"
+  local t1; t1=$(now_ms)
+  cli status "$a" | grep -q "wait: rank $vrank lost (generation 1), waiting for a worker to replace it; worker $vid (rank $vrank" \
+    || fail "$name: status line while waiting: $(cli status "$a")"
+  # The replacement: a fresh daemon (a new id, a new address).
+  spawn_worker
+  local nid="w-$n_workers"
+  local t2; t2=$(now_ms)
+  wait_until $(( t2 + RESUME_S * 1000 )) resumed "$a" \
+    || fail "$name: A not resumed within ${RESUME_S}s of $nid's start: $(cli status "$a")"
+  local t3; t3=$(now_ms)
+  wait_until $(( t3 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
+  local st; st=$(cli status "$a" --json)
+  [ "$(json "d['state']" <<<"$st")" = SUCCEEDED ] || fail "$name: A not SUCCEEDED: $(cli status "$a")"
+  local ev; ev=$(json "[(e['kind'], e['worker_id'], e['rank'], int(e['step'])) for e in d['membership_events']]" <<<"$st")
+  local s; s=$(json "int(d['membership_events'][-1]['step'])" <<<"$st")
+  [ "$ev" = "[('wait', '$vid', $vrank, $s), ('replace', '$nid', $vrank, $s)]" ] \
+    || fail "$name: membership events: $ev: $(cli status "$a")"
+  [ "$(json "[r['worker_id'] for r in d['ranks']][$vrank] == '$nid' and d['world'] == 3 and d['reason'] == '' and not d.get('waiting_for_ranks')" <<<"$st")" = True ] \
+    || fail "$name: ranks after the replacement: $(cli status "$a")"
+  [ "$(json "int(d['checked_steps']) > 0 and int(d['mismatched_steps']) == 0" <<<"$st")" = True ] \
+    || fail "$name: sync: $(cli status "$a")"
+  cli status "$a" | grep -q "replace: $nid as rank $vrank, 2 -> 3 workers (generation 2), joined at step $s" \
+    || fail "$name: status line: $(cli status "$a")"
+  local ha; ha=$(json "d['final_hash']" <<<"$st")
+  wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
+  # B: the uninterrupted run.
+  local out; out=$(cli submit --workers=3 "${SPEC[@]}" --follow --json) || fail "$name: B exit $?: $out"
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: B: $out"
+  local hb; hb=$(json "d['final_hash']" <<<"$out")
+  [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "$name: A's final hash $ha != the uninterrupted run's $hb"
+  awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v w="$((t2 - t1))" -v h="$ha" \
+    'BEGIN { printf "%s: waiting %.2f s after SIGKILL; replacement started %.2f s later; resumed %.2f s after its start at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, w / 1000, b / 1000, s, h }'
+  wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
+}
+
+wait_case "SIGKILL ring/grpc K=3, wait, replaced" 3 -- --peer_transport=grpc
+# w-2 this time (a middle rank).
+wait_case "SIGKILL ps/tcp K=3, wait, replaced" 2 -- --sync=ps --ps_transport=tcp
+
+echo "== no replacement: wait_timeout_ms=2000, ps/grpc"
+a=$(cli submit --workers=3 --on_worker_lost=wait --wait_timeout_ms=2000 --model=mlp:8 --dataset="$DATA" \
+  --batch=24 --steps=100000 --lr=0.1 --sync=ps) || fail "T: submit: $a"
+victim=${live[0]#w-}
+vrank=$(poll_rank_at "$a" 20 "w-$victim") || fail "T: no progress: $(cli status "$a")"
+kill_worker "$victim"
+t0=$(now_ms)
+wait_until $(( t0 + (LOST_S + 3) * 1000 )) finished "$a" \
+  || fail "T: not ended within $((LOST_S + 3))s of the SIGKILL: $(cli status "$a")"
+t1=$(now_ms)
+st=$(cli status "$a" --json)
+[ "$(json "d['state']" <<<"$st")" = FAILED ] || fail "T: not FAILED: $(cli status "$a")"
+reason=$(json "d['reason']" <<<"$st")
+grep -Eq "^no worker replaced rank $vrank within 2s \(spec.wait_timeout_ms 2000\); worker w-$victim \(rank $vrank, host [^,]+, 127.0.0.1:[0-9]+\) lost: no heartbeat for [0-9.]+s$" <<<"$reason" \
+  || fail "T: reason: $reason"
+wait_until $(( t1 + 3000 )) idle "${live[@]}" || fail "T: survivors not idle within 3 s: $(cli workers)"
+t2=$(now_ms)
+awk -v a="$((t1 - t0))" -v b="$((t2 - t1))" \
+  'BEGIN { printf "no replacement: FAILED %.2f s after SIGKILL (lost_after 3 s + wait_timeout 2 s), survivors idle %.2f s later\n", a / 1000, b / 1000 }'
+echo PASS
