@@ -16,6 +16,8 @@
 
 namespace lockstep {
 
+TcpSocket::~TcpSocket() { close(fd); }
+
 using tcpio::Errno;
 using tcpio::TimeLeft;
 using tcpio::WaitFd;
@@ -114,8 +116,7 @@ bool TcpOutbox::FlushLocked(int to, TcpOutLink& link) {
       link.broken = absl::UnavailableError(absl::StrFormat(
           "rank %d: link to peer %d broke with %d bytes queued (%s)", rank_,
           to, link.backlog_bytes, w < 0 ? std::strerror(errno) : "closed"));
-      close(link.fd);
-      link.fd = -1;
+      link.CloseLocked();
       for (size_t i = 0; i < link.backlog.size(); ++i) {
         TcpPendingSend& b = link.backlog[i];
         if (link.spare.size() < 4) link.spare.push_back(std::move(b.owned));
@@ -163,9 +164,9 @@ absl::Status TcpOutbox::FlushBorrowed(absl::Time deadline, int* failed_peer) {
            link.borrowed > 0) {
       // Wait for room without holding the link (the writer thread and other
       // callers may use it meanwhile).
-      const int fd = link.fd;
+      const std::shared_ptr<TcpSocket> sock = link.sock;  // open while polled
       link.mu.Unlock();
-      absl::Status s = WaitFd(fd, POLLOUT, shutdown_wake_fd_, deadline);
+      absl::Status s = WaitFd(sock->fd, POLLOUT, shutdown_wake_fd_, deadline);
       link.mu.Lock();
       if (s.ok()) continue;
       // Out of time (or shutting down): copy what is still borrowed; it is
@@ -200,11 +201,13 @@ absl::Status TcpOutbox::FlushBorrowed(absl::Time deadline, int* failed_peer) {
 void TcpOutbox::WriterLoop() {
   std::vector<pollfd> fds;
   std::vector<int> peers;
+  std::vector<std::shared_ptr<TcpSocket>> socks;  // references to the polled sockets
   bool draining = false;
   absl::Time drain_until = absl::InfiniteFuture();
   for (;;) {
     fds.clear();
     peers.clear();
+    socks.clear();
     fds.push_back({writer_wake_fd_, POLLIN, 0});
     for (int r = 0; r < world(); ++r) {
       TcpOutLink& link = *links_[r];
@@ -213,6 +216,7 @@ void TcpOutbox::WriterLoop() {
       if (link.progressed.load() > 0 && !shutting_down()) continue;
       absl::MutexLock l(&link.mu);
       if (!link.backlog.empty() && link.fd >= 0) {
+        socks.push_back(link.sock);  // open while polled
         fds.push_back({link.fd, POLLOUT, 0});
         peers.push_back(r);
       }
@@ -264,6 +268,7 @@ absl::Status TcpOutbox::WaitReadable(int fd, absl::Time deadline,
   // woken when we stop polling one that still has a backlog.
   pollfd p[2 + kMaxProgressPeers];
   int peers[kMaxProgressPeers];
+  std::shared_ptr<TcpSocket> held[kMaxProgressPeers];  // the polled sockets
   int n = 2;
   auto release = [&] {
     bool still_pending = false;
@@ -271,6 +276,7 @@ absl::Status TcpOutbox::WaitReadable(int fd, absl::Time deadline,
       TcpOutLink& link = *links_[peers[i - 2]];
       link.progressed.fetch_sub(1);
       still_pending |= link.pending.load();
+      held[i - 2].reset();
     }
     n = 2;
     return still_pending;
@@ -286,6 +292,7 @@ absl::Status TcpOutbox::WaitReadable(int fd, absl::Time deadline,
       if (link.backlog.empty() || link.fd < 0) continue;
       link.progressed.fetch_add(1);
       peers[n - 2] = r;
+      held[n - 2] = link.sock;  // open while polled
       p[n++] = {link.fd, POLLOUT, 0};
     }
     timespec ts;
@@ -332,8 +339,7 @@ void TcpOutbox::StopWriterAndClose() {
     absl::MutexLock l(&link->mu);
     if (link->fd >= 0) {
       shutdown(link->fd, SHUT_WR);
-      close(link->fd);
-      link->fd = -1;
+      link->CloseLocked();
     }
     // Whatever did not drain in time is dropped (and no caller buffer is
     // referenced any more).

@@ -15,6 +15,9 @@
 //   * A link whose socket broke drops its backlog, records `broken` (the
 //     next Send or FlushBorrowed reports it once) and is reconnected by the
 //     next Send.
+//   * A socket is only polled while an owning reference to it is held
+//     (TcpSocket): closing a link never closes a descriptor another thread
+//     is polling, so a reused descriptor number is never polled by mistake.
 // Bounds: backlog bytes per link are bounded by the transport's
 // max_queued_bytes (Send waits above it) plus one message; at most 4 spare
 // buffers per link; at most kMaxProgressPeers links polled by one Recv.
@@ -46,10 +49,35 @@ struct TcpPendingSend {
   size_t size() const { return owned.size() + ext_len; }
 };
 
+// An outbound socket, closed when the last reference goes: the link holds
+// one, and so does every thread polling it outside the link's mutex (the
+// writer thread, a Recv making progress, FlushBorrowed), so a descriptor is
+// never closed, and its number reused by another socket, while a poll may
+// still name it.
+struct TcpSocket {
+  explicit TcpSocket(int fd) : fd(fd) {}
+  ~TcpSocket();
+  TcpSocket(const TcpSocket&) = delete;
+  TcpSocket& operator=(const TcpSocket&) = delete;
+  const int fd;
+};
+
 // One outbound link.
 struct TcpOutLink {
   absl::Mutex mu;
+  // sock->fd, or -1 without a connection.
   int fd ABSL_GUARDED_BY(mu) = -1;
+  std::shared_ptr<TcpSocket> sock ABSL_GUARDED_BY(mu);
+  // Takes over a connected socket.
+  void AdoptLocked(int new_fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    sock = std::make_shared<TcpSocket>(new_fd);
+    fd = new_fd;
+  }
+  // Drops the link's reference (the socket closes once no poller holds it).
+  void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    sock.reset();
+    fd = -1;
+  }
   // Bytes not yet taken by the kernel, in order; the front is partly
   // written (front_done bytes).
   // A Fifo keeps its capacity: no allocation per backlogged message.

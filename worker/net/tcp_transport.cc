@@ -200,7 +200,7 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
     return absl::UnavailableError(
         absl::StrCat("cannot send the hello: ", s.message()));
   }
-  link.fd = fd;
+  link.AdoptLocked(fd);
   link.broken = absl::OkStatus();
   return absl::OkStatus();
 }
@@ -284,8 +284,7 @@ absl::Status TcpTransport::SendImpl(int to, const MessageKey& key,
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       const std::string e = Errno("send");
-      close(link.fd);
-      link.fd = -1;
+      link.CloseLocked();
       return Named(to, absl::UnavailableError(absl::StrFormat(
                            "rank %d: send of message %s failed, link closed "
                            "(%s)",
