@@ -6,7 +6,7 @@
 #   A  a K=3 on_worker_lost=shrink job; once it has run 20 steps one worker
 #      is SIGKILLed; the survivors regroup (K=2, a "shrink" event at step
 #      s1) within REGROUP_S (6 s). Then a FRESH worker daemon is started:
-#      within JOIN_S (3 s) of its port file (it registers right after) it
+#      within JOIN_S (5 s) of its port file (it registers right after) it
 #      has joined (generation 2, K=3 again, a "join" event naming it and
 #      rank 2, with the step s2 at which it joined, > s1: it received rank
 #      0's weights + optimizer state before training) and the job ends
@@ -24,7 +24,7 @@ COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 REGROUP_S=6
-JOIN_S=3
+JOIN_S=5
 source "$(dirname "$0")/e2e_lib.sh"
 
 python3 - "$T" <<'PY'
@@ -102,7 +102,7 @@ for _ in 1 2 3; do start_worker; done
 # victim among them; leaves the victim dead and the joiner idle)
 join_case() {
   local name=$1 vi=$2; shift 3
-  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=8000 --lr=0.1 "$@")
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=6000 --lr=0.1 "$@")
   echo "== $name"
   local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
   wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"

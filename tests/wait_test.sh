@@ -7,7 +7,7 @@
 #      LOST_S (5 s) of the kill the job is RUNNING, paused (regrouping,
 #      generation 1), waiting_for_ranks = [the lost rank] and its reason
 #      says "waiting for a worker to replace rank R (lost: worker w-N (rank
-#      R, ...". Then a FRESH worker daemon is started: within RESUME_S (3 s)
+#      R, ...". Then a FRESH worker daemon is started: within RESUME_S (5 s)
 #      of its port file (it registers right after) it has taken rank R
 #      (generation 2, a "replace" event naming it, with the step s the group
 #      continued at, the "wait" event at the same s) and the group runs
@@ -26,7 +26,7 @@ COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 LOST_S=5
-RESUME_S=3
+RESUME_S=5
 source "$(dirname "$0")/e2e_lib.sh"
 
 python3 - "$T" <<'PY'
@@ -110,7 +110,7 @@ for _ in 1 2 3; do start_worker; done
 # victim among them; leaves the victim dead and its replacement idle)
 wait_case() {
   local name=$1 vi=$2; shift 3
-  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=5000 --lr=0.1 "$@")
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=4000 --lr=0.1 "$@")
   echo "== $name"
   local a; a=$(cli submit --workers=3 --on_worker_lost=wait "${SPEC[@]}") || fail "$name: submit A: $a"
   local vid="w-$vi"
