@@ -186,7 +186,18 @@ class TrainAndForwardPass(unittest.TestCase):
         sy = c.sync(job)
         self.assertEqual((sy.job_id, sy.checked_steps, sy.mismatched_steps,
                           sy.first_mismatch_step), (job, STEPS, 0, -1))
-        self.assertEqual([ch.step for ch in sy.checks], list(range(STEPS)))
+        # A finished job keeps its newest 128 checks in memory; the older
+        # (matching) steps come back as one SyncRun (no --state_dir here).
+        self.assertEqual([ch.step for ch in sy.checks], list(range(STEPS - 128, STEPS)))
+        self.assertEqual([(r.first_step, r.last_step, r.checks) for r in sy.runs],
+                         [(0, STEPS - 129, STEPS - 128)])
+        # Paged (as `lockstep sync --all`): the summary first, then the window.
+        pages = list(c.sync_pages(job, per_page=50))
+        self.assertEqual(pages[0].summarised_to_step, STEPS - 128)
+        self.assertIn("per-step checks are not kept", pages[0].summary)
+        self.assertEqual([ch.step for p in pages for ch in p.checks],
+                         list(range(STEPS - 128, STEPS)))
+        self.assertTrue(all(len(p.checks) <= 50 for p in pages))
         self.assertTrue(all(ch.all_match and len(ch.rank_hashes) == 2 and not ch.differing_ranks
                             for ch in sy.checks))
         self.assertEqual(sy.checks[-1].majority_hash, st.final_hash)

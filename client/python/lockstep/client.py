@@ -253,6 +253,25 @@ class Client:
                                                      job_id=_job_id(job),
                                                      max_entries=max_entries)))
 
+    def sync_pages(self, job, per_page=1000):
+        """Every check of the job, page by page in step order (as `lockstep sync --all`).
+
+        Yields SyncHistory pages from step 0 (each at most per_page checks),
+        following next_step. Steps the coordinator no longer has per step (no
+        --state_dir) come first as runs, with summarised_to_step and summary set.
+        """
+        if isinstance(per_page, bool) or not isinstance(per_page, int) or per_page < 1:
+            raise ValueError(f"per_page: expected an int >= 1, got {per_page!r}")
+        next_step = 0
+        while next_step >= 0:
+            page = SyncHistory.from_proto(self._call(
+                "GetSyncHistory", coordinator_pb2.SyncHistoryRequest(
+                    job_id=_job_id(job), max_entries=per_page, from_step=next_step)))
+            yield page
+            if not page.checks and not page.runs:
+                break
+            next_step = page.next_step
+
     def follow(self, job, timeout=None):
         """Yields a JobStatus after each step or state change until the job ends.
 
