@@ -168,8 +168,6 @@ class SyncHistory(_View):
     checks: Tuple[SyncCheck, ...]
     runs: Tuple[SyncRun, ...]
     next_step: int                 # paging: the from_step of the next page
-    proto: Any = dataclasses.field(repr=False, compare=False)
-
     summarised_to_step: int        # > 0: steps before it kept only as runs + mismatches
     summary: str                   # what was summarised, in words ("" = nothing)
     proto: Any = dataclasses.field(repr=False, compare=False)
@@ -182,6 +180,8 @@ class JobList(_View):
     evicted_jobs: int                  # finished jobs dropped from memory, not listed
     max_finished_jobs_in_memory: int
     state_db_has_evicted: bool         # status / sync still answer for them (--state_dir)
+    proto: Any = dataclasses.field(repr=False, compare=False)
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo(_View):
@@ -200,9 +200,9 @@ _NESTED = {
     ("JobStatus", "ranks"): RankStatus,
     ("SyncHistory", "checks"): SyncCheck,
     ("SyncHistory", "runs"): SyncRun,
+    ("JobList", "jobs"): JobStatus,
     ("JobStatus", "membership_events"): MembershipEvent,
 }
-    ("JobList", "jobs"): JobStatus,
 
 # Which message each view mirrors (the tests check the field lists agree).
 MESSAGES = {
@@ -212,6 +212,6 @@ MESSAGES = {
     SyncHistory: "SyncHistory",
     MembershipEvent: "MembershipEvent",
     SyncRun: "SyncRun",
+    JobList: "JobList",
     WorkerInfo: "WorkerInfo",
 }
-    JobList: "JobList",
