@@ -402,6 +402,15 @@ class Client {
                     ? absl::StrCat(" (first at step ", h->first_mismatch_step(), ")").c_str()
                     : "");
     auto print = [](const v1::SyncHistory& page) {
+      // Older steps memory summarised (no per-step detail kept): say so,
+      // then the runs of matching steps; the kept mismatches follow.
+      if (!page.summary().empty()) std::printf("  [%s]\n", page.summary().c_str());
+      for (const v1::SyncRun& r : page.runs()) {
+        std::printf("  steps %lld-%lld  all ranks matched in %lld checked step(s) (summarised)  "
+                    "%s\n",
+                    static_cast<long long>(r.first_step()), static_cast<long long>(r.last_step()),
+                    static_cast<long long>(r.checks()), r.last_majority_hash().c_str());
+      }
       for (const v1::SyncCheck& c : page.checks()) {
         // What the coordinator made of it (divergence, awaiting repair,
         // repaired), when anything.
@@ -425,15 +434,6 @@ class Client {
         }
       }
     };
-      // Older steps memory summarised (no per-step detail kept): say so,
-      // then the runs of matching steps; the kept mismatches follow.
-      if (!page.summary().empty()) std::printf("  [%s]\n", page.summary().c_str());
-      for (const v1::SyncRun& r : page.runs()) {
-        std::printf("  steps %lld-%lld  all ranks matched in %lld checked step(s) (summarised)  "
-                    "%s\n",
-                    static_cast<long long>(r.first_step()), static_cast<long long>(r.last_step()),
-                    static_cast<long long>(r.checks()), r.last_majority_hash().c_str());
-      }
     print(*h);
     for (int64_t next = h->next_step(); all && next >= 0;) {
       auto page = rpc_.GetSyncHistoryPage(id, next, 1000);
@@ -463,6 +463,17 @@ class Client {
                   absl::StrCat(j.step(), "/", j.total_steps()).c_str(), j.loss(),
                   j.test_accuracy(), SyncMark(j).c_str());
     }
+    if (list.evicted_jobs() > 0) {
+      // Finished jobs the coordinator dropped from memory (it keeps the
+      // newest max_finished_jobs_in_memory).
+      std::printf("(%lld older finished job(s) not listed: the coordinator keeps the newest %lld "
+                  "in memory; %s)\n",
+                  static_cast<long long>(list.evicted_jobs()),
+                  static_cast<long long>(list.max_finished_jobs_in_memory()),
+                  list.state_db_has_evicted()
+                      ? "`lockstep status|sync ID` reads them from its state database"
+                      : "they are forgotten (no --state_dir)");
+    }
     return 0;
   }
 
@@ -486,17 +497,6 @@ class Client {
                   w.last_heartbeat_age_s());
     }
     return 0;
-    if (list.evicted_jobs() > 0) {
-      // Finished jobs the coordinator dropped from memory (it keeps the
-      // newest max_finished_jobs_in_memory).
-      std::printf("(%lld older finished job(s) not listed: the coordinator keeps the newest %lld "
-                  "in memory; %s)\n",
-                  static_cast<long long>(list.evicted_jobs()),
-                  static_cast<long long>(list.max_finished_jobs_in_memory()),
-                  list.state_db_has_evicted()
-                      ? "`lockstep status|sync ID` reads them from its state database"
-                      : "they are forgotten (no --state_dir)");
-    }
   }
 
   int Cancel(uint64_t id) {

@@ -323,11 +323,11 @@ void Coordinator::Tick() {
   }
   ExpireWaitsLocked(now);
   ScheduleLocked();
+  EvictFinishedJobsLocked();
 }
 
 bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
   const std::string why =
-  EvictFinishedJobsLocked();
       absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
                       lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
                       lost.address, absl::ToDoubleSeconds(silent));

@@ -474,6 +474,15 @@ class Coordinator {
   // "ring/grpc", "ring/tcp" or "ps".
   static std::string ModeName(const lockstep::v1::JobSpec& spec);
 
+  // Finished jobs beyond options.max_finished_jobs_in_memory leave memory
+  // (coordinator_history.cc; called by Tick).
+  void EvictFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An evicted job's stored JobStatus from the state database (mu_ not
+  // held); `not_found` when there is no database or no row.
+  absl::StatusOr<lockstep::v1::JobStatus> EvictedJobStatus(uint64_t job_id,
+                                                           const absl::Status& not_found)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // State database (coordinator_state.cc). No-ops without one.
   void PersistJobLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistWorkerLocked(const Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -487,15 +496,6 @@ class Coordinator {
     absl::Time series_at = absl::InfinitePast();  // curves last stored
     bool series_final = false;                     // stored at the job's end
     bool weights_stored = false;
-  // Finished jobs beyond options.max_finished_jobs_in_memory leave memory
-  // (coordinator_history.cc; called by Tick).
-  void EvictFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An evicted job's stored JobStatus from the state database (mu_ not
-  // held); `not_found` when there is no database or no row.
-  absl::StatusOr<lockstep::v1::JobStatus> EvictedJobStatus(uint64_t job_id,
-                                                           const absl::Status& not_found)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
     std::weak_ptr<const FinalWeights> weights;  // the stored ones
   };
 

@@ -106,16 +106,15 @@ JobRecord* JobStore::Find(uint64_t id) {
 
 absl::StatusOr<JobRecord*> JobStore::FindOrNotFound(uint64_t id) {
   JobRecord* job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(JobNotFoundMessage(id));
   if (job == nullptr && WasEvicted(id)) {
     return absl::NotFoundError(absl::StrCat(
         "job ", id, " was evicted from memory (the coordinator keeps the newest ",
         limits_.max_finished_jobs, " finished jobs: --max_finished_jobs_in_memory)"));
   }
+  if (job == nullptr) return absl::NotFoundError(JobNotFoundMessage(id));
   return job;
 }
 
-JobRecord* JobStore::Restore(std::unique_ptr<JobRecord> job) {
 bool JobStore::WasEvicted(uint64_t id) const {
   return evicted_ > 0 && id >= 1 && id < next_id_ && jobs_.count(id) == 0;
 }
@@ -147,12 +146,13 @@ std::vector<uint64_t> JobStore::EvictFinished(const std::function<bool(uint64_t)
   return out;
 }
 
+JobRecord* JobStore::Restore(std::unique_ptr<JobRecord> job) {
   JobRecord* j = job.get();
   next_id_ = std::max(next_id_, j->id + 1);
   jobs_[j->id] = std::move(job);
   if (j->state == v1::PENDING) pending_.push_back(j->id);
-  return j;
   NoteIfFinished(*j);
+  return j;
 }
 
 void JobStore::RemovePending(uint64_t id) {
