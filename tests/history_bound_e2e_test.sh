@@ -13,7 +13,9 @@
 #     summarised (the summary line and runs), then the window's steps in
 #     order (a finished job keeps its newest 128 checks); runs + kept checks
 #     add up to every step.
-# The coordinator's VmRSS is printed before and after each job.
+# The coordinator's VmRSS is printed before and after each job. Without
+# --state_dir and with --max_finished_jobs_in_memory=1, a second job evicts
+# the first: `lockstep jobs` says one was dropped, `status` names it evicted.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -60,6 +62,20 @@ run_phase() {  # run_phase NAME STEPS [coordinator flags...]
   cli sync "$JOB" --all > "$T/$name-sync.out" 2>&1 || fail "$name: sync --all: $(tail -3 "$T/$name-sync.out")"
   cli sync "$JOB" > "$T/$name-sync-last.out" 2>&1 || fail "$name: sync: $(tail -3 "$T/$name-sync-last.out")"
   head -3 "$T/$name-sync.out"
+  if [ "$name" = no_db ]; then
+    # --max_finished_jobs_in_memory=1: a second job evicts the first (once
+    # its workers are idle, at a Tick): `jobs` says so, `status` names it.
+    cli submit --workers=4 --model=softmax --batch=8 --steps=20 --dataset="$DATA" --follow \
+      > "$T/$name-second.out" 2>&1 || fail "$name: second job: $(tail -3 "$T/$name-second.out")"
+    for _ in $(seq 200); do cli jobs | grep -q "older finished job" && break; sleep 0.05; done
+    cli jobs | tee "$T/$name-jobs.out" | tail -2
+    grep -q "(1 older finished job(s) not listed: the coordinator keeps the newest 1 in memory;" \
+      "$T/$name-jobs.out" || fail "$name: jobs does not say a job was evicted"
+    cli status "$JOB" > "$T/$name-evicted.out" 2>&1 && fail "$name: status of an evicted job succeeded"
+    grep -q "job $JOB was evicted from memory" "$T/$name-evicted.out" ||
+      fail "$name: status of the evicted job: $(cat "$T/$name-evicted.out")"
+    cat "$T/$name-evicted.out"
+  fi
   for p in "${wpids[@]}" "$cpid"; do kill "$p" 2>/dev/null; done
   for p in "${wpids[@]}" "$cpid"; do wait "$p" 2>/dev/null; done
 }
@@ -95,7 +111,7 @@ PY
 
 run_phase with_db "$STEPS" --state_dir="$T/state"
 check_sync "$T/with_db-sync.out" "$STEPS" full
-run_phase no_db "$STEPS2"
+run_phase no_db "$STEPS2" --max_finished_jobs_in_memory=1
 check_sync "$T/no_db-sync.out" "$STEPS2" summarised
 grep -q "all ranks matched" "$T/no_db-sync-last.out" || fail "sync (newest) printed no runs"
 echo PASS
