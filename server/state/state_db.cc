@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS sync_checks(
   body BLOB NOT NULL, PRIMARY KEY(job_id, step)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS job_membership(
   job_id INTEGER PRIMARY KEY, generation INTEGER NOT NULL, world INTEGER NOT NULL,
-  regrouping INTEGER NOT NULL, start_step INTEGER NOT NULL, source_rank INTEGER NOT NULL);
+  regrouping INTEGER NOT NULL, start_step INTEGER NOT NULL, source_rank INTEGER NOT NULL,
+  waiting_since_unix_s REAL NOT NULL, waiting_for TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS job_members(
   job_id INTEGER NOT NULL, rank INTEGER NOT NULL, worker_id TEXT NOT NULL,
   address TEXT NOT NULL, data_address TEXT NOT NULL, hostname TEXT NOT NULL,
@@ -267,8 +268,8 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
   };
   {
     Stmt s(reader_db_,
-           "SELECT job_id, generation, world, regrouping, start_step, source_rank "
-           "FROM job_membership ORDER BY job_id");
+           "SELECT job_id, generation, world, regrouping, start_step, source_rank, "
+           "waiting_since_unix_s, waiting_for FROM job_membership ORDER BY job_id");
     if (!s.ok()) return SqlError(reader_db_, path_, "reading job memberships");
     while (s.Step() == SQLITE_ROW) {
       StoredJob* j = job_of(s.ColInt(0));
@@ -279,6 +280,8 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
       m.regrouping = s.ColInt(3) != 0;
       m.start_step = s.ColInt(4);
       m.source_rank = static_cast<int32_t>(s.ColInt(5));
+      m.waiting_since_unix_s = sqlite3_column_double(s.get(), 6);
+      m.waiting_for = s.ColText(7);
       j->membership = std::move(m);
     }
   }
@@ -568,13 +571,16 @@ void WriteMembership(sqlite3* db, uint64_t job_id, const StoredMembership& m, Ch
   const int64_t id = static_cast<int64_t>(job_id);
   Stmt put(db,
            "INSERT OR REPLACE INTO job_membership(job_id, generation, world, regrouping, "
-           "start_step, source_rank) VALUES(?, ?, ?, ?, ?, ?)");
+           "start_step, source_rank, waiting_since_unix_s, waiting_for) "
+           "VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
   put.Int(1, id);
   put.Int(2, m.generation);
   put.Int(3, m.world);
   put.Int(4, m.regrouping ? 1 : 0);
   put.Int(5, m.start_step);
   put.Int(6, m.source_rank);
+  sqlite3_bind_double(put.get(), 7, m.waiting_since_unix_s);
+  put.Text(8, m.waiting_for);
   check(put, "writing a job's membership");
   Stmt del_members(db, "DELETE FROM job_members WHERE job_id = ?");
   del_members.Int(1, id);

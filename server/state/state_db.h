@@ -86,8 +86,12 @@ struct StoredMembership {
   bool regrouping = false;
   int64_t start_step = -1;
   int32_t source_rank = -1;
-  std::vector<StoredMember> members;                  // index = rank
+  std::vector<StoredMember> members;                  // index = rank; "" = vacant
   std::vector<lockstep::v1::MembershipEvent> events;  // oldest first
+  // on_worker_lost = "wait": since when the job waits for a worker (unix
+  // seconds, 0 = not waiting) and why (the first loss).
+  double waiting_since_unix_s = 0;
+  std::string waiting_for;
 };
 
 // A job's final weights (job_weights). `data` is shared, not copied: the

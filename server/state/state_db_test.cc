@@ -119,6 +119,8 @@ StoredMembership Shrunk() {
   m.regrouping = false;
   m.start_step = 20;
   m.source_rank = 0;
+  m.waiting_since_unix_s = 1700000123.5;
+  m.waiting_for = "worker w-3 (rank 2) lost";
   for (int r = 0; r < 2; ++r) {
     StoredMember x;
     x.worker_id = absl::StrCat("w-", r + 1);
@@ -181,6 +183,8 @@ TEST(StateDbTest, MembershipSeriesAndWeightsSurviveReopen) {
   EXPECT_EQ(j.membership->generation, 1);
   EXPECT_EQ(j.membership->world, 2);
   EXPECT_EQ(j.membership->start_step, 20);
+  EXPECT_EQ(j.membership->waiting_since_unix_s, 1700000123.5);
+  EXPECT_EQ(j.membership->waiting_for, "worker w-3 (rank 2) lost");
   ASSERT_EQ(j.membership->members.size(), 2u);
   EXPECT_EQ(j.membership->members[1].worker_id, "w-2");
   EXPECT_EQ(j.membership->members[1].data_address, "127.0.0.1:9002");
