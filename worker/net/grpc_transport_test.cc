@@ -330,6 +330,55 @@ TEST(GrpcTransportTest, MessagesAreDeliveredInSeqOrderAcrossStreams) {
   EXPECT_TRUE(late.Finish().ok());
 }
 
+// Issue 11: "gRPC peer-stream reordering after a sequence gap" was
+// unbounded: a message far ahead of the next seq was held forever. It is
+// refused now, naming the peer, its seq and the expected one.
+TEST(GrpcTransportTest, AMessageFarAheadOfItsPredecessorsIsRefused) {
+  Cluster c(2);
+  auto ts = c.MakeGroup(8);
+  RawPeerClient far(c.nodes[1]->address());
+  far.Write(8, 0, MakeKey(1, 0, 0, 0), "far", /*seq=*/kMaxHeldGap + 5);
+  grpc::Status fin = far.Finish();
+  EXPECT_EQ(fin.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << fin.error_message();
+  EXPECT_THAT(fin.error_message(), HasSubstr("seq 4101 while seq 0 is the next to deliver"));
+  // The link goes on: in-order messages are delivered.
+  RawPeerClient ok(c.nodes[1]->address());
+  ASSERT_TRUE(ok.Write(8, 0, MakeKey(1, 0, 0, 0), "zero", /*seq=*/0));
+  std::vector<uint8_t> out(4);
+  absl::Status s = ts[1]->Recv(0, MakeKey(1, 0, 0, 0), absl::MakeSpan(out),
+                               absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(ok.Finish().ok());
+}
+
+// Issue 11: parked streams had no cap. Beyond it a stream for a group not
+// attached is refused naming the cap; parked ones still resume.
+TEST(GrpcTransportTest, ParkedStreamsAreCapped) {
+  Cluster c(2);
+  c.nodes[1]->service()->SetMaxParkedStreams(2);
+  std::vector<std::unique_ptr<RawPeerClient>> raw;
+  for (int i = 0; i < 2; ++i) {
+    raw.push_back(std::make_unique<RawPeerClient>(c.nodes[1]->address()));
+    ASSERT_TRUE(raw.back()->Write(42, 0, MakeKey(42, 0, 0, i), "p", /*seq=*/i));
+  }
+  ASSERT_TRUE(c.nodes[1]->service()->AwaitParked(2, absl::Now() + absl::Seconds(30)));
+  RawPeerClient third(c.nodes[1]->address());
+  third.Write(43, 0, MakeKey(43, 0, 0, 0), "q");
+  grpc::Status fin = third.Finish();
+  EXPECT_EQ(fin.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << fin.error_message();
+  EXPECT_THAT(fin.error_message(), HasSubstr("2 streams are already parked"));
+  EXPECT_EQ(c.nodes[1]->service()->streams_parked_now(), 2);
+  auto ts = c.MakeGroup(42);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t> out(1);
+    absl::Status s = ts[1]->Recv(0, MakeKey(42, 0, 0, i), absl::MakeSpan(out),
+                                 absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(c.nodes[1]->service()->streams_parked_now(), 0);
+  for (auto& r : raw) EXPECT_TRUE(r->Finish().ok());
+}
+
 TEST(GrpcTransportTest, TwoConsecutiveJobsOnTheSameServices) {
   Cluster c(3);
   for (uint64_t job : {100, 101}) {

@@ -180,6 +180,12 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     return st;
   }
 
+  int64_t PayloadBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t n = 0;
+    for (const auto& part : payload_) n += static_cast<int64_t>(part.size());
+    return n;
+  }
+
   // Delivers the current message in seq order (holding it if it overtook a
   // predecessor sent on another stream), then reads the next one.
   void DeliverAndReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -195,7 +201,16 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
             "already delivered",
             inbox_->PeerName(from_), KeyToString(header_.key), header_.seq,
             link.next_seq));
+      } else if (header_.seq > link.next_seq &&
+                 (header_.seq - link.next_seq > kMaxHeldGap ||
+                  link.held_bytes + PayloadBytes() > kMaxHeldBytes)) {
+        st = absl::ResourceExhaustedError(absl::StrFormat(
+            "%s sent message %s with seq %d while seq %d is the next to deliver; at most %d "
+            "message(s) and %d bytes may arrive ahead of their predecessors (%d bytes held)",
+            inbox_->PeerName(from_), KeyToString(header_.key), header_.seq, link.next_seq,
+            kMaxHeldGap, kMaxHeldBytes, link.held_bytes));
       } else if (header_.seq > link.next_seq) {
+        link.held_bytes += PayloadBytes();
         LinkIn::Held& held = link.held[header_.seq];
         held.key = header_.key;
         held.slices = std::move(slices_);
@@ -210,6 +225,9 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         while (st.ok() && !link.held.empty() &&
                link.held.begin()->first == link.next_seq) {
           auto it = link.held.begin();
+          for (const auto& part : it->second.payload) {
+            link.held_bytes -= static_cast<int64_t>(part.size());
+          }
           st = DeliverOneLocked(it->second.key, std::move(it->second.payload),
                                 std::move(it->second.slices));
           link.held.erase(it);
@@ -355,6 +373,7 @@ absl::StatusOr<std::shared_ptr<GroupInbox>> PeerServiceImpl::Attach(
     auto it = parked_.find(group);
     if (it != parked_.end()) {
       resume = std::move(it->second);
+      parked_now_ -= static_cast<int>(resume.size());
       parked_.erase(it);
       for (InboundStream* s : resume) s->Ref();
     }
@@ -397,6 +416,7 @@ void PeerServiceImpl::Shutdown() {
     shutdown_ = true;
     for (auto& [id, inbox] : groups_) groups.push_back(inbox);
     parked_.clear();
+    parked_now_ = 0;
     for (InboundStream* s : live_) {
       s->Ref();
       streams.push_back(s);
@@ -432,7 +452,15 @@ PeerServiceImpl::Route PeerServiceImpl::RouteStream(
         "group %d has finished on this worker; stream rejected", group));
     return Route::kReject;
   }
+  if (parked_now_ >= max_parked_) {
+    *reject = absl::ResourceExhaustedError(absl::StrFormat(
+        "%d streams are already parked for groups not attached on this worker (at most %d); "
+        "stream for group %d rejected",
+        parked_now_, max_parked_, group));
+    return Route::kReject;
+  }
   parked_[group].push_back(s);
+  ++parked_now_;
   ++parked_total_;
   parked_cv_.SignalAll();
   return Route::kParked;
@@ -446,10 +474,21 @@ void PeerServiceImpl::Unpark(InboundStream* s, uint64_t group) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == s) {
       v.erase(v.begin() + i);
+      --parked_now_;
       break;
     }
   }
   if (v.empty()) parked_.erase(it);
+}
+
+void PeerServiceImpl::SetMaxParkedStreams(int n) {
+  absl::MutexLock l(&mu_);
+  max_parked_ = n;
+}
+
+int PeerServiceImpl::streams_parked_now() const {
+  absl::MutexLock l(&mu_);
+  return parked_now_;
 }
 
 void PeerServiceImpl::Forget(InboundStream* s) {

@@ -84,6 +84,15 @@ struct PeerKeepalive {
 
 // Receive side of the link from one peer: puts the messages of the sender's
 // parallel streams back into seq order (peer.proto fields 8 and 9).
+// Bounds of the receive side (issue 11): a message may overtake at most
+// kMaxHeldGap predecessors (the sender's two streams per peer reorder by a
+// few messages; its flow control keeps far fewer in flight), and a link
+// holds at most kMaxHeldBytes of overtaking payload; beyond either the
+// stream ends with RESOURCE_EXHAUSTED naming the peer, the seq and the
+// expected one.
+inline constexpr uint64_t kMaxHeldGap = 4096;
+inline constexpr int64_t kMaxHeldBytes = int64_t{256} << 20;
+
 struct LinkIn {
   struct Held {  // a message that arrived before its predecessors
     MessageKey key;
@@ -93,6 +102,7 @@ struct LinkIn {
   absl::Mutex mu;
   uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;
   std::map<uint64_t, Held> held ABSL_GUARDED_BY(mu);
+  int64_t held_bytes ABSL_GUARDED_BY(mu) = 0;
   // From the sender's fin message (0: none yet): how many it sent in all.
   uint64_t fin_total ABSL_GUARDED_BY(mu) = 0;
 };
@@ -173,6 +183,13 @@ class PeerServiceImpl final
   int64_t messages_fragmented() const {
     return fragmented_.load(std::memory_order_relaxed);
   }
+  // Streams parked at once (for a group not attached yet) are capped: one
+  // more is finished with RESOURCE_EXHAUSTED naming the cap. Default
+  // kMaxParkedStreams; any thread.
+  static constexpr int kMaxParkedStreams = 256;
+  void SetMaxParkedStreams(int n);
+  int streams_parked_now() const;
+
   // Waits until streams_parked() >= n; false at the deadline (for tests).
   bool AwaitParked(int64_t n, absl::Time deadline) const;
   // The service's logger (also used by the GrpcTransports over it).
@@ -204,6 +221,8 @@ class PeerServiceImpl final
   std::set<InboundStream*> live_ ABSL_GUARDED_BY(mu_);
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t parked_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int parked_now_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_parked_ ABSL_GUARDED_BY(mu_) = kMaxParkedStreams;
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> delivered_{0};
   std::atomic<int64_t> fragmented_{0};
