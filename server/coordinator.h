@@ -180,7 +180,9 @@
 //     key and its workers' peer streams and ps state stay valid;
 //   * workers are back under their ids, last seen at the restart, BUSY when
 //     bound to a RUNNING job: those that do not heartbeat within lost_after
-//     become LOST (failing their job) as usual;
+//     become LOST (failing their job) as usual; the others are LOST until
+//     their first heartbeat (then IDLE, "worker back"), so nothing is
+//     scheduled on a worker that died while the coordinator was down;
 //   * a RUNNING job continues: its workers heartbeat with its id
 //     (acknowledged), their reports are accepted; checks of steps that
 //     completed in the last moments before the kill and were not yet
