@@ -143,8 +143,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  const int data_port = absl::GetFlag(FLAGS_data_port);
-  if (data_port < 0 || data_port > 65535) {
   // Mutual TLS with roles (common/grpcutil/tls.h) on the worker's server
   // (peers, replica state) and on every channel it opens (coordinator, peers,
   // ps shards, peers' replica state).
@@ -160,6 +158,8 @@ int main(int argc, char** argv) {
   const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
       security->ChannelCredentials();
 
+  const int data_port = absl::GetFlag(FLAGS_data_port);
+  if (data_port < 0 || data_port > 65535) {
     logger.Error(absl::StrCat("--data_port: expected 0..65535, got ", data_port));
     return 2;
   }
