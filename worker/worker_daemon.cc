@@ -724,6 +724,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                           int peer, int64_t step, int64_t expected_bytes,
                           absl::Time deadline) -> absl::StatusOr<std::string> {
         FetchStateOptions f;
+        f.credentials = credentials;
         f.group = group;
         f.step = step;
         f.expected_bytes = expected_bytes;
@@ -739,7 +740,6 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       absl::MutexLock l(&job->mu);
       job->runner = &runner;
       // A regroup announced while this generation was being set up.
-        f.credentials = credentials;
       if (job->SupersededLocked(a.generation())) job->StopGenerationLocked();
     }
     if (job->stop.load()) runner.RequestStop();
@@ -830,6 +830,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
             " and cannot copy rank ", source, "'s state at step ", s));
       }
       FetchStateOptions f;
+      f.credentials = ChannelCredentials();
       f.group = WireKey(a);
       f.step = s;
       f.expected_bytes = static_cast<int64_t>(held.size());
@@ -855,7 +856,6 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                {"state_from_rank", fetched || join_source >= 0 ? source : a.rank()},
                {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
     return absl::OkStatus();
-      f.credentials = ChannelCredentials();
   };
 
   absl::StatusOr<JobOutcome> out = absl::UnknownError("not run");
