@@ -45,6 +45,8 @@ uint64_t MembershipFingerprint(const JobRecord& job) {
   mix(static_cast<uint64_t>(job.k));
   mix(m.events.size());
   if (!m.events.empty()) mix(static_cast<uint64_t>(m.events.back().step()));
+  mix(m.vacant.size());
+  mix(static_cast<uint64_t>(absl::ToUnixMillis(m.waiting_since)));
   for (const RankRecord& r : job.ranks) {
     mix(std::hash<std::string>()(r.worker_id));
     mix(static_cast<uint64_t>(r.held_generation));
@@ -72,6 +74,8 @@ StoredMembership MembershipOf(const JobRecord& job) {
     out.members.push_back(std::move(x));
   }
   out.events.assign(m.events.begin(), m.events.end());
+  out.waiting_since_unix_s = UnixSeconds(m.waiting_since);
+  out.waiting_for = m.waiting_for;
   return out;
 }
 
@@ -151,6 +155,12 @@ void RestoreMembership(const StoredJob& stored, JobRecord* job, absl::Time now) 
   m.source_rank = sm.source_rank;
   m.events.assign(sm.events.begin(), sm.events.end());
   while (m.events.size() > kMaxMembershipEvents) m.events.pop_front();
+  m.waiting_since = FromUnixSeconds(sm.waiting_since_unix_s);
+  m.waiting_for = sm.waiting_for;
+  m.vacant.clear();  // "wait": the ranks without a worker
+  for (size_t r = 0; r < sm.members.size(); ++r) {
+    if (sm.members[r].worker_id.empty()) m.vacant.push_back(static_cast<int>(r));
+  }
   if (sm.members.empty()) return;
   // The members by rank; what the JobStatus kept of each (steps, hashes,
   // done) follows its worker.

@@ -381,6 +381,72 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
   EXPECT_EQ(j.final_hash(), Hash(59));
 }
 
+// on_worker_lost = "wait": a job waiting for a worker to take its vacant
+// rank keeps waiting across a restart (the vacant rank, the wait's start
+// and reason, its generation), and a worker registering after the restart
+// takes the rank; the job then finishes.
+TEST_F(CoordinatorStateTest, WaitingJobKeepsItsVacantRankAcrossRestart) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(3, 40);
+  spec.set_on_worker_lost("wait");
+  double deadline = 0;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    for (int i = 1; i <= 3; ++i) Register(c, i);
+    ASSERT_EQ(Submit(c, spec), 1u);
+    for (const char* w : {"w-1", "w-2", "w-3"}) {
+      ASSERT_TRUE(Beat(c, w).has_assignment());
+      Beat(c, w, 1);
+    }
+    for (int64_t s = 0; s < 10; ++s) {
+      Step(c, 1, 0, "w-1", s);
+      Step(c, 1, 1, "w-2", s);
+      Step(c, 1, 2, "w-3", s);
+    }
+    for (int i = 0; i < 4; ++i) {  // w-3 goes silent: its rank 2 is vacated
+      clock_.Advance(absl::Seconds(1));
+      Beat(c, "w-1", 1);
+      Beat(c, "w-2", 1);
+      c->Tick();
+    }
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    ASSERT_EQ(j.waiting_for_ranks_size(), 1);
+    ASSERT_EQ(j.waiting_for_ranks(0), 2);
+    deadline = j.wait_deadline_unix_s();
+    ASSERT_GT(deadline, 0);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
+  EXPECT_EQ(j.generation(), 1);
+  EXPECT_EQ(j.world(), 3);
+  ASSERT_EQ(j.waiting_for_ranks_size(), 1);
+  EXPECT_EQ(j.waiting_for_ranks(0), 2);
+  EXPECT_EQ(j.wait_deadline_unix_s(), deadline);
+  ASSERT_EQ(j.ranks_size(), 3);
+  EXPECT_EQ(j.ranks(2).worker_id(), "");
+  // The survivors hold their replicas; a fresh worker takes rank 2.
+  for (const char* w : {"w-1", "w-2"}) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(w);
+    req.set_job_id(1);
+    req.set_generation(1);
+    req.set_holds_state(true);
+    req.set_held_step(10);
+    ASSERT_TRUE(c->Heartbeat(req).ok());
+  }
+  EXPECT_EQ(Register(c, 4), "w-4");
+  j = *c->GetJob(1);
+  EXPECT_EQ(j.waiting_for_ranks_size(), 0);
+  ASSERT_EQ(j.ranks_size(), 3);
+  EXPECT_EQ(j.ranks(2).worker_id(), "w-4");
+  EXPECT_EQ(j.generation(), 2);
+}
+
 // Final weights, curves (loss, eval, sync strip) and final metrics of a
 // finished job survive a restart: status, export and the status page.
 TEST_F(CoordinatorStateTest, FinalWeightsCurvesAndMetricsSurviveRestart) {
