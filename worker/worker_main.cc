@@ -273,9 +273,9 @@ int main(int argc, char** argv) {
     options.flip_optimizer = target == "optimizer";
   }
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
+  options.channel_credentials = channel_credentials;
   options.state_board = &state_board;
   options.logger = &logger;
-  options.channel_credentials = channel_credentials;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;
   options.wrap_ps_client = [&worker_metrics](lockstep::PsClient* inner) {
