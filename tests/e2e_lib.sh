@@ -4,17 +4,32 @@
 #   pids+=($!)      after starting a daemon: it is stopped at exit
 #   fail MESSAGE    prints FAIL, the tail of every $T/*.log, exits 1
 #   wait_file F     waits up to 30 s for a non-empty F (a --port_file)
-#   write_blobs DIR SEED TRAIN TEST [FEATURES]
+#   write_blobs DIR SEED TRAIN TEST [FEATURES [SEP]]
 #                   writes DIR/train.csv (TRAIN rows) and DIR/test.csv (TEST
 #                   rows): label c in {0,1,2} first, then FEATURES (3)
-#                   values, feature c near 2 and the others near 0, from
-#                   Python's random.Random(SEED)
+#                   values, feature c near SEP (2; 0.6 overlaps the classes
+#                   so the loss stays well above 0) and the others near 0,
+#                   from Python's random.Random(SEED)
 #   log_size F      F's size in bytes (an offset for down_for)
 #   down_for MS F:OFFSET...
 #                   true when every log F has, from byte OFFSET on,
 #                   "heartbeat failed" lines spanning at least MS ms by their
 #                   own timestamps: each worker saw its coordinator down for
 #                   that long (poll it with a deadline)
+# Cluster helpers (they read $C, the coordinator's address, and $CLI, $WORKER
+# at call time; a test may redefine any of them):
+#   cli ARGS...     lockstep --coordinator=$C ARGS...
+#   json EXPR       evaluates EXPR with d = the JSON on stdin, prints it
+#   now_ms          milliseconds since the epoch
+#   wait_until DEADLINE_MS CMD...   polls CMD every 50 ms until it succeeds
+#                   or the deadline passes (then runs it once more)
+#   idle W...       every worker id named is IDLE
+#   stepped JOB N   JOB's step >= N
+#   finished JOB    JOB is SUCCEEDED, FAILED or CANCELLED;  state_of JOB
+#   spawn_worker    starts worker w-N (N = ++n_workers; registration order
+#                   gives the ids) with --data_dir=$T, records wpid[N] and
+#                   live+=(w-N); returns once its port file is there
+#   start_worker    spawn_worker, then waits (10 s) until it is IDLE
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -38,18 +53,49 @@ write_blobs() {
 import random, sys
 d, seed, n_train, n_test = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 features = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+sep = float(sys.argv[6]) if len(sys.argv) > 6 else 2.0
 r = random.Random(seed)
 def write(path, n):
     with open(path, "w") as f:
         for _ in range(n):
             c = r.randrange(3)
-            xs = [(2.0 if j == c else 0.0) + r.random() - 0.5 for j in range(features)]
+            xs = [(sep if j == c else 0.0) + r.random() - 0.5 for j in range(features)]
             f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
 write(f"{d}/train.csv", n_train)
 write(f"{d}/test.csv", n_test)
 PY
 }
 log_size() { stat -c %s "$1"; }
+cli() { "$CLI" --coordinator="$C" "$@"; }
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+now_ms() { date +%s%3N; }
+wait_until() {
+  local deadline=$1; shift
+  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
+  "$@"
+}
+idle() {
+  local list; list=$(cli workers) || return 1
+  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
+}
+stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
+finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
+state_of() { cli status "$1" --json | json "d['state']"; }
+declare -A wpid
+n_workers=0
+live=()   # the ids of the workers alive
+spawn_worker() {
+  n_workers=$((n_workers + 1))
+  local i=$n_workers
+  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  wpid[$i]=$!
+  live+=("w-$i")
+  wait_file "$T/w$i.port"
+}
+start_worker() {
+  spawn_worker
+  wait_until $(( $(now_ms) + 10000 )) idle "w-$n_workers" || fail "w-$n_workers not IDLE: $(cli workers)"
+}
 down_for() {
   python3 - "$@" <<'PY'
 import datetime, sys

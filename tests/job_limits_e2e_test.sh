@@ -24,20 +24,6 @@ DATA='csv:train.csv;test.csv'
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
-now_ms() { date +%s%3N; }
-wait_until() {
-  local deadline=$1; shift
-  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
-  "$@"
-}
-idle() {
-  local list; list=$(cli workers) || return 1
-  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
-}
-finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
-state_of() { cli status "$1" --json | json "d['state']"; }
 declare -A wpid
 for i in 1 2; do
   "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \

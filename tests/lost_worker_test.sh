@@ -24,8 +24,6 @@ DATA='csv:train.csv;test.csv'
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 declare -A wpid
 for i in 1 2 3 4; do
   "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
@@ -35,24 +33,9 @@ for i in 1 2 3 4; do
 done
 [ "$(cli workers | grep -c IDLE)" = 4 ] || fail "4 idle workers expected: $(cli workers)"
 
-now_ms() { date +%s%3N; }
-# state_of JOB
-state_of() { cli status "$1" --json | json "d['state']"; }
-# wait_until DEADLINE_MS CMD...: polls CMD until it succeeds or the deadline.
-wait_until() {
-  local deadline=$1; shift
-  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
-  "$@"
-}
 # Polls are cheap (one CLI call and a grep) so that they measure the
 # service, not the test.
 is_failed() { cli status "$1" --json | grep -q '"state":"FAILED"'; }
-# idle WORKER_ID...: every one of them IDLE
-idle() {
-  local list; list=$(cli workers) || return 1
-  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
-}
-stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 address_of() { cli workers --json | python3 -c "import json,sys; d=json.load(sys.stdin); print([x['address'] for x in d['workers'] if x['worker_id']==sys.argv[1]][0])" "$1"; }
 
 # lost_case NAME SIGNAL VICTIM_INDEX VICTIM_ID RANK SURVIVORS -- SUBMIT FLAGS...

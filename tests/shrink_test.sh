@@ -32,19 +32,7 @@ FAIL_TAIL=20
 REGROUP_S=6
 source "$(dirname "$0")/e2e_lib.sh"
 
-python3 - "$T" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(7)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(0.6 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]   # overlapping: the loss stays well above 0
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 240)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
 DATA='csv:train.csv;test.csv'
 CK="$T/ckpt"
 mkdir -p "$CK"
@@ -55,36 +43,9 @@ COORD_FLAGS=()
 cpid=$!
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
-now_ms() { date +%s%3N; }
-wait_until() {
-  local deadline=$1; shift
-  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
-  "$@"
-}
-declare -A wpid
-n_workers=0
-live=()   # the ids of the workers alive
-start_worker() {
-  n_workers=$((n_workers + 1))
-  local i=$n_workers
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
-  wpid[$i]=$!
-  live+=("w-$i")
-  wait_file "$T/w$i.port"   # registration order = worker ids w-1, w-2, ...
-  wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
-}
-idle() {
-  local list; list=$(cli workers) || return 1
-  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
-}
-stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 regrouped() {
   cli status "$1" --json | json "int(d.get('generation', 0)) == 1 and not d.get('regrouping') and len(d['ranks']) == 2 and int(d['membership_events'][0]['step']) >= 0" | grep -q True
 }
-finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
-state_of() { cli status "$1" --json | json "d['state']"; }
 
 # restart_coordinator NAME: SIGKILL, wait until every live worker logged
 # failed heartbeats for 1 s, restart on the same port and --state_dir.

@@ -29,54 +29,12 @@ LOST_S=5
 RESUME_S=5
 source "$(dirname "$0")/e2e_lib.sh"
 
-python3 - "$T" <<'PY'
-import random, sys
-t = sys.argv[1]
-r = random.Random(7)
-def write(path, n):
-    with open(path, "w") as f:
-        for _ in range(n):
-            c = r.randrange(3)
-            xs = [(0.6 if j == c else 0.0) + r.random() - 0.5 for j in range(3)]   # overlapping: the loss stays well above 0
-            f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
-write(f"{t}/train.csv", 240)
-write(f"{t}/test.csv", 60)
-PY
+write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
 DATA='csv:train.csv;test.csv'
 
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
-now_ms() { date +%s%3N; }
-wait_until() {
-  local deadline=$1; shift
-  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
-  "$@"
-}
-declare -A wpid
-n_workers=0
-live=()   # the ids of the workers alive
-# Starts worker w-N (registration order = ids) and returns once its port
-# file is there; it registers right after.
-spawn_worker() {
-  n_workers=$((n_workers + 1))
-  local i=$n_workers
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
-  wpid[$i]=$!
-  live+=("w-$i")
-  wait_file "$T/w$i.port"
-}
-start_worker() {
-  spawn_worker
-  wait_until $(( $(now_ms) + 10000 )) idle "w-$n_workers" || fail "w-$n_workers not IDLE: $(cli workers)"
-}
-idle() {
-  local list; list=$(cli workers) || return 1
-  for w in "$@"; do grep -Eq "^$w +.* IDLE " <<<"$list" || return 1; done
-}
-stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 # waiting JOB RANK: paused, waiting for a worker to take RANK.
 waiting() {
   cli status "$1" --json | json "d['state'] == 'RUNNING' and d.get('regrouping', False) and [int(r) for r in d.get('waiting_for_ranks', [])] == [$2] and d['reason'].startswith('waiting for a worker to replace rank $2 (lost: worker ')" | grep -q True
@@ -85,8 +43,6 @@ waiting() {
 resumed() {
   cli status "$1" --json | json "int(d.get('generation', 0)) == 2 and not d.get('regrouping') and d['membership_events'][-1]['kind'] == 'replace' and int(d['membership_events'][-1]['step']) >= 0" | grep -q True
 }
-finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
-state_of() { cli status "$1" --json | json "d['state']"; }
 kill_worker() {  # kill_worker INDEX: SIGKILL w-INDEX, drop it from live
   kill -KILL "${wpid[$1]}"
   local keep=(); for w in "${live[@]}"; do [ "$w" != "w-$1" ] && keep+=("$w"); done; live=("${keep[@]}")
