@@ -96,6 +96,7 @@ class FakeCoordinator : public JobReporter {
   absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
 
   void set_on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
+  DivergencePolicy policy() const { return policy_; }
   // As the coordinator sets it for a job that writes checkpoints at
   // intervals (coordinator_reports.cc).
   void set_checkpoint_rollback(bool on) {
@@ -172,6 +173,10 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
                bool check_in_combine = true, const RunSetup& setup = {}) {
   static const TrainTest data = Blobs(200, 0);
   v1::JobSpec spec = Spec(k, steps);
+  // The workers follow the job's policy as the coordinator does: under halt
+  // they do not repair in the combine (a rank fetching a peer's state when
+  // the coordinator halts would wait for it until its deadline).
+  if (coord->policy() == DivergencePolicy::kHalt) spec.set_on_divergence("halt");
   if (setup.ps_shards > 0) {
     spec.set_sync_mode(v1::PS);
     spec.set_ps_shards(setup.ps_shards);
