@@ -246,6 +246,34 @@ void PsShardRegistry::EraseLocked(std::map<uint64_t, JobEntry>::iterator it) {
   jobs_.erase(it);
 }
 
+PsShardRegistry::Eviction PsShardRegistry::EvictIdlestLocked(absl::Time now, uint64_t keep) {
+  // Last activity of a key: its last GetShard, or a push into one of its
+  // shards (the TCP data plane asks for a shard once per connection).
+  auto last = [](const JobEntry& e) {
+    absl::Time t = e.last_used;
+    for (const auto& [i, sh] : e.shards) t = std::max(t, sh->last_push());
+    return t;
+  };
+  Eviction out;
+  auto idlest = jobs_.end();
+  absl::Time idlest_last = absl::InfiniteFuture();
+  for (auto j = jobs_.begin(); j != jobs_.end(); ++j) {
+    if (j->first == keep) continue;
+    const absl::Time t = last(j->second);
+    if (t < idlest_last) {
+      idlest = j;
+      idlest_last = t;
+    }
+  }
+  if (idlest == jobs_.end()) return out;
+  out.idlest_job = idlest->first;
+  out.idle_for = now - idlest_last;
+  if (out.idle_for < limits_.active_window) return out;
+  EraseLocked(idlest);
+  out.evicted = true;
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     uint64_t job, int shard, int num_workers, int64_t shard_len) {
   auto bad = [&](const char* field, int64_t value, const std::string& expected) {
@@ -283,41 +311,33 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     }
   }
   const int64_t need = PsShardWorstCaseBytes(num_workers, shard_len);
-  if (need < 0 || need > limits_.max_bytes - held_bytes_) {
+  auto too_big = [&](bool all_active) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "ps: job ", job, " shard ", shard, ": K=", num_workers, " x shard_len ",
         shard_len, " needs up to ", need < 0 ? std::string("more than int64") : absl::StrCat(need),
         " bytes (2 steps x K buffers x 4 bytes); this server holds ", held_bytes_,
-        " of its limit ", limits_.max_bytes, " bytes"));
+        " of its limit ", limits_.max_bytes, " bytes",
+        all_active ? absl::StrCat(", all of it for jobs with a request in the last ",
+                                  absl::FormatDuration(limits_.active_window))
+                   : std::string()));
+  };
+  if (need < 0 || need > limits_.max_bytes) return too_big(false);
+  // Memory of keys idle for active_window is given back (idlest first)
+  // before a new shard is refused: finished jobs never say so.
+  while (need > limits_.max_bytes - held_bytes_) {
+    if (!EvictIdlestLocked(now, job).evicted) return too_big(true);
   }
   if (it == jobs_.end()) {
     while (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
-      // Last activity of a key: its last GetShard, or a push into one of
-      // its shards (the TCP data plane asks for a shard once per
-      // connection).
-      auto last = [](const JobEntry& e) {
-        absl::Time t = e.last_used;
-        for (const auto& [i, sh] : e.shards) t = std::max(t, sh->last_push());
-        return t;
-      };
-      auto idlest = jobs_.begin();
-      absl::Time idlest_last = last(idlest->second);
-      for (auto j = jobs_.begin(); j != jobs_.end(); ++j) {
-        const absl::Time t = last(j->second);
-        if (t < idlest_last) {
-          idlest = j;
-          idlest_last = t;
-        }
-      }
-      if (now - idlest_last < limits_.active_window) {
+      const Eviction e = EvictIdlestLocked(now, job);
+      if (!e.evicted) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "ps: job ", job, ": this server holds ", jobs_.size(),
             " jobs (its limit, --max_jobs) and every one had a request in the last ",
             absl::FormatDuration(limits_.active_window),
-            "; retry when one ends (the idlest, job ", idlest->first, ", was last used ",
-            absl::FormatDuration(now - idlest_last), " ago)"));
+            "; retry when one ends (the idlest, job ", e.idlest_job, ", was last used ",
+            absl::FormatDuration(e.idle_for), " ago)"));
       }
-      EraseLocked(idlest);
     }
     it = jobs_.emplace(job, JobEntry()).first;
     it->second.num_workers = num_workers;

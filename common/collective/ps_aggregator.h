@@ -266,6 +266,14 @@ class PsShardRegistry {
     int64_t bytes = 0;  // worst case of its shards
   };
   absl::Time Now() const;
+  struct Eviction {
+    bool evicted = false;
+    uint64_t idlest_job = 0;     // the idlest key other than `keep` (if any)
+    absl::Duration idle_for;     // how long it has been idle
+  };
+  // Erases the idlest job key other than `keep` if it has been idle for at
+  // least limits_.active_window.
+  Eviction EvictIdlestLocked(absl::Time now, uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<uint64_t, JobEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

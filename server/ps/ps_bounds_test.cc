@@ -215,6 +215,41 @@ TEST(PsBoundsTest, IdleKeysAreEvictedIdlestFirst) {
   EXPECT_EQ(registry.held_bytes(), 3 * PsShardWorstCaseBytes(2, 8));
 }
 
+// The memory budget is given back by idle keys: finished jobs never say
+// they are done, so a server whose bytes are all held by idle jobs must
+// evict them (idlest first) rather than refuse every new job until a
+// restart; while the holders are active a new job is refused naming the
+// budget and nothing is evicted.
+TEST(PsBoundsTest, IdleKeysGiveBackTheirBytes) {
+  absl::Time now = absl::Now();
+  PsRegistryLimits limits;
+  limits.max_jobs = 64;
+  limits.max_bytes = 2 * PsShardWorstCaseBytes(2, 1000);  // room for two jobs
+  limits.active_window = absl::Minutes(10);
+  limits.clock = [&now] { return now; };
+  PsShardRegistry registry(limits);
+  ASSERT_TRUE(registry.GetShard(1, 0, 2, 1000).ok());
+  now += absl::Minutes(1);
+  ASSERT_TRUE(registry.GetShard(2, 0, 2, 1000).ok());
+  // Both active: job 3 is refused, nothing changes.
+  auto three = registry.GetShard(3, 0, 2, 1000);
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kResourceExhausted) << three.status();
+  EXPECT_NE(three.status().message().find("all of it for jobs with a request in the last 10m"),
+            std::string::npos)
+      << three.status();
+  EXPECT_EQ(registry.num_jobs(), 2);
+  // 11 minutes later both are idle: job 3 takes job 1's bytes (the idlest),
+  // job 2 stays.
+  now += absl::Minutes(10);
+  ASSERT_TRUE(registry.GetShard(3, 0, 2, 1000).ok());
+  EXPECT_EQ(registry.num_jobs(), 2);
+  EXPECT_EQ(registry.held_bytes(), 2 * PsShardWorstCaseBytes(2, 1000));
+  // A job larger than the whole budget is refused without evicting anyone.
+  auto huge = registry.GetShard(4, 0, 2, 3000);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_EQ(registry.num_jobs(), 2);
+}
+
 TEST(PsBoundsTest, WorstCaseBytesDoesNotOverflow) {
   EXPECT_EQ(PsShardWorstCaseBytes(2, 10), 2 * 2 * 10 * 4);
   EXPECT_EQ(PsShardWorstCaseBytes(1 << 16, int64_t{1} << 62), -1);
