@@ -19,6 +19,18 @@
 
 namespace lockstep {
 
+namespace {
+
+std::string QueueFullMessage(int from, uint64_t group, int to) {
+  return absl::StrFormat(
+      "connection from rank %d for group %d rank %d: %d connections from it are already "
+      "queued (TcpInbox::kMaxQueuedPerPeer)",
+      from, group, to, TcpInbox::kMaxQueuedPerPeer);
+}
+
+}  // namespace
+
+
 using tcpio::Errno;
 using tcpio::SetNoDelay;
 using tcpio::Unbracketed;
@@ -132,8 +144,12 @@ absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
           "connection from rank %d of %d for group %d rank %d, which has "
           "world size %d",
           p.from, p.world, p.group, p.to, inbox->world);
-    } else if (!inbox->Deliver(p.from, p.fd)) {
+    } else if (const auto d = inbox->Deliver(p.from, p.fd); d != TcpInbox::Delivery::kQueued) {
       close(p.fd);
+      if (d == TcpInbox::Delivery::kFull) {
+        ++rejected_;
+        last_rejection_ = QueueFullMessage(p.from, p.group, p.to);
+      }
     }
   }
   parked_.swap(keep);
@@ -296,7 +312,16 @@ void TcpPeerHub::HandleHello(int fd, const uint8_t* h) {
                    from, world, group, to, inbox->world));
     return;
   }
-  if (!inbox->Deliver(static_cast<int>(from), fd)) close(fd);
+  switch (inbox->Deliver(static_cast<int>(from), fd)) {
+    case TcpInbox::Delivery::kQueued:
+      return;
+    case TcpInbox::Delivery::kShutDown:
+      close(fd);
+      return;
+    case TcpInbox::Delivery::kFull:
+      Reject(fd, QueueFullMessage(static_cast<int>(from), group, static_cast<int>(to)));
+      return;
+  }
 }
 
 }  // namespace lockstep

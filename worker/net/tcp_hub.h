@@ -86,13 +86,19 @@ class TcpInbox {
     close(wake_fd);
   }
 
-  // Hub: a connection from `from` arrived. False if shut down (the caller
-  // closes fd).
-  bool Deliver(int from, int fd) {
+  // At most this many connections from one peer wait in its queue (the one
+  // being read and the peer's reconnects); one more is refused, so a peer
+  // that keeps connecting cannot exhaust this process's descriptors.
+  static constexpr size_t kMaxQueuedPerPeer = 8;
+  enum class Delivery { kQueued, kShutDown, kFull };
+  // Hub: a connection from `from` arrived. Unless kQueued the caller owns
+  // (and closes) fd.
+  Delivery Deliver(int from, int fd) {
     absl::MutexLock l(&mu_);
-    if (shut_down_) return false;
+    if (shut_down_) return Delivery::kShutDown;
+    if (fds_[from].size() >= kMaxQueuedPerPeer) return Delivery::kFull;
     fds_[from].push_back(fd);
-    return true;
+    return Delivery::kQueued;
   }
 
   // Waits for a connection from `from`; returns its fd, or an error.

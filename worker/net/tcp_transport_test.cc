@@ -1,7 +1,9 @@
 #include "worker/net/tcp_transport.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -296,13 +298,26 @@ int RawConnect(int port, const std::vector<uint8_t>& bytes) {
   return fd;
 }
 
+// Waits (10 s at most, never forever) until the hub closes fd: recv sees
+// end of stream or a reset; a timeout fails the test.
+void ExpectClosedByHub(int fd) {
+  timeval tv{};
+  tv.tv_sec = 10;
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+  char c;
+  const ssize_t n = recv(fd, &c, 1, 0);
+  const int err = errno;
+  EXPECT_TRUE(n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK))
+      << "recv returned " << n << ", errno " << err
+      << " (EAGAIN: the hub did not close the connection within 10 s)";
+}
+
 TEST(TcpTransportTest, ForeignConnectionIsRejectedAndTheHubKeepsServing) {
   Hubs h(2);
   std::vector<uint8_t> junk(40, 'x');
   const int fd = RawConnect(h.hubs[1]->port(), junk);
   // The hub closes it: our read sees end of stream (no sleeping).
-  char c;
-  EXPECT_LE(recv(fd, &c, 1, 0), 0);
+  ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("bad hello"));
@@ -339,8 +354,7 @@ TEST(TcpTransportTest, HelloNamingAnotherWorldSizeIsRejected) {
   std::memcpy(&hello[20], &to, 4);
   std::memcpy(&hello[24], &world, 4);
   const int fd = RawConnect(h.hubs[1]->port(), hello);
-  char c;
-  EXPECT_LE(recv(fd, &c, 1, 0), 0);
+  ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("world size 3"));
@@ -378,8 +392,7 @@ TEST(TcpTransportTest, AHelloDeadlineClosesASilentConnection) {
   o.hello_timeout = absl::Milliseconds(200);
   Hubs h(1, o);
   const int fd = RawConnect(h.hubs[0]->port(), {});
-  char c;
-  EXPECT_LE(recv(fd, &c, 1, 0), 0);  // closed by the hub (blocks until then)
+  ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[0]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[0]->last_rejection(), HasSubstr("no complete hello within 200ms"));
@@ -423,6 +436,38 @@ TEST(TcpTransportTest, AFloodOfParkedConnectionsIsCapped) {
   absl::Status s = t1->Recv(0, key, absl::MakeSpan(got), absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got[0], 9);
+}
+
+// Valid hellos for an attached rank queue per peer (the one being read and
+// reconnects) up to TcpInbox::kMaxQueuedPerPeer; a peer that keeps
+// connecting gets the rest closed, naming the cap, instead of exhausting
+// the worker's descriptors.
+TEST(TcpTransportTest, ConnectionsQueuedFromOnePeerAreCapped) {
+  Hubs h(2);
+  auto t1 = h.Make(7, 1);  // rank 1 of group 7 attached: its inbox takes hellos
+  const int n = static_cast<int>(TcpInbox::kMaxQueuedPerPeer) + 4;
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint8_t> hello(40, 0);
+    const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 2;
+    const uint64_t group = 7;
+    std::memcpy(&hello[0], &magic, 4);
+    std::memcpy(&hello[4], &version, 4);
+    std::memcpy(&hello[8], &group, 8);
+    std::memcpy(&hello[16], &from, 4);
+    std::memcpy(&hello[20], &to, 4);
+    std::memcpy(&hello[24], &world, 4);
+    fds.push_back(RawConnect(h.hubs[1]->port(), hello));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (h.hubs[1]->rejected_connections() < 4 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 4);
+  EXPECT_THAT(h.hubs[1]->last_rejection(),
+              HasSubstr("connection from rank 0 for group 7 rank 1: 8 connections from it are "
+                        "already queued"));
+  for (int fd : fds) close(fd);
 }
 
 TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
