@@ -59,6 +59,12 @@ void Coordinator::EvictFinishedJobsLocked() {
   }
   for (uint64_t id :
        jobs_.EvictFinished([&](uint64_t id) { return bound.count(id) == 0; })) {
+    // Its stored weights go too: an evicted job's weights are not served
+    // (and would stay in the database until the next restart prunes them).
+    auto mark = persisted_.find(id);
+    if (state_db_ != nullptr && mark != persisted_.end() && mark->second.weights_stored) {
+      state_db_->DeleteWeights(id);  // queued for the writer thread, no I/O here
+    }
     persisted_.erase(id);
     weights_.Drop(id);
   }
