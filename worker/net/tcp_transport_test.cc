@@ -1,4 +1,5 @@
 #include "worker/net/tcp_transport.h"
+#include "worker/net/tcp_wire.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -286,6 +287,19 @@ TEST(TcpTransportTest, ConcurrentBigSendIsWrittenWhileAnotherThreadWaits) {
 }
 
 // Connects a raw socket to `port` and sends `bytes`; returns the fd.
+// A valid hello (tcp_wire's encoder): rank `from` of `world` in `group`
+// calling rank `to`.
+std::vector<uint8_t> HelloBytes(uint64_t group, uint32_t from, uint32_t to, uint32_t world) {
+  std::vector<uint8_t> hello(tcpwire::kHeaderBytes);
+  tcpwire::Hello h;
+  h.group = group;
+  h.from = from;
+  h.to = to;
+  h.world = world;
+  tcpwire::EncodeHello(h, hello.data());
+  return hello;
+}
+
 int RawConnect(int port, const std::vector<uint8_t>& bytes) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -344,15 +358,7 @@ TEST(TcpTransportTest, ForeignConnectionIsRejectedAndTheHubKeepsServing) {
 TEST(TcpTransportTest, HelloNamingAnotherWorldSizeIsRejected) {
   Hubs h(2);
   auto t1 = h.Make(7, 1);
-  std::vector<uint8_t> hello(40, 0);
-  const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 3;
-  const uint64_t group = 7;
-  std::memcpy(&hello[0], &magic, 4);
-  std::memcpy(&hello[4], &version, 4);
-  std::memcpy(&hello[8], &group, 8);
-  std::memcpy(&hello[16], &from, 4);
-  std::memcpy(&hello[20], &to, 4);
-  std::memcpy(&hello[24], &world, 4);
+  const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 3);
   const int fd = RawConnect(h.hubs[1]->port(), hello);
   ExpectClosedByHub(fd);
   close(fd);
@@ -406,15 +412,7 @@ TEST(TcpTransportTest, AFloodOfParkedConnectionsIsCapped) {
   Hubs h(2, o);
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
-    std::vector<uint8_t> hello(40, 0);
-    const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 2;
-    const uint64_t group = 1000 + i;
-    std::memcpy(&hello[0], &magic, 4);
-    std::memcpy(&hello[4], &version, 4);
-    std::memcpy(&hello[8], &group, 8);
-    std::memcpy(&hello[16], &from, 4);
-    std::memcpy(&hello[20], &to, 4);
-    std::memcpy(&hello[24], &world, 4);
+    const std::vector<uint8_t> hello = HelloBytes(1000 + i, 0, 1, 2);
     fds.push_back(RawConnect(h.hubs[1]->port(), hello));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -448,15 +446,7 @@ TEST(TcpTransportTest, ConnectionsQueuedFromOnePeerAreCapped) {
   const int n = static_cast<int>(TcpInbox::kMaxQueuedPerPeer) + 4;
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
-    std::vector<uint8_t> hello(40, 0);
-    const uint32_t magic = 0x48534b4c, version = 1, from = 0, to = 1, world = 2;
-    const uint64_t group = 7;
-    std::memcpy(&hello[0], &magic, 4);
-    std::memcpy(&hello[4], &version, 4);
-    std::memcpy(&hello[8], &group, 8);
-    std::memcpy(&hello[16], &from, 4);
-    std::memcpy(&hello[20], &to, 4);
-    std::memcpy(&hello[24], &world, 4);
+    const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2);
     fds.push_back(RawConnect(h.hubs[1]->port(), hello));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
