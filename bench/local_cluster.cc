@@ -68,14 +68,17 @@ absl::Status LocalCluster::StartAll() {
   std::vector<std::string> ps_addresses;
   for (int s = 0; s < config_.ps_servers; ++s) {
     std::vector<std::string> argv = {absl::StrCat(root, "/server/ps/lockstep-server"),
-                                     "--role=ps"};
+                                     "--role=ps", "--insecure"};
     argv.insert(argv.end(), config_.ps_flags.begin(), config_.ps_flags.end());
     int port = 0;
     absl::StatusOr<pid_t> pid = StartDaemon(absl::StrCat("ps", s), argv, &port);
     if (!pid.ok()) return pid.status();
     ps_addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }
-  std::vector<std::string> argv = {absl::StrCat(root, "/server/lockstep-coordinator")};
+  // Plain text on loopback, said explicitly (--insecure), as every local
+  // bench cluster does.
+  std::vector<std::string> argv = {absl::StrCat(root, "/server/lockstep-coordinator"),
+                                   "--insecure"};
   if (!ps_addresses.empty()) {
     argv.push_back(absl::StrCat("--ps_addresses=", absl::StrJoin(ps_addresses, ",")));
   }
@@ -91,7 +94,7 @@ absl::Status LocalCluster::StartAll() {
   for (int w = 0; w < config_.workers; ++w) {
     std::vector<std::string> wargv = {absl::StrCat(root, "/worker/lockstep-worker"),
                                       absl::StrCat("--coordinator=", address_),
-                                      "--blas_threads=1"};
+                                      "--blas_threads=1", "--insecure"};
     wargv.insert(wargv.end(), config_.worker_flags.begin(), config_.worker_flags.end());
     absl::StatusOr<pid_t> pid = StartDaemon(absl::StrCat("worker", w), wargv, nullptr);
     if (!pid.ok()) return pid.status();
@@ -127,7 +130,8 @@ absl::StatusOr<JobRun> LocalCluster::RunJob(const std::vector<std::string>& job_
   const std::string out = absl::StrCat(config_.log_dir, "/submit", n, ".out");
   const std::string err = absl::StrCat(config_.log_dir, "/submit", n, ".err");
   std::vector<std::string> argv = {absl::StrCat(config_.root, "/client/lockstep"),
-                                   absl::StrCat("--coordinator=", address_), "submit"};
+                                   absl::StrCat("--coordinator=", address_), "--insecure",
+                                   "submit"};
   argv.insert(argv.end(), job_flags.begin(), job_flags.end());
   absl::StatusOr<pid_t> pid = Spawn(argv, {}, out, err);
   if (!pid.ok()) return pid.status();

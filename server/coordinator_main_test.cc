@@ -125,7 +125,7 @@ TEST(CoordinatorMainTest, UnknownFlagExits2) {
 TEST(CoordinatorMainTest, BadFlagValuesExit2) {
   for (const char* arg : {"--heartbeat_ms=abc", "--listen=nope", "--lost_after_ms=0",
                           "--ps_addresses=a:1,b", "positional"}) {
-    Child c({arg});
+    Child c({"--insecure", arg});
     EXPECT_EQ(c.WaitExit(kTimeout), 2) << arg << ": " << c.err();
   }
 }
@@ -133,7 +133,7 @@ TEST(CoordinatorMainTest, BadFlagValuesExit2) {
 TEST(CoordinatorMainTest, ServesWritesPortFileAndExits0OnSignal) {
   for (int sig : {SIGTERM, SIGINT}) {
     const std::string port_file = absl::StrCat(TmpDir(), "/port.", sig);
-    Child c({"--listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file),
+    Child c({"--insecure", "--listen=127.0.0.1:0", absl::StrCat("--port_file=", port_file),
              "--lost_after_ms=500"});
     const std::string prefix = "INFO  coordinator: listening address=127.0.0.1:";
     ASSERT_TRUE(c.ReadUntil(prefix, kTimeout)) << c.err();
@@ -178,7 +178,7 @@ TEST(CoordinatorMainTest, PortInUseExits1) {
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const int port = ntohs(addr.sin_port);
 
-  Child c({absl::StrCat("--listen=127.0.0.1:", port)});
+  Child c({"--insecure", absl::StrCat("--listen=127.0.0.1:", port)});
   EXPECT_EQ(c.WaitExit(kTimeout), 1) << c.err();
   EXPECT_NE(c.err().find(absl::StrCat("cannot listen: the address is in use or not available "
                                       "listen=127.0.0.1:",

@@ -19,13 +19,13 @@ mkdir -p "$T/data"
 write_blobs "$T/data" 11 300 60 4
 CK="$T/ck"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 for i in 1 2; do
-  "$WORKER" --coordinator="$C" --data_dir="$T/data" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T/data" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"
 done
 idle() { for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && return 0; sleep 0.05; done; fail "workers not idle"; }

@@ -32,16 +32,16 @@ write(f"{t}/host3/test.csv", 60, 1)
 PY
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 for i in 1 2 3; do
   dir="$T/host1"; [ "$i" = 3 ] && dir="$T/host3"
-  "$WORKER" --coordinator="$C" --data_dir="$dir" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$dir" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"   # registration order = worker ids w-1, w-2, w-3
-  for _ in $(seq 100); do [ "$("$CLI" --coordinator="$C" workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
+  for _ in $(seq 100); do [ "$("$CLI" --insecure --coordinator="$C" workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
 done
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
 echo "== ring job, followed"
@@ -143,7 +143,7 @@ out=$(cli submit --workers=2 --model=softmax --dataset="$ABS" --batch=16 --steps
 n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 11 ] || fail "jobs: $n"
 
 echo "== a replica that drifts is caught at that step and named"
-"$WORKER" --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \
+"$WORKER" --insecure --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \
   --port_file="$T/w4.port" 2>"$T/w4.log" & pids+=($!)
 wait_file "$T/w4.port"
 for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 4 ] && break; sleep 0.05; done

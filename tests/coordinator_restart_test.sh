@@ -25,7 +25,7 @@ DATA='csv:train.csv;test.csv'
 S="$T/state"
 
 start_coordinator() {  # start_coordinator LISTEN LOG
-  "$COORD" --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
+  "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
     2>>"$T/$2" & pids+=($!)
   cpid=$!
 }
@@ -33,7 +33,7 @@ start_coordinator 127.0.0.1:0 coord.log
 wait_file "$T/coord.port"
 PORT=$(cat "$T/coord.port")
 C="127.0.0.1:$PORT"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 now_ms() { date +%s%3N; }
 wait_until() {
@@ -46,7 +46,7 @@ stepped() { [ "$(cli status "$1" --json 2>/dev/null | json "int(d.get('step', 0)
 ended() { case "$(field "$1" state 2>/dev/null)" in SUCCEEDED|FAILED|CANCELLED) return 0;; esac; return 1; }
 
 for i in 1 2; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=-1 \
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=-1 \
     2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
@@ -118,7 +118,7 @@ P=$(cli sync "$J1" --max_entries=0 --all) || fail "sync --all: $P"
 [ "$(grep -c 'all 2 ranks match' <<<"$P")" = "$STEPS" ] || fail "sync --all listed $(grep -c 'all 2 ranks match' <<<"$P") of $STEPS checks"
 
 echo "== a second coordinator on the same --state_dir is refused"
-"$COORD" --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord3.log"
+"$COORD" --insecure --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord3.log"
 rc=$?
 [ "$rc" = 2 ] || fail "second coordinator on $S: exit $rc, expected 2"
 grep -q "in use by another coordinator" "$T/coord3.log" || fail "no clear error: $(cat "$T/coord3.log")"

@@ -22,7 +22,7 @@ wait_exit() {
   done
   wait "$pid"
 }
-health() { "$CLI" --coordinator="$1" health "${@:2}"; }
+health() { "$CLI" --insecure --coordinator="$1" health "${@:2}"; }
 # wait_health ADDR [STATUS]: polls `lockstep health` until it prints STATUS.
 wait_health() {
   local want=${2:-SERVING} got=""
@@ -44,13 +44,13 @@ for name, n in (("train", 240), ("test", 60)):
 PY
 DATA="csv:$T/data/train.csv;$T/data/test.csv"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & cpid=$!; pids+=($cpid)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & cpid=$!; pids+=($cpid)
 wait_file "$T/coord.port"
 CPORT=$(cat "$T/coord.port"); C="127.0.0.1:$CPORT"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 wpid=()
 start_worker() {  # start_worker N
-  "$WORKER" --coordinator="$C" --port_file="$T/w$1.port" 2>"$T/w$1.log" & wpid[$1]=$!; pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$1.port" 2>"$T/w$1.log" & wpid[$1]=$!; pids+=($!)
   wait_file "$T/w$1.port"
 }
 start_worker 1; start_worker 2
@@ -72,7 +72,7 @@ grep -q '127.0.0.1:1' "$T/err" || fail "unreachable message: $(cat "$T/err")"
 echo "  coordinator, workers: SERVING; unknown service and closed port exit 1"
 # A worker that cannot register (nothing listens at its coordinator address)
 # is NOT_SERVING, and still exits 0 on SIGTERM.
-"$WORKER" --coordinator=127.0.0.1:1 --port_file="$T/lonely.port" 2>"$T/lonely.log" & lpid=$!; pids+=($lpid)
+"$WORKER" --insecure --coordinator=127.0.0.1:1 --port_file="$T/lonely.port" 2>"$T/lonely.log" & lpid=$!; pids+=($lpid)
 wait_file "$T/lonely.port"
 out=$(health "127.0.0.1:$(cat "$T/lonely.port")"); rc=$?
 [ "$rc" = 1 ] && [ "$out" = NOT_SERVING ] || fail "unregistered worker: rc $rc, '$out'"
@@ -92,7 +92,7 @@ grep -qx "service lockstep.v1.PeerService" <<<"$out" && grep -qx "service grpc.h
 grep -q "^symbol lockstep.v1.PeerService in proto/peer.proto" <<<"$out" || fail "worker reflection descriptor: $out"
 
 echo "== ps server: health, reflection, SIGTERM exits 0"
-"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" 2>"$T/ps.log" & ppid=$!; pids+=($ppid)
+"$PS" --insecure --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" 2>"$T/ps.log" & ppid=$!; pids+=($ppid)
 wait_file "$T/ps.port"; P="127.0.0.1:$(cat "$T/ps.port")"
 wait_health "$P"
 [ "$(health "$P" --service=lockstep.v1.ParameterServer)" = SERVING ] || fail "ps service health"
@@ -150,7 +150,7 @@ done
 echo "  job $id failed, both workers ended it and keep running"
 
 echo "== a new coordinator on the same address: the workers register again"
-"$COORD" --listen="$C" --port_file="$T/coord2.port" 2>"$T/coord2.log" & cpid=$!; pids+=($cpid)
+"$COORD" --insecure --listen="$C" --port_file="$T/coord2.port" 2>"$T/coord2.log" & cpid=$!; pids+=($cpid)
 wait_file "$T/coord2.port"
 n=0
 for _ in $(seq 200); do n=$(cli workers | grep -c IDLE); [ "$n" = 2 ] && break; sleep 0.05; done

@@ -53,14 +53,14 @@ write(f"{t}/host5/test.csv", 60, 8)
 PY
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 for i in 1 2 3 4 5; do
   dir="$T/host1"; [ "$i" = 5 ] && dir="$T/host5"
   extra=(); [ "$i" = 2 ] && extra=(--fault_flip_step=3 --fault_flip_target=weights --fault_flip_index=1)
-  "$WORKER" --coordinator="$C" --listen=127.0.0.1:0 --data_dir="$dir" --port_file="$T/w$i.port" \
+  "$WORKER" --insecure --coordinator="$C" --listen=127.0.0.1:0 --data_dir="$dir" --port_file="$T/w$i.port" \
     --metrics_port=-1 "${extra[@]}" 2>"$T/w$i.log" & pids+=($!)
   [ "$i" = 2 ] && w2pid=$!
   wait_file "$T/w$i.port"   # registration order = worker ids w-1 .. w-4

@@ -66,7 +66,7 @@ write(f"{d}/test.csv", n_test)
 PY
 }
 log_size() { stat -c %s "$1"; }
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 now_ms() { date +%s%3N; }
 wait_until() {
@@ -87,7 +87,7 @@ live=()   # the ids of the workers alive
 spawn_worker() {
   n_workers=$((n_workers + 1))
   local i=$n_workers
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   live+=("w-$i")
   wait_file "$T/w$i.port"

@@ -51,7 +51,7 @@ for b in "$COORD" "$WORKER" "$PS"; do
 done
 
 # JSON lines: the ps server's start-up and shutdown lines.
-"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --log_format=json 2>"$T/ps.log" &
+"$PS" --insecure --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --log_format=json 2>"$T/ps.log" &
 pid=$!
 for _ in $(seq 200); do [ -s "$T/ps.port" ] && break; sleep 0.05; done
 [ -s "$T/ps.port" ] || { kill "$pid"; fail "ps server did not start: $(cat "$T/ps.log")"; }

@@ -32,16 +32,16 @@ rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 run_phase() {  # run_phase NAME STEPS [coordinator flags...]
   local name=$1 steps=$2; shift 2
   rm -f "$T/coord.port"
-  "$COORD" --listen=127.0.0.1:0 --metrics_port=-1 --port_file="$T/coord.port" "$@" \
+  "$COORD" --insecure --listen=127.0.0.1:0 --metrics_port=-1 --port_file="$T/coord.port" "$@" \
     2>"$T/$name-coord.log" & pids+=($!)
   local cpid=$!
   wait_file "$T/coord.port"
   C="127.0.0.1:$(cat "$T/coord.port")"
-  cli() { "$CLI" --coordinator="$C" "$@"; }
+  cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
   local wpids=()
   for i in 1 2 3 4; do
     rm -f "$T/w$i.port"
-    "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=-1 \
+    "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=-1 \
       2>"$T/$name-w$i.log" & pids+=($!); wpids+=($!)
     wait_file "$T/w$i.port"
   done

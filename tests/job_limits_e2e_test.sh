@@ -21,12 +21,12 @@ source "$(dirname "$0")/e2e_lib.sh"
 write_blobs "$T" 11 200 40
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 declare -A wpid
 for i in 1 2; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
     --max_job_memory_bytes=1000000000 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   wait_file "$T/w$i.port"

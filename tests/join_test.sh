@@ -32,7 +32,7 @@ DATA='csv:train.csv;test.csv'
 CK="$T/ckpt"
 mkdir -p "$CK"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 regrouped() {

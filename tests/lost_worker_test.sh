@@ -21,12 +21,12 @@ source "$(dirname "$0")/e2e_lib.sh"
 write_blobs "$T" 7 240 60
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 declare -A wpid
 for i in 1 2 3 4; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   wait_file "$T/w$i.port"   # registration order = worker ids w-1 .. w-4
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
@@ -85,11 +85,11 @@ out=$(cli submit --workers=2 --model=mlp:8 --dataset="$DATA" --batch=24 --steps=
 # The bound is configurable: a coordinator with --lost_after_ms=1000 and two
 # fresh workers (they learn it at registration): a SIGKILL fails the job in
 # under 2 s.
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord2.port" --lost_after_ms=1000 2>"$T/coord2.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord2.port" --lost_after_ms=1000 2>"$T/coord2.log" & pids+=($!)
 wait_file "$T/coord2.port"
 C="127.0.0.1:$(cat "$T/coord2.port")"
 for i in 5 6; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   wait_file "$T/w$i.port"
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$((i - 4))" ] && break; sleep 0.05; done

@@ -31,19 +31,19 @@ PY
 
 write_blobs "$T" 7 240 60
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
   --metrics_port_file="$T/coord.mport" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"; wait_file "$T/coord.mport"
 C="127.0.0.1:$(cat "$T/coord.port")"
-"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=0 \
+"$PS" --insecure --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=0 \
   --metrics_port_file="$T/ps.mport" 2>"$T/ps.log" & pids+=($!)
 wait_file "$T/ps.mport"
 for i in 1 2; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=0 \
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=0 \
     --metrics_port_file="$T/w$i.mport" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.mport"
 done
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && break; sleep 0.05; done
 [ "$(cli workers | grep -c IDLE)" = 2 ] || fail "workers did not register: $(cli workers)"
 targets=()

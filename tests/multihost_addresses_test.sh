@@ -30,7 +30,7 @@ source "$(dirname "$0")/netns_lib.sh"
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 netns_up "$NET" "$TAG" 4
 C="$NET.1:7070"
-cli() { on 1 "$CLI" --coordinator="$C" "$@"; }
+cli() { on 1 "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
 stop_all() {
@@ -50,11 +50,11 @@ wait_workers() {  # $1 = expected number of IDLE workers
 # start_cluster PHASE [extra coordinator flags] -- [per-worker advertise prefix]
 start_cluster() {
   local phase=$1 cadv=$2 wadv=$3
-  on 1 "$COORD" --listen=0.0.0.0:7070 $cadv 2>"$T/$phase-coord.log" &
+  on 1 "$COORD" --insecure --listen=0.0.0.0:7070 $cadv 2>"$T/$phase-coord.log" &
   for _ in $(seq 200); do cli workers >/dev/null 2>&1 && break; sleep 0.05; done
   for i in 2 3 4; do
     local adv=""; [ -n "$wadv" ] && adv="--advertise=$wadv$i"
-    on "$i" "$WORKER" --coordinator="$C" --listen=0.0.0.0:7071 --data_port=7072 $adv \
+    on "$i" "$WORKER" --insecure --coordinator="$C" --listen=0.0.0.0:7071 --data_port=7072 $adv \
       2>"$T/$phase-w$i.log" &
   done
   wait_workers 3
@@ -101,11 +101,11 @@ echo "B: same four jobs SUCCEEDED, same final hash"
 stop_all
 
 echo "== C: two workers claiming one address are refused, never swapped"
-on 1 "$COORD" --listen=0.0.0.0:7070 2>"$T/C-coord.log" &
+on 1 "$COORD" --insecure --listen=0.0.0.0:7070 2>"$T/C-coord.log" &
 for _ in $(seq 200); do cli workers >/dev/null 2>&1 && break; sleep 0.05; done
-on 2 "$WORKER" --coordinator="$C" --listen=0.0.0.0:7071 --advertise=vm 2>"$T/C-w2.log" &
+on 2 "$WORKER" --insecure --coordinator="$C" --listen=0.0.0.0:7071 --advertise=vm 2>"$T/C-w2.log" &
 wait_workers 1
-on 3 "$WORKER" --coordinator="$C" --listen=0.0.0.0:7071 --advertise=vm 2>"$T/C-w3.log" &
+on 3 "$WORKER" --insecure --coordinator="$C" --listen=0.0.0.0:7071 --advertise=vm 2>"$T/C-w3.log" &
 for _ in $(seq 200); do grep -q "already registered" "$T/C-w3.log" && break; sleep 0.05; done
 grep -q "address vm:7071 is already registered by live worker w-1 (host $(hostname), pid" "$T/C-w3.log" \
   || fail "C: second claimant not refused naming both: $(tail -2 "$T/C-w3.log")"
@@ -115,11 +115,11 @@ ws=$(cli workers --json)
 stop_all
 
 echo "== D: a malformed --advertise names the flag"
-on 2 "$WORKER" --coordinator="$C" --listen=0.0.0.0:0 --advertise=10.0.0.9: 2>"$T/D.log"
+on 2 "$WORKER" --insecure --coordinator="$C" --listen=0.0.0.0:0 --advertise=10.0.0.9: 2>"$T/D.log"
 rc=$?
 [ "$rc" = 2 ] || fail "D: exit $rc, expected 2"
 grep -q -- '--advertise: expected HOST or HOST:PORT' "$T/D.log" || fail "D: $(cat "$T/D.log")"
-on 1 "$COORD" --listen=0.0.0.0:0 --advertise=coord:x 2>"$T/D2.log"
+on 1 "$COORD" --insecure --listen=0.0.0.0:0 --advertise=coord:x 2>"$T/D2.log"
 rc=$?
 [ "$rc" = 2 ] || fail "D: coordinator exit $rc, expected 2"
 grep -q -- '--advertise: expected HOST or HOST:PORT' "$T/D2.log" || fail "D: $(cat "$T/D2.log")"

@@ -27,14 +27,14 @@ with open(f"{t}/train.csv", "w") as f:
 PY
 DATA="csv:$T/train.csv"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 for i in 1 2 3; do
   fault=(); [ "$i" = 3 ] && fault=(--fault_nan_step=5)
-  "$WORKER" --coordinator="$C" --port_file="$T/w$i.port" "${fault[@]}" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$i.port" "${fault[@]}" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"   # registration order = worker ids = ranks 0, 1, 2
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
 done

@@ -28,7 +28,7 @@ source "$(dirname "$0")/netns_lib.sh"
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -12 "$f"; done; exit 1; }
 netns_up "$NET" "$TAG" 4
 C="$NET.1:7070"
-cli() { on 1 "$CLI" --coordinator="$C" "$@"; }
+cli() { on 1 "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 now_ms() { date +%s%3N; }
 wait_until() {  # DEADLINE_MS CMD...: polls CMD until it succeeds or the deadline
@@ -43,12 +43,12 @@ idle() {  # WORKER_ID...: every one of them IDLE
 }
 stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 
-on 1 "$COORD" --listen=0.0.0.0:7070 2>"$T/coord.log" &
+on 1 "$COORD" --insecure --listen=0.0.0.0:7070 2>"$T/coord.log" &
 for _ in $(seq 200); do cli workers >/dev/null 2>&1 && break; sleep 0.05; done
 # Worker w-N runs in namespace N+1 at $NET.(N+1) (started one at a time, so
 # registration order gives the ids).
 for i in 2 3 4; do
-  on "$i" "$WORKER" --coordinator="$C" --listen=0.0.0.0:7071 --data_port=7072 2>"$T/w$((i - 1)).log" &
+  on "$i" "$WORKER" --insecure --coordinator="$C" --listen=0.0.0.0:7071 --data_port=7072 2>"$T/w$((i - 1)).log" &
   wait_until $(( $(now_ms) + 20000 )) idle "w-$((i - 1))" || fail "worker in namespace $i did not register"
 done
 

@@ -20,19 +20,19 @@ with open(f"{t}/train.csv", "w") as f:
         f.write(f"{c}," + ",".join(f"{x:.4f}" for x in xs) + "\n")
 PY
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 for i in 1 2; do
-  "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"
 done
 idle=0
 for _ in $(seq 200); do
-  idle=$("$CLI" --coordinator="$C" workers | grep -c IDLE); [ "$idle" = 2 ] && break; sleep 0.05
+  idle=$("$CLI" --insecure --coordinator="$C" workers | grep -c IDLE); [ "$idle" = 2 ] && break; sleep 0.05
 done
 [ "$idle" = 2 ] || fail "workers not idle: $idle"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 JOB=(--model=mlp:16 --dataset=csv:train.csv --batch=20 --lr=0.1 --steps=30)
 
 echo "== weak scaling, K = 1,2,4 with two workers"

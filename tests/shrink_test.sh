@@ -39,7 +39,7 @@ mkdir -p "$CK"
 
 COORD_FLAGS=()
 [ "$MODE" = restart ] && COORD_FLAGS=(--state_dir="$T/state")
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
 cpid=$!
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
@@ -57,7 +57,7 @@ restart_coordinator() {
   wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
     || fail "$1: the workers did not see the coordinator down within 5 s"
   rm -f "$T/coord.port"
-  "$COORD" --listen="$C" --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>>"$T/coord2.log" & pids+=($!)
+  "$COORD" --insecure --listen="$C" --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>>"$T/coord2.log" & pids+=($!)
   cpid=$!
   wait_file "$T/coord.port"
   echo "$1: coordinator SIGKILLed after the regroup, restarted $(( $(now_ms) - k0 )) ms later"

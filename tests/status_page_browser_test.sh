@@ -38,22 +38,22 @@ write(f"{t}/test.csv", 60)
 PY
 DATA="csv:$T/train.csv;$T/test.csv"
 
-err=$("$COORD" --listen=127.0.0.1:0 --metrics_port=70000 2>&1); rc=$?
+err=$("$COORD" --insecure --listen=127.0.0.1:0 --metrics_port=70000 2>&1); rc=$?
 [ "$rc" = 2 ] || fail "--metrics_port=70000: exit $rc, want 2: $err"
 grep -q -- '--metrics_port: expected -1 (off), 0 (OS-chosen) or 1..65535, got 70000' <<<"$err" ||
   fail "--metrics_port=70000: $err"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" \
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" \
   --metrics_port=0 --metrics_port_file="$T/http.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 wait_file "$T/http.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 URL="http://127.0.0.1:$(cat "$T/http.port")"
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 for i in 1 2 3; do
   fault=(); [ "$i" = 3 ] && fault=(--fault_perturb_step=3)
-  "$WORKER" --coordinator="$C" --port_file="$T/w$i.port" "${fault[@]}" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$i.port" "${fault[@]}" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.port"
   for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
 done

@@ -35,7 +35,7 @@ JOB=(--workers=2 --model=mlp:16 --dataset='csv:train.csv;test.csv' --batch=30 --
 
 # start NAME [TLS flags per role: "" = plain]; sets C, PSA, W1 (worker 1's address)
 start() {
-  local n="$1" secure="$2" cf="" wf="" sf=""
+  local n="$1" secure="$2" cf="--insecure" wf="--insecure" sf="--insecure"
   if [ "$secure" = 1 ]; then
     cf="$(tls "$PKI" coordinator) --token_file=$PKI/token"; wf="$(tls "$PKI" worker)"
     sf="$(tls "$PKI" server)"
@@ -69,7 +69,7 @@ stop_all() { cleanup; pids=(); }
 
 echo "== A: plain text"
 start plain 0
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 idle
 t0=$(date +%s.%N)
 ring_ref=$(run_job --sync=ring --peer_transport=grpc) || exit 1
@@ -108,8 +108,8 @@ expect_cli() {  # CODE args...: the CLI exits 1 with CODE on stderr
   echo "ok   $(grep -v "^E[0-9]" <<<"$err" | head -c 200)"
 }
 echo wrong-token > "$T/wrong.token"
-expect_cli UNAVAILABLE jobs
-expect_cli UNAVAILABLE submit "${JOB[@]}"
+expect_cli UNAVAILABLE --insecure jobs
+expect_cli UNAVAILABLE --insecure submit "${JOB[@]}"
 expect_cli UNAVAILABLE $(tls "$T/other" client) --token_file="$T/other/token" submit "${JOB[@]}"
 expect_cli UNAUTHENTICATED $(tls "$PKI" client) submit "${JOB[@]}"
 expect_cli UNAUTHENTICATED $(tls "$PKI" client) --token_file="$T/wrong.token" submit "${JOB[@]}"
@@ -168,7 +168,7 @@ with lockstep.Client(addr, **tls(pki, "worker"), token_file=f"{pki}/token") as c
     assert code(lambda: c.submit(**job)) == "PERMISSION_DENIED"
 with lockstep.Client(addr, timeout=3, **tls(other, "client"), token_file=f"{other}/token") as c:
     assert code(c.jobs) == "UNAVAILABLE"
-with lockstep.Client(addr, timeout=3) as c:
+with lockstep.Client(addr, timeout=3, insecure=True) as c:
     assert code(c.jobs) == "UNAVAILABLE"
 for bad, what in [(dict(tls_ca=f"{pki}/ca.pem"), "tls_cert: missing"),
                   (dict(tls(pki, "client"), tls_key=f"{pki}/nope.key"), "tls_key: cannot read"),

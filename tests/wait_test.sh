@@ -32,7 +32,7 @@ source "$(dirname "$0")/e2e_lib.sh"
 write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 # waiting JOB RANK: paused, waiting for a worker to take RANK.

@@ -23,15 +23,15 @@ BATCH="${RSS_BATCH:-$((128 * K))}"
 DIR=/usr/share/datasets/fashion-mnist
 [ -s "$DIR/train-images-idx3-ubyte.gz" ] || fail "no Fashion-MNIST in $DIR (deploy/setup.sh installs dataset-fashion-mnist)"
 
-"$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 wpids=()
 for i in $(seq "$K"); do
-  "$WORKER" --coordinator="$C" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!); wpids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!); wpids+=($!)
   wait_file "$T/w$i.port"
 done
-cli() { "$CLI" --coordinator="$C" "$@"; }
+cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = "$K" ] && break; sleep 0.05; done
 [ "$(cli workers | grep -c IDLE)" = "$K" ] || fail "$K workers not idle"
 

@@ -70,13 +70,13 @@ def port_of(path, name):
 def setUpModule():
     global ADDR
     port_file = os.path.join(TMP, "coord.port")
-    start("coordinator", [COORD, "--listen=127.0.0.1:0", f"--port_file={port_file}"])
+    start("coordinator", [COORD, "--insecure", "--listen=127.0.0.1:0", f"--port_file={port_file}"])
     ADDR = f"127.0.0.1:{port_of(port_file, 'coordinator')}"
     for i in (1, 2):
         pf = os.path.join(TMP, f"w{i}.port")
-        start(f"worker{i}", [WORKER, f"--coordinator={ADDR}", f"--port_file={pf}"])
+        start(f"worker{i}", [WORKER, "--insecure", f"--coordinator={ADDR}", f"--port_file={pf}"])
         port_of(pf, f"worker{i}")
-    with lockstep.Client(ADDR) as c:
+    with lockstep.Client(ADDR, insecure=True) as c:
         wait_for("2 idle workers", lambda: sum(w.state == "IDLE" for w in c.workers()) == 2)
 
 
@@ -111,8 +111,13 @@ def read_idx_gz(path):
 
 
 def cli(*args):
-    return subprocess.run([CLI, f"--coordinator={ADDR}", *args], capture_output=True,
-                          text=True, timeout=60)
+    r = subprocess.run([CLI, "--insecure", f"--coordinator={ADDR}", *args], capture_output=True,
+                       text=True, timeout=60)
+    # Without --insecure's warning line (tests/tls_e2e_test checks it), so
+    # error messages compare exactly.
+    r.stderr = "".join(line for line in r.stderr.splitlines(True)
+                       if not line.startswith("lockstep: warning: --insecure"))
+    return r
 
 
 class TrainAndForwardPass(unittest.TestCase):
@@ -120,7 +125,7 @@ class TrainAndForwardPass(unittest.TestCase):
 
     def test_readme_example_and_numpy_forward_pass(self):
         # -- the README's five lines (with a short job) -------------------------
-        c = lockstep.Client(ADDR)
+        c = lockstep.Client(ADDR, insecure=True)
         job = c.submit(model=f"mlp:{HIDDEN}", workers=2, sync="ring", peer_transport="tcp",
                        steps=STEPS)
         events = [ev for ev in c.follow(job, timeout=240)]
@@ -224,7 +229,7 @@ class Errors(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.c = lockstep.Client(ADDR, timeout=10)
+        cls.c = lockstep.Client(ADDR, timeout=10, insecure=True)
 
     def assertRpcError(self, code, text, fn, *args, **kwargs):
         with self.assertRaises(lockstep.LockstepError) as cm:
@@ -294,7 +299,7 @@ class Errors(unittest.TestCase):
     def test_no_coordinator(self):
         with socket.socket() as s:  # bound, never listening: connections are refused
             s.bind(("127.0.0.1", 0))
-            c = lockstep.Client(f"127.0.0.1:{s.getsockname()[1]}", timeout=5)
+            c = lockstep.Client(f"127.0.0.1:{s.getsockname()[1]}", timeout=5, insecure=True)
             self.assertRpcError(grpc.StatusCode.UNAVAILABLE, "", c.jobs)
             c.close()
 
@@ -322,7 +327,7 @@ class SameSpecAsCli(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.c = lockstep.Client(ADDR)
+        cls.c = lockstep.Client(ADDR, insecure=True)
         cls.job_file = os.path.join(TMP, "job.txt")
         with open(cls.job_file, "w") as f:
             f.write('model: "softmax"\nsync_mode: RING\nepochs: 3\nnum_workers: 2\nglobal_batch: 64\n'
