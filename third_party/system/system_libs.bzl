@@ -25,6 +25,9 @@ _LIBS = {
     "zlib": ["zlib"],
     # SQLite (libsqlite3-dev): the coordinator's --state_dir database.
     "sqlite3": ["sqlite3"],
+    # OpenSSL's libcrypto (libssl-dev): data-plane secrets and HMACs
+    # (common/net/data_auth.h).
+    "libcrypto": ["libcrypto"],
     "gtest": ["gtest", "gmock"],
     "gtest_main": ["gtest_main", "gmock", "gtest"],
 }
