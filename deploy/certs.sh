@@ -2,6 +2,7 @@
 # Creates what mutual TLS between lockstep processes needs (Debian's openssl):
 #
 #   bash deploy/certs.sh --out=DIR [--hosts=h1,10.0.0.5,...] [--days=N] [--force]
+#                        [--k8s_secrets=FILE]
 #
 # DIR/ca.pem, ca.key             the CA (keep ca.key offline in production)
 # DIR/coordinator.{pem,key}      lockstep-coordinator   URI SAN lockstep://role/coordinator
@@ -19,16 +20,23 @@
 # --days days (default 365). Private keys and the token are mode 0600.
 # An existing DIR/ca.pem is kept (re-run with a new --hosts list to re-issue
 # the role certificates from the same CA) unless --force.
+# --k8s_secrets=FILE also writes Kubernetes Secret objects (mode 0600) that
+# deploy/k8s/ mounts at /etc/lockstep/tls: lockstep-coordinator-tls,
+# lockstep-server-tls, lockstep-worker-tls (ca.pem, tls.pem, tls.key; the
+# coordinator's also token): kubectl apply -f FILE.
+# Docker Compose / Swarm read DIR's files as secrets (deploy/docker-compose.yml,
+# LOCKSTEP_PKI_DIR, default deploy/pki).
 set -euo pipefail
 
-out="" hosts="" days=365 force=0
+out="" hosts="" days=365 force=0 k8s=""
 for arg in "$@"; do
   case "$arg" in
     --out=*) out="${arg#--out=}" ;;
     --hosts=*) hosts="${arg#--hosts=}" ;;
     --days=*) days="${arg#--days=}" ;;
     --force) force=1 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --k8s_secrets=*) k8s="${arg#--k8s_secrets=}" ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "certs.sh: unknown argument \"$arg\" (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,5 +97,21 @@ rm -f "$out/ca.srl"
 
 if [[ $force -eq 1 || ! -s "$out/token" ]]; then
   openssl rand -hex 32 > "$out/token"
+fi
+
+if [[ -n "$k8s" ]]; then
+  b64() { base64 -w0 < "$1"; }
+  {
+    for role in coordinator server worker; do
+      printf -- '---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: lockstep-%s-tls\n' "$role"
+      printf '  labels:\n    app.kubernetes.io/name: lockstep\n    app.kubernetes.io/component: %s\n' \
+        "$([ "$role" = server ] && echo ps || echo "$role")"
+      printf 'type: Opaque\ndata:\n  ca.pem: %s\n  tls.pem: %s\n  tls.key: %s\n' \
+        "$(b64 "$out/ca.pem")" "$(b64 "$out/$role.pem")" "$(b64 "$out/$role.key")"
+      [ "$role" = coordinator ] && printf '  token: %s\n' "$(b64 "$out/token")"
+    done
+  } > "$k8s"
+  chmod 0600 "$k8s"
+  echo "certs.sh: Kubernetes Secrets lockstep-{coordinator,server,worker}-tls in $k8s" >&2
 fi
 echo "certs.sh: CA, coordinator, server, worker and client certificates and a token in $out" >&2

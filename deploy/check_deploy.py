@@ -18,7 +18,11 @@ and scale with `docker compose up --scale worker=N`:
   * every service gives --metrics_port=N and prometheus.io/scrape and
     prometheus.io/port labels naming N;
   * every ${VAR} has a default (${VAR:-default}); no daemon gets --advertise
-    (the daemons' defaults must work in containers).
+    (the daemons' defaults must work in containers);
+  * secure by default: no daemon or health check runs with --insecure; each
+    gives --tls_cert, --tls_key and --tls_ca (the coordinator also
+    --token_file) as files under /run/secrets/ that are secrets of that
+    service, declared at the top level with a file: source.
 dockerfile: multi-stage, both stages on Debian 12, the build stage installs
   every build package of deploy/setup.sh (compilers, -dev, Bazel), the
   runtime stage copies the binaries from the build stage and runs as a
@@ -31,7 +35,11 @@ runtime-libs DOCKERFILE BINARY...: the runtime stage installs exactly the
 k8s: every Deployment/StatefulSet container has readiness and liveness
   probes and cpu+memory requests; every StatefulSet's serviceName is a
   headless Service in the set; no --advertise; --metrics_port=N with a
-  container port "metrics" at N and prometheus.io/* pod annotations.
+  container port "metrics" at N and prometheus.io/* pod annotations; no
+  --insecure; --tls_cert, --tls_key, --tls_ca (coordinator: --token_file)
+  name files in a volume mounted from a Secret; probes are exec probes
+  running `lockstep ... --tls_* ... health` (the kubelet's native gRPC probe
+  speaks plain text, which a mutual-TLS daemon refuses).
 Prints every violation; exits 1 if there is one, 2 on usage errors.
 """
 import os
@@ -78,6 +86,28 @@ def check_metrics(where, args, annotations):
         err(where, f"prometheus.io/scrape: \"true\" and prometheus.io/port: \"{ports[0]}\" "
             f"expected, got {annotations}")
     return ports[0]
+
+
+TLS_FLAGS = ("--tls_cert", "--tls_key", "--tls_ca")
+
+
+def flag_values(args, flag):
+    return [str(a).split("=", 1)[1] for a in args if str(a).startswith(flag + "=")]
+
+
+def check_tls_args(where, args, is_coordinator, file_ok, what):
+    """--insecure absent; each TLS flag (and the coordinator's --token_file)
+    given once, naming a file file_ok accepts (a secret's mount)."""
+    args = [str(a) for a in args]
+    if any(a == "--insecure" or a.startswith("--insecure=") for a in args):
+        err(where, "--insecure given: every daemon in the deploy files uses mutual TLS")
+    flags = TLS_FLAGS + (("--token_file",) if is_coordinator else ())
+    for flag in flags:
+        values = flag_values(args, flag)
+        if len(values) != 1:
+            err(where, f"expected one {flag}=FILE ({what})")
+        elif not file_ok(values[0]):
+            err(where, f"{flag}={values[0]}: not {what}")
 
 
 def check_compose(path):
@@ -135,6 +165,23 @@ def check_compose(path):
             err(where, "--advertise given: the daemons' defaults must work in containers")
         else:
             check_metrics(where, command, svc.get("labels") or {})
+        # Secrets: /run/secrets/<target> of this service's secrets, each
+        # declared at the top level with a file.
+        top_secrets = doc.get("secrets") or {}
+        mounted = set()
+        for sec in svc.get("secrets") or []:
+            source = sec.get("source") if isinstance(sec, dict) else sec
+            target = (sec.get("target") if isinstance(sec, dict) else None) or source
+            if source not in top_secrets or not (top_secrets[source] or {}).get("file"):
+                err(where, f"secret {source!r} is not declared under secrets: with a file:")
+            mounted.add(f"/run/secrets/{target}")
+        what = "a file under /run/secrets/ that is one of this service's secrets"
+        if isinstance(command, list) and command:
+            check_tls_args(where, command, "coordinator" in str(command[0]),
+                           lambda f: f in mounted, what)
+        if isinstance(test, list) and test[:2] == ["CMD", "lockstep"]:
+            check_tls_args(f"{where} health check", test[2:-1], False,
+                           lambda f: f in mounted, what)
 
 
 BUILD_PACKAGE = re.compile(r"bazel-bootstrap|g\+\+|pkg-config|protobuf-compiler.*|.*-dev")
@@ -285,6 +332,24 @@ def check_k8s(paths):
             if any(str(a).startswith("--advertise") for a in args):
                 err(cw, "--advertise given: the daemons' defaults must work in pods")
             annotations = d["spec"]["template"].get("metadata", {}).get("annotations") or {}
+            # TLS files from Secret volumes, for the daemon and its probes.
+            pod = d["spec"]["template"]["spec"]
+            secret_volumes = {v["name"] for v in pod.get("volumes") or [] if "secret" in v}
+            secret_dirs = [m["mountPath"].rstrip("/") + "/" for m in c.get("volumeMounts") or []
+                           if m.get("name") in secret_volumes]
+            in_secret = lambda f: any(f.startswith(p) for p in secret_dirs)
+            what = "a file in a volume mounted from a Secret"
+            check_tls_args(cw, args, any("coordinator" in str(a) for a in args[:1]), in_secret,
+                           what)
+            for probe in ("readinessProbe", "livenessProbe"):
+                p = c.get(probe) or {}
+                cmd = (p.get("exec") or {}).get("command") or []
+                if "exec" not in p or cmd[:1] != ["lockstep"] or cmd[-1:] != ["health"]:
+                    if probe in c:
+                        err(cw, f"{probe}: expected an exec probe running `lockstep ... health` "
+                            "with --tls_* (a native grpc probe speaks plain text)")
+                else:
+                    check_tls_args(f"{cw} {probe}", cmd[1:-1], False, in_secret, what)
             port = check_metrics(cw, args, annotations)
             if port and not any(p.get("name") == "metrics" and str(p.get("containerPort")) == port
                                 for p in c.get("ports") or []):

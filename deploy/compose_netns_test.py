@@ -2,7 +2,7 @@
 """deploy/docker-compose.yml's topology on separate "hosts": one network
 namespace per container, each with its own 10.x address on a bridge.
 
-  compose_netns_test.py COMPOSE_FILE COORDINATOR WORKER PS_SERVER CLI
+  compose_netns_test.py COMPOSE_FILE COORDINATOR WORKER PS_SERVER CLI CERTS_SH
 
 Every service runs with the command, environment and health check that the
 compose file gives it, read from the file (YAML, ${VAR:-default}
@@ -17,6 +17,15 @@ DNS resolves them: `ip netns exec` bind-mounts /etc/netns/NS/hosts over
 namespaces share one host name (no UTS namespace), as cloned VMs may: the
 daemons must not rely on it. Nothing passes --advertise: the compose file
 gives none (deploy_lint_test checks that).
+
+Mutual TLS as the file deploys it: CERTS_SH (deploy/certs.sh) makes a CA,
+certificates and a token (default --hosts only: the channels check the
+server's role, not its name, so workers dialed at namespace addresses no
+certificate names must work); LOCKSTEP_PKI_DIR points the file's secrets at
+them; each instance's secrets (the service's `secrets:`, by target name)
+are copied to its own folder, which replaces /run/secrets in its command
+and health check. The client namespace's CLI uses the client certificate
+and the token; a plain-text (--insecure) CLI must be refused.
 
 Brings up the coordinator, both ps shards and three workers
 (`--scale worker=3`) in depends_on order without waiting in between, as
@@ -102,8 +111,9 @@ def interpolate_tree(node, env):
     return node
 
 
-def load_compose(path):
+def load_compose(path, extra_env=None):
     env = {k: v for k, v in os.environ.items() if k.startswith("LOCKSTEP_")}
+    env.update(extra_env or {})
     with open(path, encoding="utf-8") as f:
         doc = interpolate_tree(yaml.safe_load(f), env)
     return doc
@@ -131,8 +141,10 @@ def start_order(services):
 # --- the test --------------------------------------------------------------
 
 class Cluster:
-    def __init__(self, compose_path, binaries, tmp):
-        self.doc = load_compose(compose_path)
+    def __init__(self, compose_path, binaries, tmp, pki):
+        self.compose_dir = os.path.dirname(os.path.abspath(compose_path))
+        self.pki = pki
+        self.doc = load_compose(compose_path, {"LOCKSTEP_PKI_DIR": pki})
         self.binaries = binaries  # image binary name -> built binary
         self.tmp = tmp
         self.namespaces = []  # (ns, veth host side)
@@ -218,12 +230,32 @@ class Cluster:
             out[target] = d
         return out
 
+    def secrets_of(self, service, instance):
+        """{"/run/secrets": a folder holding this instance's secrets, each
+        under its target name, copied from the top-level secret's file}."""
+        svc = self.doc["services"][service]
+        d = os.path.join(self.tmp, "secrets", instance)
+        os.makedirs(d, exist_ok=True)
+        for sec in svc.get("secrets") or []:
+            source = sec["source"] if isinstance(sec, dict) else sec
+            target = (sec.get("target") if isinstance(sec, dict) else None) or source
+            top = (self.doc.get("secrets") or {}).get(source) or {}
+            if "file" not in top:
+                raise Failure(f"service {service}: secret {source!r} has no top-level file:")
+            src = os.path.join(self.compose_dir, top["file"])
+            if not os.path.isfile(src):
+                raise Failure(f"service {service}: secret {source!r}: no file {src}")
+            shutil.copyfile(src, os.path.join(d, target))
+            os.chmod(os.path.join(d, target), 0o400)
+        return {"/run/secrets": d}
+
     def start(self, service, instance):
         svc = self.doc["services"][service]
         command = svc.get("entrypoint") or []
         command = (command if isinstance(command, list) else command.split()) + \
             (svc["command"] if isinstance(svc["command"], list) else svc["command"].split())
         volumes = self.volumes_of(service, instance)
+        volumes.update(self.secrets_of(service, instance))
         argv = self.map_command(command, volumes)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         # The machine's OpenBLAS settings and the sanitizer options of an
@@ -246,15 +278,15 @@ class Cluster:
         log(f"started {instance} in {self.ns(instance)} ({self.addr[instance]}): "
             f"{os.path.basename(argv[0])} {' '.join(argv[1:])}")
 
-    def health_command(self, service):
+    def health_command(self, service, instance):
         hc = self.doc["services"][service].get("healthcheck") or {}
         test = hc.get("test")
         if not isinstance(test, list) or not test or test[0] != "CMD":
             raise Failure(f"service {service}: health check {test!r}: expected [CMD, ...]")
-        return self.map_command(test[1:], {})
+        return self.map_command(test[1:], self.secrets_of(service, instance))
 
     def wait_healthy(self, service, instance, deadline_s=30):
-        cmd = ["ip", "netns", "exec", self.ns(instance)] + self.health_command(service)
+        cmd = ["ip", "netns", "exec", self.ns(instance)] + self.health_command(service, instance)
         t0 = time.monotonic()
         last = ""
         while time.monotonic() - t0 < deadline_s:
@@ -271,11 +303,16 @@ class Cluster:
         raise Failure(f"{instance} not healthy after {deadline_s}s: "
                       f"{' '.join(cmd[4:])}: {last}")
 
-    def client(self, *args, timeout=120):
+    def client(self, *args, timeout=120, tls=True):
+        """The CLI in the client namespace, with the client certificate and
+        the token (tls=False: no TLS flags; pass --insecure in args)."""
         coord = self.doc["services"]["coordinator"]
         port = re.search(r"--listen=[^:]*:(\d+)", " ".join(map(str, coord["command"]))).group(1)
+        p = self.pki
+        creds = [f"--tls_cert={p}/client.pem", f"--tls_key={p}/client.key",
+                 f"--tls_ca={p}/ca.pem", f"--token_file={p}/token"] if tls else []
         cmd = ["ip", "netns", "exec", self.ns("client"), self.binaries["lockstep"],
-               f"--coordinator=coordinator:{port}"] + list(args)
+               f"--coordinator=coordinator:{port}"] + creds + list(args)
         return run(cmd, check=False, timeout=timeout)
 
     def stop_all(self):
@@ -369,10 +406,10 @@ def can_make_namespaces():
 
 
 def main(argv):
-    if len(argv) != 6:
+    if len(argv) != 7:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    compose, coord, worker, ps, cli = (os.path.abspath(a) for a in argv[1:])
+    compose, coord, worker, ps, cli, certs = (os.path.abspath(a) for a in argv[1:])
     why = can_make_namespaces()
     if why:
         bar = "*" * 72
@@ -383,7 +420,12 @@ def main(argv):
                 "lockstep-server": ps, "lockstep": cli}
     tmp = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp()
     tmp = tempfile.mkdtemp(prefix="netns.", dir=tmp)
-    cluster = Cluster(compose, binaries, tmp)
+    pki = os.path.join(tmp, "pki")
+    r = run(["bash", certs, f"--out={pki}"], check=False)
+    if r.returncode != 0:
+        log(f"FAIL: {certs} --out={pki}: exit {r.returncode}: {r.stderr.strip()}")
+        return 1
+    cluster = Cluster(compose, binaries, tmp, pki)
     def on_term(*_):
         raise Failure("SIGTERM (test timeout?)")
     signal.signal(signal.SIGTERM, on_term)
@@ -405,7 +447,8 @@ def main(argv):
         for service, instance in cluster.instances():
             # The health check must fail while nothing serves (else it
             # proves nothing), then pass once the service is up.
-            hc = ["ip", "netns", "exec", cluster.ns(instance)] + cluster.health_command(service)
+            hc = ["ip", "netns", "exec", cluster.ns(instance)] + \
+                cluster.health_command(service, instance)
             r = run(hc, check=False, timeout=10)
             if r.returncode == 0:
                 raise Failure(f"{instance}: its health check passes before it is started")
@@ -416,6 +459,16 @@ def main(argv):
         for service, instance in cluster.instances():
             cluster.wait_healthy(service, instance)
         check("every service healthy by its compose health check", True)
+
+        # Secure by default: no daemon was given --insecure, and the
+        # coordinator refuses a plain-text client.
+        insecure = [i for s, i in cluster.instances()
+                    if "--insecure" in map(str, cluster.doc["services"][s]["command"])]
+        check("no daemon runs with --insecure", not insecure, ", ".join(insecure))
+        r = cluster.client("--insecure", "--timeout_s=3", "jobs", tls=False, timeout=30)
+        check("a plain-text client is refused (mutual TLS)",
+              r.returncode != 0 and "UNAVAILABLE" in r.stderr,
+              f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
 
         # Every worker registered at its own namespace's address.
         r = cluster.client("workers", "--json")

@@ -65,6 +65,14 @@ expect_ok "kubernetes-models: deploy/k8s/*.yaml" k8s "$DEPLOY"/k8s/*.yaml
 expect_ok "rules: compose" rules compose "$C"
 expect_ok "rules: Dockerfile" rules dockerfile "$DEPLOY/Dockerfile" "$DEPLOY/setup.sh"
 expect_ok "rules: k8s" rules k8s "$DEPLOY"/k8s/*.yaml
+# The Secrets deploy/k8s/ mounts, as deploy/certs.sh writes them.
+bash "$DEPLOY/certs.sh" --out="$T/pki" --k8s_secrets="$T/pki/k8s-secrets.yaml" 2>/dev/null \
+  || fail "certs.sh --k8s_secrets"
+expect_ok "kubernetes-models: certs.sh --k8s_secrets" k8s "$T/pki/k8s-secrets.yaml"
+names=$(grep -h 'secretName:' "$DEPLOY"/k8s/*.yaml | awk '{print $2}' | sort -u | tr '\n' ' ')
+made=$(grep '^  name:' "$T/pki/k8s-secrets.yaml" | awk '{print $2}' | sort -u | tr '\n' ' ')
+[ -n "$names" ] && [ "$names" = "$made" ] && pass "the manifests mount exactly the Secrets certs.sh writes ($names)" \
+  || fail "secretName in deploy/k8s: '$names'; certs.sh --k8s_secrets writes '$made'"
 BINS=("$@")
 [ ${#BINS[@]} -gt 0 ] || { echo "FAIL: no binaries given"; exit 1; }
 expect_ok "rules: runtime image installs the binaries' libraries" rules runtime-libs \
@@ -106,8 +114,8 @@ sed 's/^  replicas: 1$/  replicas: "one"/' "$DEPLOY/k8s/coordinator.yaml" >"$B/k
 expect_reject "kubernetes-models, replicas: \"one\"" k8s "$B/k8s/type.yaml"
 sed 's/^kind: StatefulSet/kind: StatefullSet/' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/kind.yaml"
 expect_reject "kubernetes-models, unknown kind" k8s "$B/k8s/kind.yaml"
-sed 's/^            grpc:$/            grpc: {port: "x"}\n            tcpSocket:/' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/probe.yaml"
-expect_reject "kubernetes-models, probe port not an integer" k8s "$B/k8s/probe.yaml"
+sed 's/^            periodSeconds: 5$/            periodSeconds: "five"/' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/probe.yaml"
+expect_reject "kubernetes-models, probe period not an integer" k8s "$B/k8s/probe.yaml"
 # Project rules: a bind mount of a host path, a fixed container name, a
 # published worker port, --advertise, an interpolation without a default,
 # a build-only service, a root runtime image, a probe-less pod.
@@ -138,8 +146,41 @@ sed '/prometheus.io\/scrape/d' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/noscrape.yaml"
 expect_reject "rules, pod without the prometheus.io/scrape annotation" rules k8s "$B/k8s/noscrape.yaml"
 sed 's/      - --metrics_port=\${LOCKSTEP_WORKER_METRICS_PORT:-9171}//' "$C" >"$B/deploy/nometrics.yml"
 expect_reject "rules, worker without --metrics_port" rules compose "$B/deploy/nometrics.yml"
-grep -v 'livenessProbe' "$DEPLOY/k8s/worker.yaml" | sed '/^            grpc:$/,+1d' >"$B/k8s/noprobe.yaml"
+"$PY" - "$DEPLOY/k8s/worker.yaml" "$B/k8s/noprobe.yaml" <<'PY'
+import sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+for d in docs:
+    if d and d["kind"] == "StatefulSet":
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            c.pop("livenessProbe", None)
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
 expect_reject "rules, container without probes" rules k8s "$B/k8s/noprobe.yaml"
+# Secure by default: --insecure in a daemon's command, a TLS flag missing,
+# a key that is not a secret of the service, a native (plain-text) gRPC
+# probe, a TLS file outside the Secret volume.
+sed 's|      - --data_dir=/data|      - --data_dir=/data\n      - --insecure|' "$C" >"$B/deploy/insecure.yml"
+expect_reject "rules, --insecure in a compose command" rules compose "$B/deploy/insecure.yml"
+sed '/^      - --token_file=/d' "$C" >"$B/deploy/notoken.yml"
+expect_reject "rules, coordinator without --token_file" rules compose "$B/deploy/notoken.yml"
+sed 's|      - --tls_key=/run/secrets/worker.key|      - --tls_key=/run/secrets/server.key|' "$C" >"$B/deploy/wrongkey.yml"
+expect_reject "rules, a key that is not one of the service's secrets" rules compose "$B/deploy/wrongkey.yml"
+sed 's|            - --combine_timeout_ms=30000|            - --combine_timeout_ms=30000\n            - --insecure|' \
+  "$DEPLOY/k8s/worker.yaml" >"$B/k8s/insecure.yaml"
+expect_reject "rules, --insecure in a pod's args" rules k8s "$B/k8s/insecure.yaml"
+"$PY" - "$DEPLOY/k8s/ps.yaml" "$B/k8s/grpcprobe.yaml" <<'PY'
+import sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+for d in docs:
+    if d and d["kind"] == "StatefulSet":
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            c["readinessProbe"] = {"grpc": {"port": 7080}, "periodSeconds": 5}
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
+expect_reject "rules, a native gRPC probe (plain text)" rules k8s "$B/k8s/grpcprobe.yaml"
+sed 's|            - --tls_ca=/etc/lockstep/tls/ca.pem|            - --tls_ca=/tmp/ca.pem|' \
+  "$DEPLOY/k8s/coordinator.yaml" >"$B/k8s/tlspath.yaml"
+expect_reject "rules, --tls_ca outside the Secret volume" rules k8s "$B/k8s/tlspath.yaml"
 
 echo
 if [ "$failures" -ne 0 ]; then echo "FAIL: $failures check(s) failed"; exit 1; fi

@@ -14,7 +14,9 @@
 #      RegisterWorker/Heartbeat/ReportStep/UploadWeights, ps Push/Pull (on
 #      lockstep-server and on the coordinator's shard), a worker's
 #      PeerService/Stream and ReplicaState/FetchState -> PERMISSION_DENIED;
-#   D  bad flags exit 2 naming the flag and file; --insecure warns.
+#   D  bad flags exit 2 naming the flag and file; neither --tls_* nor
+#      --insecure, or both, exit 2 (every daemon and the CLI); --insecure
+#      warns.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; CERTS="$5"; PROBE="$6"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -173,6 +175,7 @@ with lockstep.Client(addr, timeout=3, insecure=True) as c:
 for bad, what in [(dict(tls_ca=f"{pki}/ca.pem"), "tls_cert: missing"),
                   (dict(tls(pki, "client"), tls_key=f"{pki}/nope.key"), "tls_key: cannot read"),
                   (dict(token="abc"), "token: needs mutual TLS"),
+                  (dict(), "no transport security chosen"),
                   (dict(tls(pki, "client"), insecure=True), "insecure: cannot be combined")]:
     try:
         lockstep.Client(addr, **bad)
@@ -204,7 +207,20 @@ expect_exit2 "--tls_ca: missing" "$WORKER" --coordinator=127.0.0.1:1 --tls_cert=
 expect_exit2 "--tls_cert: $PKI/token is not a PEM" "$PS" --tls_cert="$PKI/token" \
   --tls_key="$PKI/server.key" --tls_ca="$PKI/ca.pem"
 expect_exit2 "--token_file: missing" "$COORD" $(tls "$PKI" coordinator)
-expect_exit2 "--insecure: cannot be combined" "$COORD" --insecure $(tls "$PKI" coordinator)
+# Secure by default: neither --tls_* nor --insecure is refused by every
+# binary, naming both choices; both together are refused naming the flags.
+expect_exit2 "no transport security chosen: pass --tls_cert, --tls_key and --tls_ca" "$COORD"
+expect_exit2 "no transport security chosen" "$WORKER" --coordinator=127.0.0.1:1
+expect_exit2 "no transport security chosen" "$PS"
+expect_exit2 "--insecure: cannot be combined with --tls_cert/--tls_key/--tls_ca" "$COORD" --insecure $(tls "$PKI" coordinator) --token_file="$PKI/token"
+expect_exit2 "--insecure: cannot be combined" "$WORKER" --coordinator=127.0.0.1:1 --insecure $(tls "$PKI" worker)
+expect_exit2 "--insecure: cannot be combined" "$PS" --insecure $(tls "$PKI" server)
+for args in "" "--insecure $(tls "$PKI" client)"; do
+  err=$("$CLI" --coordinator=127.0.0.1:1 $args jobs 2>&1); rc=$?
+  want="no transport security chosen"; [ -n "$args" ] && want="--insecure: cannot be combined"
+  [ "$rc" = 2 ] && grep -q -- "$want" <<<"$err" || fail "lockstep $args jobs: exit $rc, expected 2 naming $want: $err"
+  echo "ok   exit 2: lockstep $([ -n "$args" ] && echo "--insecure --tls_*" || echo "(no flags)"): $(head -c 150 <<<"$err")"
+done
 # --insecure: plain text, and the daemon says so in a warning.
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/insecure.port" --metrics_port=-1 --insecure \
   2>"$T/insecure.coord.log" & pids+=($!)

@@ -1,12 +1,16 @@
 #include "common/grpcutil/tls.h"
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
@@ -25,7 +29,7 @@ ABSL_FLAG(std::string, tls_ca, "",
           "and verify callers' certificates against it, channels verify servers' against it");
 ABSL_FLAG(bool, insecure, false,
           "plain-text gRPC with no authentication (logs a warning); cannot be combined with "
-          "--tls_*. Without --tls_* flags plain text is also what you get (for now)");
+          "--tls_*. One of the two is required: with neither the process refuses to start");
 
 namespace lockstep {
 namespace {
@@ -100,6 +104,38 @@ class PolicyProcessor final : public grpc::AuthMetadataProcessor {
   const std::string token_;
 };
 
+// What a channel checks of the server it reached, after gRPC verified the
+// certificate chain against --tls_ca: the certificate carries a server role
+// (coordinator, server or worker: lockstep://role/<role>). Not the host
+// name: workers are dialed at the address the coordinator saw their calls
+// come from (container and pod addresses no certificate can list in
+// advance), so every server certificate signed by the cluster's CA with a
+// server role is accepted, and a client certificate is not.
+class ServerRoleVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
+    std::vector<std::string> sans;
+    for (const grpc::string_ref& v : request->uri_names()) sans.emplace_back(v.data(), v.size());
+    absl::StatusOr<PeerRole> role = RoleFromSubjectAltNames(sans);
+    if (!role.ok()) {
+      *sync_status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                  std::string(role.status().message()));
+    } else if (*role != PeerRole::kCoordinator && *role != PeerRole::kServer &&
+               *role != PeerRole::kWorker) {
+      *sync_status = grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          absl::StrCat("the server's certificate has role ", PeerRoleName(*role),
+                       ", expected coordinator, server or worker (", kRoleUriPrefix,
+                       "<role> URI SAN)"));
+    } else {
+      *sync_status = grpc::Status::OK;
+    }
+    return true;  // synchronous
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+};
+
 }  // namespace
 
 TlsFiles TlsFilesFromFlags() {
@@ -138,7 +174,12 @@ absl::StatusOr<GrpcSecurity> GrpcSecurity::Load(const TlsFiles& files) {
     sec.explicitly_insecure_ = true;
     return sec;
   }
-  if (!any) return sec;
+  if (!any) {
+    return absl::InvalidArgumentError(
+        "no transport security chosen: pass --tls_cert, --tls_key and --tls_ca for mutual TLS "
+        "(certificates from deploy/certs.sh), or --insecure for plain text with no "
+        "authentication");
+  }
   for (const auto& [flag, value] : {std::pair<absl::string_view, const std::string*>{
                                         "--tls_cert", &files.cert},
                                     {"--tls_key", &files.key},
@@ -169,7 +210,7 @@ std::string GrpcSecurity::Describe() const {
     return absl::StrCat("mutual TLS (CA ", ca_path_, ", certificate ", cert_path_, ")");
   }
   return explicitly_insecure_ ? "plain text (--insecure): no authentication, no encryption"
-                              : "plain text (no --tls_* flags): no authentication, no encryption";
+                              : "plain text (in process): no authentication, no encryption";
 }
 
 std::shared_ptr<grpc::ServerCredentials> GrpcSecurity::ServerCredentials(std::string token) const {
@@ -186,11 +227,22 @@ std::shared_ptr<grpc::ServerCredentials> GrpcSecurity::ServerCredentials(std::st
 std::shared_ptr<grpc::ChannelCredentials> GrpcSecurity::ChannelCredentials(
     std::string token) const {
   if (!tls()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = ca_pem_;
-  options.pem_private_key = key_pem_;
-  options.pem_cert_chain = cert_pem_;
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(options);
+  // The chain is verified against the CA, then ServerRoleVerifier checks the
+  // server's role instead of its host name (see there); the per-call host
+  // check, which compares the dialed name with the certificate's, is off
+  // for the same reason.
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(
+      std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+          ca_pem_,
+          std::vector<grpc::experimental::IdentityKeyCertPair>{{key_pem_, cert_pem_}}));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_check_call_host(false);
+  options.set_certificate_verifier(
+      grpc::experimental::ExternalCertificateVerifier::Create<ServerRoleVerifier>());
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::experimental::TlsCredentials(options);
   if (token.empty()) return creds;
   return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));
 }

@@ -6,9 +6,9 @@
 //   --tls_key=F    its private key (PEM)
 //   --tls_ca=F     the CA that signs every lockstep certificate (PEM)
 //   --insecure     plain text, no authentication (logs a warning)
-// The three --tls_* flags go together. With none of them and no --insecure
-// a process speaks plain text as before (this session keeps that default so
-// existing scripts keep working; see README "Security").
+// The three --tls_* flags go together. Secure by default: with none of them
+// and no --insecure a process refuses to start (Load fails naming both
+// choices; every *_main exits 2).
 //
 // TLS mode:
 //   * servers require a client certificate signed by the CA
@@ -20,10 +20,12 @@
 //     handler runs (PERMISSION_DENIED / UNAUTHENTICATED; nothing changes on
 //     the server); the role is the certificate's lockstep://role/<role> URI
 //     SAN, read from grpc::AuthContext;
-//   * channels verify the server's certificate against the CA and the host
-//     name (or IP address) they dial, and present this process's
-//     certificate; with a bearer token they send "authorization: Bearer
-//     <token>" on every call.
+//   * channels verify the server's certificate chain against the CA and that
+//     it carries a server role (coordinator, server or worker), not the host
+//     name: workers are dialed at the IP address the coordinator saw, which
+//     no certificate can list in advance in Compose or Kubernetes. They
+//     present this process's certificate; with a bearer token they send
+//     "authorization: Bearer <token>" on every call.
 #ifndef LOCKSTEP_COMMON_GRPCUTIL_TLS_H_
 #define LOCKSTEP_COMMON_GRPCUTIL_TLS_H_
 
@@ -61,13 +63,14 @@ absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag, const std::str
 class GrpcSecurity {
  public:
   // Plain text (what InsecureServerCredentials/InsecureChannelCredentials
-  // give).
+  // give), for in-process tests and benches.
   GrpcSecurity() = default;
 
-  // Loads the PEM files. Plain text when files.insecure or when all three
-  // paths are empty; INVALID_ARGUMENT naming the flag (and file) when only
-  // some are given, when --insecure comes with --tls_* flags, or when a file
-  // cannot be read, is empty or is not PEM.
+  // Loads the PEM files. Plain text when files.insecure; INVALID_ARGUMENT
+  // when neither --insecure nor any --tls_* flag is given (naming both
+  // choices), naming the flag (and file) when only some are given, when
+  // --insecure comes with --tls_* flags, or when a file cannot be read, is
+  // empty or is not PEM.
   static absl::StatusOr<GrpcSecurity> Load(const TlsFiles& files);
   // Load(TlsFilesFromFlags()).
   static absl::StatusOr<GrpcSecurity> FromFlags();

@@ -21,12 +21,16 @@ std::string Write(const std::string& name, const std::string& content) {
 const char kCert[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 const char kKey[] = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
 
-TEST(TlsTest, NoFlagsIsPlainText) {
+TEST(TlsTest, NoFlagsIsRefusedNamingBothChoices) {
   absl::StatusOr<GrpcSecurity> s = GrpcSecurity::Load(TlsFiles());
-  ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_FALSE(s->tls());
-  EXPECT_FALSE(s->explicitly_insecure());
-  EXPECT_NE(s->Describe().find("plain text (no --tls_* flags)"), std::string::npos);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* want : {"no transport security chosen", "--tls_cert, --tls_key and --tls_ca",
+                           "deploy/certs.sh", "--insecure"}) {
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << want << ": " << s.status();
+  }
+  // In-process plain text (tests, benches) is still the default constructor.
+  EXPECT_FALSE(GrpcSecurity().tls());
 }
 
 TEST(TlsTest, InsecureIsExplicitAndExclusive) {

@@ -1,7 +1,7 @@
 """lockstep: a Python client for the lockstep data-parallel training service.
 
     import lockstep
-    c = lockstep.Client("127.0.0.1:7070")
+    c = lockstep.Client("127.0.0.1:7070", insecure=True)   # or tls_ca=, tls_cert=, tls_key=
     job = c.submit(model="mlp:256", workers=4, sync="ring", peer_transport="tcp", epochs=10)
     for ev in c.follow(job): print(f"{ev.state} step {ev.step}/{ev.total_steps} loss {ev.loss:.4f}")
     w = c.weights(job); print(c.status(job).test_accuracy, {k: v.shape for k, v in w.items()})

@@ -1,7 +1,7 @@
 """lockstep.Client: the coordinator's user-facing RPCs from Python.
 
     import lockstep
-    c = lockstep.Client("127.0.0.1:7070")
+    c = lockstep.Client("127.0.0.1:7070", insecure=True)    # plain text; or tls_* below
     job = c.submit(model="mlp:256", workers=4, sync="ring", peer_transport="tcp", epochs=10)
     for ev in c.follow(job): print(ev.state, ev.step, ev.total_steps, ev.loss)
     w = c.weights(job)        # {"W0": float32 (784, 256), "b0": (256,), "W1": ..., "b1": ...}
@@ -15,8 +15,9 @@ Mutual TLS (a coordinator started with --tls_*), as the CLI's flags:
                         tls_key="pki/client.key", token_file="pki/token")
 
 token= / token_file= (default: $LOCKSTEP_TOKEN) is sent as "authorization:
-Bearer <token>"; submit and cancel need it. Without tls_* the channel is
-plain text (insecure=True says so explicitly and warns).
+Bearer <token>"; submit and cancel need it. Secure by default, as the CLI:
+one of tls_* or insecure=True (plain text, warns) is required, else
+ValueError.
 """
 
 import math
@@ -114,6 +115,10 @@ def _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure)
         if token:
             raise ValueError("token: needs mutual TLS (tls_ca, tls_cert, tls_key); a token sent "
                              "in plain text protects nothing")
+        if not insecure:
+            raise ValueError("no transport security chosen: pass tls_ca, tls_cert and tls_key "
+                             "for mutual TLS (certificates from deploy/certs.sh), or "
+                             "insecure=True for plain text with no authentication")
         return None
     pem = {}
     for option, path in tls.items():
