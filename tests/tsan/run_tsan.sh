@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Runs the lockstep suite under ThreadSanitizer (`--config=tsan`).
+#
+# Usage: bash tests/tsan/run_tsan.sh [bazel test flags] [targets]
+#   targets default //... ; prints "tests: N passed, N failed" last.
+#        bash tests/tsan/run_tsan.sh --absl_only   # only build abseil
+#
+# Why abseil is rebuilt: Debian's libabsl is not built with TSan, so
+# absl::Mutex's Lock/Unlock (in libabsl_synchronization.so) synchronise with
+# atomics and futexes TSan never sees, and every ABSL_GUARDED_BY field is
+# reported as a race (all 5 tests tried failed that way). This script
+# downloads Debian's own abseil source package (the exact version of the
+# installed libabsl, Debian's patches applied), builds libabsl_synchronization
+# and the libraries it needs with -fsanitize=thread, same sonames and ABI,
+# into $TSAN_ABSL_PREFIX/<version>/lib (default ~/.cache/lockstep-tsan-absl;
+# kept, so later runs skip the ~3.5 min build), and links every tsan binary
+# with an RPATH to that folder. gRPC's own mutexes are absl::Mutex too, so
+# they become visible through the same libraries. Only the apt source index
+# is fetched (into a temporary folder; the system's apt configuration is not
+# touched), from deb.debian.org.
+# //tests/tsan:absl_mutex_visible_test fails if the uninstrumented library
+# is the one loaded.
+#
+# Own Bazel output base ($TSAN_OUTPUT_BASE, default ~/.cache/bazel-tsan) so
+# the gcc build's cache is untouched; its server is shut down on exit.
+# Suppressions: tests/tsan/tsan.supp (none for lockstep's code).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT_BASE=${TSAN_OUTPUT_BASE:-$HOME/.cache/bazel-tsan}
+BAZEL=(bazel --output_base="$OUT_BASE")
+
+for tool in cmake dpkg-source g++ apt-get; do
+  command -v "$tool" >/dev/null || { echo "tsan: $tool missing (run deploy/setup.sh)" >&2; exit 1; }
+done
+# The runtime's version, e.g. 20220623.1-1+deb12u2 (a binNMU suffix +bN is
+# not part of the source version).
+BIN_VERSION=$(dpkg-query -W -f='${Version}' libabsl20220623 2>/dev/null) ||
+  { echo "tsan: libabsl20220623 is not installed (run deploy/setup.sh)" >&2; exit 1; }
+SRC_VERSION=${BIN_VERSION%+b[0-9]*}
+PREFIX=${TSAN_ABSL_PREFIX:-$HOME/.cache/lockstep-tsan-absl}/$SRC_VERSION
+LIB=$PREFIX/lib
+
+build_absl() {
+  local work
+  work=$(mktemp -d /tmp/lockstep-tsan-absl.XXXXXX)
+  echo "tsan: building abseil $SRC_VERSION with -fsanitize=thread in $work" >&2
+  mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
+  cat >"$work/sources.list" <<'EOF'
+deb-src http://deb.debian.org/debian bookworm main
+deb-src http://deb.debian.org/debian bookworm-updates main
+deb-src http://deb.debian.org/debian-security bookworm-security main
+EOF
+  local apt=(apt-get -q -o Dir::Etc::SourceList="$work/sources.list"
+             -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$work/lists"
+             -o Dir::Cache="$work/cache" -o APT::Sandbox::User=root)
+  "${apt[@]}" update >"$work/apt.log" 2>&1 &&
+    (cd "$work/src" && "${apt[@]}" source --download-only "abseil=$SRC_VERSION" >>"$work/apt.log" 2>&1) &&
+    (cd "$work/src" && dpkg-source -x ./*.dsc absl >>"$work/apt.log" 2>&1) ||
+    { tail -20 "$work/apt.log" >&2; echo "tsan: could not fetch abseil $SRC_VERSION source" >&2; return 1; }
+  # Debian's configuration (debian/rules: C++17, shared) plus TSan flags.
+  local flags="-fsanitize=thread -O1 -g -fno-omit-frame-pointer"
+  cmake -S "$work/src/absl" -B "$work/build" -DCMAKE_BUILD_TYPE=None \
+      -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
+      -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >"$work/cmake.log" 2>&1 &&
+    cmake --build "$work/build" --target synchronization -j"$(nproc)" >>"$work/cmake.log" 2>&1 ||
+    { tail -30 "$work/cmake.log" >&2; echo "tsan: abseil build failed ($work)" >&2; return 1; }
+  rm -rf "$LIB" && mkdir -p "$LIB" &&
+    find "$work/build" -name 'libabsl_*.so.*' -exec cp -a {} "$LIB/" \; || return 1
+  # Same soname as the system library, and really instrumented.
+  readelf -d "$LIB/libabsl_synchronization.so.20220623" | grep -q 'SONAME.*libabsl_synchronization.so.20220623' &&
+    nm -D "$LIB/libabsl_synchronization.so.20220623" | grep -q '__tsan_mutex_pre_lock' ||
+    { echo "tsan: $LIB/libabsl_synchronization.so.20220623 is not a TSan build" >&2; return 1; }
+  touch "$LIB/.complete"
+  rm -rf "$work"
+}
+
+if [ ! -f "$LIB/.complete" ]; then
+  start=$(date +%s)
+  build_absl || exit 1
+  echo "tsan: abseil built in $(( $(date +%s) - start )) s" >&2
+fi
+if [ "${1:-}" = --absl_only ]; then echo "tsan: instrumented abseil in $LIB" >&2; exit 0; fi
+
+TARGETS=()
+FLAGS=()
+for a in "$@"; do
+  case "$a" in -*) FLAGS+=("$a") ;; *) TARGETS+=("$a") ;; esac
+done
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(//...)
+
+log=$(mktemp /tmp/lockstep-tsan-log.XXXXXX)
+trap 'rm -f "$log"; "${BAZEL[@]}" shutdown >/dev/null 2>&1 || true' EXIT
+# DT_RPATH (not RUNPATH) so libraries loaded by libgrpc also resolve there.
+"${BAZEL[@]}" test --config=tsan -k \
+    --linkopt=-Wl,--disable-new-dtags --linkopt=-Wl,-rpath,"$LIB" \
+    --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan/tsan.supp" \
+    "${FLAGS[@]}" "${TARGETS[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS|INCOMPLETE)' "$log")
+if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "tests: $passed passed, $failed failed"
+exit "$rc"
