@@ -463,12 +463,13 @@ class Client {
                   absl::StrCat(j.step(), "/", j.total_steps()).c_str(), j.loss(),
                   j.test_accuracy(), SyncMark(j).c_str());
     }
-    if (list.evicted_jobs() > 0) {
+    if (list.evicted_jobs() > list.evicted_listed()) {
       // Finished jobs the coordinator dropped from memory (it keeps the
-      // newest max_finished_jobs_in_memory).
+      // newest max_finished_jobs_in_memory) and did not list from its
+      // state database.
       std::printf("(%lld older finished job(s) not listed: the coordinator keeps the newest %lld "
                   "in memory; %s)\n",
-                  static_cast<long long>(list.evicted_jobs()),
+                  static_cast<long long>(list.evicted_jobs() - list.evicted_listed()),
                   static_cast<long long>(list.max_finished_jobs_in_memory()),
                   list.state_db_has_evicted()
                       ? "`lockstep status|sync ID` reads them from its state database"

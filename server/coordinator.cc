@@ -333,6 +333,10 @@ bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duratio
                       lost.address, absl::ToDoubleSeconds(silent));
   const int lost_rank = lost.rank;
   ShrinkResult shrunk = ShrinkJob(job, lost_rank, clock_->Now(), why);
+  if (!shrunk.shrunk && !shrunk.no_replica.empty()) {
+    FailJobLocked(job, std::move(shrunk.no_replica));  // at once: nobody left to copy from
+    return true;
+  }
   if (!shrunk.shrunk) return false;
   // The lost worker leaves the job (and stays LOST: never scheduled until
   // it heartbeats again); the survivors take their new ranks.

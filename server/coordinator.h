@@ -160,11 +160,14 @@
 // the kept mismatches), and the next page starts at the window.
 // Finished jobs: at most options.max_finished_jobs_in_memory stay in memory
 // (the oldest finished are evicted by Tick, once no worker is bound to
-// them). An evicted job is not listed (JobList.evicted_jobs counts them);
-// with a state database GetJob and GetSyncHistory(Page) answer from it (the
-// stored JobStatus and checks); without one, and for every other call, it
-// is NOT_FOUND "job 5 was evicted from memory (...)". PENDING and RUNNING
-// jobs are never evicted.
+// them; their final weights stay in the weights store, bounded as any
+// job's, and GetWeights serves them). JobList.evicted_jobs counts them;
+// with a state database ListJobs lists the newest 1000 of them from it
+// (JobList.evicted_listed), and GetJob, GetSyncHistory(Page), GetJobSeries
+// and NextJobEvents (one event: the stored final status) answer from it;
+// CancelJob answers the stored status (it had finished). Without one they
+// are not listed and every call but GetWeights is NOT_FOUND "job 5 was
+// evicted from memory (...)". PENDING and RUNNING jobs are never evicted.
 //
 // ---- State database and restarts (coordinator_state.cc) --------------------
 // AttachStateDb(db), before serving: restores what db holds (workers,
@@ -433,11 +436,14 @@ class Coordinator {
   lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // spec.on_worker_lost = "shrink": regroups `job` without the `lost`
-  // worker (membership.h); false when it cannot (then the job fails).
+  // worker (membership.h); false when it cannot (then the job fails as
+  // under "fail"); true, with the job FAILED, when no survivor holds a
+  // replica (membership.h NoReplicaLeft).
   bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Membership with the registry (coordinator_membership.cc): "wait" leaves
-  // the lost rank vacant (false: it cannot, the job fails); waits past
+  // the lost rank vacant (false: it cannot, the job fails; true with the
+  // job FAILED at once when no rank holding a replica is left); waits past
   // their spec.wait_timeout_ms fail; idle workers take vacant ranks and
   // join shrunk jobs (before PENDING jobs start).
   bool VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
@@ -484,6 +490,24 @@ class Coordinator {
   absl::StatusOr<lockstep::v1::JobStatus> EvictedJobStatus(uint64_t job_id,
                                                            const absl::Status& not_found)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for GetJobSeries (the stored curves; empty when none were
+  // stored) and NextJobEvents (the stored final status as the one event).
+  absl::StatusOr<JobSeriesSnapshot> EvictedJobSeries(uint64_t job_id,
+                                                     const absl::Status& not_found)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobEvents> EvictedJobEvents(uint64_t job_id, uint64_t seen_version,
+                                             const absl::Status& not_found)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NextJobEvents for a job in memory (NOT_FOUND otherwise).
+  absl::StatusOr<JobEvents> NextJobEventsInMemory(uint64_t job_id, uint64_t seen_version,
+                                                  absl::Time last_sent, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // ListJobs: the evicted jobs from the state database (the newest
+  // kMaxListedEvictedJobs, about kMaxListedEvictedBytes), merged into
+  // `list` in id order; nothing without a database.
+  void AddEvictedJobs(lockstep::v1::JobList* list) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr int64_t kMaxListedEvictedJobs = 1000;
+  static constexpr size_t kMaxListedEvictedBytes = size_t{1} << 20;
 
   // State database (coordinator_state.cc). No-ops without one.
   void PersistJobLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

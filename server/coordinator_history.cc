@@ -1,8 +1,10 @@
 // Coordinator facade: the sync history queries (GetSyncHistory,
 // GetSyncHistoryPage) across memory and the state database, and the bound
 // on finished jobs in memory (EvictFinishedJobsLocked, and the answers for
-// an evicted job). Contracts: coordinator.h ("Sync history" and "Finished
-// jobs"), server/state/sync_history.h, server/job_store.h.
+// an evicted job: its status, checks, curves, final watch event and the
+// ListJobs rows, from the state database). Contracts: coordinator.h ("Sync
+// history" and "Finished jobs"), server/state/sync_history.h,
+// server/job_store.h.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/coordinator.h"
+#include "server/stored_series.h"
 
 namespace lockstep {
 
@@ -59,15 +62,72 @@ void Coordinator::EvictFinishedJobsLocked() {
   }
   for (uint64_t id :
        jobs_.EvictFinished([&](uint64_t id) { return bound.count(id) == 0; })) {
-    // Its stored weights go too: an evicted job's weights are not served
-    // (and would stay in the database until the next restart prunes them).
-    auto mark = persisted_.find(id);
-    if (state_db_ != nullptr && mark != persisted_.end() && mark->second.weights_stored) {
-      state_db_->DeleteWeights(id);  // queued for the writer thread, no I/O here
-    }
+    // Its final weights stay where they are (the weights store keeps at
+    // most max_jobs_with_weights jobs' anyway, and their stored copies):
+    // GetWeights still serves them, and when the store evicts them
+    // UploadWeightsChunk deletes the stored copy.
     persisted_.erase(id);
-    weights_.Drop(id);
   }
+}
+
+void Coordinator::AddEvictedJobs(v1::JobList* list) {
+  StateDb* db = nullptr;
+  std::set<uint64_t> in_memory;
+  uint64_t next_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_db_ == nullptr || jobs_.evicted() == 0) return;
+    db = state_db_;
+    for (const auto& [id, job] : jobs_.all()) in_memory.insert(id);
+    next_id = jobs_.next_id();
+  }
+  // Ids handed out before this call and not in memory then: evicted (a job
+  // evicted since is listed twice at worst, never missed).
+  absl::StatusOr<std::vector<v1::JobStatus>> stored = db->ReadJobStatuses(
+      next_id, [&](uint64_t id) { return in_memory.count(id) == 0; }, kMaxListedEvictedJobs,
+      kMaxListedEvictedBytes);
+  if (!stored.ok() || stored->empty()) return;  // listed as not listed
+  {
+    absl::MutexLock lock(&mu_);
+    for (v1::JobStatus& s : *stored) s.set_has_weights(weights_.Has(s.job_id()));
+  }
+  list->set_evicted_listed(static_cast<int64_t>(stored->size()));
+  auto* jobs = list->mutable_jobs();
+  for (v1::JobStatus& s : *stored) *jobs->Add() = std::move(s);
+  std::sort(jobs->begin(), jobs->end(), [](const v1::JobStatus& a, const v1::JobStatus& b) {
+    return a.job_id() < b.job_id();
+  });
+}
+
+absl::StatusOr<JobSeriesSnapshot> Coordinator::EvictedJobSeries(uint64_t job_id,
+                                                                const absl::Status& not_found) {
+  absl::StatusOr<v1::JobStatus> status = EvictedJobStatus(job_id, not_found);
+  if (!status.ok()) return status.status();
+  StateDb* db = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    db = state_db_;
+  }
+  JobSeriesSnapshot series;  // none stored (it never ran): empty curves
+  absl::StatusOr<std::optional<std::string>> blob = db->ReadJobSeries(job_id);
+  if (!blob.ok()) return blob.status();
+  if (blob->has_value() && !DecodeStoredSeries(**blob, &series)) {
+    return absl::DataLossError(
+        absl::StrCat(db->path(), ": job ", job_id, ": stored curves do not parse"));
+  }
+  return series;
+}
+
+absl::StatusOr<Coordinator::JobEvents> Coordinator::EvictedJobEvents(
+    uint64_t job_id, uint64_t seen_version, const absl::Status& not_found) {
+  absl::StatusOr<v1::JobStatus> status = EvictedJobStatus(job_id, not_found);
+  if (!status.ok()) return status.status();
+  // Its final state, once: the watch ends with it (it is terminal).
+  JobEvents e;
+  e.events.push_back(std::move(*status));
+  e.version = seen_version + 1;
+  e.sent = clock_->Now();
+  return e;
 }
 
 absl::StatusOr<v1::JobStatus> Coordinator::EvictedJobStatus(uint64_t job_id,
@@ -82,7 +142,8 @@ absl::StatusOr<v1::JobStatus> Coordinator::EvictedJobStatus(uint64_t job_id,
   if (!stored.ok()) return stored.status();
   if (!stored->has_value()) return not_found;
   v1::JobStatus s = std::move(**stored);
-  s.set_has_weights(false);
+  absl::MutexLock lock(&mu_);
+  s.set_has_weights(weights_.Has(job_id));  // kept while the weights store keeps them
   return s;
 }
 

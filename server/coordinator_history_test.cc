@@ -7,10 +7,14 @@
 //     summarised (runs + the kept events, summarised_to_step, summary) and
 //     the next page continues at the window;
 //   * finished jobs beyond max_finished_jobs_in_memory are evicted: NOT_FOUND
-//     naming the eviction without a database, the stored status and checks
-//     with one; ListJobs counts them; a running job is never evicted.
+//     naming the eviction without a database; with one ListJobs lists them
+//     and GetJob, the checks, GetJobSeries, the watch (one final event) and
+//     CancelJob answer from it; their final weights are served while the
+//     weights store keeps them (and deleted from the database when it
+//     drops them); a running job is never evicted.
 #include <stdlib.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +48,7 @@ class CoordinatorHistoryTest : public ::testing::Test {
  protected:
   CoordinatorHistoryTest() : clock_(absl::FromUnixSeconds(1700000000 + 1000)) {}
 
-  void Start(bool with_db, int64_t max_finished = 1000) {
+  void Start(bool with_db, int64_t max_finished = 1000, int max_weights = 8) {
     if (with_db) {
       auto db = StateDb::Open({TempDir()});
       ASSERT_TRUE(db.ok()) << db.status();
@@ -54,6 +58,7 @@ class CoordinatorHistoryTest : public ::testing::Test {
     o.advertise_address = "coord:7070";
     o.max_sync_history = kWindow;
     o.max_finished_jobs_in_memory = max_finished;
+    o.max_jobs_with_weights = max_weights;
     coord_ = std::make_unique<Coordinator>(o, &clock_);
     if (db_ != nullptr) ASSERT_TRUE(coord_->AttachStateDb(db_.get()).ok());
     for (int i = 1; i <= 3; ++i) {
@@ -120,6 +125,33 @@ class CoordinatorHistoryTest : public ::testing::Test {
     req.set_job_id(job);
     auto b = coord_->Heartbeat(req);
     EXPECT_TRUE(b.ok()) << b.status();
+  }
+
+  // Rank 0 uploads `job`'s final weights: {first, first + 1, first + 2}.
+  void Upload(uint64_t job, float first) {
+    const float values[3] = {first, first + 1, first + 2};
+    v1::WeightsChunk c;
+    c.set_worker_id(workers_[0]);
+    c.set_job_id(job);
+    c.set_total(3);
+    c.set_data(std::string(reinterpret_cast<const char*>(values), sizeof(values)));
+    c.add_block_names("W0");
+    c.add_block_shapes(3);
+    c.add_block_shapes(-1);
+    ASSERT_TRUE(coord_->UploadWeightsChunk(c).ok());
+    ASSERT_TRUE(coord_->FinishWeightsUpload(workers_[0], job).ok());
+  }
+
+  // The jobs whose weights the database holds (committed).
+  std::vector<uint64_t> StoredWeightJobs() {
+    EXPECT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
+    auto loaded = db_->Load();
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    std::vector<uint64_t> ids;
+    if (loaded.ok()) {
+      for (const StoredWeights& w : loaded->weights) ids.push_back(w.job_id);
+    }
+    return ids;
   }
 
   // Every page from step 0, `per_page` checks each.
@@ -258,13 +290,22 @@ TEST_F(CoordinatorHistoryTest, FinishedJobsBeyondTheBoundAreEvictedWithoutADatab
 TEST_F(CoordinatorHistoryTest, EvictedJobsAnswerFromTheDatabase) {
   Start(/*with_db=*/true, /*max_finished=*/1);
   const uint64_t old = RunJob(120, /*bad=*/false, /*finish=*/true);
+  Upload(old, 1.5f);
+  auto series_before = coord_->GetJobSeries(old);
+  ASSERT_TRUE(series_before.ok()) << series_before.status();
   const uint64_t newer = RunJob(10, false, /*finish=*/true);
   coord_->Tick();
   ASSERT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
+  // Listed from the database, in id order, with its weights.
   v1::JobList list = coord_->ListJobs();
-  ASSERT_EQ(list.jobs_size(), 1);
-  EXPECT_EQ(list.jobs(0).job_id(), newer);
+  ASSERT_EQ(list.jobs_size(), 2);
+  EXPECT_EQ(list.jobs(0).job_id(), old);
+  EXPECT_EQ(list.jobs(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(list.jobs(0).step(), 120);
+  EXPECT_TRUE(list.jobs(0).has_weights());
+  EXPECT_EQ(list.jobs(1).job_id(), newer);
   EXPECT_EQ(list.evicted_jobs(), 1);
+  EXPECT_EQ(list.evicted_listed(), 1);
   EXPECT_TRUE(list.state_db_has_evicted());
   auto st = coord_->GetJob(old);
   ASSERT_TRUE(st.ok()) << st.status();
@@ -282,8 +323,57 @@ TEST_F(CoordinatorHistoryTest, EvictedJobsAnswerFromTheDatabase) {
   ASSERT_TRUE(last.ok()) << last.status();
   ASSERT_EQ(last->checks_size(), 10);
   EXPECT_EQ(last->checks(9).step(), 119);
-  // Only reads answer for an evicted job.
-  EXPECT_EQ(coord_->GetJobSeries(old).status().code(), absl::StatusCode::kNotFound);
+  // Its curves: the stored ones, as they were in memory.
+  auto series = coord_->GetJobSeries(old);
+  ASSERT_TRUE(series.ok()) << series.status();
+  ASSERT_EQ(series->loss.size(), series_before->loss.size());
+  ASSERT_FALSE(series->loss.empty());
+  for (size_t i = 0; i < series->loss.size(); ++i) {
+    EXPECT_EQ(series->loss[i].step, series_before->loss[i].step);
+    EXPECT_EQ(series->loss[i].loss, series_before->loss[i].loss);
+  }
+  EXPECT_EQ(series->steps_offered, series_before->steps_offered);
+  EXPECT_EQ(series->sync.size(), series_before->sync.size());
+  // A watch: one event, its final state (the watch ends with it).
+  auto events = coord_->NextJobEvents(old, 0, absl::InfinitePast(), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->events.size(), 1u);
+  EXPECT_EQ(events->events[0].state(), v1::SUCCEEDED);
+  EXPECT_EQ(events->events[0].step(), 120);
+  EXPECT_GT(events->version, 0u);
+  // Its weights, still in the store.
+  auto weights = coord_->GetWeights(old);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ASSERT_EQ((*weights)->total, 3);
+  float first = 0;
+  std::memcpy(&first, (*weights)->data.data(), sizeof(first));
+  EXPECT_EQ(first, 1.5f);
+  // Cancelling it changes nothing: its stored status, as for any finished job.
+  auto cancelled = coord_->CancelJob(old);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::SUCCEEDED);
+  EXPECT_EQ(coord_->GetJob(99).status().message(), "job 99 not found");
+}
+
+// An evicted job's weights stay in the weights store (bounded as any
+// job's) and the database; when the store drops them for a newer job's,
+// the stored copy goes too (a review finding before: they were deleted at
+// the eviction, so GetWeights of an evicted job had nothing to serve).
+TEST_F(CoordinatorHistoryTest, EvictedJobsWeightsLeaveTheDatabaseWithTheStore) {
+  Start(/*with_db=*/true, /*max_finished=*/1, /*max_weights=*/2);
+  const uint64_t a = RunJob(5, false, /*finish=*/true);
+  Upload(a, 1);
+  const uint64_t b = RunJob(5, false, /*finish=*/true);
+  Upload(b, 2);
+  coord_->Tick();  // a is evicted from memory
+  ASSERT_EQ(coord_->ListJobs().evicted_jobs(), 1);
+  EXPECT_EQ(StoredWeightJobs(), (std::vector<uint64_t>{a, b}));
+  EXPECT_TRUE(coord_->GetWeights(a).ok());
+  const uint64_t c = RunJob(5, false, /*finish=*/true);
+  Upload(c, 3);  // the store keeps 2: a's weights go, from the database too
+  EXPECT_EQ(StoredWeightJobs(), (std::vector<uint64_t>{b, c}));
+  auto gone = coord_->GetWeights(a);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition) << gone.status();
 }
 
 }  // namespace

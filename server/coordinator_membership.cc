@@ -19,7 +19,12 @@ bool Coordinator::VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duratio
                       lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
                       lost.address, absl::ToDoubleSeconds(silent));
   const int rank = lost.rank;
-  if (!VacateRank(job, rank, clock_->Now(), why)) return false;
+  std::string no_replica;
+  if (!VacateRank(job, rank, clock_->Now(), why, &no_replica)) {
+    if (no_replica.empty()) return false;
+    FailJobLocked(job, std::move(no_replica));  // at once: nobody left to copy from
+    return true;
+  }
   // The lost worker leaves the job and stays LOST (`lost` is its record).
   if (Worker* w = workers_.Find(lost.id); w != nullptr) {
     WorkerRegistry::Unbind(w);

@@ -57,12 +57,15 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
 
 v1::JobList Coordinator::ListJobs() {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
   v1::JobList list;
-  for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
-  list.set_evicted_jobs(jobs_.evicted());
-  list.set_max_finished_jobs_in_memory(jobs_.limits().max_finished_jobs);
-  list.set_state_db_has_evicted(state_db_ != nullptr);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
+    list.set_evicted_jobs(jobs_.evicted());
+    list.set_max_finished_jobs_in_memory(jobs_.limits().max_finished_jobs);
+    list.set_state_db_has_evicted(state_db_ != nullptr);
+  }
+  AddEvictedJobs(&list);  // from the state database, if any (no lock held)
   return list;
 }
 
@@ -85,6 +88,16 @@ v1::WorkerList Coordinator::ListWorkers() {
 
 absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   const absl::Time now = clock_->Now();
+  absl::Status not_found;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+    if (!found.ok() && !jobs_.WasEvicted(job_id)) return found.status();
+    not_found = found.status();
+  }
+  // Evicted: it had finished; like a finished job in memory, its status
+  // (from the state database; without one NOT_FOUND "evicted").
+  if (!not_found.ok()) return EvictedJobStatus(job_id, not_found);
   Locked lock(this);  // writes this call's log lines after unlocking
   absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
   if (!found.ok()) return found.status();
@@ -96,12 +109,13 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   return StatusLocked(*job, now);
 }
 
-// GetSyncHistory and GetSyncHistoryPage: coordinator_state.cc.
+// GetSyncHistory and GetSyncHistoryPage: coordinator_history.cc.
 
 absl::StatusOr<std::shared_ptr<const FinalWeights>> Coordinator::GetWeights(uint64_t job_id) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
-  if (!found.ok()) return found.status();
+  // An evicted job's weights are served while the store keeps them.
+  if (!found.ok() && !jobs_.WasEvicted(job_id)) return found.status();
   std::shared_ptr<const FinalWeights> w = weights_.Get(job_id);
   if (w == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -112,10 +126,15 @@ absl::StatusOr<std::shared_ptr<const FinalWeights>> Coordinator::GetWeights(uint
 }
 
 absl::StatusOr<JobSeriesSnapshot> Coordinator::GetJobSeries(uint64_t job_id) {
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
-  if (!found.ok()) return found.status();
-  return (*found)->series.Snapshot();
+  absl::Status not_found;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+    if (found.ok()) return (*found)->series.Snapshot();
+    if (!jobs_.WasEvicted(job_id)) return found.status();
+    not_found = found.status();
+  }
+  return EvictedJobSeries(job_id, not_found);  // from the state database, if any
 }
 
 absl::StatusOr<std::pair<v1::JobStatus, uint64_t>> Coordinator::WaitForJobChange(
@@ -140,6 +159,18 @@ absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEvents(uint64_t job_i
                                                                   uint64_t seen_version,
                                                                   absl::Time last_sent,
                                                                   absl::Time deadline) {
+  absl::StatusOr<JobEvents> next = NextJobEventsInMemory(job_id, seen_version, last_sent, deadline);
+  if (next.ok() || next.status().code() != absl::StatusCode::kNotFound) return next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.WasEvicted(job_id)) return next;
+  }
+  // Evicted (before or during the watch): its stored final status, once.
+  return EvictedJobEvents(job_id, seen_version, next.status());
+}
+
+absl::StatusOr<Coordinator::JobEvents> Coordinator::NextJobEventsInMemory(
+    uint64_t job_id, uint64_t seen_version, absl::Time last_sent, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
   if (!found.ok()) return found.status();

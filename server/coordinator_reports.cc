@@ -57,6 +57,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
   rank.acknowledged = true;
   if (request.step() <= rank.last_step) return reply;  // duplicate or stale
   rank.last_step = request.step();
+  rank.holds_replica = true;  // it trained a step of this generation (membership.h)
   if (request.update_skipped() && request.rank() == 0) {
     // A non-finite gradient's step, skipped on every replica (every rank
     // reports the same flags; counted once, from rank 0).
@@ -257,7 +258,11 @@ absl::Status Coordinator::UploadWeightsChunk(const v1::WeightsChunk& chunk) {
   absl::StatusOr<std::vector<uint64_t>> changed = weights_.AddChunk(chunk);
   if (!changed.ok()) return changed.status();
   for (uint64_t id : *changed) {
-    if (Job* j = jobs_.Find(id); j != nullptr) BumpLocked(j);
+    if (Job* j = jobs_.Find(id); j != nullptr) {
+      BumpLocked(j);
+    } else if (state_db_ != nullptr && !weights_.Has(id)) {
+      state_db_->DeleteWeights(id);  // an evicted job's weights left the store (queued, no I/O)
+    }
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "server/coordinator.h"
 #include "server/job_series.h"
 #include "server/membership.h"
+#include "server/stored_series.h"
 #include "server/weights_store.h"
 
 namespace lockstep {
@@ -51,6 +52,7 @@ uint64_t MembershipFingerprint(const JobRecord& job) {
     mix(std::hash<std::string>()(r.worker_id));
     mix(static_cast<uint64_t>(r.held_generation));
     mix(static_cast<uint64_t>(r.held_step));
+    mix(r.holds_replica ? 3 : 4);  // a joiner's first step: stored at once
   }
   return h == 0 ? 1 : h;
 }
@@ -77,59 +79,6 @@ StoredMembership MembershipOf(const JobRecord& job) {
   out.waiting_since_unix_s = UnixSeconds(m.waiting_since);
   out.waiting_for = m.waiting_for;
   return out;
-}
-
-std::string EncodeSeries(const JobSeriesSnapshot& s) {
-  v1::StoredJobSeries p;
-  for (const LossPoint& x : s.loss) {
-    v1::StoredLossPoint* y = p.add_loss();
-    y->set_step(x.step);
-    y->set_loss(x.loss);
-    y->set_examples_per_second(x.examples_per_second);
-    y->set_seconds(x.seconds);
-    y->set_examples(x.examples);
-  }
-  for (const EvalPoint& x : s.eval) {
-    v1::StoredEvalPoint* y = p.add_eval();
-    y->set_step(x.step);
-    y->set_test_accuracy(x.test_accuracy);
-    y->set_test_loss(x.test_loss);
-  }
-  for (const SyncCell& x : s.sync) {
-    v1::StoredSyncCell* y = p.add_sync();
-    y->set_first_step(x.first_step);
-    y->set_last_step(x.last_step);
-    y->set_checks(x.checks);
-    y->set_mismatches(x.mismatches);
-  }
-  p.set_loss_stride(s.loss_stride);
-  p.set_eval_stride(s.eval_stride);
-  p.set_checks_per_cell(s.checks_per_cell);
-  p.set_steps_offered(s.steps_offered);
-  p.set_evals_offered(s.evals_offered);
-  p.set_checks_offered(s.checks_offered);
-  return p.SerializeAsString();
-}
-
-bool DecodeSeries(const std::string& blob, JobSeriesSnapshot* s) {
-  v1::StoredJobSeries p;
-  if (!p.ParseFromString(blob)) return false;
-  for (const v1::StoredLossPoint& y : p.loss()) {
-    s->loss.push_back({y.step(), y.loss(), y.examples_per_second(), y.seconds(), y.examples()});
-  }
-  for (const v1::StoredEvalPoint& y : p.eval()) {
-    s->eval.push_back({y.step(), y.test_accuracy(), y.test_loss()});
-  }
-  for (const v1::StoredSyncCell& y : p.sync()) {
-    s->sync.push_back({y.first_step(), y.last_step(), y.checks(), y.mismatches()});
-  }
-  s->loss_stride = p.loss_stride();
-  s->eval_stride = p.eval_stride();
-  s->checks_per_cell = p.checks_per_cell();
-  s->steps_offered = p.steps_offered();
-  s->evals_offered = p.evals_offered();
-  s->checks_offered = p.checks_offered();
-  return true;
 }
 
 // The job's membership after a restart: the stored generation, members and
@@ -283,6 +232,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
         rank.done_hash = x.done_hash();
         rank.done_test_accuracy = x.done_test_accuracy();
         rank.done_test_loss = x.done_test_loss();
+        rank.holds_replica = !x.lacks_replica();
       }
       job->ranks.push_back(std::move(rank));
     }
@@ -292,7 +242,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->sync = jobs_.NewSyncChecker(job->k);
     if (stored.series) {
       JobSeriesSnapshot series;
-      if (!DecodeSeries(*stored.series, &series)) {
+      if (!DecodeStoredSeries(*stored.series, &series)) {
         return absl::DataLossError(absl::StrCat(db->path(), ": job ", st.job_id(),
                                                 ": stored curves do not parse"));
       }
@@ -455,7 +405,7 @@ void Coordinator::PersistJobLocked(const Job& job) {
     mark.membership = membership;
   }
   if (series_due) {
-    stored.series = EncodeSeries(job.series.Snapshot());
+    stored.series = EncodeStoredSeries(job.series.Snapshot());
     mark.series_at = now;
     mark.series_final = terminal;
   }
@@ -470,6 +420,7 @@ void Coordinator::PersistJobLocked(const Job& job) {
     x->set_done_hash(r.done_hash);
     x->set_done_test_accuracy(r.done_test_accuracy);
     x->set_done_test_loss(r.done_test_loss);
+    x->set_lacks_replica(!r.holds_replica);
   }
   extra.set_examples(job.examples);
   extra.set_first_step_unix_s(UnixSeconds(job.first_step_time));

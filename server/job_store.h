@@ -64,6 +64,10 @@ struct RankRecord {
   // Membership (server/membership.h): the generation this rank last said
   // it holds its replica for, and the step it holds (-1 = none).
   int64_t held_generation = -1, held_step = -1;
+  // The rank holds a replica of the job's state: false for a joiner
+  // (AddRank) until it reports a step (it trained, so it received the
+  // state); only such ranks count as holders (membership.h).
+  bool holds_replica = true;
 };
 
 struct JobRecord {

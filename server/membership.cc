@@ -58,18 +58,61 @@ std::string WaitingReason(const MembershipState& m) {
                       m.waiting_for, ")");
 }
 
+// A rank other than `lost_rank` holds a replica (a joiner holds none
+// until it has trained a step; a vacant rank none).
+bool OtherHolderLeft(const JobRecord& job, int lost_rank) {
+  for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
+    if (r != lost_rank && !IsVacant(job.membership, r) && job.ranks[r].holds_replica) return true;
+  }
+  return false;
+}
+
+bool AnyDone(const JobRecord& job) {
+  for (const RankRecord& r : job.ranks) {
+    if (r.done) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason) {
+std::string NoReplicaLeft(const JobRecord& job, int lost_rank, const std::string& reason) {
+  const int k = static_cast<int>(job.ranks.size());
+  if (k <= 1 || OtherHolderLeft(job, lost_rank)) return "";
+  std::string out = absl::StrCat("no rank holding a replica of the job's state is left at step ",
+                                 job.steps_done, " (nothing to copy from): rank ", lost_rank,
+                                 " lost: ", reason);
+  std::string vacant, joiners;
+  for (int r = 0; r < k; ++r) {
+    if (r == lost_rank) continue;
+    if (IsVacant(job.membership, r)) {
+      absl::StrAppend(&vacant, vacant.empty() ? "" : ", ", r);
+    } else {
+      absl::StrAppend(&joiners, joiners.empty() ? "" : ", ", r, " (", job.ranks[r].worker_id,
+                      ")");
+    }
+  }
+  if (!vacant.empty()) {
+    absl::StrAppend(&out, "; rank(s) ", vacant, " vacant (first lost: ",
+                    job.membership.waiting_for, ")");
+  }
+  if (!joiners.empty()) {
+    absl::StrAppend(&out, "; rank(s) ", joiners,
+                    " joined and had not received the job's state yet");
+  }
+  return out;
+}
+
+bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason,
+                std::string* no_replica) {
   const int k = static_cast<int>(job->ranks.size());
   MembershipState& m = job->membership;
   if (lost_rank < 0 || lost_rank >= k || IsVacant(m, lost_rank)) return false;
-  int holders = 0;  // ranks left that may hold a replica
-  for (int r = 0; r < k; ++r) {
-    if (job->ranks[r].done) return false;  // the job is at its end: nothing to wait for
-    if (r != lost_rank && !IsVacant(m, r)) ++holders;
+  if (AnyDone(*job)) return false;  // the job is at its end: nothing to wait for
+  if (!OtherHolderLeft(*job, lost_rank)) {
+    if (no_replica != nullptr) *no_replica = NoReplicaLeft(*job, lost_rank, reason);
+    return false;
   }
-  if (holders == 0) return false;
   v1::MembershipEvent e;
   e.set_kind("wait");
   e.set_generation(m.generation + 1);
@@ -97,6 +140,38 @@ bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string
   job->reason = WaitingReason(m);
   NewGeneration(job);
   return true;
+}
+
+bool RegroupAfterRestart(JobRecord* job, absl::Time now, const std::string& reason) {
+  if (job->ranks.empty()) return false;
+  for (const RankRecord& r : job->ranks) {
+    if (r.done) return false;  // the job is at its end: nothing to regroup
+  }
+  MembershipState& m = job->membership;
+  const int world = job->k - static_cast<int>(m.vacant.size());
+  v1::MembershipEvent e;
+  e.set_kind("restart");
+  e.set_generation(m.generation + 1);
+  e.set_world_before(world);
+  e.set_world_after(world);
+  e.set_rank(-1);
+  e.set_step(-1);
+  e.set_unix_s(UnixSeconds(now));
+  e.set_reason(reason);
+  AddEvent(&m, std::move(e));
+  NewGeneration(job);
+  return true;
+}
+
+bool OnlyRestartsSince(const JobRecord& job, int64_t generation) {
+  const MembershipState& m = job.membership;
+  int64_t seen = 0;  // "restart" events of the generations after `generation`
+  for (const v1::MembershipEvent& e : m.events) {
+    if (e.generation() <= generation) continue;
+    if (e.kind() != "restart") return false;
+    ++seen;
+  }
+  return generation >= 0 && seen == m.generation - generation;
 }
 
 bool WaitExpired(const JobRecord& job, absl::Time now, std::string* reason) {
@@ -154,6 +229,7 @@ bool AddRank(JobRecord* job, int rank, RankRecordLite joiner, absl::Time now) {
   r.data_address = std::move(joiner.data_address);
   r.hostname = std::move(joiner.hostname);
   r.last_heartbeat = joiner.last_seen;
+  r.holds_replica = false;  // until it has trained a step (RankRecord::holds_replica)
   if (replace) {
     e.set_reason(absl::StrCat(r.worker_id, " (", r.address, ") took rank ", rank, " after ",
                               absl::FormatDuration(absl::Trunc(now - m.waiting_since,
@@ -193,8 +269,10 @@ ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now,
   ShrinkResult result;
   const int k = static_cast<int>(job->ranks.size());
   if (k <= 1 || lost_rank < 0 || lost_rank >= k) return result;
-  for (const RankRecord& r : job->ranks) {
-    if (r.done) return result;  // the job is at its end: nothing to regroup
+  if (AnyDone(*job)) return result;  // the job is at its end: nothing to regroup
+  if (!OtherHolderLeft(*job, lost_rank)) {
+    result.no_replica = NoReplicaLeft(*job, lost_rank, reason);
+    return result;
   }
   MembershipState& m = job->membership;
   v1::MembershipEvent e;
@@ -241,12 +319,12 @@ bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_s
   for (size_t r = 0; r < job->ranks.size(); ++r) {
     const RankRecord& rr = job->ranks[r];
     if (rr.held_generation != m.generation) return false;  // someone has not said yet
-    if (rr.held_step > s) {
+    if (rr.holds_replica && rr.held_step > s) {
       s = rr.held_step;
       source = static_cast<int>(r);
     }
   }
-  if (s < 0) return false;  // nobody holds a replica (cannot happen: VacateRank keeps one)
+  if (s < 0) return false;  // nobody holds a replica (VacateRank and ShrinkJob keep one)
   m.regrouping = false;
   m.start_step = s;
   m.source_rank = source;

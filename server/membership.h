@@ -40,14 +40,18 @@
 // fills it within WaitTimeout (spec.wait_timeout_ms, 0 = 10 min),
 // WaitExpired says so and the facade fails the job naming the rank. A
 // second loss while waiting vacates that rank too; losing the last rank
-// that holds a replica fails the job (nobody to copy from).
+// that holds a replica fails the job at once (nobody to copy from:
+// NoReplicaLeft's reason). Only ranks with RankRecord::holds_replica count:
+// a joiner holds none until it has received its state (known from its
+// first step report of its generation).
 // Joiners (AddRank, from the facade's scheduling pass, before PENDING jobs
 // start): OpenRank says which rank an idle worker can take now: the lowest
 // vacant rank (wait), else rank k when a "shrink" job runs below its
 // spec.num_workers and is not near its end (GrowMargin: a rank that has
 // finished cannot regroup). AddRank binds the worker there (a "replace" or
 // "join" event, world after), generation + 1, regrouping; the joiner
-// heartbeats holds_state with held_step -1 (it holds nothing) and the
+// heartbeats holds_state with held_step -1 (it holds nothing:
+// holds_replica false until it reports a step) and the
 // start is decided as above from the ranks that hold one: every rank,
 // the joiner included, continues at the largest held step s, the joiner
 // (and any rank behind) copying the source rank's weights + optimizer
@@ -99,10 +103,20 @@ bool WaitsOnLoss(const JobRecord& job);
 // WorkerLostWaitTimeout).
 absl::Duration WaitTimeout(const JobRecord& job);
 
-// Vacates `lost_rank` (see the top of this file). False (nothing changed;
-// the job fails as under "fail") when a rank already finished or no other
-// rank would be left holding a replica.
-bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason);
+// Vacates `lost_rank` (see the top of this file). False (nothing changed)
+// when a rank already finished (the job fails as under "fail") or when no
+// other rank would be left holding a replica: then *no_replica (if not
+// null) gets NoReplicaLeft's reason and the job must fail with it at once.
+bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason,
+                std::string* no_replica = nullptr);
+
+// Non-empty when losing `lost_rank` (whose loss `reason` describes) leaves
+// other ranks but none of them holding a replica (vacant ranks, joiners
+// that have not received their state): "no rank holding a replica is left
+// at step S: <reason>; rank 1 vacant (...); rank 2 (w-5) joined and has not
+// received its state yet". Empty when some other rank holds one, or when
+// `lost_rank` is the only rank.
+std::string NoReplicaLeft(const JobRecord& job, int lost_rank, const std::string& reason);
 
 // True when the job has waited longer than WaitTimeout for a vacant rank at
 // `now`; then *reason says which rank, since when and why it was lost.
@@ -121,20 +135,39 @@ int OpenRank(const JobRecord& job);
 // Returns false when `rank` is not open.
 bool AddRank(JobRecord* job, int rank, RankRecordLite joiner, absl::Time now);
 
+// A coordinator restart lost the in-flight sums of a ps job on the
+// coordinator's own shard (JobRecord::coordinator_ps_shard): a new
+// generation of the same group (K, ranks and vacant ranks unchanged, a
+// fresh group key, so a fresh shard), regrouping, and a "restart" event
+// naming `reason`. The ranks stop, hold their replicas and the start is
+// decided as after a shrink: some ranks may have pulled the interrupted
+// step's sum and applied it, others not; they continue at the largest held
+// step, the others copying that rank's state. False (nothing changed) when
+// a rank already finished (nothing to regroup).
+bool RegroupAfterRestart(JobRecord* job, absl::Time now, const std::string& reason);
+// True when every generation after `generation` came from
+// RegroupAfterRestart (same group, same ranks): a rank that finished in
+// `generation` finished the job itself, so its ReportDone still counts.
+bool OnlyRestartsSince(const JobRecord& job, int64_t generation);
+
 // What ShrinkJob did: the survivors' worker ids by their new rank.
 struct ShrinkResult {
   bool shrunk = false;   // false: nothing left to shrink to (or finished ranks): fail
   std::vector<std::string> workers;  // index = new rank
+  std::string no_replica;  // not shrunk because no survivor holds a replica: the reason
 };
 
 // Removes `lost_rank` (see the top of this file). Does nothing and returns
-// shrunk = false when it is the last rank or when some rank already
-// finished (ReportDone ok: the job is at its end, nothing to regroup).
+// shrunk = false when it is the last rank, when some rank already
+// finished (ReportDone ok: the job is at its end, nothing to regroup), or
+// when no survivor holds a replica (only joiners without their state are
+// left: no_replica says so, NoReplicaLeft).
 ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now, const std::string& reason);
 
 // Rank `rank` holds its replica at `held_step` for `generation` (-1: it
 // holds none, a joiner). Ignored unless generation is the job's and it is
-// regrouping. Returns true when this decided the start (every rank said,
+// regrouping. Only ranks with holds_replica count for the start step and
+// the source (a joiner that never trained claims nothing). Returns true when this decided the start (every rank said,
 // no rank is vacant, and some rank holds a replica).
 bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_step);
 

@@ -122,6 +122,47 @@ class MembershipTest : public ::testing::Test {
     }
   }
 
+  // 3.5 s pass (past lost_after) in which only `alive` heartbeat for
+  // `job`; then Tick: every other worker of the cluster is LOST.
+  void LoseAllBut(uint64_t job, const std::vector<std::string>& alive) {
+    clock_.Advance(absl::Seconds(3.5));
+    for (const std::string& w : alive) Beat(w, job);
+    coord_->Tick();
+  }
+
+  // A K=3 shrink job of `steps` on w-1..w-3 loses w-3 after steps 0..4
+  // and runs steps 5..9 with K=2 (generation 1, started at step 5).
+  // Returns the job; *ws = {w-1, w-2}.
+  uint64_t ShrunkToTwo(int64_t steps, std::vector<std::string>* ws) {
+    const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+    const uint64_t job = Submit("shrink", steps);
+    Start({w1, w2, w3}, job);
+    Steps({w1, w2, w3}, job, 0, 4, 0);
+    LoseAllBut(job, {w1, w2});  // w3 lost: K = 2, generation 1
+    Beat(w1, job, 1, true, 5);
+    EXPECT_TRUE(Beat(w2, job, 1, true, 5).assignment().start_ready());
+    Steps({w1, w2}, job, 5, 9, 1);
+    *ws = {w1, w2};
+    return job;
+  }
+
+  // ShrunkToTwo, then w-4 registers and joins as rank 2 (generation 2)
+  // and the start is decided (step 10, w-4 holding nothing). Returns the
+  // job; *ws = {w-1, w-2, w-4}.
+  uint64_t ShrinkThenJoin(int64_t steps, std::vector<std::string>* ws) {
+    const uint64_t job = ShrunkToTwo(steps, ws);
+    const std::string w1 = (*ws)[0], w2 = (*ws)[1];
+    const std::string w4 = Register(4);  // joins at once: rank 2, generation 2
+    EXPECT_EQ(coord_->GetJob(job)->generation(), 2);
+    EXPECT_TRUE(Beat(w4, 0).has_assignment());
+    EXPECT_EQ(Beat(w1, job, 1).assignment().generation(), 2);
+    Beat(w1, job, 2, true, 10);
+    Beat(w2, job, 2, true, 10);
+    EXPECT_TRUE(Beat(w4, job, 2, true, -1).assignment().start_ready());
+    *ws = {w1, w2, w4};
+    return job;
+  }
+
   FakeClock clock_;
   std::unique_ptr<Coordinator> coord_;
 };
@@ -223,17 +264,7 @@ TEST_F(MembershipTest, ShrinkRegroupsTheSurvivorsAndTheJobCompletesWithKMinusOne
   stale.set_error("peer gone");
   EXPECT_TRUE(coord_->ReportDone(stale).ok());
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::RUNNING);
-  for (int rank = 0; rank < 2; ++rank) {
-    v1::ReportDoneRequest d;
-    d.set_worker_id(rank == 0 ? w1 : w3);
-    d.set_job_id(job);
-    d.set_rank(rank);
-    d.set_ok(true);
-    d.set_generation(1);
-    d.set_steps(10);
-    d.set_weights_hash(Hash(7));
-    ASSERT_TRUE(coord_->ReportDone(d).ok());
-  }
+  Done({w1, w3}, job, 1, 10);
   st = *coord_->GetJob(job);
   EXPECT_EQ(st.state(), v1::SUCCEEDED) << st.reason();
   // The lost worker, back, is not part of the job any more.
@@ -243,14 +274,8 @@ TEST_F(MembershipTest, ShrinkRegroupsTheSurvivorsAndTheJobCompletesWithKMinusOne
 TEST_F(MembershipTest, FailPolicyStillFails) {
   const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
   const uint64_t job = Submit("fail");
-  for (const std::string& w : {w1, w2, w3}) {
-    Beat(w, 0);
-    Beat(w, job);
-  }
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  Beat(w2, job);
-  coord_->Tick();
+  Start({w1, w2, w3}, job);
+  LoseAllBut(job, {w1, w2});
   v1::JobStatus st = *coord_->GetJob(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_EQ(st.generation(), 0);
@@ -260,17 +285,9 @@ TEST_F(MembershipTest, FailPolicyStillFails) {
 TEST_F(MembershipTest, ShrinkDownToOneThenTheLastLossFails) {
   const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
   const uint64_t job = Submit("shrink");
-  for (const std::string& w : {w1, w2, w3}) {
-    Beat(w, 0);
-    Beat(w, job);
-  }
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  Beat(w2, job);
-  coord_->Tick();  // w3 lost: K=2
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  coord_->Tick();  // w2 lost: K=1
+  Start({w1, w2, w3}, job);
+  LoseAllBut(job, {w1, w2});  // w3 lost: K=2
+  LoseAllBut(job, {w1});      // w2 lost: K=1
   v1::JobStatus st = *coord_->GetJob(job);
   ASSERT_EQ(st.state(), v1::RUNNING);
   EXPECT_EQ(st.generation(), 2);
@@ -283,8 +300,7 @@ TEST_F(MembershipTest, ShrinkDownToOneThenTheLastLossFails) {
   EXPECT_TRUE(r.assignment().start_ready());
   EXPECT_EQ(r.assignment().start_step(), 0);
   EXPECT_EQ(r.assignment().peer_addresses_size(), 1);
-  clock_.Advance(absl::Seconds(3.5));
-  coord_->Tick();  // the last one: nothing to shrink to
+  LoseAllBut(job, {});  // the last one: nothing to shrink to
   st = *coord_->GetJob(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_NE(st.reason().find(w1), std::string::npos) << st.reason();
@@ -389,10 +405,7 @@ TEST_F(MembershipTest, WaitFailsAfterItsTimeoutNamingTheRank) {
   const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
   const uint64_t job = Submit("wait", 10, /*wait_timeout_ms=*/5000);
   Start({w1, w2, w3}, job);
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  Beat(w2, job);
-  coord_->Tick();  // w3 (rank 2) lost at t = 1003.5
+  LoseAllBut(job, {w1, w2});  // w3 (rank 2) lost at t = 1003.5
   EXPECT_DOUBLE_EQ(coord_->GetJob(job)->wait_deadline_unix_s(), 1008.5);
   clock_.Advance(absl::Seconds(4.9));
   Beat(w1, job, 1, true, 0);
@@ -417,38 +430,96 @@ TEST_F(MembershipTest, WaitWithNoReplicaLeftFails) {
   const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
   const uint64_t job = Submit("wait");
   Start({w1, w2, w3}, job);
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  coord_->Tick();  // w2 and w3 lost: two vacant ranks, w1 holds
+  LoseAllBut(job, {w1});  // w2 and w3 lost: two vacant ranks, w1 holds
   v1::JobStatus st = *coord_->GetJob(job);
   ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
   EXPECT_EQ(st.waiting_for_ranks_size(), 2);
   EXPECT_EQ(st.reason().rfind("waiting for workers to replace ranks 1, 2 (first lost: worker w-", 0),
             0)
       << st.reason();
-  clock_.Advance(absl::Seconds(3.5));
-  coord_->Tick();  // w1 lost too: no replica left to copy from
+  LoseAllBut(job, {});  // w1 lost too: no replica left to copy from
   st = *coord_->GetJob(job);
   EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_NE(st.reason().find("worker w-1 (rank 0"), std::string::npos) << st.reason();
+  EXPECT_EQ(st.reason().rfind("no rank holding a replica of the job's state is left at step 0 "
+                              "(nothing to copy from): rank 0 lost: worker w-1 (rank 0, ",
+                              0),
+            0)
+      << st.reason();
+  EXPECT_NE(st.reason().find("; rank(s) 1, 2 vacant (first lost: worker w-"), std::string::npos)
+      << st.reason();
+}
+
+// Review finding: a replacement that has not received its state is no
+// replica holder. Under wait, w-3 (rank 2) is replaced by w-4; before w-4
+// trains a step, w-1 and w-2 are lost: w-1's rank goes vacant (w-2 still
+// holds), w-2's loss leaves nobody to copy from, and the job FAILS at once
+// (it used to wait with the joiner counted as a holder, failing only at
+// the workers' regroup deadline) with a reason saying so.
+TEST_F(MembershipTest, WaitFailsAtOnceWhenOnlyAJoinerWithoutStateIsLeft) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("wait");
+  Start({w1, w2, w3}, job);
+  Steps({w1, w2, w3}, job, 0, 4, 0);
+  LoseAllBut(job, {w1, w2});  // w3 (rank 2) lost: vacant
+  const std::string w4 = Register(4);  // replaces rank 2 (generation 2)
+  ASSERT_EQ(coord_->GetJob(job)->ranks(2).worker_id(), w4);
+  Beat(w1, job, 2, true, 5);
+  Beat(w2, job, 2, true, 5);
+  ASSERT_TRUE(Beat(w4, job, 2, true, -1).assignment().start_ready());
+  // w4 is copying rank 0's state when rank 0 and rank 1 die.
+  LoseAllBut(job, {w4});
+  const v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(),
+            "no rank holding a replica of the job's state is left at step 5 (nothing to copy "
+            "from): rank 1 lost: worker w-2 (rank 1, host host2, 10.0.0.2:5000) lost: no "
+            "heartbeat for 3.5s; rank(s) 0 vacant (first lost: worker w-1 (rank 0, host host1, "
+            "10.0.0.1:5000) lost: no heartbeat for 3.5s); rank(s) 2 (w-4) joined and had not "
+            "received the job's state yet");
+  EXPECT_TRUE(Beat(w4, job, 2).stop_job());
+}
+
+// The same under shrink: the survivors w-1, w-2 die before the joiner w-4
+// trained a step: w-1's loss shrinks to {w-2, w-4}, w-2's leaves only w-4,
+// which holds nothing: FAILED at once naming the lost rank and the step.
+TEST_F(MembershipTest, ShrinkFailsAtOnceWhenOnlyAJoinerWithoutStateIsLeft) {
+  std::vector<std::string> ws;
+  const uint64_t job = ShrinkThenJoin(100, &ws);
+  LoseAllBut(job, {ws[2]});
+  const v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(),
+            "no rank holding a replica of the job's state is left at step 10 (nothing to copy "
+            "from): rank 0 lost: worker w-2 (rank 0, host host2, 10.0.0.2:5000) lost: no "
+            "heartbeat for 3.5s; rank(s) 1 (w-4) joined and had not received the job's state "
+            "yet");
+}
+
+// Once the joiner has trained a step it holds a replica: the same losses
+// leave it running alone (K = 1) from its own state.
+TEST_F(MembershipTest, AJoinerThatTrainedAStepHoldsAReplica) {
+  std::vector<std::string> ws;
+  const uint64_t job = ShrinkThenJoin(100, &ws);
+  Steps(ws, job, 10, 10, 2);
+  LoseAllBut(job, {ws[2]});
+  const v1::JobStatus st = *coord_->GetJob(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.world(), 1);
+  ASSERT_EQ(st.ranks_size(), 1);
+  EXPECT_EQ(st.ranks(0).worker_id(), ws[2]);
+  // Its held step decides the start.
+  v1::HeartbeatReply r = Beat(ws[2], job, st.generation(), true, 11);
+  ASSERT_TRUE(r.assignment().start_ready());
+  EXPECT_EQ(r.assignment().start_step(), 11);
 }
 
 // A shrunk job grows back: an idle worker joins as rank k at a step
 // boundary (generation + 1), receives rank 0's state, and the join step is
 // recorded in the event.
 TEST_F(MembershipTest, LateJoinerGrowsAShrunkJobBackToK) {
-  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
-  const uint64_t job = Submit("shrink", /*steps=*/100);
-  Start({w1, w2, w3}, job);
-  Steps({w1, w2, w3}, job, 0, 4, 0);
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  Beat(w2, job);
-  coord_->Tick();  // w3 lost: K = 2, generation 1
-  Beat(w1, job, 1, true, 5);
-  ASSERT_TRUE(Beat(w2, job, 1, true, 5).assignment().start_ready());
-  Steps({w1, w2}, job, 5, 9, 1);
-
+  std::vector<std::string> ws;
+  const uint64_t job = ShrunkToTwo(/*steps=*/100, &ws);
+  const std::string w1 = ws[0], w2 = ws[1];
   const std::string w4 = Register(4);  // joins at once: rank 2, generation 2
   v1::JobStatus st = *coord_->GetJob(job);
   EXPECT_EQ(st.generation(), 2);
@@ -508,10 +579,7 @@ TEST_F(MembershipTest, NoLateJoinWithinTheMarginOfTheEnd) {
   const uint64_t job = Submit("shrink", /*steps=*/30);
   Start({w1, w2, w3}, job);
   Steps({w1, w2, w3}, job, 0, 9, 0);  // steps done: 10; 10 + 20 >= 30
-  clock_.Advance(absl::Seconds(3.5));
-  Beat(w1, job);
-  Beat(w2, job);
-  coord_->Tick();  // w3 lost: K = 2
+  LoseAllBut(job, {w1, w2});  // w3 lost: K = 2
   const std::string w4 = Register(4);
   v1::JobStatus st = *coord_->GetJob(job);
   EXPECT_EQ(st.generation(), 1);

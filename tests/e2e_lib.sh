@@ -30,6 +30,14 @@
 #                   gives the ids) with --data_dir=$T, records wpid[N] and
 #                   live+=(w-N); returns once its port file is there
 #   start_worker    spawn_worker, then waits (10 s) until it is IDLE
+#   kill_worker N   SIGKILLs w-N (spawn_worker's) and drops it from live
+#   regrouped_to JOB GEN KIND WORLD
+#                   JOB's membership generation GEN has started (not
+#                   regrouping) with WORLD ranks, its newest membership
+#                   event of KIND (shrink, wait, replace, join) decided
+#   poll_rank_at JOB N WORKER
+#                   once JOB runs and has done N steps, prints WORKER's
+#                   rank (one status call per poll; 30 s deadline)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -95,6 +103,22 @@ spawn_worker() {
 start_worker() {
   spawn_worker
   wait_until $(( $(now_ms) + 10000 )) idle "w-$n_workers" || fail "w-$n_workers not IDLE: $(cli workers)"
+}
+kill_worker() {
+  kill -KILL "${wpid[$1]}"
+  local keep=() w; for w in "${live[@]}"; do [ "$w" != "w-$1" ] && keep+=("$w"); done; live=("${keep[@]}")
+}
+regrouped_to() {
+  cli status "$1" --json | json "int(d.get('generation', 0)) == $2 and not d.get('regrouping') and int(d['world']) == $4 and d['membership_events'][-1]['kind'] == '$3' and int(d['membership_events'][-1]['step']) >= 0" | grep -q True
+}
+poll_rank_at() {
+  local deadline=$(( $(now_ms) + 30000 )) r
+  while [ "$(now_ms)" -lt "$deadline" ]; do
+    r=$(cli status "$1" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$3'][0] if d['state'] == 'RUNNING' and int(d.get('step', 0)) >= $2 else ''") \
+      && [ -n "$r" ] && { echo "$r"; return 0; }
+    sleep 0.05
+  done
+  return 1
 }
 down_for() {
   python3 - "$@" <<'PY'

@@ -13,9 +13,11 @@
 #     summarised (the summary line and runs), then the window's steps in
 #     order (a finished job keeps its newest 128 checks); runs + kept checks
 #     add up to every step.
-# The coordinator's VmRSS is printed before and after each job. Without
-# --state_dir and with --max_finished_jobs_in_memory=1, a second job evicts
-# the first: `lockstep jobs` says one was dropped, `status` names it evicted.
+# The coordinator's VmRSS is printed before and after each job. With
+# --max_finished_jobs_in_memory=1 a second job evicts the first: with
+# --state_dir, `lockstep jobs` still lists it (from the database), `follow`
+# ends with its SUCCEEDED and `export` writes its weights; without, `jobs`
+# says one was dropped and `status` names it evicted.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -76,6 +78,24 @@ run_phase() {  # run_phase NAME STEPS [coordinator flags...]
       fail "$name: status of the evicted job: $(cat "$T/$name-evicted.out")"
     cat "$T/$name-evicted.out"
   fi
+  if [ "$name" = with_db ]; then
+    # --max_finished_jobs_in_memory=1 and --state_dir: the database answers
+    # for the evicted job.
+    cli submit --workers=4 --model=softmax --batch=8 --steps=20 --dataset="$DATA" --follow \
+      > "$T/$name-second.out" 2>&1 || fail "$name: second job: $(tail -3 "$T/$name-second.out")"
+    evicted() { [ "$(cli jobs --json | json "int(d.get('evicted_jobs', 0))")" = 1 ]; }
+    wait_until $(( $(now_ms) + 10000 )) evicted || fail "$name: job $JOB not evicted: $(cli jobs)"
+    cli jobs --json | json "int(d.get('evicted_listed', 0)) == 1 and [int(j['job_id']) for j in d['jobs']] == [$JOB, $JOB + 1] and d['jobs'][0]['state'] == 'SUCCEEDED'" \
+      | grep -q True || fail "$name: jobs does not list the evicted job: $(cli jobs --json)"
+    cli jobs | tee "$T/$name-jobs.out" | grep -q "older finished job" && fail "$name: jobs says a job is not listed"
+    cli follow "$JOB" > "$T/$name-evicted-follow.out" 2>&1 ||
+      fail "$name: follow of the evicted job: $(tail -3 "$T/$name-evicted-follow.out")"
+    grep -q "job $JOB SUCCEEDED" "$T/$name-evicted-follow.out" ||
+      fail "$name: follow of the evicted job: $(cat "$T/$name-evicted-follow.out")"
+    cli export "$JOB" --out="$T/evicted.npy" > "$T/$name-export.out" 2>&1 ||
+      fail "$name: export of the evicted job: $(cat "$T/$name-export.out")"
+    echo "== $name: job $JOB evicted from memory; jobs lists it, follow and export answer from the database"
+  fi
   for p in "${wpids[@]}" "$cpid"; do kill "$p" 2>/dev/null; done
   for p in "${wpids[@]}" "$cpid"; do wait "$p" 2>/dev/null; done
 }
@@ -109,7 +129,7 @@ print(f"sync --all ({mode}): {checked} checked, {len(shown)} step lines, {len(ru
 PY
 }
 
-run_phase with_db "$STEPS" --state_dir="$T/state"
+run_phase with_db "$STEPS" --state_dir="$T/state" --max_finished_jobs_in_memory=1
 check_sync "$T/with_db-sync.out" "$STEPS" full
 run_phase no_db "$STEPS2" --max_finished_jobs_in_memory=1
 check_sync "$T/no_db-sync.out" "$STEPS2" summarised

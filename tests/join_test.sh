@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 10, a late joiner: a job running below its requested K grows back.
 # Real processes on 127.0.0.1 (OS-chosen ports), a coordinator with its
-# default lost_after (3 s) and worker daemons. For ring over gRPC and ps
-# over raw TCP (K=3):
+# default lost_after (3 s) and worker daemons. Cases (the optional 4th
+# argument, default "ring_grpc ps_tcp"; //tests:join_ring_tcp_test runs
+# "ring_tcp"): ring over gRPC, ps over raw TCP and ring over raw TCP
+# (--peer_transport=tcp), K=3:
 #   A  a K=3 on_worker_lost=shrink job; once it has run 20 steps one worker
 #      is SIGKILLed; the survivors regroup (K=2, a "shrink" event at step
 #      s1) within REGROUP_S (6 s). Then a FRESH worker daemon is started:
@@ -20,7 +22,7 @@
 #   with different hashes, so this comparison can fail.)
 # Measured times are printed.
 set -uo pipefail
-COORD="$1"; WORKER="$2"; CLI="$3"
+COORD="$1"; WORKER="$2"; CLI="$3"; CASES="${4:-ring_grpc ps_tcp}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 REGROUP_S=6
@@ -35,12 +37,7 @@ mkdir -p "$CK"
 "$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
-regrouped() {
-  cli status "$1" --json | json "int(d.get('generation', 0)) == 1 and not d.get('regrouping') and len(d['ranks']) == 2 and int(d['membership_events'][0]['step']) >= 0" | grep -q True
-}
-joined() {
-  cli status "$1" --json | json "int(d.get('generation', 0)) == 2 and not d.get('regrouping') and int(d['world']) == 3 and d['membership_events'][-1]['kind'] == 'join' and int(d['membership_events'][-1]['step']) >= 0" | grep -q True
-}
+# (kill_worker, regrouped_to: e2e_lib.sh)
 ckpt() { printf '%s/job-%s/step-%012d.ckpt' "$CK" "$1" "$2"; }
 # run_until_ckpt NAME FILE -- SUBMIT ARGS...: submits, cancels once FILE is on disk.
 run_until_ckpt() {
@@ -65,17 +62,18 @@ join_case() {
   local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
   wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"
   local vid="w-$vi"
-  kill -KILL "${wpid[$vi]}"
+  kill_worker "$vi"
   [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
-  local keep=(); for w in "${live[@]}"; do [ "$w" != "$vid" ] && keep+=("$w"); done; live=("${keep[@]}")
   local t0; t0=$(now_ms)
-  wait_until $(( t0 + REGROUP_S * 1000 )) regrouped "$a" \
+  # regrouped: generation 1 (a "shrink") started with K=2.
+  wait_until $(( t0 + REGROUP_S * 1000 )) regrouped_to "$a" 1 shrink 2 \
     || fail "$name: A not regrouped within ${REGROUP_S}s of the SIGKILL: $(cli status "$a")"
   local t1; t1=$(now_ms)
   spawn_worker
   local nid="w-$n_workers"
   local t2; t2=$(now_ms)
-  wait_until $(( t2 + JOIN_S * 1000 )) joined "$a" \
+  # joined: generation 2 (a "join") started with K=3.
+  wait_until $(( t2 + JOIN_S * 1000 )) regrouped_to "$a" 2 join 3 \
     || fail "$name: $nid did not join A within ${JOIN_S}s of its start: $(cli status "$a")"
   local t3; t3=$(now_ms)
   wait_until $(( t3 + 90000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
@@ -112,7 +110,11 @@ join_case() {
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
-join_case "late joiner, ring/grpc K=3 -> 2 -> 3" 3 -- --peer_transport=grpc
+has_case() { [[ " $CASES " == *" $1 "* ]]; }
+has_case ring_grpc && join_case "late joiner, ring/grpc K=3 -> 2 -> 3" 3 -- --peer_transport=grpc
 # w-2 this time (a middle rank: the survivors are renumbered).
-join_case "late joiner, ps/tcp K=3 -> 2 -> 3" 2 -- --sync=ps --ps_transport=tcp
+has_case ps_tcp && join_case "late joiner, ps/tcp K=3 -> 2 -> 3" 2 -- --sync=ps --ps_transport=tcp
+# Raw-TCP ring (--peer_transport=tcp): the joiner meets the others on its
+# data port; w-1 (rank 0) this time, so every survivor is renumbered.
+has_case ring_tcp && join_case "late joiner, ring/tcp K=3 -> 2 -> 3" 1 -- --peer_transport=tcp
 echo PASS

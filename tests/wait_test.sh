@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Issue 10, a lost worker under on_worker_lost=wait: real processes on
 # 127.0.0.1 (OS-chosen ports), a coordinator with its default lost_after
-# (3 s) and worker daemons. For ring over gRPC and ps over raw TCP (K=3):
+# (3 s) and worker daemons. Cases (the optional 4th argument, default
+# "ring_grpc ps_tcp timeout"; //tests:wait_ring_tcp_test runs "ring_tcp"):
+# ring over gRPC, ps over raw TCP and ring over raw TCP
+# (--peer_transport=tcp), each K=3:
 #   A  a K=3 wait job; once it has run 20 steps, one worker is SIGKILLed.
 #      Asserted, with deadlines and no sleeps to synchronise: within
 #      LOST_S (5 s) of the kill the job is RUNNING, paused (regrouping,
@@ -22,7 +25,7 @@
 #      the survivors idle within 3 s of that.
 # Measured times are printed.
 set -uo pipefail
-COORD="$1"; WORKER="$2"; CLI="$3"
+COORD="$1"; WORKER="$2"; CLI="$3"; CASES="${4:-ring_grpc ps_tcp timeout}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 LOST_S=5
@@ -39,26 +42,7 @@ C="127.0.0.1:$(cat "$T/coord.port")"
 waiting() {
   cli status "$1" --json | json "d['state'] == 'RUNNING' and d.get('regrouping', False) and [int(r) for r in d.get('waiting_for_ranks', [])] == [$2] and d['reason'].startswith('waiting for a worker to replace rank $2 (lost: worker ')" | grep -q True
 }
-# resumed JOB: generation 2 decided its start after a "replace".
-resumed() {
-  cli status "$1" --json | json "int(d.get('generation', 0)) == 2 and not d.get('regrouping') and d['membership_events'][-1]['kind'] == 'replace' and int(d['membership_events'][-1]['step']) >= 0" | grep -q True
-}
-kill_worker() {  # kill_worker INDEX: SIGKILL w-INDEX, drop it from live
-  kill -KILL "${wpid[$1]}"
-  local keep=(); for w in "${live[@]}"; do [ "$w" != "w-$1" ] && keep+=("$w"); done; live=("${keep[@]}")
-}
-rank_of() { cli status "$1" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$2'][0]"; }
-# poll_rank_at JOB N WORKER: once JOB has run N steps, prints WORKER's rank
-# (one status call per poll; 30 s deadline).
-poll_rank_at() {
-  local deadline=$(( $(now_ms) + 30000 )) r
-  while [ "$(now_ms)" -lt "$deadline" ]; do
-    r=$(cli status "$1" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$3'][0] if d['state'] == 'RUNNING' and int(d.get('step', 0)) >= $2 else ''") \
-      && [ -n "$r" ] && { echo "$r"; return 0; }
-    sleep 0.05
-  done
-  return 1
-}
+# (kill_worker, poll_rank_at, regrouped_to: e2e_lib.sh)
 
 for _ in 1 2 3; do start_worker; done
 
@@ -85,7 +69,8 @@ wait_case() {
   spawn_worker
   local nid="w-$n_workers"
   local t2; t2=$(now_ms)
-  wait_until $(( t2 + RESUME_S * 1000 )) resumed "$a" \
+  # resumed: generation 2 decided its start after a "replace", K=3.
+  wait_until $(( t2 + RESUME_S * 1000 )) regrouped_to "$a" 2 replace 3 \
     || fail "$name: A not resumed within ${RESUME_S}s of $nid's start: $(cli status "$a")"
   local t3; t3=$(now_ms)
   wait_until $(( t3 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
@@ -113,9 +98,15 @@ wait_case() {
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
-wait_case "SIGKILL ring/grpc K=3, wait, replaced" 3 -- --peer_transport=grpc
+has_case() { [[ " $CASES " == *" $1 "* ]]; }
+has_case ring_grpc && wait_case "SIGKILL ring/grpc K=3, wait, replaced" 3 -- --peer_transport=grpc
 # w-2 this time (a middle rank).
-wait_case "SIGKILL ps/tcp K=3, wait, replaced" 2 -- --sync=ps --ps_transport=tcp
+has_case ps_tcp && wait_case "SIGKILL ps/tcp K=3, wait, replaced" 2 -- --sync=ps --ps_transport=tcp
+# Raw-TCP ring (--peer_transport=tcp): the replacement meets the others on
+# its data port. w-1 (rank 0) this time: the newcomer becomes rank 0 and
+# copies a survivor's state.
+has_case ring_tcp && wait_case "SIGKILL ring/tcp K=3, wait, replaced" 1 -- --peer_transport=tcp
+has_case timeout || { echo PASS; exit 0; }
 
 echo "== no replacement: wait_timeout_ms=2000, ps/grpc"
 a=$(cli submit --workers=3 --on_worker_lost=wait --wait_timeout_ms=2000 --model=mlp:8 --dataset="$DATA" \

@@ -15,10 +15,12 @@
 
 namespace lockstep {
 
-PsShard::PsShard(int num_workers, int64_t shard_len, int shard_index)
+PsShard::PsShard(int num_workers, int64_t shard_len, int shard_index,
+                 std::function<absl::Time()> clock)
     : num_workers_(num_workers),
       shard_len_(shard_len),
-      shard_index_(shard_index) {
+      shard_index_(shard_index),
+      clock_(std::move(clock)) {
   ABSL_RAW_CHECK(num_workers >= 1, "PsShard: num_workers must be >= 1");
   ABSL_RAW_CHECK(shard_len >= 0, "PsShard: shard_len must be >= 0");
 }
@@ -59,7 +61,8 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
   if (step < 0) {
     return absl::InvalidArgumentError(where() + ": step must be >= 0");
   }
-  last_push_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+  last_push_ns_.store(clock_ ? absl::ToUnixNanos(clock_()) : absl::GetCurrentTimeNanos(),
+                      std::memory_order_relaxed);
 
   absl::MutexLock l(&mu_);
   Job& js = jobs_[job];
@@ -343,7 +346,7 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     it->second.num_workers = num_workers;
   }
   std::shared_ptr<PsShard>& s = it->second.shards[shard];
-  s = std::make_shared<PsShard>(num_workers, shard_len, shard);
+  s = std::make_shared<PsShard>(num_workers, shard_len, shard, limits_.clock);
   it->second.bytes += need;
   held_bytes_ += need;
   it->second.last_used = now;

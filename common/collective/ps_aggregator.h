@@ -52,8 +52,11 @@ namespace lockstep {
 class PsShard {
  public:
   // num_workers >= 1, shard_len >= 0 (aborts otherwise: programming error).
-  // shard_index is only used in messages.
-  PsShard(int num_workers, int64_t shard_len, int shard_index = 0);
+  // shard_index is only used in messages. `clock` stamps last_push (null:
+  // absl::Now); PsShardRegistry passes its limits.clock, so that its idle
+  // eviction reads one time source (a test's fake clock included).
+  PsShard(int num_workers, int64_t shard_len, int shard_index = 0,
+          std::function<absl::Time()> clock = nullptr);
   PsShard(const PsShard&) = delete;
   PsShard& operator=(const PsShard&) = delete;
 
@@ -135,6 +138,7 @@ class PsShard {
   const int num_workers_;
   const int64_t shard_len_;
   const int shard_index_;
+  const std::function<absl::Time()> clock_;
   std::atomic<int64_t> last_push_ns_{0};
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // signalled when a step completes or is recycled

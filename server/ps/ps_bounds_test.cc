@@ -250,6 +250,47 @@ TEST(PsBoundsTest, IdleKeysGiveBackTheirBytes) {
   EXPECT_EQ(registry.num_jobs(), 2);
 }
 
+// Pushes count as traffic on the registry's clock, not wall time (review
+// finding: a shard stamped its last push with absl::Now, so under a test
+// clock set in the past a pushed job never looked idle, and one set in the
+// future always did). The fake clock starts in 2001.
+TEST(PsBoundsTest, PushesAreStampedWithTheRegistrysClock) {
+  absl::Time now = absl::FromUnixSeconds(1000000000);
+  PsRegistryLimits limits;
+  limits.max_jobs = 1;
+  limits.active_window = absl::Minutes(10);
+  limits.clock = [&now] { return now; };
+  PsShardRegistry registry(limits);
+  auto push = [&](uint64_t job) {
+    auto shard = registry.GetShard(job, 0, 1, 2);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    const std::vector<float> g = {1, 2};
+    ASSERT_TRUE((*shard)->Push(job, 0, 0, g, 1).ok());
+  };
+  push(1);
+  // 11 fake minutes without a request: job 1 is idle and gives way.
+  now += absl::Minutes(11);
+  push(2);
+  EXPECT_EQ(registry.num_jobs(), 1);
+  // Job 2 pushes again 9 minutes later (through its shard, without a new
+  // GetShard, as the TCP data plane does): one minute after that it is
+  // still active, so job 3 is refused naming the idlest's age.
+  auto two = registry.GetShard(2, 0, 1, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  now += absl::Minutes(9);
+  const std::vector<float> g = {3, 4};
+  ASSERT_TRUE((*two)->Push(2, 1, 0, g, 1).ok());
+  EXPECT_EQ((*two)->last_push(), now);
+  now += absl::Minutes(1);
+  auto three = registry.GetShard(3, 0, 1, 2);
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kResourceExhausted) << three.status();
+  EXPECT_NE(three.status().message().find("was last used 1m ago"), std::string::npos)
+      << three.status();
+  // 10 minutes after its last push it goes.
+  now += absl::Minutes(9);
+  EXPECT_TRUE(registry.GetShard(3, 0, 1, 2).ok());
+}
+
 TEST(PsBoundsTest, WorstCaseBytesDoesNotOverflow) {
   EXPECT_EQ(PsShardWorstCaseBytes(2, 10), 2 * 2 * 10 * 4);
   EXPECT_EQ(PsShardWorstCaseBytes(1 << 16, int64_t{1} << 62), -1);

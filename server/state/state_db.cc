@@ -123,6 +123,55 @@ absl::StatusOr<sqlite3*> OpenConnection(const std::string& path) {
   return db;
 }
 
+// The checks of `job_id` that `sql` selects (columns step, body; bound
+// parameters job_id, a step, a limit), in the order it returns them.
+absl::StatusOr<std::vector<v1::SyncCheck>> QueryChecks(sqlite3* db, const std::string& path,
+                                                       const char* sql, uint64_t job_id,
+                                                       int64_t step, int64_t limit) {
+  Stmt s(db, sql);
+  if (!s.ok()) return SqlError(db, path, "reading sync checks");
+  s.Int(1, static_cast<int64_t>(job_id));
+  s.Int(2, step);
+  s.Int(3, limit);
+  std::vector<v1::SyncCheck> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    v1::SyncCheck c;
+    if (!c.ParseFromString(s.ColText(1))) {
+      return absl::DataLossError(absl::StrCat(path, ": job ", job_id, " step ", s.ColInt(0),
+                                              ": stored sync check does not parse"));
+    }
+    out.push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) return SqlError(db, path, "reading sync checks");
+  return out;
+}
+
+// The one blob `sql` selects for `id` (its only parameter), nullopt when
+// there is no row; `what` names the read in errors.
+absl::StatusOr<std::optional<std::string>> ReadOneBlob(sqlite3* db, const std::string& path,
+                                                       const char* sql, uint64_t id,
+                                                       const char* what) {
+  Stmt s(db, sql);
+  if (!s.ok()) return SqlError(db, path, what);
+  s.Int(1, static_cast<int64_t>(id));
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return SqlError(db, path, what);
+  return std::optional<std::string>(s.ColText(0));
+}
+
+// A stored JobStatus blob of job `id`.
+absl::StatusOr<v1::JobStatus> ParseStatus(const std::string& path, int64_t id,
+                                          const std::string& blob) {
+  v1::JobStatus status;
+  if (!status.ParseFromString(blob)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": job ", id, ": stored status does not parse"));
+  }
+  return status;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(StateDbOptions options) {
@@ -250,10 +299,9 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
     if (!s.ok()) return SqlError(reader_db_, path_, "reading jobs");
     while (s.Step() == SQLITE_ROW) {
       StoredJob j;
-      if (!j.status.ParseFromString(s.ColText(1))) {
-        return absl::DataLossError(
-            absl::StrCat(path_, ": job ", s.ColInt(0), ": stored status does not parse"));
-      }
+      absl::StatusOr<v1::JobStatus> status = ParseStatus(path_, s.ColInt(0), s.ColText(1));
+      if (!status.ok()) return status.status();
+      j.status = std::move(*status);
       j.first_mismatch_step = s.ColInt(2);
       j.last_checked_step = s.ColInt(3);
       j.extra = s.ColText(4);
@@ -379,50 +427,22 @@ absl::StatusOr<std::vector<v1::SyncCheck>> StateDb::ReadSyncChecks(uint64_t job_
                                                                   int64_t from_step,
                                                                   int64_t limit) {
   absl::MutexLock l(&read_mu_);
-  Stmt s(reader_db_,
-         "SELECT step, body FROM sync_checks WHERE job_id = ? AND step >= ? ORDER BY step "
-         "LIMIT ?");
-  if (!s.ok()) return SqlError(reader_db_, path_, "reading sync checks");
-  s.Int(1, static_cast<int64_t>(job_id));
-  s.Int(2, from_step);
-  s.Int(3, limit);
-  std::vector<v1::SyncCheck> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    v1::SyncCheck c;
-    if (!c.ParseFromString(s.ColText(1))) {
-      return absl::DataLossError(absl::StrCat(path_, ": job ", job_id, " step ", s.ColInt(0),
-                                              ": stored sync check does not parse"));
-    }
-    out.push_back(std::move(c));
-  }
-  if (rc != SQLITE_DONE) return SqlError(reader_db_, path_, "reading sync checks");
-  return out;
+  return QueryChecks(reader_db_, path_,
+                     "SELECT step, body FROM sync_checks WHERE job_id = ? AND step >= ? "
+                     "ORDER BY step LIMIT ?",
+                     job_id, from_step, limit);
 }
 
 absl::StatusOr<std::vector<v1::SyncCheck>> StateDb::ReadLastSyncChecks(uint64_t job_id,
                                                                       int64_t before_step,
                                                                       int64_t limit) {
   absl::MutexLock l(&read_mu_);
-  Stmt s(reader_db_,
-         "SELECT step, body FROM sync_checks WHERE job_id = ? AND step < ? ORDER BY step DESC "
-         "LIMIT ?");
-  if (!s.ok()) return SqlError(reader_db_, path_, "reading sync checks");
-  s.Int(1, static_cast<int64_t>(job_id));
-  s.Int(2, before_step);
-  s.Int(3, limit);
-  std::vector<v1::SyncCheck> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    v1::SyncCheck c;
-    if (!c.ParseFromString(s.ColText(1))) {
-      return absl::DataLossError(absl::StrCat(path_, ": job ", job_id, " step ", s.ColInt(0),
-                                              ": stored sync check does not parse"));
-    }
-    out.push_back(std::move(c));
-  }
-  if (rc != SQLITE_DONE) return SqlError(reader_db_, path_, "reading sync checks");
-  std::reverse(out.begin(), out.end());
+  absl::StatusOr<std::vector<v1::SyncCheck>> out =
+      QueryChecks(reader_db_, path_,
+                  "SELECT step, body FROM sync_checks WHERE job_id = ? AND step < ? "
+                  "ORDER BY step DESC LIMIT ?",
+                  job_id, before_step, limit);
+  if (out.ok()) std::reverse(out->begin(), out->end());
   return out;
 }
 
@@ -472,18 +492,45 @@ void StateDb::DeleteWeights(uint64_t job_id) {
 
 absl::StatusOr<std::optional<v1::JobStatus>> StateDb::ReadJobStatus(uint64_t job_id) {
   absl::MutexLock l(&read_mu_);
-  Stmt s(reader_db_, "SELECT status FROM jobs WHERE id = ?");
-  if (!s.ok()) return SqlError(reader_db_, path_, "reading a job");
-  s.Int(1, static_cast<int64_t>(job_id));
-  const int rc = s.Step();
-  if (rc == SQLITE_DONE) return std::optional<v1::JobStatus>();
-  if (rc != SQLITE_ROW) return SqlError(reader_db_, path_, "reading a job");
-  v1::JobStatus status;
-  if (!status.ParseFromString(s.ColText(0))) {
-    return absl::DataLossError(
-        absl::StrCat(path_, ": job ", job_id, ": stored status does not parse"));
+  absl::StatusOr<std::optional<std::string>> blob = ReadOneBlob(
+      reader_db_, path_, "SELECT status FROM jobs WHERE id = ?", job_id, "reading a job");
+  if (!blob.ok()) return blob.status();
+  if (!blob->has_value()) return std::optional<v1::JobStatus>();
+  absl::StatusOr<v1::JobStatus> status =
+      ParseStatus(path_, static_cast<int64_t>(job_id), **blob);
+  if (!status.ok()) return status.status();
+  return std::optional<v1::JobStatus>(std::move(*status));
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> StateDb::ReadJobStatuses(
+    uint64_t before_id, const std::function<bool(uint64_t)>& want, int64_t limit,
+    size_t max_bytes) {
+  absl::MutexLock l(&read_mu_);
+  std::vector<v1::JobStatus> out;
+  if (limit <= 0) return out;
+  Stmt s(reader_db_, "SELECT id, status FROM jobs WHERE id < ? ORDER BY id DESC");
+  if (!s.ok()) return SqlError(reader_db_, path_, "reading jobs");
+  s.Int(1, static_cast<int64_t>(std::min<uint64_t>(before_id, INT64_MAX)));
+  size_t bytes = 0;
+  int rc;
+  while (static_cast<int64_t>(out.size()) < limit && (rc = s.Step()) == SQLITE_ROW) {
+    const int64_t id = s.ColInt(0);
+    if (!want(static_cast<uint64_t>(id))) continue;
+    const std::string blob = s.ColText(1);
+    if (!out.empty() && bytes + blob.size() > max_bytes) break;
+    absl::StatusOr<v1::JobStatus> status = ParseStatus(path_, id, blob);
+    if (!status.ok()) return status.status();
+    bytes += blob.size();
+    out.push_back(std::move(*status));
   }
-  return std::optional<v1::JobStatus>(std::move(status));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<std::optional<std::string>> StateDb::ReadJobSeries(uint64_t job_id) {
+  absl::MutexLock l(&read_mu_);
+  return ReadOneBlob(reader_db_, path_, "SELECT body FROM job_series WHERE job_id = ?", job_id,
+                     "reading a job's series");
 }
 
 void StateDb::AddSyncCheck(uint64_t job_id, const v1::SyncCheck& check) {

@@ -39,13 +39,14 @@
 // stored with the job, stay exact). Callers may hold their own mutex while
 // calling these (no I/O happens in them); they never wait for the disk.
 //
-// Reads (Load, ReadSyncChecks) use a second connection (WAL readers do not
+// Reads (Load, ReadSyncChecks, ReadJob*) use a second connection (WAL readers do not
 // block the writer). Load is meant for start-up, before any write.
 // Thread-safe.
 #ifndef LOCKSTEP_SERVER_STATE_STATE_DB_H_
 #define LOCKSTEP_SERVER_STATE_STATE_DB_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -179,6 +180,18 @@ class StateDb {
   // The stored JobStatus of one job (committed rows), nullopt when none:
   // for a job the coordinator evicted from memory.
   absl::StatusOr<std::optional<lockstep::v1::JobStatus>> ReadJobStatus(uint64_t job_id);
+
+  // Stored JobStatuses of jobs with id < before_id for which want(id) is
+  // true, newest first as read, returned in ascending id order: at most
+  // `limit` of them and about max_bytes (serialised; at least one).
+  // `want` runs on the caller's thread under the reader's lock: it must not
+  // block.
+  absl::StatusOr<std::vector<lockstep::v1::JobStatus>> ReadJobStatuses(
+      uint64_t before_id, const std::function<bool(uint64_t)>& want, int64_t limit,
+      size_t max_bytes);
+
+  // A job's stored curves blob (StoredJob.series), nullopt when none.
+  absl::StatusOr<std::optional<std::string>> ReadJobSeries(uint64_t job_id);
 
   void PutCounters(const StoredCounters& counters);
   void PutWorker(StoredWorker worker);

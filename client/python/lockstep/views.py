@@ -175,11 +175,12 @@ class SyncHistory(_View):
 
 @dataclasses.dataclass(frozen=True)
 class JobList(_View):
-    """Every job in the coordinator's memory, and how many finished ones it evicted."""
+    """Every job in the coordinator's memory (and, with --state_dir, the evicted ones)."""
     jobs: Tuple["JobStatus", ...]
-    evicted_jobs: int                  # finished jobs dropped from memory, not listed
+    evicted_jobs: int                  # finished jobs dropped from memory
     max_finished_jobs_in_memory: int
-    state_db_has_evicted: bool         # status / sync still answer for them (--state_dir)
+    state_db_has_evicted: bool         # status / sync / watch / weights still answer (--state_dir)
+    evicted_listed: int                # evicted jobs listed anyway, from the state database
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
