@@ -14,6 +14,7 @@ PKGS=(
   prometheus
   clang-14 libclang-rt-14-dev  # tests/fuzz (libFuzzer, ASan, UBSan)
   openssl  # deploy/certs.sh (mutual TLS certificates), tests/tls_e2e_test
+  cmake dpkg-dev  # tests/tsan/run_tsan.sh (Debian's abseil source rebuilt with TSan)
 )
 missing=()
 for p in "${PKGS[@]}"; do
