@@ -210,6 +210,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   w.data_address = *data_address;
   w.hostname = request.hostname();
   w.pid = request.pid();
+  w.max_job_memory_bytes = std::max<int64_t>(0, request.max_job_memory_bytes());
   w.state = v1::IDLE;
   w.last_seen = now;
   PersistWorkerLocked(*workers_.Add(std::move(w)));

@@ -271,6 +271,11 @@ struct CoordinatorOptions {
   // Finished jobs kept in memory (>= 1); older ones are evicted
   // (--max_finished_jobs_in_memory).
   int64_t max_finished_jobs_in_memory = 1000;
+  // SubmitJob refuses a job whose memory need per worker (a lower bound,
+  // server/submit_memory.h) exceeds this, or that fewer than min(K, live)
+  // live workers can hold by their advertised limits: RESOURCE_EXHAUSTED
+  // naming need and limit. <= 0: no limit of its own (--max_job_memory_bytes).
+  int64_t max_job_memory_bytes = 0;
   // Watchers (NextJobEvents: WatchJob streams) get at most one progress
   // event per this interval (Clock time); state changes come at once.
   absl::Duration watch_interval = absl::Milliseconds(200);

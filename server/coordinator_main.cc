@@ -59,9 +59,11 @@
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/shutdown_signal.h"
+#include "common/train/job_memory.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
 #include "common/grpcutil/message_limits.h"
+#include "common/grpcutil/refusal_log.h"
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
@@ -112,6 +114,12 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token that SubmitJob and CancelJob need (authorization: "
           "Bearer <token>); required with --tls_* (deploy/certs.sh writes one)");
+ABSL_FLAG(int64_t, max_job_memory_bytes, -1,
+          "SubmitJob refuses, with RESOURCE_EXHAUSTED naming need and limit, a job whose memory "
+          "need per worker (parameters, gradient, optimizer state, combine buffer, activations; "
+          "counted with the smallest data shape) exceeds this, bytes: -1 = 3/4 of this "
+          "machine's physical memory (the worker's default), 0 = no limit. Jobs that fewer than "
+          "K live workers can hold by their own --max_job_memory_bytes are refused too");
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
@@ -288,6 +296,9 @@ int Run(int argc, char** argv) {
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
   options.max_finished_jobs_in_memory = absl::GetFlag(FLAGS_max_finished_jobs_in_memory);
+  options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes) < 0
+                                     ? DefaultMaxJobMemoryBytes()
+                                     : absl::GetFlag(FLAGS_max_job_memory_bytes);
   options.logger = &logger;
   std::unique_ptr<StateDb> state_db;  // outlives the coordinator
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
@@ -341,10 +352,14 @@ int Run(int argc, char** argv) {
   Family<Counter>* rpc_errors = metrics_registry.AddCounterFamily(
       "lockstep_rpc_errors_total", "Failed RPCs served, by method and status code.",
       {"method", "code"});
-  builder.experimental().SetInterceptorCreators(
+  auto interceptors =
       RpcErrorServerInterceptors([rpc_errors](absl::string_view method, absl::string_view code) {
         rpc_errors->WithLabels({std::string(method), std::string(code)})->Increment();
-      }));
+      });
+  // Refused requests are logged naming the peer, bounded (refusal_log.h).
+  RefusalLog refusals(&logger, &clock);
+  interceptors.push_back(refusals.InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});

@@ -10,6 +10,7 @@
 #include "common/train/job_spec_convert.h"
 #include "server/coordinator.h"
 #include "server/scheduler.h"
+#include "server/submit_memory.h"
 
 namespace lockstep {
 
@@ -20,6 +21,16 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobReq
   Locked lock(this);  // writes this call's log lines after unlocking
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status s = CheckPsShardsAtSubmit(spec, PsAddressesLocked()); !s.ok()) return s;
+  {  // memory need against our limit and the live workers' (submit_memory.h)
+    std::vector<int64_t> limits;
+    for (const auto& [seq, w] : workers_.all()) {
+      if (w.state != v1::LOST) limits.push_back(w.max_job_memory_bytes);
+    }
+    if (absl::Status s = CheckJobMemoryAtSubmit(spec, options_.max_job_memory_bytes, limits);
+        !s.ok()) {
+      return s;
+    }
+  }
   const int k = spec.num_workers();
   if (request.no_wait()) {
     if (absl::Status s = CheckCanStartNow(k, workers_.Idle(), jobs_.pending().size()); !s.ok()) {

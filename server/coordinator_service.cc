@@ -15,6 +15,19 @@ namespace {
 
 constexpr absl::Duration kWatchSlice = absl::Milliseconds(100);
 
+// RESOURCE_EXHAUSTED when `request` is over the control limit (the server's
+// own receive limit is the ps shard's).
+grpc::Status CheckRequestSize(const char* method, const google::protobuf::Message& request,
+                              int64_t limit) {
+  const size_t bytes = request.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) <= limit) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("lockstep.v1.Coordinator/", method, ": request is ", bytes,
+                   " bytes, over the coordinator's control-message limit of ", limit,
+                   " bytes (only its parameter-server shard takes larger messages)"));
+}
+
 // Copies *result into *reply and converts the status.
 template <typename T>
 grpc::Status Reply(absl::StatusOr<T> result, T* reply) {
@@ -25,14 +38,21 @@ grpc::Status Reply(absl::StatusOr<T> result, T* reply) {
 
 }  // namespace
 
-CoordinatorService::CoordinatorService(lockstep::Coordinator* coordinator)
-    : coordinator_(coordinator) {}
+CoordinatorService::CoordinatorService(lockstep::Coordinator* coordinator,
+                                       int64_t max_request_bytes)
+    : coordinator_(coordinator), max_request_bytes_(max_request_bytes) {}
+
+grpc::Status CoordinatorService::CheckSize(const char* method,
+                                           const google::protobuf::Message& request) const {
+  return CheckRequestSize(method, request, max_request_bytes_);
+}
 
 void CoordinatorService::BeginShutdown() { shutting_down_.store(true); }
 
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
                                                 const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerReply* reply) {
+  if (grpc::Status s = CheckSize("RegisterWorker", *request); !s.ok()) return s;
   // The caller's IP fills in an address registered without a host.
   absl::StatusOr<std::string> caller = HostFromGrpcPeer(context->peer());
   return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : ""), reply);
@@ -41,30 +61,35 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
 grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext*,
                                                   const v1::DeregisterWorkerRequest* request,
                                                   v1::DeregisterWorkerReply* reply) {
+  if (grpc::Status s = CheckSize("DeregisterWorker", *request); !s.ok()) return s;
   return Reply(coordinator_->DeregisterWorker(*request), reply);
 }
 
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatReply* reply) {
+  if (grpc::Status s = CheckSize("Heartbeat", *request); !s.ok()) return s;
   return Reply(coordinator_->Heartbeat(*request), reply);
 }
 
 grpc::Status CoordinatorService::ReportStep(grpc::ServerContext*,
                                             const v1::ReportStepRequest* request,
                                             v1::ReportStepReply* reply) {
+  if (grpc::Status s = CheckSize("ReportStep", *request); !s.ok()) return s;
   return Reply(coordinator_->ReportStep(*request), reply);
 }
 
 grpc::Status CoordinatorService::ReportEval(grpc::ServerContext*,
                                             const v1::ReportEvalRequest* request,
                                             v1::ReportEvalReply*) {
+  if (grpc::Status s = CheckSize("ReportEval", *request); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->ReportEval(*request));
 }
 
 grpc::Status CoordinatorService::ReportDone(grpc::ServerContext*,
                                             const v1::ReportDoneRequest* request,
                                             v1::ReportDoneReply*) {
+  if (grpc::Status s = CheckSize("ReportDone", *request); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->ReportDone(*request));
 }
 
@@ -76,6 +101,7 @@ grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext*,
   std::string worker_id;
   uint64_t job_id = 0;
   while (reader->Read(&chunk)) {
+    if (grpc::Status s = CheckSize("UploadWeights", chunk); !s.ok()) return s;
     if (!any) {
       any = true;
       worker_id = chunk.worker_id();
@@ -101,34 +127,40 @@ grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext*,
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*,
                                            const v1::SubmitJobRequest* request,
                                            v1::SubmitJobReply* reply) {
+  if (grpc::Status s = CheckSize("SubmitJob", *request); !s.ok()) return s;
   return Reply(coordinator_->SubmitJob(*request), reply);
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::JobRef* request,
                                         v1::JobStatus* reply) {
+  if (grpc::Status s = CheckSize("GetJob", *request); !s.ok()) return s;
   return Reply(coordinator_->GetJob(request->job_id()), reply);
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListRequest*,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListRequest* request,
                                           v1::JobList* reply) {
+  if (grpc::Status s = CheckSize("ListJobs", *request); !s.ok()) return s;
   *reply = coordinator_->ListJobs();
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListRequest*,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListRequest* request,
                                              v1::WorkerList* reply) {
+  if (grpc::Status s = CheckSize("ListWorkers", *request); !s.ok()) return s;
   *reply = coordinator_->ListWorkers();
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::JobRef* request,
                                            v1::JobStatus* reply) {
+  if (grpc::Status s = CheckSize("CancelJob", *request); !s.ok()) return s;
   return Reply(coordinator_->CancelJob(request->job_id()), reply);
 }
 
 grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
                                                 const v1::SyncHistoryRequest* request,
                                                 v1::SyncHistory* reply) {
+  if (grpc::Status s = CheckSize("GetSyncHistory", *request); !s.ok()) return s;
   if (request->has_from_step()) {
     return Reply(coordinator_->GetSyncHistoryPage(request->job_id(), request->from_step(),
                                                   request->max_entries()),
@@ -140,6 +172,7 @@ grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::JobRef* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (grpc::Status s = CheckSize("WatchJob", *request); !s.ok()) return s;
   // Coalesced (Coordinator::NextJobEvents): every state change at once, the
   // progress at most once per watch interval.
   uint64_t seen = 0;
@@ -173,6 +206,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetWeights(grpc::ServerContext* context,
                                             const v1::WeightsRequest* request,
                                             grpc::ServerWriter<v1::WeightsChunk>* writer) {
+  if (grpc::Status s = CheckSize("GetWeights", *request); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const FinalWeights>> weights =
       coordinator_->GetWeights(request->job_id());
   if (!weights.ok()) return ToGrpcStatus(weights.status());

@@ -13,6 +13,15 @@
 //     ends with FinishWeightsUpload; INVALID_ARGUMENT for an empty stream or
 //     a stream whose chunks name different jobs or workers.
 //
+// Request size: the coordinator's gRPC server also hosts its parameter-server
+// shard, so the server's receive limit is the ps one (up to 1 GiB+,
+// common/grpcutil/message_limits.h). Every method here first checks its
+// request's serialized size (each chunk of a stream) against
+// `max_request_bytes` (default kControlMaxMessageBytes, 16 MiB, what the
+// control plane's channels carry) and refuses a larger one with
+// RESOURCE_EXHAUSTED naming the method, the size and the limit, before the
+// Coordinator sees it; ps Push/Pull on the same port keep their limit.
+//
 // Thread-safety: safe for gRPC's concurrent calls. `coordinator` is not
 // owned and must outlive the service (and the server it is registered on).
 #ifndef LOCKSTEP_SERVER_COORDINATOR_SERVICE_H_
@@ -21,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/grpcutil/message_limits.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
 
@@ -31,7 +41,8 @@ constexpr int64_t kMaxWeightsChunkBytes = int64_t{1} << 20;
 
 class CoordinatorService final : public lockstep::v1::Coordinator::Service {
  public:
-  explicit CoordinatorService(lockstep::Coordinator* coordinator);
+  explicit CoordinatorService(lockstep::Coordinator* coordinator,
+                              int64_t max_request_bytes = kControlMaxMessageBytes);
 
   // Makes running and future WatchJob streams end with UNAVAILABLE, so a
   // server Shutdown does not wait for them. Call before Server::Shutdown.
@@ -80,7 +91,10 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
                           grpc::ServerWriter<lockstep::v1::WeightsChunk>* writer) override;
 
  private:
+  grpc::Status CheckSize(const char* method, const google::protobuf::Message& request) const;
+
   lockstep::Coordinator* const coordinator_;
+  const int64_t max_request_bytes_;
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Issue 11, every input bounded, with real processes on 127.0.0.1
 # (OS-chosen ports): a coordinator and two worker daemons.
-#   1  a job whose model cannot fit (--model=mlp:1000000000, K=1): refused
-#      by the worker before anything is allocated: FAILED with a reason
-#      naming RESOURCE_EXHAUSTED-style need and limit ("job needs N bytes
-#      ... but the limit is L bytes"), the worker stays alive and IDLE (it
-#      used to die of std::bad_alloc and the job failed 3 s later as
-#      "lost: no heartbeat");
+#   0  a job whose model cannot fit (--model=mlp:1000000000, K=1) is refused
+#      at submit (exit 1, RESOURCE_EXHAUSTED naming the need and the
+#      coordinator's --max_job_memory_bytes, here 4 GB); mlp:20000000 (about
+#      2.6 GB counted with 1 feature and 2 classes) fits that but not the
+#      1 GB the workers advertise at registration: refused naming the
+#      workers' limit. Nothing is created (lockstep jobs stays empty);
+#   1  mlp:7000000 passes the coordinator's lower bound (about 0.9 GB with 1
+#      feature, 2 classes) but needs 1.2 GB with the data's 3 features and 3
+#      classes: refused by the worker before anything is allocated: FAILED
+#      with a reason naming RESOURCE_EXHAUSTED-style need and limit ("job
+#      needs N bytes ... but the limit is L bytes"), the worker stays alive
+#      and IDLE (it used to die of std::bad_alloc and the job failed 3 s
+#      later as "lost: no heartbeat");
 #   2  then a normal ring job runs on the same workers: SUCCEEDED;
 #   3  a ps job whose shard is over gRPC's default 4 MiB (mlp:1100,1000 on 3
 #      features: 1,108,403 parameters + the loss slot = 4.4 MB per Push and
@@ -21,7 +28,8 @@ source "$(dirname "$0")/e2e_lib.sh"
 write_blobs "$T" 11 200 40
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" \
+  --max_job_memory_bytes=4000000000 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 declare -A wpid
@@ -33,9 +41,25 @@ for i in 1 2; do
   wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
 done
 
-# 1: the huge model.
+# 0: refused at submit, by the coordinator's limit and by the workers'.
 t0=$(now_ms)
-huge=$(cli submit --workers=1 --model=mlp:1000000000 --dataset="$DATA" --batch=8 --steps=5) \
+out=$(cli submit --workers=1 --model=mlp:1000000000 --dataset="$DATA" --batch=8 --steps=5 2>&1) \
+  && fail "the huge job was accepted: $out"
+echo "mlp:1000000000 refused at submit in $(( $(now_ms) - t0 )) ms: $out"
+grep -q "RESOURCE_EXHAUSTED: SubmitJob: job needs at least [0-9]* bytes of memory per worker" \
+  <<<"$out" || fail "submit refusal names no need: $out"
+grep -q "but the limit is 4000000000 bytes (4.0 GB, the coordinator's --max_job_memory_bytes)" \
+  <<<"$out" || fail "submit refusal names no limit: $out"
+out=$(cli submit --workers=1 --model=mlp:20000000 --dataset="$DATA" --batch=8 --steps=5 2>&1) \
+  && fail "mlp:20000000 was accepted: $out"
+echo "mlp:20000000 refused at submit: $out"
+grep -q "RESOURCE_EXHAUSTED: SubmitJob: job needs at least .* but only 0 of the 2 live workers can hold it and 1 are needed; the largest worker limit is 1000000000 bytes (1.0 GB, its --max_job_memory_bytes)" \
+  <<<"$out" || fail "submit refusal names no worker limit: $out"
+[ "$(cli jobs --json | json "len(d.get('jobs', []))")" = 0 ] || fail "a refused job was created: $(cli jobs)"
+
+# 1: a model the coordinator's lower bound lets through, refused by the worker.
+t0=$(now_ms)
+huge=$(cli submit --workers=1 --model=mlp:7000000 --dataset="$DATA" --batch=8 --steps=5) \
   || fail "submit of the huge job: $huge"
 wait_until $(( $(now_ms) + 20000 )) finished "$huge" || fail "huge job not finished: $(cli status "$huge")"
 [ "$(state_of "$huge")" = FAILED ] || fail "huge job: expected FAILED, got $(cli status "$huge")"

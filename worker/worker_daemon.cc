@@ -365,6 +365,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_data_address(options_.data_address);
   req.set_hostname(options_.hostname);
   req.set_pid(getpid());
+  req.set_max_job_memory_bytes(options_.max_job_memory_bytes);
   v1::RegisterWorkerReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

@@ -1,0 +1,120 @@
+#include "common/grpcutil/refusal_log.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/grpcutil/rpc_errors.h"
+
+namespace lockstep {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+constexpr size_t kMaxDetailBytes = 200;
+
+class RefusalInterceptor : public grpc::experimental::Interceptor {
+ public:
+  RefusalInterceptor(grpc::experimental::ServerRpcInfo* info, RefusalLog* log)
+      : info_(info), log_(log) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status s = methods->GetSendStatus();
+      if (RefusalLog::IsRefusal(s.error_code())) {
+        grpc::ServerContextBase* ctx = info_->server_context();
+        log_->Refused(info_->method() != nullptr ? ShortMethodName(info_->method()) : "",
+                      s.error_code(), ctx != nullptr ? ctx->peer() : std::string("?"),
+                      s.error_message());
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  grpc::experimental::ServerRpcInfo* const info_;
+  RefusalLog* const log_;
+};
+
+class RefusalFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RefusalFactory(RefusalLog* log) : log_(log) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RefusalInterceptor(info, log_);
+  }
+
+ private:
+  RefusalLog* const log_;
+};
+
+}  // namespace
+
+RefusalLog::RefusalLog(const Logger* logger, Clock* clock, int max_lines, absl::Duration window)
+    : logger_(logger), clock_(clock), max_lines_(max_lines), window_(window) {}
+
+bool RefusalLog::IsRefusal(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void RefusalLog::Refused(absl::string_view method, grpc::StatusCode code, absl::string_view peer,
+                         absl::string_view detail) {
+  if (!IsRefusal(code)) return;
+  const absl::Time now = clock_->Now();
+  int64_t left_out = 0;
+  {
+    absl::MutexLock l(&mu_);
+    ++refused_;
+    if (now - window_start_ >= window_) {
+      window_start_ = now;
+      lines_in_window_ = 0;
+    }
+    if (lines_in_window_ >= max_lines_) {
+      ++not_logged_;
+      ++pending_not_logged_;
+      return;
+    }
+    ++lines_in_window_;
+    left_out = pending_not_logged_;
+    pending_not_logged_ = 0;
+  }
+  // Logged outside the lock (the logger writes to a file descriptor).
+  std::vector<LogField> fields = {{"method", method},
+                                  {"code", GrpcCodeName(code)},
+                                  {"peer", peer},
+                                  {"detail", detail.substr(0, kMaxDetailBytes)}};
+  if (left_out > 0) fields.push_back({"not_logged", left_out});
+  logger_->Log(LogLevel::kWarn, "request refused", fields);
+}
+
+int64_t RefusalLog::refused() const {
+  absl::MutexLock l(&mu_);
+  return refused_;
+}
+
+int64_t RefusalLog::not_logged() const {
+  absl::MutexLock l(&mu_);
+  return not_logged_;
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+RefusalLog::InterceptorFactory() {
+  return std::make_unique<RefusalFactory>(this);
+}
+
+}  // namespace lockstep
