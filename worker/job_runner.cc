@@ -1,5 +1,7 @@
 #include "worker/job_runner.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -204,7 +206,7 @@ absl::Status JobRunner::RepairAtBoundary(int64_t step, StepReporter* reporter, R
   const bool target =
       std::find(repair.ranks.begin(), repair.ranks.end(), options_.rank) != repair.ranks.end();
   if (!target && repair.source != options_.rank) return absl::OkStatus();
-  // The reporter thread may still be hashing the weights of step - 1.
+  // (Submit hashed the weights of step - 1 on this thread.)
   if (absl::Status s = reporter->WaitHashed(); !s.ok()) return s;
   return CopyState(step, repair.source, target, r);
 }
@@ -259,7 +261,7 @@ void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, doubl
   report->set_step(step);
   report->set_epoch(epoch);  // 1-based, like the trainer's lines
   report->set_total_steps(total);
-  report->clear_weights_hash();  // the reporter thread fills it in
+  report->clear_weights_hash();  // Submit fills it in
   // The block names go with step 0's report only (clearing keeps the
   // strings: later steps do not allocate).
   report->mutable_block_names()->Clear();
@@ -279,6 +281,8 @@ void JobRunner::FillStepReport(int64_t step, int64_t epoch, int64_t total, doubl
 }
 
 absl::StatusOr<JobOutcome> JobRunner::Run() {
+  // Named for per-thread CPU accounting (top -H, /proc/PID/task/TID/comm).
+  pthread_setname_np(pthread_self(), "lk-job");
   const uint64_t job = options_.job_id;
   auto spec = ToTrainSpec(options_.spec);
   if (!spec.ok()) return spec.status();
@@ -536,7 +540,8 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       }
     }
     const double global_loss = count > 0 ? r.loss_sum() / count : 0.0;
-    // The reporter thread may still be hashing the previous step's weights.
+    // (Submit hashed the previous step's weights on this thread: this only
+    // looks at the verdict so far.)
     const auto t_hash = std::chrono::steady_clock::now();
     if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
     wait_seconds += SecondsSince(t_hash);
@@ -608,8 +613,8 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       examples_since_line = 0;
     }
     if (writes_checkpoints && checkpointer.Due(step + 1, total, now)) {
-      // The weights' hash is the one this step reports (the reporter thread
-      // computes it; nothing changes the weights before the next Apply).
+      // The weights' hash is the one this step reports (Submit computed it;
+      // nothing changes the weights before the next Apply).
       // The state is copied here; the file is written, fsync'd and renamed
       // on a writer thread while training goes on (one write in flight).
       if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;

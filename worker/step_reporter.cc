@@ -1,5 +1,7 @@
 #include "worker/step_reporter.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -59,12 +61,6 @@ bool StepReporter::HasRoom() const {
   return Ended() || submitted_ - answered_ <= std::max(0, options_.lag);
 }
 
-bool StepReporter::LastHashed() const {
-  if (submitted_ == 0) return true;
-  const Slot& s = slots_[static_cast<size_t>(submitted_ - 1) % slots_.size()];
-  return s.hash_state == HashState::kDone;
-}
-
 bool StepReporter::AllAnswered() const { return Ended() || answered_ == submitted_; }
 
 absl::Status StepReporter::StateLocked() const {
@@ -106,31 +102,28 @@ absl::Status StepReporter::WaitForRoom() {
 }
 
 absl::Status StepReporter::WaitHashed() {
+  // Submit hashes on the calling thread, so the last weights are hashed.
   absl::MutexLock l(&mu_);
-  if (submitted_ > 0) {
-    Slot& s = SlotOf(submitted_ - 1);
-    if (s.hash_state == HashState::kPending) {
-      // The reporter thread is busy with a reply: hash here rather than wait.
-      s.hash_state = HashState::kHashing;
-      mu_.Unlock();
-      HashSlot(&s, &job_hasher_);  // the slot is this thread's while kHashing
-      mu_.Lock();
-      s.hash_state = HashState::kDone;
-    }
-  }
-  if (absl::Status s = Await(&StepReporter::LastHashed, "the weights hash"); !s.ok()) return s;
   return StateLocked();
 }
 
 void StepReporter::Submit(v1::ReportStepRequest* report, absl::Span<const float> weights) {
+  Slot* s = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    // WaitForRoom made sure this slot's previous report is answered.
+    ABSL_RAW_CHECK(submitted_ - answered_ <= std::max(0, options_.lag),
+                   "StepReporter::Submit without room (call WaitForRoom first)");
+    s = &SlotOf(submitted_);
+  }
+  // The slot at submitted_ is this thread's until ++submitted_ below (the
+  // reporter thread reads slots below submitted_ only): hash here, right
+  // after the update wrote the weights, while they are in this core's cache.
+  s->report.Swap(report);
+  s->weights = weights;
+  HashSlot(s);
+  SetHex(s->hash, s->report.mutable_weights_hash());
   absl::MutexLock l(&mu_);
-  // WaitForRoom made sure this slot's previous report is answered.
-  ABSL_RAW_CHECK(submitted_ - answered_ <= std::max(0, options_.lag),
-                 "StepReporter::Submit without room (call WaitForRoom first)");
-  Slot& s = SlotOf(submitted_);
-  s.report.Swap(report);
-  s.weights = weights;
-  s.hash_state = HashState::kPending;
   ++submitted_;
 }
 
@@ -150,19 +143,15 @@ void StepReporter::Warm(v1::ReportStepRequest* report) const {
   }
 }
 
-void StepReporter::HashSlot(Slot* slot, WeightHasher* hasher) const {
+void StepReporter::HashSlot(Slot* slot) {
+  WeightHasher* hasher = &job_hasher_;
   const absl::Span<const float> w = slot->weights;
-  slot->hash = HashWeights(w);
-  slot->identity = slot->hash.hi ^ (slot->hash.lo * 0x9e3779b97f4a7c15ull);
   const std::vector<int64_t>& starts = options_.block_starts;
   auto* blocks = slot->report.mutable_block_hashes();
   blocks->Resize(static_cast<int>(starts.size()), 0);
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const size_t b = std::min(static_cast<size_t>(starts[i]), w.size());
-    const size_t e =
-        i + 1 < starts.size() ? std::min(static_cast<size_t>(starts[i + 1]), w.size()) : w.size();
-    blocks->Set(static_cast<int>(i), HashBlock(w.subspan(b, e - b)));
-  }
+  // The weights hash and the per-tensor block hashes in one pass.
+  slot->hash = fused_.Hash(w, starts, absl::MakeSpan(blocks->mutable_data(), blocks->size()));
+  slot->identity = slot->hash.hi ^ (slot->hash.lo * 0x9e3779b97f4a7c15ull);
   if (options_.optimizer != nullptr) {
     // HashReplica({}, steps, slots), with this thread's hasher.
     const absl::Span<const float> slots = options_.optimizer->slots();
@@ -198,9 +187,10 @@ int64_t StepReporter::answered() {
 }
 
 void StepReporter::Loop() {
+  pthread_setname_np(pthread_self(), "lk-reporter");
   for (int64_t next = 0;; ++next) {
     Slot* slot = nullptr;
-    bool hash_here = false;
+    bool send = false;
     {
       absl::MutexLock l(&mu_);
       auto work = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -208,34 +198,13 @@ void StepReporter::Loop() {
       };
       mu_.Await(absl::Condition(&work));
       if (quit_) return;  // reports not sent yet are dropped
+      // The slot's report (hashed by Submit) is this thread's until
+      // answered_ passes it (Submit reuses a slot only then).
       slot = &SlotOf(next);
-      if (slot->hash_state == HashState::kPending) {
-        slot->hash_state = HashState::kHashing;
-        hash_here = true;
-      }
-    }
-    // The slot's report and weights are this thread's until answered_
-    // passes it (Submit reuses a slot only then).
-    if (hash_here) {
-      HashSlot(slot, &loop_hasher_);
-      absl::MutexLock l(&mu_);
-      slot->hash_state = HashState::kDone;
-    }
-    bool send = false;
-    WeightHash hash;
-    {
-      absl::MutexLock l(&mu_);
-      auto hashed = [this, slot]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return quit_ || slot->hash_state == HashState::kDone;
-      };
-      mu_.Await(absl::Condition(&hashed));  // the job thread is hashing it
-      if (quit_) return;
       send = !Ended();
-      hash = slot->hash;
     }
     absl::StatusOr<bool> stop = false;
     if (send) {
-      SetHex(hash, slot->report.mutable_weights_hash());
       stop = reporter_->ReportStepWithReply(slot->report, &reply_);
     }
     absl::MutexLock l(&mu_);

@@ -227,26 +227,35 @@ TEST(StepReporter, EveryWaitHasADeadlineAndTheStopFlagEndsIt) {
   coordinator.Release(1);  // lets the destructor join the reporter thread
 }
 
-TEST(StepReporter, TheJobThreadHashesItselfWhenTheReporterWaitsForAReply) {
+TEST(StepReporter, SubmitHashesOnTheCallingThreadWhileTheReporterWaitsForAReply) {
   GatedReporter coordinator;
   StepReporterOptions o;
   o.lag = 2;
+  o.block_starts = {0, 1};  // two blocks: {1.0} and {2.0} of a
   StepReporter reporter(&coordinator, o);
-  const std::vector<float> a = {1.0f, 2.0f}, b = {3.0f};
+  const std::vector<float> a = {1.0f, 2.0f}, b = {3.0f, 4.0f};
   ASSERT_TRUE(reporter.WaitForRoom().ok());
   v1::ReportStepRequest r = Report(0);
   reporter.Submit(&r, a);
-  // The reporter thread hashes a and blocks in step 0's ReportStep.
+  // Hashed before Submit returned, whatever the reporter thread does.
+  EXPECT_EQ(reporter.last_hash(), HashWeights(a));
+  // The reporter thread blocks in step 0's ReportStep.
   ASSERT_TRUE(Eventually([&] { return coordinator.received() == 1; }));
   ASSERT_TRUE(reporter.WaitForRoom().ok());
   r = Report(1);
   reporter.Submit(&r, b);
-  // Not answered, so the reporter thread cannot hash b: WaitHashed does.
-  ASSERT_TRUE(reporter.WaitHashed().ok());
+  // Not answered, and b's hash is there: the job thread never waits for it.
   EXPECT_EQ(reporter.last_hash(), HashWeights(b));
+  ASSERT_TRUE(reporter.WaitHashed().ok());
   coordinator.Release(2);
   ASSERT_TRUE(reporter.Flush().ok());
+  ASSERT_EQ(coordinator.reports().size(), 2u);
+  EXPECT_EQ(coordinator.reports()[0].weights_hash(), HashWeights(a).ToHex());
   EXPECT_EQ(coordinator.reports()[1].weights_hash(), HashWeights(b).ToHex());
+  const absl::Span<const float> bs(b);
+  ASSERT_EQ(coordinator.reports()[1].block_hashes_size(), 2);
+  EXPECT_EQ(coordinator.reports()[1].block_hashes(0), HashBlock(bs.subspan(0, 1)));
+  EXPECT_EQ(coordinator.reports()[1].block_hashes(1), HashBlock(bs.subspan(1, 1)));
 }
 
 }  // namespace

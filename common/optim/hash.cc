@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/base/internal/raw_logging.h"
@@ -100,6 +101,52 @@ std::vector<uint64_t> BlockHashes(absl::Span<const float> params,
     hashes.push_back(XXH3_64bits(part.data(), part.size() * sizeof(float)));
   }
   return hashes;
+}
+
+struct FusedWeightHasher::States {
+  XXH3_state_t* whole = nullptr;  // XXH3-128 of everything
+  XXH3_state_t* block = nullptr;  // XXH3-64 of the current block
+};
+
+FusedWeightHasher::FusedWeightHasher() : states_(new States) {
+  states_->whole = XXH3_createState();
+  states_->block = XXH3_createState();
+  ABSL_RAW_CHECK(states_->whole != nullptr && states_->block != nullptr,
+                 "XXH3_createState failed");
+}
+
+FusedWeightHasher::~FusedWeightHasher() {
+  XXH3_freeState(states_->whole);
+  XXH3_freeState(states_->block);
+}
+
+WeightHash FusedWeightHasher::Hash(absl::Span<const float> params,
+                                   absl::Span<const int64_t> starts,
+                                   absl::Span<uint64_t> block_hashes) {
+  ABSL_RAW_CHECK(block_hashes.size() == starts.size(),
+                 "FusedWeightHasher: one block hash per start");
+  XXH3_state_t* whole = states_->whole;
+  XXH3_state_t* block = states_->block;
+  ABSL_RAW_CHECK(XXH3_128bits_reset(whole) == XXH_OK, "XXH3_128bits_reset failed");
+  const size_t n = params.size();
+  const float* p = params.data();
+  auto clamp = [n](int64_t v) { return v < 0 ? size_t{0} : std::min(static_cast<size_t>(v), n); };
+  // Floats before the first block: the whole hash only.
+  const size_t first = starts.empty() ? n : clamp(starts[0]);
+  if (first > 0) XXH3_128bits_update(whole, p, first * sizeof(float));
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t b = clamp(starts[i]);
+    const size_t e = i + 1 < starts.size() ? std::max(b, clamp(starts[i + 1])) : n;
+    ABSL_RAW_CHECK(XXH3_64bits_reset(block) == XXH_OK, "XXH3_64bits_reset failed");
+    for (size_t c = b; c < e; c += kChunkFloats) {
+      const size_t bytes = std::min(kChunkFloats, e - c) * sizeof(float);
+      XXH3_128bits_update(whole, p + c, bytes);
+      XXH3_64bits_update(block, p + c, bytes);
+    }
+    // An empty block: XXH3_64bits of "" (as HashBlock of an empty span).
+    block_hashes[i] = XXH3_64bits_digest(block);
+  }
+  return FromXxh128(XXH3_128bits_digest(whole));
 }
 
 uint64_t HashBlock(absl::Span<const float> block) {

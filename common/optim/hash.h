@@ -99,6 +99,34 @@ std::vector<int64_t> DifferingBlocks(const std::vector<uint64_t>& a,
 WeightHash HashReplica(absl::Span<const float> params, int64_t optimizer_steps,
                        absl::Span<const float> optimizer_slots);
 
+// HashWeights(params) and HashBlock of each block in ONE pass over memory
+// (a step report's weights hash and divergence-location hashes): each chunk
+// of at most kChunkFloats floats is fed to the 128-bit hash and to its
+// block's 64-bit hash while it is still in L1, so the weights are read from
+// L2/L3/RAM once instead of twice. Results are bit-equal to the separate
+// calls (XXH3 streaming equals one-shot). Block i is [starts[i],
+// starts[i+1]) (the last one ends at params.size()); starts must ascend
+// (values past params.size() are clamped); floats before starts[0] go into
+// the 128-bit hash only. Holds two XXH3 states made once (no allocation per
+// call). Not thread-safe; one per thread.
+class FusedWeightHasher {
+ public:
+  static constexpr size_t kChunkFloats = 2048;  // 8 KiB
+  FusedWeightHasher();  // aborts if libxxhash cannot allocate its states
+  ~FusedWeightHasher();
+  FusedWeightHasher(const FusedWeightHasher&) = delete;
+  FusedWeightHasher& operator=(const FusedWeightHasher&) = delete;
+
+  // Writes HashBlock of block i to block_hashes[i] (block_hashes.size() ==
+  // starts.size()) and returns HashWeights(params).
+  WeightHash Hash(absl::Span<const float> params, absl::Span<const int64_t> starts,
+                  absl::Span<uint64_t> block_hashes);
+
+ private:
+  struct States;
+  std::unique_ptr<States> states_;
+};
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_OPTIM_HASH_H_

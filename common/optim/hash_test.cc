@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -181,6 +182,32 @@ TEST(HashWeightsTest, WriteHexEqualsToHex) {
     EXPECT_EQ(std::string(buf, WeightHash::kHexDigits), h.ToHex());
     EXPECT_EQ(buf[WeightHash::kHexDigits], '!');  // nothing past the 32 digits
   }
+}
+
+TEST(FusedWeightHasherTest, EqualsHashWeightsAndHashBlockInOnePass) {
+  // Sizes around the chunk size, a prefix before the first block, an empty
+  // block and starts past the end (clamped).
+  std::vector<float> w(3 * FusedWeightHasher::kChunkFloats + 77);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.37f - 5.0f;
+  const absl::Span<const float> all(w);
+  FusedWeightHasher fused;
+  for (const std::vector<int64_t>& starts :
+       std::vector<std::vector<int64_t>>{{},
+                                         {0},
+                                         {0, 10, 10, 2048, 2049, 5000},
+                                         {13, 4096},
+                                         {0, static_cast<int64_t>(w.size()), 1 << 20}}) {
+    std::vector<uint64_t> blocks(starts.size(), 0);
+    const WeightHash h = fused.Hash(all, starts, absl::MakeSpan(blocks));
+    EXPECT_EQ(h, HashWeights(all)) << starts.size() << " blocks";
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const size_t b = std::min<size_t>(starts[i], w.size());
+      const size_t e = i + 1 < starts.size() ? std::min<size_t>(starts[i + 1], w.size()) : w.size();
+      EXPECT_EQ(blocks[i], HashBlock(all.subspan(b, e - b))) << "block " << i;
+    }
+  }
+  std::vector<uint64_t> none;
+  EXPECT_EQ(fused.Hash({}, {}, absl::MakeSpan(none)), HashWeights({}));
 }
 
 }  // namespace
