@@ -26,6 +26,7 @@
 #include "common/flags_usage.h"
 #include "common/log.h"
 #include "common/log_flags.h"
+#include "common/grpcutil/refusal_log.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
 #include "common/grpcutil/tls.h"
@@ -185,6 +186,14 @@ int main(int argc, char** argv) {
   peers.RegisterOn(builder);
   builder.RegisterService(&health);
   builder.RegisterService(&state_service);
+  // Refused requests are logged naming the peer, bounded (refusal_log.h).
+  lockstep::RealClock refusal_clock;
+  lockstep::RefusalLog refusals(&logger, &refusal_clock);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> f;
+    f.push_back(refusals.InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(f));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     logger.Error("cannot listen: the address is in use or not available", {{"listen", listen}});

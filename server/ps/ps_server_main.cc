@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon_util.h"
 #include "common/flags_usage.h"
+#include "common/grpcutil/refusal_log.h"
 #include "common/grpcutil/health_service.h"
 #include "common/grpcutil/server_reflection.h"
 #include "common/grpcutil/tls.h"
@@ -114,10 +115,15 @@ int main(int argc, char** argv) {
   lockstep::Family<lockstep::Counter>* rpc_errors = metrics_registry.AddCounterFamily(
       "lockstep_ps_rpc_errors_total", "Failed RPCs served, by method and status code.",
       {"method", "code"});
-  builder.experimental().SetInterceptorCreators(lockstep::RpcErrorServerInterceptors(
+  auto interceptors = lockstep::RpcErrorServerInterceptors(
       [rpc_errors](absl::string_view method, absl::string_view code) {
         rpc_errors->WithLabels({std::string(method), std::string(code)})->Increment();
-      }));
+      });
+  // Refused requests are logged naming the peer, bounded (refusal_log.h).
+  lockstep::RealClock refusal_clock;
+  lockstep::RefusalLog refusals(&log, &refusal_clock);
+  interceptors.push_back(refusals.InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
