@@ -11,8 +11,10 @@
 #      data port): malformed protos through a generic call to every method,
 #      requests naming another job/worker/step, oversized messages, random
 #      bytes, cut and forged hellos and frame headers (flood.py's header).
-#      The flood ends while the job still runs (checked), no flooded request
-#      was obeyed (flood.py exits 1 on an OK), the job SUCCEEDS with H1;
+#      The flood goes round after round (0.5 s apart) until the job has
+#      ended; at least one whole round must end while the job runs (checked).
+#      No flooded request was obeyed (flood.py exits 1 on an OK), the job
+#      SUCCEEDS with H1;
 #   3  the same for a K=2 ps job over --ps_transport=tcp on the lockstep-server
 #      shard: SUCCEEDED with its unflooded hash;
 #   4  every daemon is still up and SERVING (lockstep health), and the logs of
