@@ -63,6 +63,7 @@
 #include "common/process_tuning.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
+#include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,16777216,67108864",
@@ -320,6 +321,9 @@ int RunWorker() {
   Transport* transport = nullptr;
   if (use_tcp) {
     TcpTransportOptions options;
+    // Every rank of this benchmark shares one fixed test secret (a job's
+    // comes from the coordinator): the hello is authenticated as in a job.
+    options.secret = std::string(dataauth::kSecretBytes, 'b');
     options.send_buffer_bytes = absl::GetFlag(FLAGS_send_buffer_bytes);
     options.progress_in_recv = absl::GetFlag(FLAGS_progress_in_recv);
     if (absl::GetFlag(FLAGS_recv_spin_us) >= 0) {

@@ -24,6 +24,7 @@
 #include "common/collective/ps_aggregator.h"
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/process_tuning.h"
+#include "common/net/data_auth.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "common/psnet/ps_tcp_server.h"
 #include "server/ps/ps_service.h"
@@ -65,7 +66,12 @@ struct Shard {
 // Median and p90 of worker 0's round latencies, in microseconds.
 std::pair<double, double> Run(int k, int shards, int64_t n, bool tcp, int rounds, uint64_t job) {
   std::vector<std::unique_ptr<Shard>> servers;
-  for (int s = 0; s < shards; ++s) servers.push_back(std::make_unique<Shard>());
+  // The job's data-plane secret, registered as a worker's DataAddress does.
+  const std::string secret(dataauth::kSecretBytes, 'b');
+  for (int s = 0; s < shards; ++s) {
+    servers.push_back(std::make_unique<Shard>());
+    if (!servers.back()->data_plane->RegisterSecret(job, secret).ok()) std::exit(1);
+  }
   std::vector<std::vector<double>> lat(k);
   std::vector<std::thread> threads;
   for (int w = 0; w < k; ++w) {
@@ -75,7 +81,9 @@ std::pair<double, double> Run(int k, int shards, int64_t n, bool tcp, int rounds
       for (int s = 0; s < shards; ++s) {
         const int64_t len = ShardBounds(n, shards, s).size();
         if (tcp) {
-          owned.push_back(std::make_unique<PsTcpClient>(servers[s]->tcp_address, s, k, len));
+          PsTcpClientOptions to;
+          to.secret = secret;
+          owned.push_back(std::make_unique<PsTcpClient>(servers[s]->tcp_address, s, k, len, to));
         } else {
           owned.push_back(std::make_unique<GrpcPsClient>(
               grpc::CreateChannel(servers[s]->grpc_address, grpc::InsecureChannelCredentials()),

@@ -47,6 +47,7 @@
 #include "common/train/state_board.h"
 #include "worker/combiner.h"
 #include "worker/job_runner.h"
+#include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
 
 ABSL_FLAG(int64_t, steps, 300, "Training steps per run (after the warm-up steps)");
@@ -117,7 +118,9 @@ absl::StatusOr<RunTimes> RunJob(const TrainTest& data, int k, int64_t warmup, in
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
     threads.emplace_back([&, r] {
-      auto t = TcpTransport::Create(hub->get(), job_id, r, std::vector<std::string>(k, addr));
+      TcpTransportOptions to;
+      to.secret = std::string(dataauth::kSecretBytes, 'r');  // the job's data-plane secret
+      auto t = TcpTransport::Create(hub->get(), job_id, r, std::vector<std::string>(k, addr), to);
       if (!t.ok()) {
         status[r] = t.status();
         return;

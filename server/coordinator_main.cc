@@ -369,13 +369,23 @@ int Run(int argc, char** argv) {
 
   std::unique_ptr<PsTcpServer> ps_data_plane;
   if (absl::GetFlag(FLAGS_ps_data_port) >= 0) {
-    auto started = PsTcpServer::Start(&ps_registry, listen_host, absl::GetFlag(FLAGS_ps_data_port));
+    PsTcpServerOptions ps_tcp_options;
+    // A refused data-plane connection is logged naming its address and why.
+    ps_tcp_options.on_reject = [&logger](const std::string& why) {
+      logger.Warn("ps data plane connection refused", {{"reason", why}});
+    };
+    auto started = PsTcpServer::Start(&ps_registry, listen_host,
+                                      absl::GetFlag(FLAGS_ps_data_port), ps_tcp_options);
     if (!started.ok()) {
       logger.Error(absl::StrCat("--ps_data_port: ", started.status().message()));
       server->Shutdown();
       return kExitBindFailed;
     }
     ps_data_plane = *std::move(started);
+    ps_service.SetSecretRegistrar(
+        [plane = ps_data_plane.get()](uint64_t job, const std::string& secret) {
+          return plane->RegisterSecret(job, secret);
+        });
     ps_service.SetDataAddress(ps_data_plane->port());
   }
 

@@ -47,6 +47,7 @@
 #include "worker/job_runner.h"
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
+#include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
 
 namespace lockstep {
@@ -219,7 +220,16 @@ RunResult RunJob(const Path& p, const v1::JobSpec& spec, const std::vector<int>&
                 for (int s = 0; s < p.shards; ++s) {
                   const int64_t len = ShardBounds(n, p.shards, s).size();
                   if (p.plane == Plane::kTcp) {
-                    mine.push_back(std::make_unique<PsTcpClient>(shards[s]->tcp_address, s, k, len));
+                    // The job's data-plane secret, registered for both of
+                    // its keys as a worker's DataAddress does.
+                    const std::string secret(dataauth::kSecretBytes, 'n');
+                    for (uint64_t key : {group, ShapeAgreementJob(group)}) {
+                      PsServer::CHECK_OK_OR_DIE(shards[s]->data_plane->RegisterSecret(key, secret));
+                    }
+                    PsTcpClientOptions to;
+                    to.secret = secret;
+                    mine.push_back(
+                        std::make_unique<PsTcpClient>(shards[s]->tcp_address, s, k, len, to));
                   } else {
                     mine.push_back(std::make_unique<GrpcPsClient>(
                         grpc::CreateChannel(shards[s]->grpc_address,
@@ -235,7 +245,9 @@ RunResult RunJob(const Path& p, const v1::JobSpec& spec, const std::vector<int>&
             r);
       } else {
         if (p.plane == Plane::kTcp) {
-          auto t = TcpTransport::Create(nodes[r]->hub.get(), group, r, addresses);
+          TcpTransportOptions to;
+          to.secret = std::string(dataauth::kSecretBytes, 'n');  // the job's data-plane secret
+          auto t = TcpTransport::Create(nodes[r]->hub.get(), group, r, addresses, to);
           if (!t.ok()) {
             result.outcome[r] = t.status();
             return;

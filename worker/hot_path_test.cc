@@ -89,6 +89,7 @@
 #include "gtest/gtest.h"
 #include "worker/combiner.h"
 #include "worker/job_runner.h"
+#include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
 
 // ---------------------------------------------------------------- counting
@@ -490,8 +491,10 @@ void RunCase(const Case& c) {
       std::unique_ptr<TcpTransport> tcp;
       Transport* transport = inproc.endpoint(r);
       if (c.tcp) {
+        TcpTransportOptions to;
+        to.secret = std::string(dataauth::kSecretBytes, 'h');  // the job's data-plane secret
         auto t = TcpTransport::Create(tcp_hub.get(), /*group=*/42, r,
-                                      std::vector<std::string>(k, tcp_addr));
+                                      std::vector<std::string>(k, tcp_addr), to);
         if (!t.ok()) {
           results[r]->status = t.status();
           return;

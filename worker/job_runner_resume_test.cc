@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "worker/blobs_for_test.h"
 #include "worker/job_runner.h"
+#include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
 
 namespace lockstep {
@@ -93,8 +94,10 @@ JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const Trai
       std::unique_ptr<TcpTransport> tcp;
       Transport* transport = inproc.endpoint(r);
       if (mode == Mode::kTcp) {
+        TcpTransportOptions to;
+        to.secret = std::string(dataauth::kSecretBytes, 'j');  // the job's data-plane secret
         auto t = TcpTransport::Create(tcp_hub.get(), job_id, r,
-                                      std::vector<std::string>(k, tcp_addr));
+                                      std::vector<std::string>(k, tcp_addr), to);
         if (!t.ok()) {
           result.status[r] = t.status();
           return;

@@ -612,6 +612,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     // data-plane clients, which the combine then uses.
     std::vector<std::unique_ptr<GrpcPsClient>> ps_clients;
     std::vector<std::unique_ptr<PsTcpClient>> ps_tcp_clients;
+                            {"group", static_cast<int64_t>(WireKey(a))},
     std::vector<PsClient*> ps_ptrs;
     std::vector<std::unique_ptr<PsClient>> ps_wrapped;  // options_.wrap_ps_client's
     // The ps clients are replaced when the buffer length changes; the job's
@@ -657,9 +658,23 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                 // The shard's raw-TCP data plane, at the port its gRPC
                 // server names (and the host we dial it at).
                 publish_ps();  // a stop while asking must cancel the RPC
-                auto data = ps_clients.back()->DataAddress(absl::Now() + options_.rpc_timeout);
+                // Registers the job's data-plane secret for both of its keys
+                // (steps and the shape round) with the shard's TCP plane.
+                auto data = ps_clients.back()->DataAddress(absl::Now() + options_.rpc_timeout,
+                                                           WireKey(a), a.data_plane_secret());
                 if (!data.ok()) return data.status();
-                ps_tcp_clients.push_back(std::make_unique<PsTcpClient>(*data, s, k, e - b));
+                if (absl::Status r = ps_clients.back()
+                                         ->DataAddress(absl::Now() + options_.rpc_timeout,
+                                                       ShapeAgreementJob(WireKey(a)),
+                                                       a.data_plane_secret())
+                                         .status();
+                    !r.ok()) {
+                  return r;
+                }
+                PsTcpClientOptions tcp_options;
+                tcp_options.secret = a.data_plane_secret();
+                ps_tcp_clients.push_back(
+                    std::make_unique<PsTcpClient>(*data, s, k, e - b, tcp_options));
                 ps_ptrs.back() = ps_tcp_clients.back().get();
               }
               if (options_.wrap_ps_client) {
@@ -691,7 +706,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         }
         peers.assign(a.data_addresses().begin(), a.data_addresses().end());
       }
-      auto transport = transports_(a.spec().peer_transport(), WireKey(a), a.rank(), peers);
+      auto transport = transports_(a.spec().peer_transport(), WireKey(a), a.rank(), peers,
+                                   a.data_plane_secret());
       if (!transport.ok()) return transport.status();
       combiner = std::make_unique<RingCombiner>((*transport)->transport());
       absl::MutexLock l(&job->mu);

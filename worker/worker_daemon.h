@@ -101,9 +101,11 @@ class JobTransport {
 
 // Creates the ring transport of kind `kind` for `job` and `rank` among
 // `peers` (address of rank r at index r: the assignment's peer_addresses for
-// GRPC, its data_addresses for TCP).
+// GRPC, its data_addresses for TCP). `secret`: the assignment's
+// data_plane_secret (TCP connections prove it; common/net/data_auth.h).
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
-    v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers)>;
+    v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers,
+    const std::string& secret)>;
 
 // Deadline of each coordinator call made while draining (ReportDone of the
 // abandoned job, DeregisterWorker), so an unreachable coordinator delays a

@@ -212,7 +212,13 @@ int main(int argc, char** argv) {
   const std::string advertise = *advertised;
   // The raw-TCP data plane listens on the same host; peers reach it at the
   // advertised host.
-  auto hub = lockstep::TcpPeerHub::Start(listen_host, data_port);
+  lockstep::TcpHubOptions hub_options;
+  // A refused data-plane connection (a stranger, a forged or replayed hello)
+  // is logged naming its address and what was wrong.
+  hub_options.on_reject = [&logger](const std::string& why) {
+    logger.Warn("data plane connection refused", {{"reason", why}});
+  };
+  auto hub = lockstep::TcpPeerHub::Start(listen_host, data_port, hub_options);
   if (!hub.ok()) {
     logger.Error(absl::StrCat("--data_port: ", hub.status().message()));
     server->Shutdown();
@@ -307,10 +313,12 @@ int main(int argc, char** argv) {
       options, channel,
       [&peers, &worker_metrics, tcp_hub = hub->get(), channel_credentials](
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
-          const std::vector<std::string>& addresses)
+          const std::vector<std::string>& addresses, const std::string& secret)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
         if (kind == lockstep::v1::TCP) {
-          return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses),
+          lockstep::TcpTransportOptions tcp_options;
+          tcp_options.secret = secret;  // Assignment.data_plane_secret
+          return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses, tcp_options),
                       &worker_metrics, "tcp");
         }
         lockstep::GrpcTransportOptions grpc_options;

@@ -45,8 +45,11 @@ void GrpcPsClient::Cancel() {
   for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
 }
 
-absl::StatusOr<std::string> GrpcPsClient::DataAddress(absl::Time deadline) {
+absl::StatusOr<std::string> GrpcPsClient::DataAddress(absl::Time deadline, uint64_t job,
+                                                      const std::string& secret) {
   v1::DataAddressRequest req;
+  req.set_job(job);
+  req.set_data_plane_secret(secret);
   v1::DataAddressReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));

@@ -40,7 +40,10 @@ class GrpcPsClient : public PsClient {
   // host, or the host of `address` when it names none, and its data port.
   // FailedPreconditionError naming the shard when the server has none (an
   // older server, or --data_port=-1).
-  absl::StatusOr<std::string> DataAddress(absl::Time deadline);
+  // With `secret` (the Assignment's data_plane_secret), also registers it for
+  // job key `job` at the server (ps.proto DataAddressRequest).
+  absl::StatusOr<std::string> DataAddress(absl::Time deadline, uint64_t job = 0,
+                                          const std::string& secret = "");
 
  private:
   absl::Status Named(const grpc::Status& s) const;

@@ -121,10 +121,16 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
   h.shard = shard_;
   h.num_workers = num_workers_;
   h.shard_len = shard_len_;
+  // The server's challenge, then our hello answering it under the job's
+  // secret.
+  uint8_t cb[psnet::kChallengeBytes];
+  dataauth::Nonce nonce{};
+  absl::Status s = psnet::ReadFully(c.fd, cb, sizeof(cb), until);
+  if (s.ok()) s = psnet::DecodeChallenge(cb, &nonce);
   uint8_t hb[psnet::kHelloBytes];
-  psnet::EncodeHello(h, hb);
+  psnet::EncodeHello(h, options_.secret, nonce, hb);
   iovec iov[1] = {{hb, sizeof(hb)}};
-  absl::Status s = psnet::WriteFully(c.fd, iov, 1, until);
+  if (s.ok()) s = psnet::WriteFully(c.fd, iov, 1, until);
   uint8_t rb[psnet::kHelloReplyBytes];
   if (s.ok()) s = psnet::ReadFully(c.fd, rb, sizeof(rb), until);
   int32_t code = 0;

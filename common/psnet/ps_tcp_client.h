@@ -38,6 +38,11 @@
 namespace lockstep {
 
 struct PsTcpClientOptions {
+  // The job's data-plane secret (Assignment.data_plane_secret): each dial
+  // answers the server's challenge with an HMAC under it (ps_wire.h). The
+  // server must know it (PsTcpServer::RegisterSecret, or the gRPC
+  // DataAddress the worker calls first).
+  std::string secret;
   // Longest a dial (connect + hello) may take (also bounded by the call's
   // deadline).
   absl::Duration connect_timeout = absl::Seconds(10);

@@ -1,5 +1,6 @@
 #include "common/psnet/ps_tcp_server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/net/data_auth.h"
 
 namespace lockstep {
 namespace {
@@ -23,6 +25,22 @@ using psnet::Frame;
 using psnet::Kind;
 
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
+
+// "host:port" ("[v6]:port") of a socket address.
+std::string AddressText(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    return absl::StrCat(host, ":", ntohs(a->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    return absl::StrCat("[", host, "]:", ntohs(a->sin6_port));
+  }
+  return "an unknown address";
+}
 
 // True when the client closed its end or the connection failed (checked
 // without blocking while a request waits for the step's other pushes).
@@ -120,9 +138,43 @@ int PsTcpServer::connections() const {
 }
 
 void PsTcpServer::Reject(const std::string& why) {
+  {
+    absl::MutexLock l(&mu_);
+    ++rejected_;
+    last_rejection_ = why;
+  }
+  if (options_.on_reject) options_.on_reject(why);
+}
+
+absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret) {
+  if (secret.size() != dataauth::kSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ps data plane: job %d: data_plane_secret has %d bytes, expected %d", job,
+        secret.size(), dataauth::kSecretBytes));
+  }
   absl::MutexLock l(&mu_);
-  ++rejected_;
-  last_rejection_ = why;
+  auto it = secrets_.find(job);
+  if (it != secrets_.end()) {
+    if (dataauth::MacEqual(reinterpret_cast<const uint8_t*>(it->second.data()),
+                           reinterpret_cast<const uint8_t*>(secret.data()), secret.size())) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "ps data plane: job %d already has another data-plane secret at this server", job));
+  }
+  if (secrets_.size() >= kMaxSecrets) {
+    secrets_.erase(secret_order_.front());
+    secret_order_.pop_front();
+  }
+  secrets_.emplace(job, secret);
+  secret_order_.push_back(job);
+  return absl::OkStatus();
+}
+
+std::string PsTcpServer::SecretOf(uint64_t job) const {
+  absl::MutexLock l(&mu_);
+  auto it = secrets_.find(job);
+  return it == secrets_.end() ? std::string() : it->second;
 }
 
 void PsTcpServer::Reap(bool all) {
@@ -151,8 +203,12 @@ void PsTcpServer::AcceptLoop() {
     const int n = poll(p, 2, 200);
     Reap(/*all=*/false);
     if (n <= 0 || p[1].revents != 0 || (p[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len,
+                           SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
+    const std::string peer = AddressText(from);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::string refused;
@@ -160,13 +216,14 @@ void PsTcpServer::AcceptLoop() {
       absl::MutexLock l(&mu_);
       if (shut_down_ || static_cast<int>(conns_.size()) >= options_.max_connections) {
         ++rejected_;
-        last_rejection_ = absl::StrCat("connection refused: ", conns_.size(),
+        last_rejection_ = absl::StrCat("connection from ", peer, " refused: ", conns_.size(),
                                        " connections open, max_connections is ",
                                        options_.max_connections);
         refused = last_rejection_;
       } else {
         auto conn = std::make_unique<Conn>();
         conn->fd = fd;
+        conn->peer = peer;
         Conn* raw = conn.get();
         conns_.push_back(std::move(conn));
         raw->thread = std::thread([this, raw] {
@@ -176,7 +233,12 @@ void PsTcpServer::AcceptLoop() {
       }
     }
     if (!refused.empty()) {
-      // Best effort, never blocking: tell the client why (its hello reply).
+      if (options_.on_reject) options_.on_reject(refused);
+      // Best effort, never blocking: tell the client why (a challenge, so it
+      // sends its hello, then the hello reply).
+      uint8_t c[psnet::kChallengeBytes];
+      psnet::EncodeChallenge(dataauth::RandomNonce(), c);
+      (void)!send(fd, c, sizeof(c), MSG_NOSIGNAL | MSG_DONTWAIT);
       uint8_t r[psnet::kHelloReplyBytes];
       psnet::EncodeHelloReply(static_cast<int32_t>(absl::StatusCode::kResourceExhausted),
                               static_cast<int64_t>(refused.size()), r);
@@ -189,14 +251,39 @@ void PsTcpServer::AcceptLoop() {
 
 void PsTcpServer::Serve(Conn* conn) {
   const int fd = conn->fd;
-  // ---- hello
+  const std::string from = absl::StrCat("connection from ", conn->peer, ": ");
+  // ---- challenge, then the hello answering it
+  const absl::Time hello_deadline = absl::Now() + options_.hello_timeout;
+  const dataauth::Nonce nonce = dataauth::RandomNonce();
+  {
+    uint8_t c[psnet::kChallengeBytes];
+    psnet::EncodeChallenge(nonce, c);
+    iovec iov[1] = {{c, sizeof(c)}};
+    if (!psnet::WriteFully(fd, iov, 1, hello_deadline).ok()) {
+      Reject(absl::StrCat(from, "cannot send the challenge"));
+      return;
+    }
+  }
   uint8_t hb[psnet::kHelloBytes];
-  if (!psnet::ReadFully(fd, hb, sizeof(hb), absl::Now() + options_.hello_timeout).ok()) {
-    Reject("connection closed or silent before its hello");
+  if (!psnet::ReadFully(fd, hb, sizeof(hb), hello_deadline).ok()) {
+    Reject(absl::StrCat(from, "closed or silent before its ", psnet::kHelloBytes,
+                        "-byte hello"));
     return;
   }
   psnet::Hello hello;
   absl::Status st = psnet::DecodeHello(hb, &hello);
+  if (st.ok()) {
+    // Authenticated before anything is looked up or allocated for it.
+    const std::string secret = SecretOf(hello.job);
+    if (secret.empty()) {
+      st = absl::PermissionDeniedError(absl::StrFormat(
+          "hello for job %d shard %d: this server has no data-plane secret for job %d (its "
+          "workers register it through DataAddress)",
+          hello.job, hello.shard, hello.job));
+    } else {
+      st = psnet::VerifyHello(hb, secret, nonce);
+    }
+  }
   std::shared_ptr<PsShard> shard;
   if (st.ok()) {
     absl::StatusOr<std::shared_ptr<PsShard>> s =
@@ -214,7 +301,7 @@ void PsTcpServer::Serve(Conn* conn) {
                             r);
     iovec iov[2] = {{r, sizeof(r)}, {const_cast<char*>(text.data()), text.size()}};
     // Counted before the answer goes out (a client that read it sees it).
-    if (!st.ok()) Reject(absl::StrCat("hello refused: ", st.message()));
+    if (!st.ok()) Reject(absl::StrCat(from, "hello refused: ", st.message()));
     const absl::Status sent = psnet::WriteFully(fd, iov, text.empty() ? 1 : 2,
                                                 absl::Now() + options_.hello_timeout);
     if (!st.ok() || !sent.ok()) return;
@@ -269,7 +356,7 @@ void PsTcpServer::Serve(Conn* conn) {
     }
     if (!bad.ok()) {
       // The stream cannot be trusted past a bad header: answer and close.
-      Reject(std::string(bad.message()));
+      Reject(absl::StrCat(from, bad.message()));
       (void)SendError(fd, f, bad, absl::Now() + options_.frame_timeout);
       return;
     }

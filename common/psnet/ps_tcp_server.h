@@ -17,6 +17,14 @@
 // A connection thread waiting for a step's pushes checks every 50 ms whether
 // its client hung up or the server is shutting down.
 //
+// Authentication: every connection gets a challenge (a random nonce) on
+// accept and must answer with a hello whose HMAC fits the job's data-plane
+// secret, registered with RegisterSecret (the gRPC DataAddress does, for the
+// workers that call it with their Assignment's secret). The mac is checked
+// before the shard is looked up or anything allocated; a refusal is
+// answered PERMISSION_DENIED, counted, and reported to options.on_reject
+// naming the peer's address.
+//
 // Bad input never stops the server: a hello that does not fit (magic,
 // version, K, shard length against the job's shard and the server's cap) is
 // answered with the error and closed; a frame that does not fit (kind, job,
@@ -28,6 +36,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +62,9 @@ struct PsTcpServerOptions {
   // Once a frame has started, its header and payload must arrive within this.
   absl::Duration frame_timeout = absl::Seconds(30);
   int max_connections = 256;
+  // Called with the reason of every refused connection ("connection from
+  // 10.0.0.7:51234: ..."), outside the server's locks. Empty: counted only.
+  std::function<void(const std::string&)> on_reject;
 };
 
 class PsTcpServer {
@@ -71,6 +84,14 @@ class PsTcpServer {
   // once) and joins the threads. Idempotent.
   void Shutdown();
 
+  // The data-plane secret of job key `job` (dataauth::kSecretBytes bytes):
+  // the first registration fixes it; another secret for the same job is
+  // PermissionDeniedError (nothing changes), a wrong length
+  // InvalidArgumentError. At most kMaxSecrets jobs are held; one more
+  // forgets the oldest registration. Thread-safe.
+  absl::Status RegisterSecret(uint64_t job, const std::string& secret);
+  static constexpr size_t kMaxSecrets = 4096;
+
   // Hellos and frames refused (see the header comment), and the last reason.
   int64_t rejected_connections() const;
   std::string last_rejection() const;
@@ -80,6 +101,7 @@ class PsTcpServer {
  private:
   struct Conn {
     int fd = -1;
+    std::string peer;  // "host:port" of the client
     std::thread thread;
     std::atomic<bool> done{false};
   };
@@ -89,6 +111,8 @@ class PsTcpServer {
   void AcceptLoop();
   void Serve(Conn* conn);
   void Reject(const std::string& why);
+  // The secret registered for `job`, or "" when none is.
+  std::string SecretOf(uint64_t job) const;
   // Joins and frees finished connection threads (all when `all`).
   void Reap(bool all);
 
@@ -104,6 +128,8 @@ class PsTcpServer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::string> secrets_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> secret_order_ ABSL_GUARDED_BY(mu_);  // registration order
   std::string last_rejection_ ABSL_GUARDED_BY(mu_);
 };
 

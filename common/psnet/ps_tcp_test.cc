@@ -24,6 +24,8 @@
 #include "common/psnet/ps_tcp_client.h"
 #include "common/psnet/ps_tcp_server.h"
 #include "common/psnet/ps_wire.h"
+#include "absl/synchronization/mutex.h"
+#include "common/net/data_auth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -31,6 +33,17 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The data-plane secret of every job in these tests (a real job's comes
+// from the coordinator through the worker: common/net/data_auth.h).
+const std::string kSecret(dataauth::kSecretBytes, 'p');
+PsTcpClientOptions Auth() {
+  PsTcpClientOptions o;
+  o.secret = kSecret;
+  return o;
+}
+// Job keys the test servers know the secret of.
+constexpr uint64_t kRegisteredJobs = 64;
 
 // A registry and its data-plane server on 127.0.0.1:0.
 struct LocalServer {
@@ -41,6 +54,9 @@ struct LocalServer {
     EXPECT_TRUE(s.ok()) << s.status();
     server = *std::move(s);
     address = absl::StrCat("127.0.0.1:", server->port());
+    for (uint64_t job = 0; job < kRegisteredJobs; ++job) {
+      EXPECT_TRUE(server->RegisterSecret(job, kSecret).ok());
+    }
   }
   PsShardRegistry registry;
   std::unique_ptr<PsTcpServer> server;
@@ -51,7 +67,7 @@ struct LocalServer {
 class OwningClient : public PsClient {
  public:
   OwningClient(std::shared_ptr<LocalServer> server, int shard, int k, int64_t len)
-      : server_(std::move(server)), client_(server_->address, shard, k, len) {}
+      : server_(std::move(server)), client_(server_->address, shard, k, len, Auth()) {}
   absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
                     int64_t count, absl::Time deadline) override {
     return client_.Push(job, step, worker, g, count, deadline);
@@ -97,7 +113,8 @@ struct Cluster {
     for (int w = 0; w < k; ++w) {
       for (int s = 0; s < shards; ++s) {
         clients[w].push_back(std::make_unique<PsTcpClient>(servers[s]->address, s, k,
-                                                           ShardBounds(n, shards, s).size()));
+                                                           ShardBounds(n, shards, s).size(),
+                                                           Auth()));
       }
     }
   }
@@ -198,16 +215,16 @@ TEST(PsTcpTest, SlowWorkerOnlyDelaysTheRound) {
 
 TEST(PsTcpTest, MismatchedHelloIsRefusedAndTheServerKeepsServing) {
   auto server = std::make_shared<LocalServer>();
-  PsTcpClient a(server->address, 0, 2, 3);
+  PsTcpClient a(server->address, 0, 2, 3, Auth());
   const std::vector<float> g = {1, 2, 3};
   const absl::Time soon = absl::Now() + absl::Seconds(10);
   ASSERT_TRUE(a.Push(1, 0, 0, g, 1, soon).ok());
-  PsTcpClient other_k(server->address, 0, 3, 3);  // same job and shard, K=3
+  PsTcpClient other_k(server->address, 0, 3, 3, Auth());  // same job and shard, K=3
   absl::Status s = other_k.Push(1, 0, 1, g, 1, soon);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_workers is 3, expected 2"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("ps shard 0 (" + server->address + ", tcp)"));
-  PsTcpClient other_len(server->address, 0, 2, 4);
+  PsTcpClient other_len(server->address, 0, 2, 4, Auth());
   const std::vector<float> g4 = {1, 2, 3, 4};
   s = other_len.Push(1, 0, 1, g4, 1, soon);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -224,20 +241,20 @@ TEST(PsTcpTest, MismatchedHelloIsRefusedAndTheServerKeepsServing) {
 
 TEST(PsTcpTest, OversizedShardIsRefusedBeforeAllocating) {
   auto server = std::make_shared<LocalServer>(8, /*max_floats=*/1000);
-  PsTcpClient huge(server->address, 0, 2, int64_t{1} << 40);
+  PsTcpClient huge(server->address, 0, 2, int64_t{1} << 40, Auth());
   std::vector<float> out(1);
   int64_t count = 0;
   absl::Status s =
       huge.Pull(1, 0, 0, absl::MakeSpan(out), &count, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("shard_len is 1099511627776, expected 0..1000"));
-  PsTcpClient many(server->address, 0, 1 << 20, 10);
+  PsTcpClient many(server->address, 0, 1 << 20, 10, Auth());
   std::vector<float> ten(10);
   s = many.Push(1, 0, 0, ten, 1, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_workers is 1048576, expected 1..65536"));
   EXPECT_EQ(server->registry.num_jobs(), 0);
-  PsTcpClient fine(server->address, 0, 1, 10);
+  PsTcpClient fine(server->address, 0, 1, 10, Auth());
   EXPECT_TRUE(fine.Push(1, 0, 0, ten, 1, absl::Now() + absl::Seconds(5)).ok());
 }
 
@@ -248,6 +265,10 @@ class RawConn {
     auto fd = psnet::Connect(address, absl::Now() + absl::Seconds(5));
     EXPECT_TRUE(fd.ok()) << fd.status();
     fd_ = fd.ok() ? *fd : -1;
+    // The server's challenge comes first.
+    uint8_t c[psnet::kChallengeBytes];
+    EXPECT_TRUE(psnet::ReadFully(fd_, c, sizeof(c), absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE(psnet::DecodeChallenge(c, &nonce_).ok());
   }
   ~RawConn() {
     if (fd_ >= 0) close(fd_);
@@ -289,16 +310,19 @@ class RawConn {
     absl::Status s = psnet::ReadFully(fd_, &b, 1, absl::Now() + absl::Seconds(5), &eof);
     return !s.ok() && s.code() == absl::StatusCode::kUnavailable;
   }
-  void Hello(uint64_t job, int shard, int k, int64_t len) {
+  void Hello(uint64_t job, int shard, int k, int64_t len,
+             const std::string& secret = kSecret) {
     psnet::Hello h;
     h.job = job;
     h.shard = shard;
     h.num_workers = k;
     h.shard_len = len;
     uint8_t b[psnet::kHelloBytes];
-    psnet::EncodeHello(h, b);
+    psnet::EncodeHello(h, secret, nonce_, b);
     Write(b, sizeof(b));
   }
+  const dataauth::Nonce& nonce() const { return nonce_; }
+  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
   void Frame(const psnet::Frame& f) {
     uint8_t b[psnet::kFrameBytes];
     psnet::EncodeFrame(f, b);
@@ -307,6 +331,7 @@ class RawConn {
 
  private:
   int fd_ = -1;
+  dataauth::Nonce nonce_{};
 };
 
 TEST(PsTcpTest, BadHellosAndFramesAreAnsweredClosedAndCounted) {
@@ -360,7 +385,7 @@ TEST(PsTcpTest, BadHellosAndFramesAreAnsweredClosedAndCounted) {
   }
   EXPECT_EQ(server->server->rejected_connections(), 1 + static_cast<int64_t>(cases.size()));
   // Nothing was pushed, and the server still serves job 5.
-  PsTcpClient a(server->address, 0, 2, 3);
+  PsTcpClient a(server->address, 0, 2, 3, Auth());
   const std::vector<float> g = {1, 1, 1};
   const absl::Time soon = absl::Now() + absl::Seconds(10);
   ASSERT_TRUE(a.Push(5, 0, 0, g, 1, soon).ok());
@@ -375,10 +400,10 @@ TEST(PsTcpTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
   PsTcpServerOptions o;
   o.max_connections = 1;
   auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
-  PsTcpClient a(server->address, 0, 2, 1);
+  PsTcpClient a(server->address, 0, 2, 1, Auth());
   const std::vector<float> g = {1};
   ASSERT_TRUE(a.Push(1, 0, 0, g, 1, absl::Now() + absl::Seconds(5)).ok());  // keeps its connection
-  PsTcpClient b(server->address, 0, 2, 1);
+  PsTcpClient b(server->address, 0, 2, 1, Auth());
   absl::Status s = b.Push(1, 0, 1, g, 1, absl::Now() + absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("max_connections is 1"));
@@ -392,7 +417,7 @@ TEST(PsTcpTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
 
 TEST(PsTcpTest, CancelEndsAWaitingRoundAtOnceAndFreesTheServer) {
   auto server = std::make_shared<LocalServer>();
-  PsTcpClient c(server->address, 0, 2, 4);
+  PsTcpClient c(server->address, 0, 2, 4, Auth());
   std::vector<float> buf(4, 1.0f);
   ASSERT_TRUE(c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60)).ok());
   absl::Status finished;
@@ -420,7 +445,7 @@ TEST(PsTcpTest, CancelEndsAWaitingRoundAtOnceAndFreesTheServer) {
 
 TEST(PsTcpTest, ServerShutdownEndsAWaitingRound) {
   auto server = std::make_shared<LocalServer>();
-  PsTcpClient c(server->address, 0, 2, 4);
+  PsTcpClient c(server->address, 0, 2, 4, Auth());
   std::vector<float> buf(4, 1.0f);
   ASSERT_TRUE(c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60)).ok());
   const absl::Time start = absl::Now();
@@ -439,11 +464,111 @@ TEST(PsTcpTest, UnreachableServerIsNamed) {
     LocalServer gone;
     address = gone.address;
   }
-  PsTcpClient c(address, 1, 1, 1);
+  PsTcpClient c(address, 1, 1, 1, Auth());
   const std::vector<float> g = {1};
   absl::Status s = c.Push(1, 0, 0, g, 1, absl::Now() + absl::Milliseconds(500));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("ps shard 1 (" + address + ", tcp)"));
+}
+
+
+// ---- data-plane authentication (issue 11)
+
+// A stranger without the job's secret (or with another job's), a job whose
+// secret was never registered, a hello cut short: refused before anything is
+// looked up or allocated, named with the peer's address; the job goes on.
+TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
+  std::vector<std::string> logged;
+  absl::Mutex log_mu;
+  PsTcpServerOptions o;
+  o.on_reject = [&](const std::string& why) {
+    absl::MutexLock l(&log_mu);
+    logged.push_back(why);
+  };
+  auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
+  for (const std::string& secret :
+       {std::string(dataauth::kSecretBytes, 'x'), std::string(dataauth::kSecretBytes, 'q')}) {
+    RawConn c(server->address);
+    c.Hello(5, 0, 2, 3, secret);
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("hello for job 5 shard 0 has a wrong mac"));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  {
+    RawConn c(server->address);
+    c.Hello(kRegisteredJobs + 5, 0, 2, 3);  // nobody registered this job's secret
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 69"));
+  }
+  {
+    RawConn c(server->address);
+    psnet::Hello h;
+    h.job = 5;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    uint8_t b[psnet::kHelloBytes];
+    psnet::EncodeHello(h, kSecret, c.nonce(), b);
+    c.Write(b, psnet::kHelloFieldBytes);  // no mac
+    c.ShutdownWrite();
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  EXPECT_EQ(server->registry.num_jobs(), 0);  // nothing allocated for any of them
+  EXPECT_EQ(server->server->rejected_connections(), 4);
+  {
+    absl::MutexLock l(&log_mu);
+    ASSERT_EQ(logged.size(), 4u);
+    EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
+    EXPECT_THAT(logged[0], HasSubstr("wrong mac"));
+    EXPECT_THAT(logged[3], HasSubstr("closed or silent before its 72-byte hello"));
+  }
+  // The real job's client connects and works.
+  PsTcpClient a(server->address, 0, 1, 3, Auth());
+  const std::vector<float> g = {1, 2, 3};
+  std::vector<float> out(3);
+  int64_t count = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon).ok());
+  ASSERT_TRUE(a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon).ok());
+  EXPECT_EQ(out, g);
+  // A client without the secret is refused, naming why.
+  PsTcpClient no_secret(server->address, 0, 1, 3);
+  absl::Status s = no_secret.Push(5, 1, 0, g, 1, soon);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
+// A hello recorded on one connection (a valid one) does not fit another's
+// challenge.
+TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {
+  auto server = std::make_shared<LocalServer>();
+  std::vector<uint8_t> recorded(psnet::kHelloBytes);
+  {
+    RawConn c(server->address);
+    psnet::Hello h;
+    h.job = 5;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    psnet::EncodeHello(h, kSecret, c.nonce(), recorded.data());
+    c.Write(recorded.data(), recorded.size());
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, 0) << text;
+  }
+  RawConn replay(server->address);
+  replay.Write(recorded.data(), recorded.size());
+  auto [code, text] = replay.ReadHelloReply();
+  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(text, HasSubstr("wrong mac"));
+}
+
+TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
+  LocalServer server;
+  EXPECT_TRUE(server.server->RegisterSecret(5, kSecret).ok());  // the same again: fine
+  const absl::Status other =
+      server.server->RegisterSecret(5, std::string(dataauth::kSecretBytes, 'o'));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_EQ(server.server->RegisterSecret(500, "short").code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

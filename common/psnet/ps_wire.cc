@@ -61,7 +61,25 @@ const char* KindName(uint32_t kind) {
   return "unknown";
 }
 
-void EncodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
+void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t out[kChallengeBytes]) {
+  Put<uint32_t>(out, 0, kChallengeMagic);
+  Put<uint32_t>(out, 4, kVersion);
+  std::memcpy(out + 8, nonce.data(), nonce.size());
+}
+
+absl::Status DecodeChallenge(const uint8_t in[kChallengeBytes], dataauth::Nonce* nonce) {
+  if (Get<uint32_t>(in, 0) != kChallengeMagic || Get<uint32_t>(in, 4) != kVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "challenge: magic 0x%08x version %d, expected 0x%08x (\"LKPC\") version %d: not a "
+        "lockstep ps data plane, or one of another version",
+        Get<uint32_t>(in, 0), Get<uint32_t>(in, 4), kChallengeMagic, kVersion));
+  }
+  std::memcpy(nonce->data(), in + 8, nonce->size());
+  return absl::OkStatus();
+}
+
+void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
+                 uint8_t out[kHelloBytes]) {
   std::memset(out, 0, kHelloBytes);
   Put<uint32_t>(out, 0, kHelloMagic);
   Put<uint32_t>(out, 4, kVersion);
@@ -69,6 +87,22 @@ void EncodeHello(const Hello& h, uint8_t out[kHelloBytes]) {
   Put<int32_t>(out, 16, h.shard);
   Put<int32_t>(out, 20, h.num_workers);
   Put<int64_t>(out, 24, h.shard_len);
+  const dataauth::Mac mac =
+      dataauth::HelloMac(secret, kHelloDomain, out, kHelloFieldBytes, challenge);
+  std::memcpy(out + kHelloFieldBytes, mac.data(), mac.size());
+}
+
+absl::Status VerifyHello(const uint8_t in[kHelloBytes], absl::string_view secret,
+                         const dataauth::Nonce& challenge) {
+  const dataauth::Mac want =
+      dataauth::HelloMac(secret, kHelloDomain, in, kHelloFieldBytes, challenge);
+  if (dataauth::MacEqual(want.data(), in + kHelloFieldBytes, want.size())) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "hello for job %d shard %d has a wrong mac (not the job's data-plane secret, or a hello "
+      "recorded on another connection)",
+      Get<uint64_t>(in, 8), Get<int32_t>(in, 16)));
 }
 
 absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h) {

@@ -4,9 +4,18 @@
 //
 // A connection carries one job's requests for one shard of one server:
 //
-//   client -> server, once:  hello (40 bytes)
+//   server -> client, once, on accept:  challenge (40 bytes)
+//     u32 magic 'LKPC' | u32 version | 32-byte random nonce
+//   client -> server, once:  hello (72 bytes)
 //     u32 magic 'LKPH' | u32 version | u64 job | i32 shard | i32 num_workers |
-//     i64 shard_len | u64 0
+//     i64 shard_len | u64 0 | 32-byte mac
+//     mac = HMAC-SHA256 under the job's data-plane secret (the coordinator's
+//     Assignment.data_plane_secret, which the workers registered with this
+//     server through DataAddress) of "lockstep ps hello v2" || 0x00 || the
+//     hello's first 40 bytes || the challenge's nonce
+//     (common/net/data_auth.h). Checked in constant time before anything
+//     else: a job without a registered secret, another secret or a hello
+//     recorded on another connection is refused (PERMISSION_DENIED).
 //   server -> client, once:  hello reply (16 bytes, then `len` bytes of text)
 //     u32 magic 'LKPR' | i32 code (absl::StatusCode; 0 = accepted) | i64 len
 //
@@ -51,7 +60,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/net/data_auth.h"
 
 namespace lockstep {
 namespace psnet {
@@ -59,8 +70,13 @@ namespace psnet {
 constexpr uint32_t kHelloMagic = 0x48504b4c;       // "LKPH"
 constexpr uint32_t kHelloReplyMagic = 0x52504b4c;  // "LKPR"
 constexpr uint32_t kFrameMagic = 0x46504b4c;       // "LKPF"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHelloBytes = 40;
+constexpr uint32_t kChallengeMagic = 0x43504b4c;   // "LKPC"
+// 2: challenge and mac (version 1's hellos were not authenticated).
+constexpr uint32_t kVersion = 2;
+constexpr size_t kChallengeBytes = 8 + dataauth::kNonceBytes;  // 40
+constexpr size_t kHelloFieldBytes = 40;
+constexpr size_t kHelloBytes = kHelloFieldBytes + dataauth::kMacBytes;  // 72
+constexpr char kHelloDomain[] = "lockstep ps hello v2";
 constexpr size_t kHelloReplyBytes = 16;
 constexpr size_t kFrameBytes = 56;
 constexpr int64_t kMaxErrorBytes = 4096;
@@ -95,9 +111,19 @@ struct Frame {
   int64_t wait_us = 0;
 };
 
-void EncodeHello(const Hello& h, uint8_t out[kHelloBytes]);
+void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t out[kChallengeBytes]);
 // InvalidArgumentError naming what is wrong (magic, version).
+absl::Status DecodeChallenge(const uint8_t in[kChallengeBytes], dataauth::Nonce* nonce);
+// The fields and the mac under `secret` over `challenge`.
+void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
+                 uint8_t out[kHelloBytes]);
+// The fields (InvalidArgumentError naming what is wrong: magic, version);
+// the mac is checked by VerifyHello once the job's secret is looked up.
 absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h);
+// PermissionDeniedError naming the job and shard unless the mac fits
+// (constant-time comparison).
+absl::Status VerifyHello(const uint8_t in[kHelloBytes], absl::string_view secret,
+                         const dataauth::Nonce& challenge);
 void EncodeHelloReply(int32_t code, int64_t len, uint8_t out[kHelloReplyBytes]);
 absl::Status DecodeHelloReply(const uint8_t in[kHelloReplyBytes], int32_t* code,
                               int64_t* len);

@@ -181,6 +181,9 @@ struct DualPs {
     auto tcp = PsTcpServer::Start(&registry, "127.0.0.1", 0);
     EXPECT_TRUE(tcp.ok()) << tcp.status();
     data_plane = *std::move(tcp);
+    service.SetSecretRegistrar([plane = data_plane.get()](uint64_t job, const std::string& s) {
+      return plane->RegisterSecret(job, s);
+    });
     service.SetDataAddress(data_plane->port());
     grpc::ServerBuilder b;
     int port = 0;
@@ -215,6 +218,37 @@ TEST(PsDataPlaneTest, DataAddressNamesTheTcpPortAtTheDialedHost) {
   EXPECT_NE(data.status().message().find("--ps_transport=grpc"), std::string::npos);
 }
 
+// DataAddress registers a job's data-plane secret with the TCP plane: the
+// first fixes it, another for the same job is PERMISSION_DENIED, a TCP
+// client with it works and one with another secret is refused.
+TEST(PsDataPlaneTest, DataAddressRegistersTheJobsSecret) {
+  DualPs ps;
+  GrpcPsClient c(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()), ps.address,
+                 0, 1, 2);
+  const std::string secret(dataauth::kSecretBytes, 'k');
+  absl::StatusOr<std::string> data = c.DataAddress(absl::Now() + absl::Seconds(10), 9, secret);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(c.DataAddress(absl::Now() + absl::Seconds(10), 9, secret).ok());  // idempotent
+  absl::StatusOr<std::string> other = c.DataAddress(
+      absl::Now() + absl::Seconds(10), 9, std::string(dataauth::kSecretBytes, 'z'));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied) << other.status();
+  const std::vector<float> g = {1, 2};
+  std::vector<float> out(2);
+  int64_t count = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  PsTcpClientOptions good;
+  good.secret = secret;
+  PsTcpClient tcp(*data, 0, 1, 2, good);
+  ASSERT_TRUE(tcp.StartRound(9, 0, 0, g, 1, soon).ok());
+  ASSERT_TRUE(tcp.FinishRound(9, 0, 0, absl::MakeSpan(out), &count, soon).ok());
+  EXPECT_EQ(out, g);
+  PsTcpClientOptions bad;
+  bad.secret = std::string(dataauth::kSecretBytes, 'z');
+  PsTcpClient stranger(*data, 0, 1, 2, bad);
+  EXPECT_EQ(stranger.Push(9, 1, 0, g, 1, soon).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ps.data_plane->rejected_connections(), 1);
+}
+
 // The same rounds over gRPC and over the raw-TCP data plane give the same
 // bits (the server sums in rank order either way), and one job may even mix
 // them (one registry): K = 3 workers, S = 2 shards, non-integer data.
@@ -243,12 +277,16 @@ TEST(PsDataPlaneTest, TcpAndGrpcGiveTheSameBits) {
               grpc::CreateChannel(servers[s].address, grpc::InsecureChannelCredentials()),
               servers[s].address, s, k, rg.size());
           if (transport[w] == 1) {
-            auto data = g->DataAddress(absl::Now() + absl::Seconds(10));
+            // Registers the job's data-plane secret, as a worker does.
+            const std::string secret(dataauth::kSecretBytes, static_cast<char>('a' + job));
+            auto data = g->DataAddress(absl::Now() + absl::Seconds(10), job, secret);
             if (!data.ok()) {
               st[w] = data.status();
               return;
             }
-            owned.push_back(std::make_unique<PsTcpClient>(*data, s, k, rg.size()));
+            PsTcpClientOptions to;
+            to.secret = secret;
+            owned.push_back(std::make_unique<PsTcpClient>(*data, s, k, rg.size(), to));
           } else {
             owned.push_back(std::move(g));
           }

@@ -131,14 +131,22 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<lockstep::PsTcpServer> data_plane;
   if (absl::GetFlag(FLAGS_data_port) >= 0) {
+    lockstep::PsTcpServerOptions tcp_options;
+    // A refused data-plane connection is logged naming its address and why.
+    tcp_options.on_reject = [&log](const std::string& why) {
+      log.Warn("data plane connection refused", {{"reason", why}});
+    };
     auto started = lockstep::PsTcpServer::Start(&registry, lockstep::HostOfAddress(listen),
-                                                absl::GetFlag(FLAGS_data_port));
+                                                absl::GetFlag(FLAGS_data_port), tcp_options);
     if (!started.ok()) {
       log.Error(absl::StrCat("--data_port: ", started.status().message()));
       server->Shutdown();
       return 1;
     }
     data_plane = *std::move(started);
+    service.SetSecretRegistrar([plane = data_plane.get()](uint64_t job, const std::string& secret) {
+      return plane->RegisterSecret(job, secret);
+    });
     service.SetDataAddress(data_plane->port());
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {

@@ -23,12 +23,27 @@ void PsService::SetDataAddress(int port, std::string host) {
   data_port_ = port;
 }
 
-grpc::Status PsService::DataAddress(grpc::ServerContext*, const v1::DataAddressRequest*,
-                                    v1::DataAddressReply* reply) {
+void PsService::SetSecretRegistrar(SecretRegistrar registrar) {
   absl::MutexLock l(&data_mu_);
-  reply->set_port(data_port_);
-  reply->set_host(data_host_);
-  return grpc::Status::OK;
+  register_secret_ = std::move(registrar);
+}
+
+grpc::Status PsService::DataAddress(grpc::ServerContext*, const v1::DataAddressRequest* req,
+                                    v1::DataAddressReply* reply) {
+  SecretRegistrar registrar;
+  {
+    absl::MutexLock l(&data_mu_);
+    reply->set_port(data_port_);
+    reply->set_host(data_host_);
+    registrar = register_secret_;
+  }
+  if (req->data_plane_secret().empty() || reply->port() == 0) return grpc::Status::OK;
+  if (!registrar) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "ps DataAddress: job ", req->job(),
+        ": this server's TCP data plane takes no data-plane secrets")));
+  }
+  return ToGrpcStatus(registrar(req->job(), req->data_plane_secret()));
 }
 
 grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,

@@ -23,6 +23,7 @@
 #define LOCKSTEP_SERVER_PS_PS_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,6 +56,11 @@ class PsService final : public v1::ParameterServer::Service {
   // What DataAddress answers: the raw-TCP data plane's port (0 = none) and
   // host ("" = the host the caller dialed). Any thread.
   void SetDataAddress(int port, std::string host = "");
+  // Where DataAddress registers a job's data-plane secret (the TCP data
+  // plane's PsTcpServer::RegisterSecret). Unset: a request carrying a
+  // secret is FAILED_PRECONDITION. Any thread.
+  using SecretRegistrar = std::function<absl::Status(uint64_t job, const std::string& secret)>;
+  void SetSecretRegistrar(SecretRegistrar registrar);
 
   // Jobs currently held (for tests and status).
   int num_jobs() const { return registry_->num_jobs(); }
@@ -79,6 +85,7 @@ class PsService final : public v1::ParameterServer::Service {
   absl::Mutex data_mu_;
   int data_port_ ABSL_GUARDED_BY(data_mu_) = 0;
   std::string data_host_ ABSL_GUARDED_BY(data_mu_);
+  SecretRegistrar register_secret_ ABSL_GUARDED_BY(data_mu_);
   // Scratch for pushes, reused across calls (a fresh 1 MB buffer per push
   // costs page faults); guarded by its own mutex, one per concurrent push.
   absl::Mutex scratch_mu_;

@@ -99,14 +99,19 @@ void JobSpecs() {
 
 void PsWire() {
   namespace psnet = lockstep::psnet;
-  uint8_t b[psnet::kFrameBytes];
+  uint8_t b[psnet::kHelloBytes];
   psnet::Hello h;
   h.job = 5;
   h.shard = 1;
   h.num_workers = 2;
   h.shard_len = 1000;
-  psnet::EncodeHello(h, b);
+  // The fuzz target's fixed secret and nonce: this hello verifies.
+  lockstep::dataauth::Nonce nonce;
+  nonce.fill(0x5a);
+  psnet::EncodeHello(h, std::string(lockstep::dataauth::kSecretBytes, 'f'), nonce, b);
   Write("ps_wire_fuzz", "hello", std::string(1, 0) + Bytes(b, psnet::kHelloBytes));
+  psnet::EncodeChallenge(nonce, b);
+  Write("ps_wire_fuzz", "challenge", std::string(1, 3) + Bytes(b, psnet::kChallengeBytes));
   psnet::EncodeHelloReply(3, 20, b);
   Write("ps_wire_fuzz", "hello_reply", std::string(1, 1) + Bytes(b, psnet::kHelloReplyBytes));
   psnet::Frame f;
@@ -123,11 +128,17 @@ void PsWire() {
 
 void TcpWire() {
   namespace tcpwire = lockstep::tcpwire;
-  uint8_t b[tcpwire::kHeaderBytes];
-  tcpwire::EncodeHello(tcpwire::Hello{77, 1, 0, 3}, b);
-  Write("tcp_wire_fuzz", "hello", std::string(1, 1) + Bytes(b, sizeof(b)));
+  uint8_t b[tcpwire::kHelloBytes];
+  // The fuzz target's fixed secret and nonce: this hello verifies.
+  lockstep::dataauth::Nonce nonce;
+  nonce.fill(0x5a);
+  tcpwire::EncodeHello(tcpwire::Hello{77, 1, 0, 3},
+                       std::string(lockstep::dataauth::kSecretBytes, 'f'), nonce, b);
+  Write("tcp_wire_fuzz", "hello", std::string(1, 1) + Bytes(b, tcpwire::kHelloBytes));
+  tcpwire::EncodeChallenge(nonce, b);
+  Write("tcp_wire_fuzz", "challenge", std::string(1, 2) + Bytes(b, tcpwire::kChallengeBytes));
   tcpwire::EncodeFrame(lockstep::MakeKey(5, 12, 3, 1), 4096, b);
-  Write("tcp_wire_fuzz", "frame", std::string(1, 0) + Bytes(b, sizeof(b)));
+  Write("tcp_wire_fuzz", "frame", std::string(1, 0) + Bytes(b, tcpwire::kHeaderBytes));
 }
 
 void PeerWire() {

@@ -1,13 +1,16 @@
 // Fuzz target: the raw-TCP parameter-server wire codec
-// (common/psnet/ps_wire.h): hello, hello reply and frame decoders.
-// Input: byte 0 picks the decoder, the rest (zero-padded to the fixed size)
-// is the header. Checks no decoder crashes or overflows, that what decodes
+// (common/psnet/ps_wire.h): hello (and its mac check), hello reply, frame
+// and challenge decoders.
+// Input: byte 0 % 4 picks the decoder, the rest (zero-padded to 72 bytes)
+// is the header. A hello's mac verifies under the fixed secret and nonce
+// only if the input is exactly what EncodeHello writes for its fields. Checks no decoder crashes or overflows, that what decodes
 // re-encodes to the same bytes (round trip), and that an accepted frame has
 // len >= 0.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/psnet/ps_wire.h"
 
@@ -15,20 +18,35 @@ namespace psnet = lockstep::psnet;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  uint8_t buf[psnet::kFrameBytes] = {};
+  uint8_t buf[psnet::kHelloBytes > psnet::kFrameBytes ? psnet::kHelloBytes
+                                                        : psnet::kFrameBytes] = {};
   std::memcpy(buf, data + 1, std::min(size - 1, sizeof(buf)));
-  switch (data[0] % 3) {
+  const std::string secret(lockstep::dataauth::kSecretBytes, 'f');
+  lockstep::dataauth::Nonce nonce;
+  nonce.fill(0x5a);
+  switch (data[0] % 4) {
     case 0: {
       psnet::Hello h;
+      const bool verified = psnet::VerifyHello(buf, secret, nonce).ok();
       if (psnet::DecodeHello(buf, &h).ok()) {
         uint8_t again[psnet::kHelloBytes];
-        psnet::EncodeHello(h, again);
+        psnet::EncodeHello(h, secret, nonce, again);
         psnet::Hello h2;
         if (!psnet::DecodeHello(again, &h2).ok() || h2.job != h.job ||
             h2.shard != h.shard || h2.num_workers != h.num_workers ||
-            h2.shard_len != h.shard_len) {
+            h2.shard_len != h.shard_len || !psnet::VerifyHello(again, secret, nonce).ok()) {
           std::abort();
         }
+        if (verified != (std::memcmp(again, buf, psnet::kHelloBytes) == 0)) std::abort();
+      }
+      break;
+    }
+    case 3: {
+      lockstep::dataauth::Nonce n;
+      if (psnet::DecodeChallenge(buf, &n).ok()) {
+        uint8_t again[psnet::kChallengeBytes];
+        psnet::EncodeChallenge(n, again);
+        if (std::memcmp(again, buf, sizeof(again)) != 0) std::abort();
       }
       break;
     }

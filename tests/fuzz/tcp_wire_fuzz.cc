@@ -1,45 +1,73 @@
-// Fuzz target: the raw-TCP peer transport's hello and frame decoders
-// (worker/net/tcp_wire.h), what TcpPeerHub and TcpTransport::Recv run on the
-// first 40 bytes a stranger sends.
-// Input: byte 0 picks hello or frame, the rest (zero-padded to 40 bytes) is
-// the header. Checks no crash, that an accepted hello names ranks inside the
-// world (from != to, world <= 2^20), that an accepted frame has
-// 0 <= len <= 2^40, and that both re-encode to the same decoded values.
+// Fuzz target: the raw-TCP peer transport's wire codec (worker/net/
+// tcp_wire.h): the challenge, hello and frame decoders and the hello's mac
+// check, what TcpPeerHub, TcpTransport's connect and TcpTransport::Recv run
+// on the first bytes a stranger sends.
+// Input: byte 0 % 3 picks frame (0), hello (1) or challenge (2); the rest
+// (zero-padded to 72 bytes) is the message. Checks no crash; that an
+// accepted hello names ranks inside the world (from != to, world <= 2^20);
+// that the input's mac never verifies under the fixed secret and nonce
+// unless it is exactly the mac EncodeHello writes for its fields; that an
+// accepted frame has 0 <= len <= 2^40; and that everything accepted
+// re-encodes to the same decoded values.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "worker/net/tcp_wire.h"
 
 namespace tcpwire = lockstep::tcpwire;
+namespace dataauth = lockstep::dataauth;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  uint8_t buf[tcpwire::kHeaderBytes] = {};
+  uint8_t buf[tcpwire::kHelloBytes] = {};
   std::memcpy(buf, data + 1, std::min(size - 1, sizeof(buf)));
-  if (data[0] & 1) {
-    tcpwire::Hello h;
-    if (tcpwire::DecodeHello(buf, &h).ok()) {
-      if (h.world < 1 || h.world > tcpwire::kMaxWorld || h.from >= h.world ||
-          h.to >= h.world || h.from == h.to) {
-        std::abort();
+  const std::string secret(dataauth::kSecretBytes, 'f');
+  dataauth::Nonce nonce;
+  nonce.fill(0x5a);
+  switch (data[0] % 3) {
+    case 1: {
+      tcpwire::Hello h;
+      const bool decoded = tcpwire::DecodeHello(buf, &h).ok();
+      const bool verified = tcpwire::VerifyHello(buf, secret, nonce).ok();
+      if (decoded) {
+        if (h.world < 1 || h.world > tcpwire::kMaxWorld || h.from >= h.world ||
+            h.to >= h.world || h.from == h.to) {
+          std::abort();
+        }
+        uint8_t again[tcpwire::kHelloBytes];
+        tcpwire::EncodeHello(h, secret, nonce, again);
+        tcpwire::Hello h2;
+        if (!tcpwire::DecodeHello(again, &h2).ok() || h2.group != h.group ||
+            h2.from != h.from || h2.to != h.to || h2.world != h.world ||
+            !tcpwire::VerifyHello(again, secret, nonce).ok()) {
+          std::abort();
+        }
+        // The input verifies only if its bytes are exactly the encoding.
+        if (verified != (std::memcmp(again, buf, sizeof(again)) == 0)) std::abort();
       }
-      uint8_t again[tcpwire::kHeaderBytes];
-      tcpwire::EncodeHello(h, again);
-      tcpwire::Hello h2;
-      if (!tcpwire::DecodeHello(again, &h2).ok() || h2.group != h.group ||
-          h2.from != h.from || h2.to != h.to || h2.world != h.world) {
-        std::abort();
-      }
+      break;
     }
-  } else {
-    tcpwire::Frame f;
-    if (tcpwire::DecodeFrame(buf, &f)) {
-      if (f.len < 0 || f.len > tcpwire::kMaxFrameBytes) std::abort();
-      uint8_t again[tcpwire::kHeaderBytes];
-      tcpwire::EncodeFrame(f.key, f.len, again);
-      if (std::memcmp(again, buf, tcpwire::kHeaderBytes) != 0) std::abort();
+    case 2: {
+      dataauth::Nonce n;
+      if (tcpwire::DecodeChallenge(buf, &n).ok()) {
+        uint8_t again[tcpwire::kChallengeBytes];
+        tcpwire::EncodeChallenge(n, again);
+        if (std::memcmp(again, buf, sizeof(again)) != 0) std::abort();
+      }
+      break;
+    }
+    default: {
+      tcpwire::Frame f;
+      if (tcpwire::DecodeFrame(buf, &f)) {
+        if (f.len < 0 || f.len > tcpwire::kMaxFrameBytes) std::abort();
+        uint8_t again[tcpwire::kHeaderBytes];
+        tcpwire::EncodeFrame(f.key, f.len, again);
+        if (std::memcmp(again, buf, tcpwire::kHeaderBytes) != 0) std::abort();
+      }
+      break;
     }
   }
   return 0;

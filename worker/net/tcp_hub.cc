@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +21,25 @@
 namespace lockstep {
 
 namespace {
+
+// "host:port" ("[v6]:port") of a socket address.
+std::string AddressText(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return absl::StrCat(host, ":", port);
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return "an unknown address";
+}
 
 std::string QueueFullMessage(int from, uint64_t group, int to) {
   return absl::StrFormat(
@@ -35,6 +55,7 @@ using tcpio::Errno;
 using tcpio::SetNoDelay;
 using tcpio::Unbracketed;
 using tcpwire::kHeaderBytes;
+using tcpwire::kHelloBytes;
 
 absl::StatusOr<std::unique_ptr<TcpPeerHub>> TcpPeerHub::Start(
     const std::string& host, int port, TcpHubOptions options) {
@@ -124,6 +145,8 @@ int TcpPeerHub::parked_connections() const {
 }
 
 absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
+  std::vector<std::string> refused;  // reported once mu_ is released
+  absl::Status st = [&]() -> absl::Status {
   absl::MutexLock l(&mu_);
   const auto id = std::make_pair(inbox->group, inbox->rank);
   if (inboxes_.count(id) > 0) {
@@ -137,23 +160,41 @@ absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
   for (const Parked& p : parked_) {
     if (p.group != inbox->group || p.to != inbox->rank) {
       keep.push_back(p);
+    } else if (absl::Status mac = tcpwire::VerifyHello(p.hello.data(), inbox->secret, p.nonce);
+               !mac.ok()) {
+      // Checked first: nothing an unauthenticated hello says is trusted.
+      close(p.fd);
+      ++rejected_;
+      last_rejection_ = absl::StrCat("connection from ", p.peer, ": ", mac.message());
+      refused.push_back(last_rejection_);
     } else if (p.world != inbox->world || p.from >= inbox->world) {
       close(p.fd);
       ++rejected_;
       last_rejection_ = absl::StrFormat(
-          "connection from rank %d of %d for group %d rank %d, which has "
+          "connection from %s: rank %d of %d for group %d rank %d, which has "
           "world size %d",
-          p.from, p.world, p.group, p.to, inbox->world);
+          p.peer, p.from, p.world, p.group, p.to, inbox->world);
+      refused.push_back(last_rejection_);
     } else if (const auto d = inbox->Deliver(p.from, p.fd); d != TcpInbox::Delivery::kQueued) {
       close(p.fd);
       if (d == TcpInbox::Delivery::kFull) {
         ++rejected_;
-        last_rejection_ = QueueFullMessage(p.from, p.group, p.to);
+        last_rejection_ =
+            absl::StrCat("connection from ", p.peer, ": ", QueueFullMessage(p.from, p.group, p.to));
+        refused.push_back(last_rejection_);
       }
     }
   }
   parked_.swap(keep);
   return absl::OkStatus();
+  }();
+  Report(refused);
+  return st;
+}
+
+void TcpPeerHub::Report(const std::vector<std::string>& reasons) const {
+  if (!options_.on_reject) return;
+  for (const std::string& r : reasons) options_.on_reject(r);
 }
 
 void TcpPeerHub::Detach(const TcpInbox* inbox) {
@@ -162,13 +203,15 @@ void TcpPeerHub::Detach(const TcpInbox* inbox) {
   if (it != inboxes_.end() && it->second.get() == inbox) inboxes_.erase(it);
 }
 
-void TcpPeerHub::Reject(int fd, const std::string& why) {
+void TcpPeerHub::Reject(int fd, const std::string& peer, const std::string& why) {
+  const std::string text = absl::StrCat("connection from ", peer, ": ", why);
   {
     // Counted before the close, so a client that sees the close sees it.
     absl::MutexLock l(&mu_);
     ++rejected_;
-    last_rejection_ = why;
+    last_rejection_ = text;
   }
+  Report({text});  // before the close too: a client that sees the close sees the report
   close(fd);
 }
 
@@ -197,21 +240,26 @@ void TcpPeerHub::AcceptLoop() {
       for (size_t i = 0; i < pending.size(); ++i) {
         const bool ready = fds[2 + i].revents != 0;
         if (ready && ReadHello(pending[i])) continue;
-        pending[keep++] = pending[i];
+        if (keep != i) pending[keep] = std::move(pending[i]);
+        ++keep;
       }
       pending.resize(keep);
     }
     if (n > 0 && (fds[0].revents & POLLIN) != 0) {
       // Accept what is queued (bounded per round so hellos keep moving).
       for (int i = 0; i < 64; ++i) {
-        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        sockaddr_storage from{};
+        socklen_t from_len = sizeof(from);
+        const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len,
+                               SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
+        const std::string peer = AddressText(from);
         // The transports read with MSG_DONTWAIT and wait with ppoll: the
         // socket itself stays blocking, as before.
         const int flags = fcntl(fd, F_GETFL);
         if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
         if (static_cast<int>(pending.size()) >= options_.max_pending_hellos) {
-          Reject(fd, absl::StrFormat("%d connections are already waiting for their hello "
+          Reject(fd, peer, absl::StrFormat("%d connections are already waiting for their hello "
                                      "(max_pending_hellos)",
                                      pending.size()));
           continue;
@@ -220,7 +268,18 @@ void TcpPeerHub::AcceptLoop() {
         p.fd = fd;
         p.got = 0;
         p.deadline = absl::Now() + options_.hello_timeout;
-        pending.push_back(p);
+        p.nonce = dataauth::RandomNonce();
+        p.peer = peer;
+        // The challenge: 40 bytes into a fresh socket's empty send buffer.
+        uint8_t challenge[tcpwire::kChallengeBytes];
+        tcpwire::EncodeChallenge(p.nonce, challenge);
+        const ssize_t w = send(fd, challenge, sizeof(challenge), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w != static_cast<ssize_t>(sizeof(challenge))) {
+          Reject(fd, peer, absl::StrCat("cannot send the challenge: ",
+                                        w < 0 ? Errno("send") : std::string("short write")));
+          continue;
+        }
+        pending.push_back(std::move(p));
         // A hello sent with the connect is often there already.
         if (ReadHello(pending.back())) pending.pop_back();
       }
@@ -229,12 +288,13 @@ void TcpPeerHub::AcceptLoop() {
     size_t keep = 0;
     for (size_t i = 0; i < pending.size(); ++i) {
       if (now >= pending[i].deadline) {
-        Reject(pending[i].fd,
+        Reject(pending[i].fd, pending[i].peer,
                absl::StrCat("no complete hello within ", absl::FormatDuration(options_.hello_timeout),
-                            " (", pending[i].got, " of ", kHeaderBytes, " bytes)"));
+                            " (", pending[i].got, " of ", kHelloBytes, " bytes)"));
         continue;
       }
-      pending[keep++] = pending[i];
+      if (keep != i) pending[keep] = std::move(pending[i]);
+      ++keep;
     }
     pending.resize(keep);
     pending_hellos_.store(static_cast<int>(pending.size()));
@@ -256,27 +316,28 @@ void TcpPeerHub::AcceptLoop() {
 
 bool TcpPeerHub::ReadHello(PendingHello& p) {
   for (;;) {
-    const ssize_t r = recv(p.fd, p.buf + p.got, kHeaderBytes - p.got, MSG_DONTWAIT);
+    const ssize_t r = recv(p.fd, p.buf + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
     if (r > 0) {
       p.got += static_cast<size_t>(r);
-      if (p.got == kHeaderBytes) {
-        HandleHello(p.fd, p.buf);
+      if (p.got == kHelloBytes) {
+        HandleHello(p);
         return true;
       }
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    Reject(p.fd, absl::StrCat("no complete hello (", p.got, " of ", kHeaderBytes, " bytes): ",
+    Reject(p.fd, p.peer, absl::StrCat("no complete hello (", p.got, " of ", kHelloBytes, " bytes): ",
                               r == 0 ? std::string("end of stream") : Errno("recv")));
     return true;
   }
 }
 
-void TcpPeerHub::HandleHello(int fd, const uint8_t* h) {
+void TcpPeerHub::HandleHello(const PendingHello& p) {
+  const int fd = p.fd;
   tcpwire::Hello hello;
-  if (absl::Status bad = tcpwire::DecodeHello(h, &hello); !bad.ok()) {
-    Reject(fd, std::string(bad.message()));
+  if (absl::Status bad = tcpwire::DecodeHello(p.buf, &hello); !bad.ok()) {
+    Reject(fd, p.peer, std::string(bad.message()));
     return;
   }
   const uint64_t group = hello.group;
@@ -286,27 +347,33 @@ void TcpPeerHub::HandleHello(int fd, const uint8_t* h) {
   SetNoDelay(fd);
   std::shared_ptr<TcpInbox> inbox;
   {
-    absl::MutexLock l(&mu_);
+    absl::ReleasableMutexLock l(&mu_);
     auto it = inboxes_.find(std::make_pair(group, static_cast<int>(to)));
     if (it == inboxes_.end()) {
       if (static_cast<int>(parked_.size()) >= options_.max_parked) {
-        ++rejected_;
-        last_rejection_ = absl::StrFormat(
-            "hello from rank %d for group %d rank %d, which is not attached: %d connections "
-            "are parked (max_parked)",
-            from, group, to, parked_.size());
-        close(fd);
+        const size_t parked = parked_.size();
+        l.Release();
+        Reject(fd, p.peer,
+               absl::StrFormat("hello from rank %d for group %d rank %d, which is not attached: "
+                               "%d connections are parked (max_parked)",
+                               from, group, to, parked));
         return;
       }
-      parked_.push_back(Parked{group, static_cast<int>(to),
-                               static_cast<int>(from), static_cast<int>(world),
-                               fd, absl::Now()});
+      // Its mac is checked when (group, to) attaches and its secret is known.
+      Parked q{group, static_cast<int>(to), static_cast<int>(from), static_cast<int>(world),
+               fd, absl::Now(), {}, p.nonce, p.peer};
+      std::memcpy(q.hello.data(), p.buf, kHelloBytes);
+      parked_.push_back(std::move(q));
       return;
     }
     inbox = it->second;
   }
+  if (absl::Status mac = tcpwire::VerifyHello(p.buf, inbox->secret, p.nonce); !mac.ok()) {
+    Reject(fd, p.peer, std::string(mac.message()));
+    return;
+  }
   if (static_cast<int>(world) != inbox->world) {
-    Reject(fd, absl::StrFormat(
+    Reject(fd, p.peer, absl::StrFormat(
                    "hello from rank %d names world size %d; group %d rank %d "
                    "has %d",
                    from, world, group, to, inbox->world));
@@ -319,7 +386,7 @@ void TcpPeerHub::HandleHello(int fd, const uint8_t* h) {
       close(fd);
       return;
     case TcpInbox::Delivery::kFull:
-      Reject(fd, QueueFullMessage(static_cast<int>(from), group, static_cast<int>(to)));
+      Reject(fd, p.peer, QueueFullMessage(static_cast<int>(from), group, static_cast<int>(to)));
       return;
   }
 }

@@ -1,10 +1,16 @@
 // The accept side of the raw-TCP peer transport (tcp_transport.h): one
-// TcpPeerHub per process listens, reads each inbound connection's 40-byte
-// hello (tcp_wire.h) and hands the socket to the TcpInbox of the (group,
-// receiver rank) it names, or parks it until that inbox attaches (ranks may
-// start in any order).
+// TcpPeerHub per process listens, sends each inbound connection a fresh
+// challenge (a random nonce), reads its 72-byte hello (tcp_wire.h) and hands
+// the socket to the TcpInbox of the (group, receiver rank) it names once the
+// hello's mac fits that inbox's job secret, or parks it until that inbox
+// attaches (ranks may start in any order) and checks the mac then.
 //
 // Contract:
+//   * No connection reaches a TcpInbox (so no frame of it is read) unless
+//     its hello carries the HMAC of the hello and this connection's nonce
+//     under the inbox's secret (constant-time check). Refusals name the
+//     peer's address and what was wrong, and go to options.on_reject (the
+//     daemon logs them).
 //   * A connection whose hello is missing, malformed or names a rank /
 //     world size that does not fit is closed and counted
 //     (rejected_connections, last_rejection naming why); the hub keeps
@@ -28,9 +34,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +68,10 @@ struct TcpHubOptions {
   // Parked connections at once; one more is closed at once (counted,
   // named). A job of K ranks parks at most K-1 per rank that starts late.
   int max_parked = 1024;
+  // Called with the reason of every refused connection ("connection from
+  // 10.0.0.7:51234: ..."), outside the hub's locks, from the accept thread
+  // or a transport's Create. Empty: not reported (still counted).
+  std::function<void(const std::string&)> on_reject;
 };
 
 // Receive side of one (group, rank): for each peer, the queue of accepted
@@ -74,9 +86,9 @@ class TcpInbox {
     int64_t skip_left ABSL_GUARDED_BY(read_mu) = 0;
   };
 
-  TcpInbox(uint64_t group, int rank, int world, int wake_fd)
+  TcpInbox(uint64_t group, int rank, int world, int wake_fd, std::string secret)
       : group(group), rank(rank), world(world), wake_fd(wake_fd),
-        fds_(world) {
+        secret(std::move(secret)), fds_(world) {
     for (int i = 0; i < world; ++i) links.push_back(std::make_unique<InLink>());
   }
   ~TcpInbox() {
@@ -154,6 +166,7 @@ class TcpInbox {
   const int rank;
   const int world;
   const int wake_fd;  // eventfd, readable once shut down
+  const std::string secret;  // the job's data-plane secret (never logged)
   std::vector<std::unique_ptr<InLink>> links;
 
  private:
@@ -195,6 +208,10 @@ class TcpPeerHub {
     int world;
     int fd;
     absl::Time since;
+    // Checked against the inbox's secret when it attaches.
+    std::array<uint8_t, tcpwire::kHelloBytes> hello;
+    dataauth::Nonce nonce;
+    std::string peer;
   };
 
   TcpPeerHub(int listen_fd, int wake_fd, int port, TcpHubOptions options);
@@ -205,16 +222,20 @@ class TcpPeerHub {
   // A connection whose hello is not complete yet (accept thread only).
   struct PendingHello {
     int fd;
-    uint8_t buf[tcpwire::kHeaderBytes];
+    uint8_t buf[tcpwire::kHelloBytes];
     size_t got;
     absl::Time deadline;
+    dataauth::Nonce nonce;  // the challenge sent on accept
+    std::string peer;       // "host:port" of the connecting side
   };
   void AcceptLoop();
   // Reads what `p`'s socket has; true when p is done with (handed on or
   // rejected).
   bool ReadHello(PendingHello& p);
-  void HandleHello(int fd, const uint8_t* h);
-  void Reject(int fd, const std::string& why);
+  void HandleHello(const PendingHello& p);
+  // Counts, reports (options_.on_reject) and closes. Not with mu_ held.
+  void Reject(int fd, const std::string& peer, const std::string& why);
+  void Report(const std::vector<std::string>& reasons) const;
 
   const int listen_fd_;
   const int wake_fd_;  // eventfd: wakes the accept loop on destruction

@@ -1,9 +1,12 @@
 // Raw-TCP transport: see tcp_transport.h for the contract.
 //
 // Wire format (all integers little-endian, as x86-64 stores them):
-//   hello, once per connection, connector -> acceptor (40 bytes):
+//   challenge, acceptor -> connector on accept (40 bytes): 'LKSC',
+//     version, 32-byte nonce
+//   hello, once per connection, connector -> acceptor (72 bytes):
 //     u32 magic 'LKSH' | u32 version | u64 group | u32 from | u32 to |
-//     u32 world | u32 0 | u64 0
+//     u32 world | u32 0 | u64 0 | HMAC-SHA256 (job secret; the 40 bytes
+//     before it and the nonce)
 //   frame, once per message (40 bytes, then `len` payload bytes):
 //     u32 magic 'LKSF' | u32 flags (0) | u64 job | i64 step | i32 phase |
 //     i32 chunk | i64 len
@@ -72,6 +75,12 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "tcp transport: rank %d is not in [0, %d)", rank, k));
   }
+  if (options.secret.size() != dataauth::kSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tcp transport: the job's data-plane secret has %d bytes, expected %d (the "
+        "coordinator's Assignment.data_plane_secret)",
+        options.secret.size(), dataauth::kSecretBytes));
+  }
   std::vector<std::pair<std::string, std::string>> host_ports(k);
   for (int r = 0; r < k; ++r) {
     if (r == rank) continue;
@@ -91,7 +100,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     if (writer_wake >= 0) close(writer_wake);
     return absl::UnavailableError(absl::StrCat("tcp transport: ", e));
   }
-  auto inbox = std::make_shared<TcpInbox>(group, rank, k, inbox_wake);
+  auto inbox = std::make_shared<TcpInbox>(group, rank, k, inbox_wake, options.secret);
   absl::Status s = hub->Attach(inbox);
   if (!s.ok()) {
     close(writer_wake);
@@ -188,13 +197,27 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
         absl::FormatDuration(until - start), err));
   }
   SetNoDelay(fd);
-  uint8_t h[kHeaderBytes];
+  // The acceptor's challenge (sent on accept), then our hello answering it.
+  uint8_t c[tcpwire::kChallengeBytes];
+  size_t got = 0;
+  bool eof = false;
+  absl::Status s = ReadFully(fd, c, sizeof(c), &got, &eof,
+                             [&] { return WaitFd(fd, POLLIN, inbox_->wake_fd, until); });
+  dataauth::Nonce nonce;
+  if (s.ok()) s = tcpwire::DecodeChallenge(c, &nonce);
+  if (!s.ok()) {
+    close(fd);
+    if (s.code() == absl::StatusCode::kCancelled) return s;
+    return absl::UnavailableError(absl::StrCat("no challenge from it (", got, " of ",
+                                               sizeof(c), " bytes): ", s.message()));
+  }
+  uint8_t h[tcpwire::kHelloBytes];
   tcpwire::EncodeHello(
       tcpwire::Hello{group_, static_cast<uint32_t>(rank_),
                      static_cast<uint32_t>(to),
                      static_cast<uint32_t>(world_size())},
-      h);
-  absl::Status s = WriteFully(fd, h, sizeof(h), inbox_->wake_fd, until);
+      options_.secret, nonce, h);
+  s = WriteFully(fd, h, sizeof(h), inbox_->wake_fd, until);
   if (!s.ok()) {
     close(fd);
     return absl::UnavailableError(

@@ -7,10 +7,13 @@
 //
 // Object model (mirrors the gRPC transport):
 //   * One TcpPeerHub per process: a listening socket and one accept thread.
-//     Every inbound connection starts with a 40-byte hello naming (group,
-//     sender rank, receiver rank, world size); the hub hands the socket to
-//     the receiver's transport, or parks it (up to park_timeout) until that
-//     transport attaches, so ranks may start in any order.
+//     The hub sends every inbound connection a random challenge; the
+//     connection answers with a 72-byte hello naming (group, sender rank,
+//     receiver rank, world size) and an HMAC of it and the challenge under
+//     the job's secret (tcp_wire.h); the hub hands the socket to the
+//     receiver's transport once the HMAC fits that transport's secret, or
+//     parks it (up to park_timeout) until that transport attaches, so ranks
+//     may start in any order.
 //   * One TcpTransport per (group, rank). Create attaches it to the hub.
 //     It opens one outbound connection per peer lazily, on the first Send
 //     (so a connection carries bytes one way only: the connector writes,
@@ -49,8 +52,9 @@
 //
 // Errors (all name the peer as "peer rank 2 (127.0.0.1:4567)"):
 //   InvalidArgumentError  bad peer (CheckPeer), unparsable peer address;
-//   UnavailableError      cannot connect before min(deadline,
-//                         connect_timeout); the link broke (send failed,
+//   UnavailableError      cannot connect (and answer the peer's challenge)
+//                         before min(deadline, connect_timeout); the link
+//                         broke (also: the peer refused our hello) (send failed,
 //                         the peer closed its end: a Recv fails at once
 //                         once everything sent before the close is
 //                         consumed). A broken outbound link is dropped and
@@ -96,6 +100,11 @@ namespace lockstep {
 
 
 struct TcpTransportOptions {
+  // The job's data-plane secret (dataauth::kSecretBytes bytes; the
+  // coordinator hands it out in the Assignment). Every connection this
+  // transport opens answers the acceptor's challenge with an HMAC under it,
+  // and every connection it accepts must (tcp_hub.h). Required.
+  std::string secret;
   // Bytes backlogged for one peer above which Send waits (one message is
   // always accepted).
   int64_t max_queued_bytes = 64 << 20;
@@ -125,7 +134,8 @@ class TcpTransport final : public Transport {
   // Rank `rank` of peer_addresses.size() ranks in group `group`;
   // peer_addresses[r] = "host:port" of rank r's hub (the entry for `rank` is
   // not used). `hub` is not owned and must outlive the transport.
-  // Errors: InvalidArgumentError (rank out of range, unparsable address),
+  // Errors: InvalidArgumentError (rank out of range, unparsable address,
+  // options.secret not dataauth::kSecretBytes long),
   // AlreadyExistsError ((group, rank) already attached to the hub),
   // UnavailableError (eventfd / thread creation failed).
   static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(

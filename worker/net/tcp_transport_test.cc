@@ -17,7 +17,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/net/data_auth.h"
 #include "common/collective/collective_conformance.h"
 #include "common/collective/ring_allreduce.h"
 
@@ -26,6 +28,14 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+
+// The job secret every transport in these tests uses (the coordinator hands
+// real ones out; common/net/data_auth.h).
+const std::string kSecret(dataauth::kSecretBytes, 's');
+TcpTransportOptions WithSecret(TcpTransportOptions o) {
+  if (o.secret.empty()) o.secret = kSecret;
+  return o;
+}
 
 // One hub per rank, as if each rank were its own process, on OS-chosen
 // loopback ports.
@@ -44,7 +54,7 @@ struct Hubs {
   }
   std::unique_ptr<TcpTransport> Make(uint64_t group, int r,
                                      TcpTransportOptions o = {}) {
-    auto t = TcpTransport::Create(hubs[r].get(), group, r, Addresses(), o);
+    auto t = TcpTransport::Create(hubs[r].get(), group, r, Addresses(), WithSecret(o));
     ABSL_RAW_CHECK(t.ok(), "TcpTransport::Create failed");
     return *std::move(t);
   }
@@ -286,29 +296,52 @@ TEST(TcpTransportTest, ConcurrentBigSendIsWrittenWhileAnotherThreadWaits) {
   EXPECT_TRUE(reply.ok()) << reply;
 }
 
-// Connects a raw socket to `port` and sends `bytes`; returns the fd.
-// A valid hello (tcp_wire's encoder): rank `from` of `world` in `group`
-// calling rank `to`.
-std::vector<uint8_t> HelloBytes(uint64_t group, uint32_t from, uint32_t to, uint32_t world) {
-  std::vector<uint8_t> hello(tcpwire::kHeaderBytes);
+// A hello (tcp_wire's encoder): rank `from` of `world` in `group` calling
+// rank `to`, answering `nonce` under `secret`.
+std::vector<uint8_t> HelloBytes(uint64_t group, uint32_t from, uint32_t to, uint32_t world,
+                                const dataauth::Nonce& nonce,
+                                const std::string& secret = kSecret) {
+  std::vector<uint8_t> hello(tcpwire::kHelloBytes);
   tcpwire::Hello h;
   h.group = group;
   h.from = from;
   h.to = to;
   h.world = world;
-  tcpwire::EncodeHello(h, hello.data());
+  tcpwire::EncodeHello(h, secret, nonce, hello.data());
   return hello;
 }
 
-int RawConnect(int port, const std::vector<uint8_t>& bytes) {
+void SendAll(int fd, const std::vector<uint8_t>& bytes) {
+  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+// Connects a raw socket to `port`; returns the fd. With `nonce`, first reads
+// the hub's challenge (10 s at most) into it.
+int RawConnect(int port, dataauth::Nonce* nonce = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(bytes.size()));
+  if (nonce != nullptr) {
+    timeval tv{};
+    tv.tv_sec = 10;
+    EXPECT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    uint8_t c[tcpwire::kChallengeBytes];
+    EXPECT_EQ(recv(fd, c, sizeof(c), MSG_WAITALL), static_cast<ssize_t>(sizeof(c)));
+    EXPECT_TRUE(tcpwire::DecodeChallenge(c, nonce).ok());
+  }
+  return fd;
+}
+
+// Connects, reads the challenge and answers it with a hello under `secret`.
+int RawHello(int port, uint64_t group, uint32_t from, uint32_t to, uint32_t world,
+             const std::string& secret = kSecret) {
+  dataauth::Nonce nonce{};
+  const int fd = RawConnect(port, &nonce);
+  SendAll(fd, HelloBytes(group, from, to, world, nonce, secret));
   return fd;
 }
 
@@ -318,9 +351,18 @@ void ExpectClosedByHub(int fd) {
   timeval tv{};
   tv.tv_sec = 10;
   ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
-  char c;
-  const ssize_t n = recv(fd, &c, 1, 0);
-  const int err = errno;
+  // The hub's challenge may still be unread: skip it (and only it).
+  char c[tcpwire::kChallengeBytes + 1];
+  size_t skipped = 0;
+  ssize_t n = 0;
+  int err = 0;
+  for (;;) {
+    n = recv(fd, c, sizeof(c), 0);
+    err = errno;
+    if (n <= 0) break;
+    skipped += static_cast<size_t>(n);
+    if (skipped > tcpwire::kChallengeBytes) break;  // more than a challenge: fail below
+  }
   EXPECT_TRUE(n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK))
       << "recv returned " << n << ", errno " << err
       << " (EAGAIN: the hub did not close the connection within 10 s)";
@@ -328,14 +370,16 @@ void ExpectClosedByHub(int fd) {
 
 TEST(TcpTransportTest, ForeignConnectionIsRejectedAndTheHubKeepsServing) {
   Hubs h(2);
-  std::vector<uint8_t> junk(40, 'x');
-  const int fd = RawConnect(h.hubs[1]->port(), junk);
+  std::vector<uint8_t> junk(tcpwire::kHelloBytes, 'x');
+  const int fd = RawConnect(h.hubs[1]->port());
+  SendAll(fd, junk);
   // The hub closes it: our read sees end of stream (no sleeping).
   ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("bad hello"));
   EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("not a lockstep peer"));
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("connection from 127.0.0.1:"));
 
   auto t0 = h.Make(1, 0);
   auto t1 = h.Make(1, 1);
@@ -358,8 +402,7 @@ TEST(TcpTransportTest, ForeignConnectionIsRejectedAndTheHubKeepsServing) {
 TEST(TcpTransportTest, HelloNamingAnotherWorldSizeIsRejected) {
   Hubs h(2);
   auto t1 = h.Make(7, 1);
-  const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 3);
-  const int fd = RawConnect(h.hubs[1]->port(), hello);
+  const int fd = RawHello(h.hubs[1]->port(), 7, 0, 1, 3);
   ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
@@ -375,7 +418,7 @@ TEST(TcpTransportTest, ASilentConnectionDoesNotStallAJobsConnections) {
   o.hello_timeout = absl::Seconds(20);
   Hubs h(2, o);
   std::vector<int> silent;
-  for (int i = 0; i < 3; ++i) silent.push_back(RawConnect(h.hubs[1]->port(), {}));
+  for (int i = 0; i < 3; ++i) silent.push_back(RawConnect(h.hubs[1]->port()));
   auto t0 = h.Make(5, 0);
   auto t1 = h.Make(5, 1);
   const absl::Time start = absl::Now();
@@ -397,7 +440,7 @@ TEST(TcpTransportTest, AHelloDeadlineClosesASilentConnection) {
   TcpHubOptions o;
   o.hello_timeout = absl::Milliseconds(200);
   Hubs h(1, o);
-  const int fd = RawConnect(h.hubs[0]->port(), {});
+  const int fd = RawConnect(h.hubs[0]->port());
   ExpectClosedByHub(fd);
   close(fd);
   EXPECT_EQ(h.hubs[0]->rejected_connections(), 1);
@@ -412,8 +455,7 @@ TEST(TcpTransportTest, AFloodOfParkedConnectionsIsCapped) {
   Hubs h(2, o);
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
-    const std::vector<uint8_t> hello = HelloBytes(1000 + i, 0, 1, 2);
-    fds.push_back(RawConnect(h.hubs[1]->port(), hello));
+    fds.push_back(RawHello(h.hubs[1]->port(), 1000 + i, 0, 1, 2));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (h.hubs[1]->rejected_connections() + h.hubs[1]->parked_connections() < 20 &&
@@ -446,8 +488,7 @@ TEST(TcpTransportTest, ConnectionsQueuedFromOnePeerAreCapped) {
   const int n = static_cast<int>(TcpInbox::kMaxQueuedPerPeer) + 4;
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
-    const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2);
-    fds.push_back(RawConnect(h.hubs[1]->port(), hello));
+    fds.push_back(RawHello(h.hubs[1]->port(), 7, 0, 1, 2));
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (h.hubs[1]->rejected_connections() < 4 && absl::Now() < deadline) {
@@ -457,6 +498,7 @@ TEST(TcpTransportTest, ConnectionsQueuedFromOnePeerAreCapped) {
   EXPECT_THAT(h.hubs[1]->last_rejection(),
               HasSubstr("connection from rank 0 for group 7 rank 1: 8 connections from it are "
                         "already queued"));
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("connection from 127.0.0.1:"));
   for (int fd : fds) close(fd);
 }
 
@@ -474,7 +516,7 @@ TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
   close(probe);
   auto t = TcpTransport::Create(
       h.hubs[0].get(), 1, 0,
-      {h.Addresses()[0], absl::StrCat("127.0.0.1:", dead_port)});
+      {h.Addresses()[0], absl::StrCat("127.0.0.1:", dead_port)}, WithSecret({}));
   ASSERT_TRUE(t.ok()) << t.status();
   absl::Status s = (*t)->Send(1, MakeKey(1, 0, 0, 0), Bytes(4, 0),
                               absl::Now() + absl::Seconds(5));
@@ -485,14 +527,23 @@ TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
 
 TEST(TcpTransportTest, BadArgumentsAreRejected) {
   Hubs h(1);
-  auto bad = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"x", "nonsense"});
+  auto bad = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"x", "nonsense"}, WithSecret({}));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'nonsense'"));
-  auto out_of_range = TcpTransport::Create(h.hubs[0].get(), 1, 2, {"a:1"});
+  auto out_of_range = TcpTransport::Create(h.hubs[0].get(), 1, 2, {"a:1"}, WithSecret({}));
   EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
-  auto first = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"});
+  // No secret, or one of the wrong length: refused.
+  auto no_secret = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"});
+  EXPECT_EQ(no_secret.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(no_secret.status().message()),
+              HasSubstr("data-plane secret has 0 bytes, expected 32"));
+  TcpTransportOptions short_secret;
+  short_secret.secret = "0123456789";
+  EXPECT_EQ(TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"}, short_secret).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto first = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"}, WithSecret({}));
   ASSERT_TRUE(first.ok());
-  auto twice = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"});
+  auto twice = TcpTransport::Create(h.hubs[0].get(), 1, 0, {"a:1"}, WithSecret({}));
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kAlreadyExists);
   auto host = TcpPeerHub::Start("no.such.host.invalid", 0);
   EXPECT_FALSE(host.ok());
@@ -509,6 +560,186 @@ TEST(TcpTransportTest, BracketedListenHostIsResolved) {
     return;
   }
   EXPECT_GT((*hub)->port(), 0);
+}
+
+
+// ---- data-plane authentication (issue 11): the hello's HMAC under the
+// job's secret over the hub's challenge.
+
+TEST(TcpHelloAuthTest, WireHelloVerifiesOnlyUnderItsSecretAndNonce) {
+  const dataauth::Nonce nonce = dataauth::RandomNonce();
+  const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2, nonce);
+  ASSERT_EQ(hello.size(), 72u);
+  tcpwire::Hello h;
+  ASSERT_TRUE(tcpwire::DecodeHello(hello.data(), &h).ok());
+  EXPECT_EQ(h.group, 7u);
+  EXPECT_TRUE(tcpwire::VerifyHello(hello.data(), kSecret, nonce).ok());
+  // Another secret, another nonce, or any changed byte: refused.
+  const absl::Status other_secret =
+      tcpwire::VerifyHello(hello.data(), std::string(dataauth::kSecretBytes, 't'), nonce);
+  EXPECT_EQ(other_secret.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(other_secret.message()),
+              HasSubstr("hello from rank 0 for group 7 rank 1 has a wrong mac"));
+  EXPECT_FALSE(tcpwire::VerifyHello(hello.data(), kSecret, dataauth::RandomNonce()).ok());
+  for (size_t i = 0; i < hello.size(); ++i) {
+    std::vector<uint8_t> changed = hello;
+    changed[i] ^= 0x01;
+    EXPECT_FALSE(tcpwire::VerifyHello(changed.data(), kSecret, nonce).ok()) << "byte " << i;
+  }
+  // A challenge of another version is refused naming it.
+  uint8_t c[tcpwire::kChallengeBytes];
+  tcpwire::EncodeChallenge(nonce, c);
+  dataauth::Nonce got{};
+  ASSERT_TRUE(tcpwire::DecodeChallenge(c, &got).ok());
+  EXPECT_EQ(got, nonce);
+  c[4] = 1;  // version 1
+  EXPECT_THAT(std::string(tcpwire::DecodeChallenge(c, &got).message()),
+              HasSubstr("bad challenge"));
+}
+
+// Sends one 4-byte message from t0 to t1 under `key` and checks it arrives.
+void ExpectDelivered(TcpTransport& t0, TcpTransport& t1, const MessageKey& key) {
+  const uint8_t msg[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(t0.Send(1, key, msg, absl::Now() + absl::Seconds(5)).ok());
+  uint8_t got[4] = {};
+  absl::Status s = t1.Recv(0, key, absl::MakeSpan(got), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(std::memcmp(got, msg, 4), 0);
+}
+
+// A frame header carrying `n` payload bytes for `key`, and the payload.
+std::vector<uint8_t> ForgedFrame(const MessageKey& key, size_t n) {
+  std::vector<uint8_t> f(tcpwire::kHeaderBytes + n, 0xEE);
+  tcpwire::EncodeFrame(key, static_cast<int64_t>(n), f.data());
+  return f;
+}
+
+// A stranger that does not know the job's secret (or knows another job's)
+// and sends a hello naming rank 0 of the job, then frames: refused before
+// any frame is read, named with its address; rank 1 receives only rank 0's
+// real message.
+TEST(TcpHelloAuthTest, WrongSecretOrAnotherJobsSecretIsRefusedBeforeAnyFrame) {
+  std::vector<std::string> logged;
+  absl::Mutex log_mu;
+  TcpHubOptions ho;
+  ho.on_reject = [&](const std::string& why) {
+    absl::MutexLock l(&log_mu);
+    logged.push_back(why);
+  };
+  Hubs h(2, ho);
+  auto t1 = h.Make(7, 1);
+  const MessageKey key{7, 0, 0, 0};
+  // The other job (group 8) has its own secret; its hello for group 7 is no good either.
+  const std::string other_job_secret(dataauth::kSecretBytes, '8');
+  for (const std::string& secret : {std::string(dataauth::kSecretBytes, 'x'), other_job_secret}) {
+    const int fd = RawHello(h.hubs[1]->port(), 7, 0, 1, 2, secret);
+    SendAll(fd, ForgedFrame(key, 4));
+    ExpectClosedByHub(fd);
+    close(fd);
+  }
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 2);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("connection from 127.0.0.1:"));
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("wrong mac"));
+  {
+    absl::MutexLock l(&log_mu);
+    ASSERT_EQ(logged.size(), 2u);
+    EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
+    EXPECT_THAT(logged[0], HasSubstr("hello from rank 0 for group 7 rank 1 has a wrong mac"));
+  }
+  // Nothing of the strangers' reached rank 1: the first message it reads
+  // from rank 0 is the real one.
+  uint8_t got[4];
+  EXPECT_EQ(t1->Recv(0, key, absl::MakeSpan(got), absl::Now() + absl::Milliseconds(200)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto t0 = h.Make(7, 0);
+  ExpectDelivered(*t0, *t1, key);
+}
+
+// The same for a hello that arrives before its rank attached: it is parked
+// and its mac checked when the rank's secret is known.
+TEST(TcpHelloAuthTest, AParkedForgedHelloIsRefusedWhenItsRankAttaches) {
+  Hubs h(2);
+  const int fd = RawHello(h.hubs[1]->port(), 7, 0, 1, 2, std::string(dataauth::kSecretBytes, 'x'));
+  SendAll(fd, ForgedFrame(MessageKey{7, 0, 0, 0}, 4));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (h.hubs[1]->parked_connections() < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  ASSERT_EQ(h.hubs[1]->parked_connections(), 1);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 0);
+  auto t1 = h.Make(7, 1);  // attaches: the parked hello is checked now
+  ExpectClosedByHub(fd);
+  close(fd);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("wrong mac"));
+  auto t0 = h.Make(7, 0);
+  ExpectDelivered(*t0, *t1, MessageKey{7, 0, 0, 0});
+}
+
+// A hello recorded from a real rank's connection (here: to a listener that
+// plays the hub) and replayed on a new connection does not fit that
+// connection's challenge.
+TEST(TcpHelloAuthTest, AReplayedHelloIsRefused) {
+  Hubs h(2);
+  // A fake rank 1: a plain listening socket that challenges and records.
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  socklen_t len = sizeof(a);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  auto t0 = TcpTransport::Create(h.hubs[0].get(), 7, 0,
+                                 {h.Addresses()[0], absl::StrCat("127.0.0.1:", ntohs(a.sin_port))},
+                                 WithSecret({}));
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  std::vector<uint8_t> recorded(tcpwire::kHelloBytes);
+  std::thread fake([&] {
+    const int c = accept(lfd, nullptr, nullptr);
+    uint8_t ch[tcpwire::kChallengeBytes];
+    tcpwire::EncodeChallenge(dataauth::RandomNonce(), ch);
+    EXPECT_EQ(send(c, ch, sizeof(ch), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ch)));
+    timeval tv{};
+    tv.tv_sec = 10;
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(recv(c, recorded.data(), recorded.size(), MSG_WAITALL),
+              static_cast<ssize_t>(recorded.size()));
+    close(c);
+  });
+  const uint8_t msg[4] = {1, 2, 3, 4};
+  (void)(*t0)->Send(1, MessageKey{7, 0, 0, 0}, msg, absl::Now() + absl::Seconds(5));
+  fake.join();
+  close(lfd);
+  tcpwire::Hello got;
+  ASSERT_TRUE(tcpwire::DecodeHello(recorded.data(), &got).ok());
+  EXPECT_EQ(got.group, 7u);
+  // Replayed at the real rank 1.
+  auto t1 = h.Make(7, 1);
+  const int fd = RawConnect(h.hubs[1]->port());
+  SendAll(fd, recorded);
+  SendAll(fd, ForgedFrame(MessageKey{7, 0, 0, 0}, 4));
+  ExpectClosedByHub(fd);
+  close(fd);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[1]->last_rejection(), HasSubstr("wrong mac"));
+}
+
+// A hello cut short (the mac missing) is refused naming how much came.
+TEST(TcpHelloAuthTest, ATruncatedHelloIsRefused) {
+  Hubs h(2);
+  auto t1 = h.Make(7, 1);
+  dataauth::Nonce nonce{};
+  const int fd = RawConnect(h.hubs[1]->port(), &nonce);
+  std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2, nonce);
+  hello.resize(tcpwire::kHeaderBytes);  // v1-sized: no mac
+  SendAll(fd, hello);
+  shutdown(fd, SHUT_WR);
+  ExpectClosedByHub(fd);
+  close(fd);
+  EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[1]->last_rejection(),
+              HasSubstr("no complete hello (40 of 72 bytes): end of stream"));
 }
 
 }  // namespace

@@ -26,14 +26,47 @@ bool DecodeFrame(const uint8_t* p, Frame* f) {
   return f->len >= 0 && f->len <= kMaxFrameBytes;
 }
 
-void EncodeHello(const Hello& h, uint8_t* p) {
-  std::memset(p, 0, kHeaderBytes);
+void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t* p) {
+  Put<uint32_t>(p, 0, kChallengeMagic);
+  Put<uint32_t>(p, 4, kVersion);
+  std::memcpy(p + 8, nonce.data(), nonce.size());
+}
+
+absl::Status DecodeChallenge(const uint8_t* p, dataauth::Nonce* nonce) {
+  const uint32_t magic = Get<uint32_t>(p, 0);
+  const uint32_t version = Get<uint32_t>(p, 4);
+  if (magic != kChallengeMagic || version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad challenge: magic 0x%08x version %d, expected 0x%08x version %d (not a lockstep "
+        "peer, or one of another version?)",
+        magic, version, kChallengeMagic, kVersion));
+  }
+  std::memcpy(nonce->data(), p + 8, nonce->size());
+  return absl::OkStatus();
+}
+
+void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
+                 uint8_t* p) {
+  std::memset(p, 0, kHelloBytes);
   Put<uint32_t>(p, 0, kHelloMagic);
   Put<uint32_t>(p, 4, kVersion);
   Put<uint64_t>(p, 8, h.group);
   Put<uint32_t>(p, 16, h.from);
   Put<uint32_t>(p, 20, h.to);
   Put<uint32_t>(p, 24, h.world);
+  const dataauth::Mac mac = dataauth::HelloMac(secret, kHelloDomain, p, kHeaderBytes, challenge);
+  std::memcpy(p + kHeaderBytes, mac.data(), mac.size());
+}
+
+absl::Status VerifyHello(const uint8_t* p, absl::string_view secret,
+                         const dataauth::Nonce& challenge) {
+  const dataauth::Mac want =
+      dataauth::HelloMac(secret, kHelloDomain, p, kHeaderBytes, challenge);
+  if (dataauth::MacEqual(want.data(), p + kHeaderBytes, want.size())) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "hello from rank %d for group %d rank %d has a wrong mac (not this job's secret, or a "
+      "hello recorded on another connection)",
+      Get<uint32_t>(p, 16), Get<uint64_t>(p, 8), Get<uint32_t>(p, 20)));
 }
 
 absl::Status DecodeHello(const uint8_t* p, Hello* h) {

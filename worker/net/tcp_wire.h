@@ -4,9 +4,17 @@
 // unit-tested and fuzzed (tests/fuzz/tcp_wire_fuzz.cc).
 //
 // All integers little-endian (x86-64 byte order):
-//   hello, once per connection, connector -> acceptor (40 bytes):
+//   challenge, once per connection, acceptor -> connector, sent on accept
+//   (40 bytes):
+//     u32 magic 'LKSC' | u32 version | 32-byte random nonce
+//   hello, once per connection, connector -> acceptor, in answer (72 bytes):
 //     u32 magic 'LKSH' | u32 version | u64 group | u32 from | u32 to |
-//     u32 world | u32 0 | u64 0
+//     u32 world | u32 0 | u64 0 | 32-byte mac
+//   mac = HMAC-SHA256 under the job's data-plane secret of
+//     "lockstep tcp hello v2" || 0x00 || the hello's first 40 bytes ||
+//     the challenge's nonce (common/net/data_auth.h)
+// The acceptor checks the mac in constant time before it reads any frame; a
+// hello recorded on one connection does not fit another's nonce.
 //   frame, once per message (40 bytes, then `len` payload bytes):
 //     u32 magic 'LKSF' | u32 flags (0) | u64 job | i64 step | i32 phase |
 //     i32 chunk | i64 len
@@ -18,15 +26,22 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/collective/transport.h"
+#include "common/net/data_auth.h"
 
 namespace lockstep {
 namespace tcpwire {
 
 constexpr uint32_t kHelloMagic = 0x48534b4c;  // "LKSH"
 constexpr uint32_t kFrameMagic = 0x46534b4c;  // "LKSF"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 40;  // hello and frame header alike
+constexpr uint32_t kChallengeMagic = 0x43534b4c;  // "LKSC"
+// 2: challenge and mac (version 1's hellos were not authenticated).
+constexpr uint32_t kVersion = 2;
+constexpr size_t kHeaderBytes = 40;  // frame header; the hello's fields
+constexpr size_t kChallengeBytes = 8 + dataauth::kNonceBytes;       // 40
+constexpr size_t kHelloBytes = kHeaderBytes + dataauth::kMacBytes;  // 72
+constexpr char kHelloDomain[] = "lockstep tcp hello v2";
 // Sanity bound on a frame's payload (a corrupt length must not make the
 // reader skip forever).
 constexpr int64_t kMaxFrameBytes = int64_t{1} << 40;
@@ -60,11 +75,24 @@ struct Hello {
   uint32_t world = 0;
 };
 
-void EncodeHello(const Hello& h, uint8_t* p);
-// InvalidArgumentError "bad hello: ..." naming the magic and version, or the
-// ranks, unless magic and version match, 1 <= world <= kMaxWorld, from and to
-// are below world and differ. *h is filled in either case.
+void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t* p);  // kChallengeBytes
+// InvalidArgumentError "bad challenge: ..." naming the magic and version.
+absl::Status DecodeChallenge(const uint8_t* p, dataauth::Nonce* nonce);
+
+// Writes kHelloBytes: the fields and the mac under `secret` over `challenge`.
+void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
+                 uint8_t* p);
+// Reads the fields (the first kHeaderBytes of a hello; the mac is checked by
+// VerifyHello once the receiver's secret is known). InvalidArgumentError
+// "bad hello: ..." naming the magic and version, or the ranks, unless magic
+// and version match, 1 <= world <= kMaxWorld, from and to are below world
+// and differ. *h is filled in either case.
 absl::Status DecodeHello(const uint8_t* p, Hello* h);
+// Checks the mac of the kHelloBytes at p against `secret` and `challenge`
+// (constant time). PermissionDeniedError naming the group and ranks when it
+// does not fit (another job's secret, a forged or replayed hello).
+absl::Status VerifyHello(const uint8_t* p, absl::string_view secret,
+                         const dataauth::Nonce& challenge);
 
 }  // namespace tcpwire
 }  // namespace lockstep
