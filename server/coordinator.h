@@ -162,9 +162,10 @@
 // (the oldest finished are evicted by Tick, once no worker is bound to
 // them; their final weights stay in the weights store, bounded as any
 // job's, and GetWeights serves them). JobList.evicted_jobs counts them;
-// with a state database ListJobs lists the newest 1000 of them from it
-// (JobList.evicted_listed), and GetJob, GetSyncHistory(Page), GetJobSeries
-// and NextJobEvents (one event: the stored final status) answer from it;
+// with a state database ListJobs(with_evicted) lists the newest 1000 of
+// them from it (JobList.evicted_listed), and GetJob, GetSyncHistory(Page),
+// GetJobSeries and NextJobEvents (one event: the stored final status)
+// answer from it;
 // CancelJob answers the stored status (it had finished). Without one they
 // are not listed and every call but GetWeights is NOT_FOUND "job 5 was
 // evicted from memory (...)". PENDING and RUNNING jobs are never evicted.
@@ -337,7 +338,10 @@ class Coordinator {
   absl::StatusOr<lockstep::v1::SubmitJobReply> SubmitJob(
       const lockstep::v1::SubmitJobRequest& request);
   absl::StatusOr<lockstep::v1::JobStatus> GetJob(uint64_t job_id);
-  lockstep::v1::JobList ListJobs();        // ascending job id
+  // Ascending job id: the jobs in memory; with_evicted (the ListJobs RPC)
+  // adds the evicted ones the state database has (AddEvictedJobs), which
+  // reads SQLite: the metrics and the status page leave it out.
+  lockstep::v1::JobList ListJobs(bool with_evicted = false);
   lockstep::v1::WorkerList ListWorkers();  // registration order
   absl::StatusOr<lockstep::v1::JobStatus> CancelJob(uint64_t job_id);
   // max_entries: 0 = every kept check, else the most recent max_entries

@@ -296,8 +296,10 @@ TEST_F(CoordinatorHistoryTest, EvictedJobsAnswerFromTheDatabase) {
   const uint64_t newer = RunJob(10, false, /*finish=*/true);
   coord_->Tick();
   ASSERT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
-  // Listed from the database, in id order, with its weights.
-  v1::JobList list = coord_->ListJobs();
+  // Listed from the database, in id order, with its weights (the RPC's
+  // list; the metrics' and status page's stay in memory).
+  EXPECT_EQ(coord_->ListJobs().jobs_size(), 1);
+  v1::JobList list = coord_->ListJobs(/*with_evicted=*/true);
   ASSERT_EQ(list.jobs_size(), 2);
   EXPECT_EQ(list.jobs(0).job_id(), old);
   EXPECT_EQ(list.jobs(0).state(), v1::SUCCEEDED);

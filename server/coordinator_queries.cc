@@ -66,7 +66,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   return EvictedJobStatus(job_id, not_found);  // from the state database, if any
 }
 
-v1::JobList Coordinator::ListJobs() {
+v1::JobList Coordinator::ListJobs(bool with_evicted) {
   const absl::Time now = clock_->Now();
   v1::JobList list;
   {
@@ -76,7 +76,7 @@ v1::JobList Coordinator::ListJobs() {
     list.set_max_finished_jobs_in_memory(jobs_.limits().max_finished_jobs);
     list.set_state_db_has_evicted(state_db_ != nullptr);
   }
-  AddEvictedJobs(&list);  // from the state database, if any (no lock held)
+  if (with_evicted) AddEvictedJobs(&list);  // from the state database, if any (no lock held)
   return list;
 }
 

@@ -140,7 +140,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::JobRef* 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListRequest* request,
                                           v1::JobList* reply) {
   if (grpc::Status s = CheckSize("ListJobs", *request); !s.ok()) return s;
-  *reply = coordinator_->ListJobs();
+  *reply = coordinator_->ListJobs(/*with_evicted=*/true);  // from the state database too
   return grpc::Status::OK;
 }
 

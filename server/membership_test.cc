@@ -163,6 +163,12 @@ class MembershipTest : public ::testing::Test {
     return job;
   }
 
+  void ExpectFailed(uint64_t job, const std::string& reason) {
+    const v1::JobStatus st = *coord_->GetJob(job);
+    EXPECT_EQ(st.state(), v1::FAILED);
+    EXPECT_EQ(st.reason(), reason);
+  }
+
   FakeClock clock_;
   std::unique_ptr<Coordinator> coord_;
 };
@@ -461,21 +467,19 @@ TEST_F(MembershipTest, WaitFailsAtOnceWhenOnlyAJoinerWithoutStateIsLeft) {
   Start({w1, w2, w3}, job);
   Steps({w1, w2, w3}, job, 0, 4, 0);
   LoseAllBut(job, {w1, w2});  // w3 (rank 2) lost: vacant
-  const std::string w4 = Register(4);  // replaces rank 2 (generation 2)
+  const std::string w4 = Register(4); // replaces rank 2 (generation 2)
   ASSERT_EQ(coord_->GetJob(job)->ranks(2).worker_id(), w4);
   Beat(w1, job, 2, true, 5);
   Beat(w2, job, 2, true, 5);
   ASSERT_TRUE(Beat(w4, job, 2, true, -1).assignment().start_ready());
   // w4 is copying rank 0's state when rank 0 and rank 1 die.
   LoseAllBut(job, {w4});
-  const v1::JobStatus st = *coord_->GetJob(job);
-  EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_EQ(st.reason(),
-            "no rank holding a replica of the job's state is left at step 5 (nothing to copy "
-            "from): rank 1 lost: worker w-2 (rank 1, host host2, 10.0.0.2:5000) lost: no "
-            "heartbeat for 3.5s; rank(s) 0 vacant (first lost: worker w-1 (rank 0, host host1, "
-            "10.0.0.1:5000) lost: no heartbeat for 3.5s); rank(s) 2 (w-4) joined and had not "
-            "received the job's state yet");
+  ExpectFailed(job,
+               "no rank holding a replica of the job's state is left at step 5 (nothing to copy "
+               "from): rank 1 lost: worker w-2 (rank 1, host host2, 10.0.0.2:5000) lost: no "
+               "heartbeat for 3.5s; rank(s) 0 vacant (first lost: worker w-1 (rank 0, host "
+               "host1, 10.0.0.1:5000) lost: no heartbeat for 3.5s); rank(s) 2 (w-4) joined and "
+               "had not received the job's state yet");
   EXPECT_TRUE(Beat(w4, job, 2).stop_job());
 }
 
@@ -486,13 +490,11 @@ TEST_F(MembershipTest, ShrinkFailsAtOnceWhenOnlyAJoinerWithoutStateIsLeft) {
   std::vector<std::string> ws;
   const uint64_t job = ShrinkThenJoin(100, &ws);
   LoseAllBut(job, {ws[2]});
-  const v1::JobStatus st = *coord_->GetJob(job);
-  EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_EQ(st.reason(),
-            "no rank holding a replica of the job's state is left at step 10 (nothing to copy "
-            "from): rank 0 lost: worker w-2 (rank 0, host host2, 10.0.0.2:5000) lost: no "
-            "heartbeat for 3.5s; rank(s) 1 (w-4) joined and had not received the job's state "
-            "yet");
+  ExpectFailed(job,
+               "no rank holding a replica of the job's state is left at step 10 (nothing to copy "
+               "from): rank 0 lost: worker w-2 (rank 0, host host2, 10.0.0.2:5000) lost: no "
+               "heartbeat for 3.5s; rank(s) 1 (w-4) joined and had not received the job's state "
+               "yet");
 }
 
 // Once the joiner has trained a step it holds a replica: the same losses

@@ -44,7 +44,9 @@ run_until_ckpt() {
   local name=$1 file=$2; shift 3
   # (In a command substitution: failures go to stderr, the caller exits.)
   local j; j=$(cli submit "$@") || fail "$name: submit: $j" >&2
-  wait_until $(( $(now_ms) + 60000 )) test -f "${file//JOB/$j}" \
+  # 120 s: checkpointing every step runs slowly on a loaded 2-core host
+  # (60 s was once too short for C's ~1800 steps with seven builds running).
+  wait_until $(( $(now_ms) + 120000 )) test -f "${file//JOB/$j}" \
     || fail "$name: no ${file//JOB/$j}: $(cli status "$j")" >&2
   cli cancel "$j" >/dev/null || fail "$name: cancel" >&2
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" >/dev/null
