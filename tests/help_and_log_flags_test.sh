@@ -20,13 +20,14 @@ help() {
     grep -Eq "^    --$f \(" <<<"$out" || fail "$(basename "$bin") --help does not list --$f: $out"
   done
 }
-help "$COORD" listen advertise port_file heartbeat_ms lost_after_ms ps_addresses log_format log_level
+help "$COORD" listen advertise port_file heartbeat_ms lost_after_ms ps_addresses log_format log_level \
+  insecure tls_cert tls_key tls_ca token_file
 help "$WORKER" coordinator listen advertise data_port data_dir port_file combine_timeout_ms \
-  log_format log_level
-help "$PS" role listen port_file max_jobs log_format log_level
+  log_format log_level insecure tls_cert tls_key tls_ca
+help "$PS" role listen port_file max_jobs log_format log_level insecure tls_cert tls_key tls_ca
 help "$TRAIN" model dataset batch epochs steps lr optimizer momentum decay seed sync json blas_threads
 help "$CLI" coordinator json follow no_wait out model dataset batch epochs workers sync \
-  peer_transport ps_shards optimizer lr job_file
+  peer_transport ps_shards optimizer lr job_file insecure tls_cert tls_key tls_ca token_file
 # The client's help names the commands; the daemons' help has no job flags.
 # (Through a file: with pipefail, grep -q exiting at the first match makes
 # the writer die of SIGPIPE once the help text passes one 4 KiB stdio buffer.)
