@@ -40,6 +40,14 @@ BIN_VERSION=$(dpkg-query -W -f='${Version}' libabsl20220623 2>/dev/null) ||
 SRC_VERSION=${BIN_VERSION%+b[0-9]*}
 PREFIX=${TSAN_ABSL_PREFIX:-$HOME/.cache/lockstep-tsan-absl}/$SRC_VERSION
 LIB=$PREFIX/lib
+# Every abseil library, not only synchronization: absl::Status's payload is
+# reference-counted inside libabsl_status, and absl::call_once's template
+# code is resolved to whichever library's copy loads first (an uninstrumented
+# libabsl_random_* copy made LowLevelAlloc's arena look racy). Changing the
+# flags rebuilds (the recipe is stamped).
+ABSL_TARGETS=(all)
+ABSL_FLAGS="-fsanitize=thread -O1 -g -fno-omit-frame-pointer"
+RECIPE="abseil $SRC_VERSION targets ${ABSL_TARGETS[*]} flags $ABSL_FLAGS"
 
 build_absl() {
   local work
@@ -59,24 +67,28 @@ EOF
     (cd "$work/src" && dpkg-source -x ./*.dsc absl >>"$work/apt.log" 2>&1) ||
     { tail -20 "$work/apt.log" >&2; echo "tsan: could not fetch abseil $SRC_VERSION source" >&2; return 1; }
   # Debian's configuration (debian/rules: C++17, shared) plus TSan flags.
-  local flags="-fsanitize=thread -O1 -g -fno-omit-frame-pointer"
+  local flags=$ABSL_FLAGS
   cmake -S "$work/src/absl" -B "$work/build" -DCMAKE_BUILD_TYPE=None \
       -DCMAKE_CXX_STANDARD=17 -DBUILD_SHARED_LIBS=ON \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
       -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >"$work/cmake.log" 2>&1 &&
-    cmake --build "$work/build" --target synchronization -j"$(nproc)" >>"$work/cmake.log" 2>&1 ||
+    cmake --build "$work/build" --target "${ABSL_TARGETS[@]}" -j"$(nproc)" >>"$work/cmake.log" 2>&1 ||
     { tail -30 "$work/cmake.log" >&2; echo "tsan: abseil build failed ($work)" >&2; return 1; }
-  rm -rf "$LIB" && mkdir -p "$LIB" &&
-    find "$work/build" -name 'libabsl_*.so.*' -exec cp -a {} "$LIB/" \; || return 1
+  # A fresh folder renamed into place: binaries still running keep theirs.
+  rm -rf "$LIB.new" && mkdir -p "$LIB.new" &&
+    find "$work/build" -name 'libabsl_*.so.*' -exec cp -a {} "$LIB.new/" \; || return 1
   # Same soname as the system library, and really instrumented.
-  readelf -d "$LIB/libabsl_synchronization.so.20220623" | grep -q 'SONAME.*libabsl_synchronization.so.20220623' &&
-    nm -D "$LIB/libabsl_synchronization.so.20220623" | grep -q '__tsan_mutex_pre_lock' ||
-    { echo "tsan: $LIB/libabsl_synchronization.so.20220623 is not a TSan build" >&2; return 1; }
-  touch "$LIB/.complete"
+  readelf -d "$LIB.new/libabsl_synchronization.so.20220623" | grep -q 'SONAME.*libabsl_synchronization.so.20220623' &&
+    nm -D "$LIB.new/libabsl_synchronization.so.20220623" | grep -q '__tsan_mutex_pre_lock' &&
+    nm -D "$LIB.new/libabsl_status.so.20220623" | grep -q '__tsan_' ||
+    { echo "tsan: $LIB.new has no TSan build of absl_synchronization/absl_status" >&2; return 1; }
+  echo "$RECIPE" >"$LIB.new/.complete"
+  rm -rf "$LIB.old"; [ ! -d "$LIB" ] || mv "$LIB" "$LIB.old"
+  mv "$LIB.new" "$LIB" && rm -rf "$LIB.old"
   rm -rf "$work"
 }
 
-if [ ! -f "$LIB/.complete" ]; then
+if [ "$(cat "$LIB/.complete" 2>/dev/null)" != "$RECIPE" ]; then
   start=$(date +%s)
   build_absl || exit 1
   echo "tsan: abseil built in $(( $(date +%s) - start )) s" >&2
@@ -93,8 +105,11 @@ done
 log=$(mktemp /tmp/lockstep-tsan-log.XXXXXX)
 trap 'rm -f "$log"; "${BAZEL[@]}" shutdown >/dev/null 2>&1 || true' EXIT
 # DT_RPATH (not RUNPATH) so libraries loaded by libgrpc also resolve there.
+# TSan runs our code 5-15x slower: timeouts per size are raised (small 120 s,
+# medium 900 s, large 1800 s); a flag given to this script overrides them.
 "${BAZEL[@]}" test --config=tsan -k \
     --linkopt=-Wl,--disable-new-dtags --linkopt=-Wl,-rpath,"$LIB" \
+    --test_timeout=120,900,1800,3600 \
     --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan/tsan.supp" \
     "${FLAGS[@]}" "${TARGETS[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
