@@ -123,6 +123,7 @@ void Coordinator::ScheduleLocked() {
     }
     jobs_.PopPending();
     BindRanks(job, idle, std::move(plan.ps_addresses), clock_->Now());
+    job->coordinator_ps_shard = job->spec.sync_mode() == v1::PS && options_.ps_addresses.empty();
     StateChangedLocked(job);
     std::vector<std::string> ids;
     for (const Rank& r : job->ranks) ids.push_back(r.worker_id);
@@ -151,6 +152,7 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   for (const Rank& r : job.ranks) a.add_peer_addresses(r.address);
   for (const Rank& r : job.ranks) a.add_data_addresses(r.data_address);
   for (const std::string& p : job.ps_addresses) a.add_ps_addresses(p);
+  a.set_coordinator_ps_shard(job.coordinator_ps_shard);
   FillMembership(job, &a);
   return a;
 }
@@ -281,6 +283,13 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   // job_id == 0: the worker runs nothing.
   if (bound != nullptr && rank != nullptr && bound->state == v1::RUNNING &&
       rank->acknowledged && !rank->done) {
+    if (rank->done_asks_left > 0) {
+      // Restored after a restart (coordinator_state.cc): its ReportDone
+      // may have been accepted but not committed; ask for it again.
+      --rank->done_asks_left;
+      reply.set_resend_done_job_id(bound->id);
+      return reply;
+    }
     FailJobLocked(bound, absl::StrFormat(
                              "rank %d (%s, %s) abandoned the job: it reported no job "
                              "before sending ReportDone",

@@ -199,9 +199,22 @@
 //   * final weights (while the weights store keeps them, up to
 //     kMaxStoredWeightsBytes each), the curves (at the job's end, and every
 //     kPersistSeriesEvery while it runs) and the final hash and metrics are
-//     kept; a ps job on the coordinator's own shard (no ps_addresses)
-//     cannot continue (the shard's sums are gone) and FAILS at the restart,
-//     its reason saying to resume it from its last checkpoint;
+//     kept (a RUNNING job's too: published before a kill that came before
+//     its SUCCEEDED row was committed);
+//   * a rank restored RUNNING that was acknowledged but has no committed
+//     ReportDone: while its worker heartbeats saying it runs no job, the
+//     reply asks it to send its ReportDone again (resend_done_job_id, up
+//     to 25 heartbeats; then it abandoned the job as before), so a job
+//     whose end was not committed before the kill ends SUCCEEDED with the
+//     ranks' hash (still compared across ranks);
+//   * a ps job keeps the ps addresses it started with (stored with it),
+//     whatever this coordinator's --ps_addresses; one on the coordinator's
+//     own shard (JobRecord::coordinator_ps_shard) lost the shard's sums:
+//     it regroups (membership.h RegroupAfterRestart: generation + 1, same
+//     ranks, a "restart" event; the ranks continue at the newest step one
+//     of them completed, the others copying its state), unless a rank had
+//     already finished (then it is at its end and is left as it is); a
+//     ReportDone of the generation before such regroups still counts;
 //   * not kept: timing medians.
 //
 // ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------

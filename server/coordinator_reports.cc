@@ -192,7 +192,8 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
 absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
   Locked lock(this);  // writes this call's log lines after unlocking
   if (const Job* j = jobs_.Find(request.job_id());
-      j != nullptr && request.generation() < j->membership.generation) {
+      j != nullptr && request.generation() < j->membership.generation &&
+      !(request.ok() && OnlyRestartsSince(*j, request.generation()))) {
     return absl::OkStatus();  // stale: an older generation's runner
   }
   absl::StatusOr<Job*> found =

@@ -22,6 +22,11 @@ namespace lockstep {
 
 namespace {
 
+// Heartbeats (200 ms apart by default) of a restored rank's worker saying
+// it runs no job that are answered with resend_done_job_id before the rank
+// counts as having abandoned the job.
+constexpr int kDoneAsksAfterRestart = 25;
+
 double UnixSeconds(absl::Time t) {
   return t == absl::InfinitePast() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
@@ -169,6 +174,46 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
   jobs_.SetChangeHook([this](const JobRecord& job) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     PersistJobLocked(job);  // the hook runs under mu_
   });
+  // A RUNNING job continues: its ranks' workers are bound to it again (a
+  // rank whose worker is gone fails it); a rank without a committed
+  // ReportDone is asked for it again when its worker says it runs nothing
+  // (Heartbeat); a ps job on this coordinator's own shard regroups, since
+  // the shard's sums are gone (membership.h RegroupAfterRestart).
+  auto restore_running = [this, now](Job* j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::string missing;
+    for (size_t r = 0; r < j->ranks.size(); ++r) {
+      Rank& rank = j->ranks[r];
+      if (rank.worker_id.empty()) continue;  // a vacant rank (wait)
+      if (rank.acknowledged && !rank.done) rank.done_asks_left = kDoneAsksAfterRestart;
+      Worker* w = workers_.Find(rank.worker_id);
+      if (w == nullptr) {
+        missing = absl::StrFormat("worker %s (rank %d, %s)", rank.worker_id, r, rank.address);
+        continue;
+      }
+      w->state = v1::BUSY;
+      w->job_id = j->id;
+      w->rank = static_cast<int>(r);
+    }
+    if (!missing.empty()) {
+      FailJobLocked(j, absl::StrCat(missing,
+                                    " is unknown after the coordinator restarted (it left)"));
+      return;
+    }
+    if (!j->coordinator_ps_shard) return;
+    if (!RegroupAfterRestart(
+            j, now,
+            "the coordinator restarted and its parameter-server shard lost this job's "
+            "in-flight sums: the ranks continue from the newest step one of them completed")) {
+      // A rank had finished: the job is at its end, the others finished
+      // too (their done reports come again) or fail pulling the last sum.
+      return;
+    }
+    LogLocked(LogLevel::kWarn, "ps job regrouping after the restart",
+              {{"job", j->id},
+               {"generation", j->membership.generation},
+               {"world", j->k},
+               {"reason", "its shard on this coordinator lost the in-flight sums"}});
+  };
   int64_t running = 0;
   for (StoredJob& stored : loaded->jobs) {
     const v1::JobStatus& st = stored.status;
@@ -183,7 +228,10 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->state = st.state();
     job->reason = st.reason();
     job->k = st.spec().num_workers();
+    // The addresses the job started with (its --ps_addresses or the
+    // coordinator's own shard), whatever this coordinator's flags say.
     job->ps_addresses.assign(extra.ps_addresses().begin(), extra.ps_addresses().end());
+    job->coordinator_ps_shard = extra.coordinator_ps_shard();
     // The checks table is committed every flush interval, the job row at
     // most every kPersistProgressEvery: the newer of the two counts.
     job->restored_checked = std::max(st.checked_steps(), stored.stored_checks);
@@ -227,7 +275,8 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       rank.resident_bytes = rs.resident_bytes();
       if (r < extra.ranks_size()) {
         const v1::StoredRankState& x = extra.ranks(r);
-        rank.acknowledged = x.acknowledged() || rs.step() > 0;
+        // A stored check means every rank reported a step: it started.
+        rank.acknowledged = x.acknowledged() || rs.step() > 0 || stored.stored_last_step >= 0;
         rank.done = x.done();
         rank.done_hash = x.done_hash();
         rank.done_test_accuracy = x.done_test_accuracy();
@@ -255,40 +304,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     mark.membership = stored.membership ? MembershipFingerprint(*j) : 0;
     mark.series_at = stored.series ? now : absl::InfinitePast();
     mark.series_final = stored.series && IsTerminalJobState(j->state);
-    if (j->state == v1::RUNNING && j->spec.sync_mode() == v1::PS &&
-        (extra.coordinator_ps_shard() || options_.ps_addresses.empty())) {
-      // The coordinator's own shard held this job's in-flight sums: gone.
-      ++running;
-      FailJobLocked(
-          j, absl::StrCat(
-                 "the coordinator restarted and its parameter-server shard, which this ps job "
-                 "used, lost its state; resume the job from its last checkpoint",
-                 j->spec.checkpoint_dir().empty()
-                     ? " (it had no checkpoint_dir: submit it again, with --checkpoint_dir to "
-                       "make it resumable)"
-                     : absl::StrCat(": lockstep resume ", j->id)));
-      continue;
-    }
     if (j->state == v1::RUNNING) {
       ++running;
-      // Rebind the ranks' workers; a rank whose worker is gone fails the job.
-      std::string missing;
-      for (size_t r = 0; r < j->ranks.size(); ++r) {
-        if (j->ranks[r].worker_id.empty()) continue;  // a vacant rank (wait)
-        Worker* w = workers_.Find(j->ranks[r].worker_id);
-        if (w == nullptr) {
-          missing = absl::StrFormat("worker %s (rank %d, %s)", j->ranks[r].worker_id, r,
-                                    j->ranks[r].address);
-          continue;
-        }
-        w->state = v1::BUSY;
-        w->job_id = j->id;
-        w->rank = static_cast<int>(r);
-      }
-      if (!missing.empty()) {
-        FailJobLocked(j, absl::StrCat(missing,
-                                      " is unknown after the coordinator restarted (it left)"));
-      }
+      restore_running(j);
     }
     versions_.StateChanged(&j->watch, StatusLocked(*j, now));
   }
@@ -296,7 +314,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
   // order); rows it does not keep (a smaller max_jobs_with_weights) go.
   for (const StoredWeights& sw : loaded->weights) {
     Job* j = jobs_.Find(sw.job_id);
-    if (j == nullptr || j->state != v1::SUCCEEDED) {
+    // A RUNNING job's weights: published before the kill, whose SUCCEEDED
+    // row was not committed yet (its ReportDone comes again).
+    if (j == nullptr || (j->state != v1::SUCCEEDED && j->state != v1::RUNNING)) {
       state_db_->DeleteWeights(sw.job_id);
       continue;
     }
@@ -426,7 +446,7 @@ void Coordinator::PersistJobLocked(const Job& job) {
   extra.set_first_step_unix_s(UnixSeconds(job.first_step_time));
   extra.set_first_step_examples(job.first_step_examples);
   extra.set_first_mismatch_step(FirstMismatchOf(job));
-  extra.set_coordinator_ps_shard(job.spec.sync_mode() == v1::PS && options_.ps_addresses.empty());
+  extra.set_coordinator_ps_shard(job.coordinator_ps_shard);
   extra.SerializeToString(&stored.extra);
   state_db_->PutJob(std::move(stored));
 }

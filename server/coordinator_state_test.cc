@@ -58,7 +58,7 @@ class CoordinatorStateTest : public ::testing::Test {
  protected:
   CoordinatorStateTest() : clock_(absl::FromUnixSeconds(1700000000 + 1000)) {}
 
-  Incarnation Start(const std::string& dir) {
+  Incarnation Start(const std::string& dir, std::vector<std::string> ps_addresses = {}) {
     Incarnation inc;
     if (!dir.empty()) {
       auto db = StateDb::Open({dir});
@@ -67,6 +67,7 @@ class CoordinatorStateTest : public ::testing::Test {
     }
     CoordinatorOptions o;
     o.advertise_address = "coord:7070";
+    o.ps_addresses = std::move(ps_addresses);
     inc.coord = std::make_unique<Coordinator>(o, &clock_);
     if (inc.db != nullptr) {
       absl::Status s = inc.coord->AttachStateDb(inc.db.get());
@@ -112,7 +113,7 @@ class CoordinatorStateTest : public ::testing::Test {
     ASSERT_FALSE(r->stop()) << r->reason();
   }
   static void Done(Coordinator* c, uint64_t job, int rank, const std::string& w,
-                   const std::string& hash) {
+                   const std::string& hash, int64_t generation = 0) {
     v1::ReportDoneRequest req;
     req.set_worker_id(w);
     req.set_job_id(job);
@@ -120,10 +121,61 @@ class CoordinatorStateTest : public ::testing::Test {
     req.set_ok(true);
     req.set_weights_hash(hash);
     req.set_steps(100);
+    req.set_generation(generation);
     ASSERT_TRUE(c->ReportDone(req).ok());
+  }
+  // A rank holding its replica at `held` for `generation` (a regroup).
+  static v1::HeartbeatReply Hold(Coordinator* c, const std::string& w, uint64_t job,
+                                 int64_t generation, int64_t held) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(w);
+    req.set_job_id(job);
+    req.set_generation(generation);
+    req.set_holds_state(true);
+    req.set_held_step(held);
+    auto r = c->Heartbeat(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::HeartbeatReply();
+  }
+  // Registers w-1..w-k, submits `spec` as job 1, starts it on them and
+  // reports steps [0, steps) from every rank.
+  void StartAndStep(Coordinator* c, const v1::JobSpec& spec, int64_t steps) {
+    const int k = spec.num_workers();
+    for (int i = 1; i <= k; ++i) Register(c, i);
+    ASSERT_EQ(Submit(c, spec), 1u);
+    for (int i = 1; i <= k; ++i) {
+      const std::string w = absl::StrCat("w-", i);
+      v1::HeartbeatReply r = Beat(c, w);
+      ASSERT_TRUE(r.has_assignment());
+      group_key_ = r.assignment().group_key();
+      Beat(c, w, 1);
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int i = 1; i <= k; ++i) Step(c, 1, i - 1, absl::StrCat("w-", i), s);
+    }
+  }
+  // Uploads 6 floats as job 1's final weights from w-1 (rank 0).
+  static void UploadWeights(Coordinator* c) {
+    std::string data;
+    for (int i = 0; i < 6; ++i) {
+      const float f = 0.25f * i;
+      data.append(reinterpret_cast<const char*>(&f), 4);
+    }
+    v1::WeightsChunk chunk;
+    chunk.set_job_id(1);
+    chunk.set_worker_id("w-1");
+    chunk.set_offset(0);
+    chunk.set_total(6);
+    chunk.set_data(data);
+    chunk.add_block_names("W0");
+    chunk.add_block_shapes(2);
+    chunk.add_block_shapes(3);
+    ASSERT_TRUE(c->UploadWeightsChunk(chunk).ok());
+    ASSERT_TRUE(c->FinishWeightsUpload("w-1", 1).ok());
   }
 
   FakeClock clock_;
+  uint64_t group_key_ = 0;  // StartAndStep's job's
 };
 
 TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobContinues) {
@@ -258,17 +310,6 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_FALSE(r->stop()) << r->reason();
   };
-  auto hold = [](Coordinator* c, const std::string& w, int64_t gen, int64_t held) {
-    v1::HeartbeatRequest req;
-    req.set_worker_id(w);
-    req.set_job_id(1);
-    req.set_generation(gen);
-    req.set_holds_state(true);
-    req.set_held_step(held);
-    auto r = c->Heartbeat(req);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : v1::HeartbeatReply();
-  };
   uint64_t gen0_key = 0;
   {
     Incarnation first = Start(dir);
@@ -318,8 +359,8 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
     EXPECT_EQ(j.membership_events(0).worker_id(), "w-3");
     // The survivors say what they hold (w-2 is one step behind): the start
     // is decided after the restart.
-    EXPECT_FALSE(hold(c, "w-1", 1, 20).has_assignment());
-    v1::HeartbeatReply r = hold(c, "w-2", 1, 19);
+    EXPECT_FALSE(Hold(c, "w-1", 1, 1, 20).has_assignment());
+    v1::HeartbeatReply r = Hold(c, "w-2", 1, 1, 19);
     ASSERT_TRUE(r.has_assignment());
     EXPECT_EQ(r.assignment().generation(), 1);
     EXPECT_TRUE(r.assignment().start_ready());
@@ -430,15 +471,7 @@ TEST_F(CoordinatorStateTest, WaitingJobKeepsItsVacantRankAcrossRestart) {
   ASSERT_EQ(j.ranks_size(), 3);
   EXPECT_EQ(j.ranks(2).worker_id(), "");
   // The survivors hold their replicas; a fresh worker takes rank 2.
-  for (const char* w : {"w-1", "w-2"}) {
-    v1::HeartbeatRequest req;
-    req.set_worker_id(w);
-    req.set_job_id(1);
-    req.set_generation(1);
-    req.set_holds_state(true);
-    req.set_held_step(10);
-    ASSERT_TRUE(c->Heartbeat(req).ok());
-  }
+  for (const char* w : {"w-1", "w-2"}) Hold(c, w, 1, 1, 10);
   EXPECT_EQ(Register(c, 4), "w-4");
   j = *c->GetJob(1);
   EXPECT_EQ(j.waiting_for_ranks_size(), 0);
@@ -473,22 +506,7 @@ TEST_F(CoordinatorStateTest, FinalWeightsCurvesAndMetricsSurviveRestart) {
         ASSERT_TRUE(c->ReportEval(e).ok());
       }
     }
-    std::string data;
-    for (int i = 0; i < 6; ++i) {
-      const float f = 0.25f * i;
-      data.append(reinterpret_cast<const char*>(&f), 4);
-    }
-    v1::WeightsChunk chunk;
-    chunk.set_job_id(1);
-    chunk.set_worker_id("w-1");
-    chunk.set_offset(0);
-    chunk.set_total(6);
-    chunk.set_data(data);
-    chunk.add_block_names("W0");
-    chunk.add_block_shapes(2);
-    chunk.add_block_shapes(3);
-    ASSERT_TRUE(c->UploadWeightsChunk(chunk).ok());
-    ASSERT_TRUE(c->FinishWeightsUpload("w-1", 1).ok());
+    UploadWeights(c);
     v1::ReportDoneRequest d;
     d.set_worker_id("w-1");
     d.set_job_id(1);
@@ -536,42 +554,225 @@ TEST_F(CoordinatorStateTest, FinalWeightsCurvesAndMetricsSurviveRestart) {
   EXPECT_EQ(after.checks_offered, 3000);
 }
 
-// A ps job on the coordinator's own shard cannot continue after a restart
-// (the shard's sums are gone): it fails at once, saying to resume it.
-TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardFailsAtRestartSayingResume) {
+// Issue 10: a coordinator killed between a job's end and the commit of its
+// SUCCEEDED row restores the job RUNNING. Its workers, idle by then, are
+// asked for their ReportDone again (the first was not committed); the job
+// ends SUCCEEDED with their hash and keeps the final weights stored before
+// the kill. A worker that has no record of finishing fails the job naming
+// itself; one that never answers is "abandoned" after the asks run out.
+TEST_F(CoordinatorStateTest, RestoredRunningJobTakesTheDoneReportsSentAgain) {
   const std::string dir = TempDir();
   {
     Incarnation first = Start(dir);
     Coordinator* c = first.coord.get();
-    Register(c, 1);
-    Register(c, 2);
-    v1::JobSpec spec = Spec(2, 100);
-    spec.set_sync_mode(v1::PS);
-    spec.set_checkpoint_dir("/tmp/ck");
-    spec.set_checkpoint_every_steps(10);
-    ASSERT_EQ(Submit(c, spec), 1u);
+    StartAndStep(c, Spec(2, 100), 100);
+    UploadWeights(c);
+    // The ReportDone calls were answered, but their rows were not
+    // committed before the kill: as if they never reached the database.
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::string copy = absl::StrCat(dir, "_", variant);
+    ASSERT_EQ(system(absl::StrCat("cp -r ", dir, " ", copy).c_str()), 0);
+    Incarnation second = Start(copy);
+    Coordinator* c = second.coord.get();
+    ASSERT_EQ(c->GetJob(1)->state(), v1::RUNNING);
+    EXPECT_TRUE(c->GetJob(1)->has_weights());  // restored for the RUNNING job
+    // The workers say they run nothing: asked for their ReportDone.
     for (const char* w : {"w-1", "w-2"}) {
-      ASSERT_TRUE(Beat(c, w).has_assignment());
-      Beat(c, w, 1);
+      v1::HeartbeatReply r = Beat(c, w);
+      EXPECT_EQ(r.resend_done_job_id(), 1u) << w;
+      EXPECT_FALSE(r.has_assignment());
     }
-    for (int64_t s = 0; s < 10; ++s) {
-      Step(c, 1, 0, "w-1", s);
-      Step(c, 1, 1, "w-2", s);
+    if (variant == 0) {
+      Done(c, 1, 0, "w-1", Hash(99));
+      EXPECT_EQ(c->GetJob(1)->state(), v1::RUNNING);
+      EXPECT_EQ(Beat(c, "w-2").resend_done_job_id(), 1u);
+      Done(c, 1, 1, "w-2", Hash(99));
+      v1::JobStatus j = *c->GetJob(1);
+      EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+      EXPECT_EQ(j.final_hash(), Hash(99));
+      EXPECT_TRUE(j.has_weights());
+      absl::StatusOr<std::shared_ptr<const FinalWeights>> w = c->GetWeights(1);
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_EQ(reinterpret_cast<const float*>((*w)->data.data())[5], 1.25f);
+      // The workers are free again.
+      Beat(c, "w-1");
+      Beat(c, "w-2");
+      EXPECT_EQ(c->ListWorkers().workers(0).state(), v1::IDLE);
+    } else if (variant == 1) {
+      // The hash check across ranks still applies.
+      Done(c, 1, 0, "w-1", Hash(99));
+      Done(c, 1, 1, "w-2", Hash(98));
+      v1::JobStatus j = *c->GetJob(1);
+      EXPECT_EQ(j.state(), v1::FAILED);
+      EXPECT_NE(j.reason().find("different weights"), std::string::npos) << j.reason();
+    } else {
+      // w-2 never answers the asks: abandoned once they run out.
+      Done(c, 1, 0, "w-1", Hash(99));
+      int asks = 1;
+      while (Beat(c, "w-2").resend_done_job_id() == 1u) ++asks;
+      EXPECT_EQ(asks, 25);
+      v1::JobStatus j = *c->GetJob(1);
+      EXPECT_EQ(j.state(), v1::FAILED);
+      EXPECT_NE(j.reason().find("rank 1 (w-2"), std::string::npos) << j.reason();
+      EXPECT_NE(j.reason().find("abandoned"), std::string::npos) << j.reason();
     }
+  }
+}
+
+// Issue 10: a ps job on the coordinator's own shard continues after a
+// restart. The shard's sums are gone, so the restarted coordinator regroups
+// the job (generation 1, same ranks, a "restart" event, a fresh group key:
+// a fresh shard); rank 0 had pulled step 10's sum and applied it, rank 1
+// had not: they continue at step 11, rank 1 copying rank 0's state. The
+// job then finishes; a done report of generation 0 (a rank that finished
+// before the kill) still counts after a restart regroup.
+TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFinishes) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 100);
+  spec.set_sync_mode(v1::PS);
+  uint64_t gen0_key = 0;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, spec, 10);
+    gen0_key = group_key_;
     ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
   {
-    Incarnation second = Start(dir);
+    const std::string copy = dir + "_finished";
+    ASSERT_EQ(system(absl::StrCat("cp -r ", dir, " ", copy).c_str()), 0);
+    // Both ranks had finished before the kill: their generation-0 done
+    // reports, asked again, end the regrouped job.
+    Incarnation second = Start(copy);
     Coordinator* c = second.coord.get();
+    ASSERT_EQ(c->GetJob(1)->generation(), 1);
+    for (const char* w : {"w-1", "w-2"}) EXPECT_EQ(Beat(c, w).resend_done_job_id(), 1u);
+    Done(c, 1, 0, "w-1", Hash(99), /*generation=*/0);
+    Done(c, 1, 1, "w-2", Hash(99), /*generation=*/0);
     v1::JobStatus j = *c->GetJob(1);
-    EXPECT_EQ(j.state(), v1::FAILED);
-    EXPECT_NE(j.reason().find("parameter-server shard"), std::string::npos) << j.reason();
-    EXPECT_NE(j.reason().find("lockstep resume 1"), std::string::npos) << j.reason();
-    EXPECT_TRUE(Beat(c, "w-1", 1).stop_job());  // its workers stop and go idle
-    ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+    EXPECT_EQ(j.final_hash(), Hash(99));
   }
-  Incarnation third = Start(dir);  // and it was stored that way
-  EXPECT_EQ(third.coord->GetJob(1)->state(), v1::FAILED);
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+  EXPECT_EQ(j.generation(), 1);
+  EXPECT_EQ(j.world(), 2);
+  EXPECT_TRUE(j.regrouping());
+  ASSERT_EQ(j.membership_events_size(), 1);
+  EXPECT_EQ(j.membership_events(0).kind(), "restart");
+  EXPECT_NE(j.membership_events(0).reason().find("parameter-server shard"), std::string::npos)
+      << j.membership_events(0).reason();
+  // The ranks' generation-0 runners are told to regroup (on the same
+  // shard address: the coordinator's own).
+  v1::HeartbeatReply r = Beat(c, "w-1", 1);
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().generation(), 1);
+  EXPECT_FALSE(r.assignment().start_ready());
+  EXPECT_TRUE(r.assignment().coordinator_ps_shard());
+  ASSERT_EQ(r.assignment().ps_addresses_size(), 1);
+  EXPECT_EQ(r.assignment().ps_addresses(0), "coord:7070");
+  EXPECT_FALSE(Hold(c, "w-1", 1, 1, 11).has_assignment());
+  r = Hold(c, "w-2", 1, 1, 10);
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_TRUE(r.assignment().start_ready());
+  EXPECT_EQ(r.assignment().start_step(), 11);
+  EXPECT_EQ(r.assignment().state_source_rank(), 0);
+  EXPECT_EQ(r.assignment().group_key(), GenerationKey(gen0_key, 1));
+  j = *c->GetJob(1);
+  EXPECT_FALSE(j.regrouping());
+  EXPECT_EQ(j.membership_events(0).step(), 11);
+  auto step = [c](int rank, const std::string& w, int64_t s) {
+    v1::ReportStepRequest req;
+    req.set_worker_id(w);
+    req.set_job_id(1);
+    req.set_rank(rank);
+    req.set_step(s);
+    req.set_weights_hash(Hash(s));
+    req.set_loss(1.0);
+    req.set_examples(8);
+    req.set_generation(1);
+    auto rep = c->ReportStep(req);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    ASSERT_FALSE(rep->stop()) << rep->reason();
+  };
+  for (int64_t s = 11; s < 100; ++s) {
+    step(0, "w-1", s);
+    step(1, "w-2", s);
+  }
+  Done(c, 1, 0, "w-1", Hash(99), 1);
+  Done(c, 1, 1, "w-2", Hash(99), 1);
+  j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+  EXPECT_EQ(j.final_hash(), Hash(99));
+  EXPECT_EQ(j.mismatched_steps(), 0);
+}
+
+// A ps job on the coordinator's shard whose rank had finished (its done
+// committed) is not regrouped (a finished rank has no runner to regroup):
+// it is at its end, the other rank's done report comes again.
+TEST_F(CoordinatorStateTest, PsJobWithAFinishedRankIsNotRegroupedAndEnds) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 10);
+  spec.set_sync_mode(v1::PS);
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, spec, 10);
+    clock_.Advance(absl::Seconds(2));  // past kPersistProgressEvery: the row is written
+    Done(c, 1, 0, "w-1", Hash(9));
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
+  EXPECT_EQ(j.generation(), 0);
+  EXPECT_EQ(Beat(c, "w-1").resend_done_job_id(), 0u);  // its done is stored
+  EXPECT_EQ(Beat(c, "w-2").resend_done_job_id(), 1u);
+  Done(c, 1, 1, "w-2", Hash(9));
+  j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+  EXPECT_EQ(j.final_hash(), Hash(9));
+}
+
+// Issue 10 review: a ps job that ran on --ps_addresses keeps them across a
+// restart without that flag (they are stored with the job) and continues
+// on them: no regroup (those shards kept their state).
+TEST_F(CoordinatorStateTest, PsJobKeepsItsPsAddressesWhenTheCoordinatorComesBackWithoutThem) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 100);
+  spec.set_sync_mode(v1::PS);
+  spec.set_ps_shards(2);
+  {
+    Incarnation first = Start(dir, {"ps1:9000", "ps2:9000"});
+    StartAndStep(first.coord.get(), spec, 10);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  for (int restart = 0; restart < 2; ++restart) {  // twice: stored again as it was
+    Incarnation next = Start(dir);  // no --ps_addresses: its own shard only
+    Coordinator* c = next.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    EXPECT_EQ(j.generation(), 0);
+    EXPECT_EQ(j.membership_events_size(), 0);
+    v1::HeartbeatRequest lost;  // a worker that lost its assignment
+    lost.set_worker_id("w-2");
+    lost.set_job_id(1);
+    lost.set_generation(-1);
+    v1::HeartbeatReply r = *c->Heartbeat(lost);
+    ASSERT_TRUE(r.has_assignment());
+    ASSERT_EQ(r.assignment().ps_addresses_size(), 2);
+    EXPECT_EQ(r.assignment().ps_addresses(0), "ps1:9000");
+    EXPECT_EQ(r.assignment().ps_addresses(1), "ps2:9000");
+    EXPECT_FALSE(r.assignment().coordinator_ps_shard());
+    Step(c, 1, 0, "w-1", 10 + restart);
+    Step(c, 1, 1, "w-2", 10 + restart);
+    ASSERT_TRUE(next.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
 }
 
 // The reported failure: `lockstep submit --workers=4 --model=softmax

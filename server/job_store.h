@@ -68,6 +68,11 @@ struct RankRecord {
   // (AddRank) until it reports a step (it trained, so it received the
   // state); only such ranks count as holders (membership.h).
   bool holds_replica = true;
+  // Restored RUNNING after a coordinator restart without a committed
+  // ReportDone: heartbeats of its worker saying it runs no job are asked
+  // to resend the ReportDone (HeartbeatReply.resend_done_job_id) this many
+  // times before the rank counts as having abandoned the job.
+  int done_asks_left = 0;
 };
 
 struct JobRecord {
@@ -77,6 +82,9 @@ struct JobRecord {
   std::string reason;
   int k = 0;
   std::vector<std::string> ps_addresses;
+  // ps mode on the coordinator's own shard (no --ps_addresses when it
+  // started): a coordinator restart loses its sums (the job regroups).
+  bool coordinator_ps_shard = false;
   std::vector<RankRecord> ranks;  // empty until the job starts
   SyncChecker sync;               // pending step reports, checks, history
   int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;

@@ -452,7 +452,11 @@ void WorkerDaemon::Heartbeat() {
     // job waits for it up to coordinator_restart_grace.
     DeferredLog later(&log_);
     absl::MutexLock l(&mu_);
-    if (!CoordinatorDown(s)) coordinator_down_only_ = false;
+    if (!CoordinatorDown(s)) {
+      coordinator_down_only_ = false;
+    } else {
+      coordinator_down_at_ = absl::Now();
+    }
     const absl::Duration silent = absl::Now() - last_answer_;
     const absl::Duration bound =
         coordinator_down_only_ ? std::max(lost_after_, options_.coordinator_restart_grace)
@@ -469,6 +473,7 @@ void WorkerDaemon::Heartbeat() {
     }
     return;
   }
+  if (reply.resend_done_job_id() != 0) ResendDone(reply.resend_done_job_id());
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   last_answer_ = absl::Now();
@@ -517,6 +522,61 @@ void WorkerDaemon::Heartbeat() {
   }
 }
 
+void WorkerDaemon::ResendDone(uint64_t job_id) {
+  v1::ReportDoneRequest done;
+  {
+    absl::MutexLock l(&mu_);
+    if (last_done_.job_id() == job_id) {
+      done = last_done_;
+    } else {
+      // Nothing to resend (this process never finished that job): say so,
+      // so the job fails naming this worker instead of waiting.
+      done.set_worker_id(worker_id_);
+      done.set_job_id(job_id);
+      done.set_rank(job_ != nullptr && job_->assignment.job_id() == job_id ? job_->rank.load()
+                                                                           : 0);
+      done.set_ok(false);
+      done.set_error(absl::StrCat("worker ", worker_id_, " (", options_.advertise_address,
+                                  ") has no record of finishing job ", job_id,
+                                  " (the coordinator restarted and asked for its ReportDone)"));
+    }
+  }
+  if (done.worker_id().empty()) return;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ReportDoneReply reply;
+  absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
+  log_.Log(s.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+           "ReportDone sent again (the coordinator restarted)",
+           {{"job", job_id}, {"ok", done.ok()}, {"error", s.ok() ? "" : s.message()}});
+}
+
+bool WorkerDaemon::AwaitDecision(RunningJob* job, int64_t generation, absl::Duration grace) {
+  const absl::Time start = absl::Now();
+  const absl::Time latest = start + options_.coordinator_restart_grace + grace;
+  absl::Time until = start + grace;
+  RunningJob::RegroupWait w{job, generation};
+  for (;;) {
+    {
+      absl::MutexLock l(&job->mu);
+      job->mu.AwaitWithDeadline(absl::Condition(&RunningJob::StoppedOrSuperseded, &w), until);
+      if (job->stop.load() || job->SupersededLocked(generation)) {
+        return job->SupersededLocked(generation);
+      }
+    }
+    absl::Time down_at;
+    {
+      absl::MutexLock l(&mu_);
+      down_at = coordinator_down_at_;
+    }
+    // A coordinator that is down (restarting) decides nothing meanwhile:
+    // wait for it, `grace` past its last down heartbeat.
+    const absl::Time extended = std::min(latest, down_at + grace);
+    if (down_at < start - grace || extended <= absl::Now()) return false;
+    until = extended;
+  }
+}
+
 void WorkerDaemon::ReapJob(bool wait) {
   std::unique_ptr<RunningJob> done;
   {
@@ -547,8 +607,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   const bool tcp = a.spec().peer_transport() == v1::TCP;
   // Policies whose answer to a lost peer is a regroup (membership.h):
   // shrink (and its late joiners) and wait (a replacement).
-  const bool regroups =
-      a.spec().on_worker_lost() == "shrink" || a.spec().on_worker_lost() == "wait";
+  // And a ps job on the coordinator's own shard: a coordinator restart
+  // regroups it (its sums are lost; README "Coordinator state and restarts").
+  const bool regroups = a.spec().on_worker_lost() == "shrink" ||
+                        a.spec().on_worker_lost() == "wait" || a.coordinator_ps_shard();
   log_.Info("job started", {{"job", a.job_id()},
                             {"rank", a.rank()},
                             {"world", a.peer_addresses_size()},
@@ -912,12 +974,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                  {"grace_s", absl::ToDoubleSeconds(grace)},
                  {"error", out.status().message()}});
       const absl::Time start = absl::Now();
-      RunningJob::RegroupWait w{job, a.generation()};
-      {
-        absl::MutexLock l(&job->mu);
-        job->mu.AwaitWithTimeout(absl::Condition(&RunningJob::StoppedOrSuperseded, &w), grace);
-        superseded = job->SupersededLocked(a.generation());
-      }
+      superseded = AwaitDecision(job, a.generation(), grace);
       log_.Info(superseded       ? "the coordinator regrouped the job"
                 : job->stop.load() ? "the coordinator ended the job"
                                    : "no decision within the grace, reporting",
@@ -959,6 +1016,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
               {"worker", wid},
               {"code", absl::StatusCodeToString(out.status().code())},
               {"error", out.status().message()}});
+  }
+  {
+    absl::MutexLock l(&mu_);
+    last_done_ = done;  // sent again if a restarted coordinator asks
   }
   if (!job->report_claimed.exchange(true)) {  // else Drain() reported it failed
     absl::Status s = RetryWhileCoordinatorDown(

@@ -61,6 +61,12 @@
 // knows this worker's id and job, so the next heartbeat is answered and the
 // job goes on; one that does not (reregister) ends the job as before.
 // ReportEval, ReportDone and the final weights upload retry the same way.
+// A ps job on the coordinator's own shard (Assignment.coordinator_ps_shard)
+// loses the shard's sums at a restart: its combine fails at once, the
+// worker keeps its replica (as for a regroup) and waits for the restarted
+// coordinator's regroup while the coordinator is down. The worker keeps
+// its last ReportDone and sends it again when a restarted coordinator asks
+// (HeartbeatReply.resend_done_job_id: the first one was not committed).
 // Any other failure (a timeout, an unreachable network) keeps the
 // lost_after rule above.
 //
@@ -206,6 +212,13 @@ class WorkerDaemon {
   // DeregisterWorker with the drain reason (Run(), after a Drain()).
   void Deregister(const std::string& worker_id);
   void Heartbeat();
+  // Answers HeartbeatReply.resend_done_job_id (no lock held: one RPC).
+  void ResendDone(uint64_t job_id);
+  // After a combine failed: waits until the job is stopped or superseded
+  // (a regroup) for `grace` from now, extended while the coordinator is
+  // down (restarting) to `grace` after its last down heartbeat, at most
+  // coordinator_restart_grace + grace in all. True if superseded.
+  bool AwaitDecision(RunningJob* job, int64_t generation, absl::Duration grace);
   void StartJob(const v1::Assignment& a);
   void RunJob(RunningJob* job);
   // Joins a job thread that has finished (or all, when `wait`).
@@ -230,6 +243,11 @@ class WorkerDaemon {
   // Every heartbeat failure since the last answer said the coordinator is
   // down (CoordinatorDown in worker_daemon.cc), not unreachable.
   bool coordinator_down_only_ ABSL_GUARDED_BY(mu_) = true;
+  // When a heartbeat last found the coordinator down (InfinitePast: never).
+  absl::Time coordinator_down_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The last job's ReportDone (job_id 0: none yet), sent again when a
+  // restarted coordinator asks (HeartbeatReply.resend_done_job_id).
+  v1::ReportDoneRequest last_done_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
   // Drain() was called: no new assignments, deregister before Run() returns.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Issue 10, a coordinator that survives SIGKILL, for ps jobs on the
+# coordinator's own parameter-server shard (no --ps_addresses), whose sums
+# a restart loses. Real processes on 127.0.0.1: a coordinator with
+# --state_dir and 2 worker daemons (OS-chosen ports; a restarted
+# coordinator listens on the port the first one got). For
+# --ps_transport=grpc and tcp:
+#   1. a ps job runs uninterrupted (the reference final hash);
+#   2. the same spec: the coordinator is SIGKILLed mid-job (step >= 200)
+#      and restarted once both workers logged failed heartbeats over more
+#      than 1.5 s (polled, within 10 s of the kill): the job regroups (a
+#      "restart" membership event: the ranks continue at the newest step
+#      one of them completed) and ends SUCCEEDED with the reference hash,
+#      within BOUND_S of the kill.
+# Then (grpc) the coordinator is SIGKILLed as soon as both workers logged
+# "job done" (their ReportDone is in flight, answered or not: it is retried
+# while the coordinator is down, or asked again by the restarted one when
+# its row was not committed), restarted at once: the job ends SUCCEEDED
+# with the reference hash.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=20
+BOUND_S=60
+STEPS=3000
+source "$(dirname "$0")/e2e_lib.sh"
+
+write_blobs "$T" 11 240 60
+DATA='csv:train.csv;test.csv'
+S="$T/state"
+
+start_coordinator() {  # start_coordinator LISTEN LOG
+  "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
+    2>>"$T/$2" & pids+=($!)
+  cpid=$!
+}
+start_coordinator 127.0.0.1:0 coord.log
+wait_file "$T/coord.port"
+PORT=$(cat "$T/coord.port")
+C="127.0.0.1:$PORT"
+field() { cli status "$1" --json | json "d.get('$2', '')"; }
+restarts=0
+restart_coordinator() {
+  restarts=$((restarts + 1))
+  rm -f "$T/coord.port"
+  start_coordinator "$C" "coord$((restarts + 1)).log"
+  wait_file "$T/coord.port"
+  [ "$(cat "$T/coord.port")" = "$PORT" ] || fail "restarted on port $(cat "$T/coord.port"), not $PORT"
+}
+done_logged() { [ "$(tail -c +"$2" "$1" | grep -c '"job done"\|job done')" -ge 1 ]; }
+
+start_worker
+start_worker
+
+for transport in grpc tcp; do
+  SPEC=(--model=mlp:8 --dataset="$DATA" --workers=2 --batch=24 --steps=$STEPS --lr=0.1
+        --sync=ps --ps_transport=$transport)
+  echo "== ps/$transport: uninterrupted"
+  J1=$(cli submit "${SPEC[@]}") || fail "submit: $J1"
+  wait_until $(( $(now_ms) + BOUND_S * 1000 )) finished "$J1" || fail "job $J1 did not end: $(cli status "$J1")"
+  [ "$(field "$J1" state)" = SUCCEEDED ] || fail "job $J1: $(cli status "$J1")"
+  H1=$(field "$J1" final_hash)
+  [ -n "$H1" ] || fail "job $J1 has no final hash"
+  echo "job $J1 final hash $H1"
+
+  echo "== ps/$transport: coordinator SIGKILLed mid-job and restarted"
+  wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
+  J2=$(cli submit "${SPEC[@]}") || fail "submit: $J2"
+  wait_until $(( $(now_ms) + 30000 )) stepped "$J2" 200 || fail "job $J2 made no progress: $(cli status "$J2")"
+  o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
+  kill -9 "$cpid"
+  wait "$cpid" 2>/dev/null
+  t0=$(now_ms)
+  wait_until $(( t0 + 10000 )) down_for 1500 "$T/w1.log:$o1" "$T/w2.log:$o2" \
+    || fail "the workers did not see the coordinator down for 1500 ms within 10 s"
+  td=$(now_ms)
+  restart_coordinator
+  wait_until $(( t0 + BOUND_S * 1000 )) finished "$J2" \
+    || fail "job $J2 did not end within ${BOUND_S}s of the kill: $(cli status "$J2")"
+  t1=$(now_ms)
+  [ "$(field "$J2" state)" = SUCCEEDED ] || fail "job $J2 after the restart: $(cli status "$J2")"
+  H2=$(field "$J2" final_hash)
+  [ "$H2" = "$H1" ] || fail "job $J2 final hash $H2 != uninterrupted $H1"
+  ST=$(cli status "$J2") || fail "status $J2: $ST"
+  grep -q "restart: 2 -> 2 workers (generation 1), continued at step" <<<"$ST" \
+    || fail "job $J2: no restart regroup in its status: $ST"
+  echo "job $J2 SUCCEEDED $(( t1 - t0 )) ms after the kill ($(( td - t0 )) ms down), final hash = job $J1's; $(grep 'restart:' <<<"$ST" | sed 's/;.*//')"
+  grep -q "registering again" "$T"/w*.log && fail "a worker re-registered"
+done
+
+echo "== ps/grpc: coordinator SIGKILLed as the workers finish, restarted at once"
+SPEC=(--model=mlp:8 --dataset="$DATA" --workers=2 --batch=24 --steps=$STEPS --lr=0.1 --sync=ps)
+wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
+o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
+J3=$(cli submit "${SPEC[@]}") || fail "submit: $J3"
+wait_until $(( $(now_ms) + BOUND_S * 1000 )) \
+  eval 'done_logged "$T/w1.log" $((o1 + 1)) && done_logged "$T/w2.log" $((o2 + 1))' \
+  || fail "job $J3: the workers did not log job done: $(cli status "$J3")"
+kill -9 "$cpid"
+wait "$cpid" 2>/dev/null
+t0=$(now_ms)
+restart_coordinator
+wait_until $(( t0 + 30000 )) finished "$J3" || fail "job $J3 did not end: $(cli status "$J3")"
+[ "$(field "$J3" state)" = SUCCEEDED ] || fail "job $J3 after the restart: $(cli status "$J3")"
+H3=$(field "$J3" final_hash)
+[ "$H3" = "$H1" ] || fail "job $J3 final hash $H3 != uninterrupted $H1"
+how="its ReportDone retried"
+grep -q "ReportDone sent again" "$T"/w*.log && how="asked again by the restarted coordinator"
+echo "job $J3 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill ($how), final hash = job $J1's"
+echo PASS
