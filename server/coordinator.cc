@@ -145,9 +145,9 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   // submissions old, long forgotten by workers (1024) and ps servers (8).
   a.set_group_key(GenerationKey((incarnation_ << 20) | (job.id & 0xfffffu),
                                 job.membership.generation));
-  *a.mutable_spec() = job.spec;
   // Per group key: a regroup's new generation gets a new one.
   a.set_data_plane_secret(dataauth::JobGroupSecret(data_plane_key_, a.group_key()));
+  *a.mutable_spec() = job.spec;
   a.set_rank(rank);
   for (const Rank& r : job.ranks) a.add_peer_addresses(r.address);
   for (const Rank& r : job.ranks) a.add_data_addresses(r.data_address);

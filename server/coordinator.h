@@ -259,6 +259,7 @@
 #include "server/job_series.h"
 #include "server/job_store.h"
 #include "server/rank_timing.h"
+#include "common/net/data_auth.h"
 #include "server/state/state_db.h"
 #include "server/sync_checker.h"
 #include "server/watch_fanout.h"
@@ -273,7 +274,6 @@ struct CoordinatorOptions {
   // A worker not heard from for longer than this is LOST (checked by Tick).
   absl::Duration lost_after = absl::Seconds(3);
   // Parameter-server addresses (shard s at index s). Empty: the
-#include "common/net/data_auth.h"
   // coordinator's own advertised address is the only one.
   std::vector<std::string> ps_addresses;
   // This coordinator's address as workers reach it (see SetAdvertiseAddress).
@@ -550,6 +550,10 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   uint64_t incarnation_ = 0;  // options_.incarnation or from the clock; set once
+  // Key of the job groups' data-plane secrets (Assignment.data_plane_secret
+  // = dataauth::JobGroupSecret(key, group_key)): 32 CSPRNG bytes drawn at
+  // start, never logged or stored.
+  const std::string data_plane_key_ = dataauth::RandomSecret();
   Clock* const clock_;
   const Logger log_;
 
@@ -567,8 +571,4 @@ class Coordinator {
 
 }  // namespace lockstep
 
-  // Key of the job groups' data-plane secrets (Assignment.data_plane_secret
-  // = dataauth::JobGroupSecret(key, group_key)): 32 CSPRNG bytes drawn at
-  // start, never logged or stored.
-  const std::string data_plane_key_ = dataauth::RandomSecret();
 #endif  // LOCKSTEP_SERVER_COORDINATOR_H_

@@ -612,6 +612,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   const bool regroups = a.spec().on_worker_lost() == "shrink" ||
                         a.spec().on_worker_lost() == "wait" || a.coordinator_ps_shard();
   log_.Info("job started", {{"job", a.job_id()},
+                            {"group", static_cast<int64_t>(WireKey(a))},
                             {"rank", a.rank()},
                             {"world", a.peer_addresses_size()},
                             {"worker", wid},
@@ -674,7 +675,6 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     // data-plane clients, which the combine then uses.
     std::vector<std::unique_ptr<GrpcPsClient>> ps_clients;
     std::vector<std::unique_ptr<PsTcpClient>> ps_tcp_clients;
-                            {"group", static_cast<int64_t>(WireKey(a))},
     std::vector<PsClient*> ps_ptrs;
     std::vector<std::unique_ptr<PsClient>> ps_wrapped;  // options_.wrap_ps_client's
     // The ps clients are replaced when the buffer length changes; the job's
