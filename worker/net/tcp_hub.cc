@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -350,6 +351,23 @@ void TcpPeerHub::HandleHello(const PendingHello& p) {
     absl::ReleasableMutexLock l(&mu_);
     auto it = inboxes_.find(std::make_pair(group, static_cast<int>(to)));
     if (it == inboxes_.end()) {
+      // The group is attached here (another of its ranks has an inbox), so
+      // its secret is known: check the mac now instead of parking a hello
+      // for a rank this worker does not hold.
+      auto held = inboxes_.lower_bound(std::make_pair(group, std::numeric_limits<int>::min()));
+      if (held != inboxes_.end() && held->first.first == group) {
+        const std::shared_ptr<TcpInbox> sibling = held->second;
+        l.Release();
+        if (absl::Status mac = tcpwire::VerifyHello(p.buf, sibling->secret, p.nonce); !mac.ok()) {
+          Reject(fd, p.peer, std::string(mac.message()));
+          return;
+        }
+        Reject(fd, p.peer,
+               absl::StrFormat("hello for group %d rank %d, but this worker holds rank %d of "
+                               "that group",
+                               group, to, sibling->rank));
+        return;
+      }
       if (static_cast<int>(parked_.size()) >= options_.max_parked) {
         const size_t parked = parked_.size();
         l.Release();

@@ -21,7 +21,11 @@
 //     wait for their hello and at most max_parked are parked; one more is
 //     closed at once, counted and named (rejected_connections,
 //     last_rejection).
-//   * Parked connections are closed after park_timeout.
+//   * Parked connections are closed after park_timeout. Only hellos for a
+//     group with no inbox here are parked: a hello for a rank this hub does
+//     not hold, of a group it does hold a rank of, has its mac checked at
+//     once with that group's secret and is refused either way (wrong mac,
+//     or "this worker holds rank S of that group").
 //   * TcpInbox: the receive side of one (group, rank); per peer, the FIFO of
 //     accepted connections from it (front = the one being read; a reconnect
 //     appends) and the reader's position in the byte stream. Its

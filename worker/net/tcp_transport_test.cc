@@ -676,6 +676,58 @@ TEST(TcpHelloAuthTest, AParkedForgedHelloIsRefusedWhenItsRankAttaches) {
   ExpectDelivered(*t0, *t1, MessageKey{7, 0, 0, 0});
 }
 
+// A hello for a rank this hub does not hold, of a group attached here (the
+// worker holding rank 0 gets a hello naming rank 1): its mac is checked at
+// once with the group's secret and it is refused either way (a forged one
+// as a wrong mac, a good one as naming a rank held elsewhere), never parked
+// unread; a hello for a group not attached here is still parked.
+TEST(TcpHelloAuthTest, AHelloForARankHeldElsewhereIsRefusedAtOnce) {
+  std::vector<std::string> logged;
+  absl::Mutex log_mu;
+  TcpHubOptions ho;
+  ho.on_reject = [&](const std::string& why) {
+    absl::MutexLock l(&log_mu);
+    logged.push_back(why);
+  };
+  Hubs h(2, ho);
+  auto t0 = h.Make(7, 0);  // hub 0 holds rank 0 of group 7 only
+  const int forged =
+      RawHello(h.hubs[0]->port(), 7, 0, 1, 2, std::string(dataauth::kSecretBytes, 'x'));
+  SendAll(forged, ForgedFrame(MessageKey{7, 0, 0, 0}, 4));
+  ExpectClosedByHub(forged);
+  close(forged);
+  EXPECT_EQ(h.hubs[0]->rejected_connections(), 1);
+  EXPECT_THAT(h.hubs[0]->last_rejection(), HasSubstr("connection from 127.0.0.1:"));
+  EXPECT_THAT(h.hubs[0]->last_rejection(),
+              HasSubstr("hello from rank 0 for group 7 rank 1 has a wrong mac"));
+  const int misrouted = RawHello(h.hubs[0]->port(), 7, 0, 1, 2);  // the right secret
+  ExpectClosedByHub(misrouted);
+  close(misrouted);
+  EXPECT_EQ(h.hubs[0]->rejected_connections(), 2);
+  EXPECT_THAT(h.hubs[0]->last_rejection(),
+              HasSubstr("hello for group 7 rank 1, but this worker holds rank 0 of that group"));
+  EXPECT_EQ(h.hubs[0]->parked_connections(), 0);
+  {
+    absl::MutexLock l(&log_mu);
+    ASSERT_EQ(logged.size(), 2u);
+    EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
+    EXPECT_THAT(logged[0], HasSubstr("wrong mac"));
+    EXPECT_THAT(logged[1], HasSubstr("connection from 127.0.0.1:"));
+  }
+  // A group nobody attached here yet keeps waiting for its rank.
+  const int early = RawHello(h.hubs[0]->port(), 9, 1, 0, 2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (h.hubs[0]->parked_connections() < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  EXPECT_EQ(h.hubs[0]->parked_connections(), 1);
+  EXPECT_EQ(h.hubs[0]->rejected_connections(), 2);
+  close(early);
+  // The job itself is unaffected.
+  auto t1 = h.Make(7, 1);
+  ExpectDelivered(*t0, *t1, MessageKey{7, 0, 0, 0});
+}
+
 // A hello recorded from a real rank's connection (here: to a listener that
 // plays the hub) and replayed on a new connection does not fit that
 // connection's challenge.

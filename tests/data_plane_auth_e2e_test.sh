@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Issue 11, real processes: "a stranger's connection to a worker's data
+# port" cannot inject frames. On 127.0.0.1 with OS-chosen ports, in plain
+# text (--insecure): a lockstep-server ps shard (TCP data port), a
+# coordinator (--ps_addresses = that shard) and two workers.
+#   1  a K=2 ring job over raw TCP without a stranger: its final hash H1;
+#   2  the same job again; once it has stepped, tests/data_plane_stranger.py,
+#      which knows the job's group key (from the workers' "job started" log)
+#      but not its data-plane secret, connects to both workers' data ports:
+#      a hello with a forged mac then frames, a version-1 hello then frames,
+#      a hello cut short. Every attempt is refused (closed unread); the job
+#      SUCCEEDS with H1 and each worker logged "data plane connection
+#      refused" naming the stranger's 127.0.0.1 address and the wrong mac;
+#   3  the same for a K=2 ps job over --ps_transport=tcp at the ps server's
+#      data port (refused with a hello reply naming the wrong mac, logged by
+#      the ps server): SUCCEEDED with its hash without the stranger.
+# The secret is in no status reply.
+set -uo pipefail
+COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; STRANGER="$5"
+T="${TEST_TMPDIR:-$(mktemp -d)}"
+FAIL_TAIL=25
+source "$(dirname "$0")/e2e_lib.sh"
+write_blobs "$T" 11 2000 200 16
+DATA='csv:train.csv;test.csv'
+t_start=$(now_ms)
+
+"$PS" --insecure --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=-1 \
+  2>"$T/ps.log" & pids+=($!)
+wait_file "$T/ps.port"
+P="127.0.0.1:$(cat "$T/ps.port")"
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=-1 \
+  --ps_addresses="$P" 2>"$T/coord.log" & pids+=($!)
+wait_file "$T/coord.port"
+C="127.0.0.1:$(cat "$T/coord.port")"
+for i in 1 2; do
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
+    --metrics_port=-1 2>"$T/w$i.log" & pids+=($!)
+  wait_file "$T/w$i.port"
+  wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
+done
+peers=()
+while read -r id addr data _; do peers+=("peer@$data"); done < <(cli workers | grep -E '^w-[12] ')
+[ "${#peers[@]}" = 2 ] || fail "expected 2 workers with data addresses: $(cli workers)"
+ps_data=$(grep -o 'data_port=[0-9]*' "$T/ps.log" | head -1 | cut -d= -f2)
+[ -n "$ps_data" ] && [ "$ps_data" -gt 0 ] || fail "no data_port in ps.log"
+
+# run_job NAME STRANGER_TARGETS SUBMIT_ARGS...: submits; with targets, runs
+# the stranger against them once the job has stepped; waits for the end;
+# writes the final hash to $T/NAME.hash.
+run_job() {
+  local name=$1 targets=$2; shift 2
+  local id t0 group
+  id=$(cli submit "$@") || fail "$name: submit: $id"
+  t0=$(now_ms)
+  wait_until $(( $(now_ms) + 30000 )) stepped "$id" 3 || fail "$name: job $id never stepped"
+  if [ -n "$targets" ]; then
+    group=$(grep "job started" "$T/w1.log" | grep "job=$id " | grep -o 'group=[0-9]*' | tail -1 | cut -d= -f2)
+    [ -n "$group" ] || fail "$name: no group key for job $id in w1.log"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$STRANGER" --group="$group" $targets >"$T/$name.stranger.out" 2>&1 \
+      || { cat "$T/$name.stranger.out"; fail "$name: the stranger was not refused"; }
+    sed 's/^/  /' "$T/$name.stranger.out"
+    [ "$(state_of "$id")" = RUNNING ] || fail "$name: the job ended before the stranger did"
+  fi
+  wait_until $(( $(now_ms) + 120000 )) finished "$id" || fail "$name: job $id not finished"
+  local out; out=$(cli status "$id" --json)
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: expected SUCCEEDED: $out"
+  grep -qi secret <<<"$out" && fail "$name: a status reply mentions a secret: $out"
+  echo "$name: job $id SUCCEEDED in $(( $(now_ms) - t0 )) ms"
+  json "d['final_hash']" <<<"$out" >"$T/$name.hash"
+}
+
+RING=(--workers=2 --peer_transport=tcp --model=mlp:256,256 --dataset="$DATA" --batch=64
+      --steps=2000 --seed=5)
+PSJOB=(--workers=2 --sync=ps --ps_transport=tcp --model=mlp:256,256 --dataset="$DATA"
+       --batch=64 --steps=1500 --seed=6)
+run_job ring-alone "" "${RING[@]}"; h1=$(cat "$T/ring-alone.hash")
+run_job ring-stranger "${peers[*]}" "${RING[@]}"; h2=$(cat "$T/ring-stranger.hash")
+[ "$h1" = "$h2" ] || fail "ring: hash $h2 with the stranger differs from $h1 without"
+echo "ring over tcp: same final hash with and without the stranger ($h1)"
+run_job ps-alone "" "${PSJOB[@]}"; h3=$(cat "$T/ps-alone.hash")
+run_job ps-stranger "ps@127.0.0.1:$ps_data" "${PSJOB[@]}"; h4=$(cat "$T/ps-stranger.hash")
+[ "$h3" = "$h4" ] || fail "ps: hash $h4 with the stranger differs from $h3 without"
+echo "ps over tcp: same final hash with and without the stranger ($h3)"
+
+for f in w1 w2 ps; do
+  n=$(grep -c 'connection refused.*connection from 127\.0\.0\.1:[0-9]*: .*wrong mac' "$T/$f.log")
+  [ "$n" -gt 0 ] || fail "$f.log has no refusal naming the stranger's address and the wrong mac"
+  echo "$f.log: $n refusals naming the stranger's address; e.g.:"
+  grep -m1 'connection refused.*wrong mac' "$T/$f.log" | cut -c1-260
+done
+echo "total $(( $(now_ms) - t_start )) ms"
+echo PASS
