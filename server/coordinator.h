@@ -552,8 +552,10 @@ class Coordinator {
   uint64_t incarnation_ = 0;  // options_.incarnation or from the clock; set once
   // Key of the job groups' data-plane secrets (Assignment.data_plane_secret
   // = dataauth::JobGroupSecret(key, group_key)): 32 CSPRNG bytes drawn at
-  // start, never logged or stored.
-  const std::string data_plane_key_ = dataauth::RandomSecret();
+  // start, never logged; with a state database, the stored one (so that a
+  // restarted coordinator hands out the secrets its running jobs'
+  // connections were made with; StoredCounters::data_plane_key).
+  std::string data_plane_key_ ABSL_GUARDED_BY(mu_) = dataauth::RandomSecret();
   Clock* const clock_;
   const Logger log_;
 

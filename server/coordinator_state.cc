@@ -151,6 +151,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
   if (loaded->counters.incarnation != 0) {
     incarnation_ = loaded->counters.incarnation & kMaxIncarnation;
   }
+  if (loaded->counters.data_plane_key.size() == dataauth::kSecretBytes) {
+    data_plane_key_ = loaded->counters.data_plane_key;
+  }
   workers_.SetNextSeq(loaded->counters.next_worker_seq);
   jobs_.SetNextId(loaded->counters.next_job_id);
   for (const StoredWorker& s : loaded->workers) {
@@ -358,7 +361,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
 
 void Coordinator::PersistCountersLocked() {
   if (state_db_ == nullptr) return;
-  state_db_->PutCounters({workers_.next_seq(), jobs_.next_id(), incarnation_});
+  state_db_->PutCounters({workers_.next_seq(), jobs_.next_id(), incarnation_, data_plane_key_});
 }
 
 void Coordinator::PersistWorkerLocked(const Worker& w) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "common/net/data_auth.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
@@ -265,6 +266,43 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobC
   ASSERT_TRUE(r.has_assignment());
   EXPECT_EQ(r.assignment().job_id(), 2u);
   EXPECT_EQ(r.assignment().group_key() >> 20, group_key >> 20);
+}
+
+// The data-plane secret of a group key is the same after a restart, so a
+// rank assigned by the restarted coordinator can connect to peers (and ps
+// servers) that got theirs before it.
+TEST_F(CoordinatorStateTest, DataPlaneSecretsSurviveRestart) {
+  const std::string dir = TempDir();
+  v1::Assignment before;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    ASSERT_EQ(Register(c, 1), "w-1");
+    ASSERT_EQ(Register(c, 2), "w-2");
+    ASSERT_EQ(Submit(c, Spec(2, 100)), 1u);
+    v1::HeartbeatReply r = Beat(c, "w-1");
+    ASSERT_TRUE(r.has_assignment());
+    before = r.assignment();
+    Beat(c, "w-1", 1);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  ASSERT_EQ(before.data_plane_secret().size(), dataauth::kSecretBytes);
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  Beat(c, "w-1", 1);
+  v1::HeartbeatReply r = Beat(c, "w-2");  // never acknowledged job 1
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().job_id(), 1u);
+  EXPECT_EQ(r.assignment().group_key(), before.group_key());
+  EXPECT_EQ(r.assignment().data_plane_secret(), before.data_plane_secret());
+  // Another coordinator without the database draws its own key.
+  Incarnation other = Start("");
+  ASSERT_EQ(Register(other.coord.get(), 1), "w-1");
+  ASSERT_EQ(Register(other.coord.get(), 2), "w-2");
+  ASSERT_EQ(Submit(other.coord.get(), Spec(2, 100)), 1u);
+  v1::HeartbeatReply o = Beat(other.coord.get(), "w-1");
+  ASSERT_TRUE(o.has_assignment());
+  EXPECT_NE(o.assignment().data_plane_secret(), before.data_plane_secret());
 }
 
 TEST_F(CoordinatorStateTest, LeftWorkerAndItsFailedJobStayThatWayAcrossRestart) {

@@ -18,6 +18,10 @@ namespace lockstep {
 
 namespace {
 
+// StoredCounters::data_plane_key in the meta table: 4 words.
+constexpr int kDataPlaneKeyWords = 4;
+std::string DataPlaneKeyName(int i) { return "data_plane_key_" + std::to_string(i); }
+
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS workers(
@@ -176,7 +180,7 @@ absl::StatusOr<v1::JobStatus> ParseStatus(const std::string& path, int64_t id,
 
 absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(StateDbOptions options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("--state_dir: empty directory name");
-  if (mkdir(options.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(
         absl::StrCat("--state_dir ", options.dir, ": cannot create: ", std::strerror(errno)));
   }
@@ -267,6 +271,8 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
   absl::MutexLock l(&read_mu_);
   Loaded out;
   {
+    uint64_t key_words[kDataPlaneKeyWords] = {};
+    int key_seen = 0;
     Stmt s(reader_db_, "SELECT key, value FROM meta");
     if (!s.ok()) return SqlError(reader_db_, path_, "reading meta");
     while (s.Step() == SQLITE_ROW) {
@@ -275,6 +281,20 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
       if (key == "next_worker_seq") out.counters.next_worker_seq = v;
       if (key == "next_job_id") out.counters.next_job_id = static_cast<uint64_t>(v);
       if (key == "incarnation") out.counters.incarnation = static_cast<uint64_t>(v);
+      for (int i = 0; i < kDataPlaneKeyWords; ++i) {
+        if (key == DataPlaneKeyName(i)) {
+          key_words[i] = static_cast<uint64_t>(v);
+          key_seen |= 1 << i;
+        }
+      }
+    }
+    if (key_seen == (1 << kDataPlaneKeyWords) - 1) {
+      out.counters.data_plane_key.resize(8 * kDataPlaneKeyWords);
+      for (int i = 0; i < kDataPlaneKeyWords; ++i) {
+        for (int b = 0; b < 8; ++b) {
+          out.counters.data_plane_key[8 * i + b] = static_cast<char>(key_words[i] >> (8 * b));
+        }
+      }
     }
   }
   {
@@ -684,6 +704,18 @@ absl::Status StateDb::Write(Batch& batch) {
       put.Text(1, key);
       put.Int(2, value);
       check(put, "writing meta");
+    }
+    const std::string& k = batch.counters->data_plane_key;
+    if (k.size() == 8 * kDataPlaneKeyWords) {
+      for (int i = 0; i < kDataPlaneKeyWords; ++i) {
+        uint64_t w = 0;
+        for (int b = 0; b < 8; ++b) {
+          w |= static_cast<uint64_t>(static_cast<uint8_t>(k[8 * i + b])) << (8 * b);
+        }
+        put.Text(1, DataPlaneKeyName(i));
+        put.Int(2, static_cast<int64_t>(w));
+        check(put, "writing meta");
+      }
     }
   }
   if (!batch.workers.empty()) {

@@ -125,6 +125,12 @@ struct StoredCounters {
   int64_t next_worker_seq = 1;
   uint64_t next_job_id = 1;
   uint64_t incarnation = 0;  // 0 = none stored yet
+  // The coordinator's data-plane key (Assignment.data_plane_secret is
+  // derived from it per group key), so that a restarted coordinator hands
+  // out the secrets its running jobs' connections were made with. 32 bytes,
+  // stored as 4 little-endian 64-bit meta values; empty = none stored yet.
+  // The state directory must be readable by the coordinator only.
+  std::string data_plane_key;
 };
 
 struct StateDbOptions {

@@ -68,8 +68,11 @@ TEST(StateDbTest, EverythingSurvivesReopen) {
     ASSERT_TRUE(empty.ok()) << empty.status();
     EXPECT_EQ(empty->counters.next_job_id, 1u);
     EXPECT_EQ(empty->counters.incarnation, 0u);
+    EXPECT_TRUE(empty->counters.data_plane_key.empty());
     EXPECT_TRUE(empty->jobs.empty());
-    (*db)->PutCounters({/*next_worker_seq=*/5, /*next_job_id=*/3, /*incarnation=*/777});
+    std::string key(32, '\0');
+    for (int i = 0; i < 32; ++i) key[i] = static_cast<char>(0xF0 + i * 7);  // high bits set
+    (*db)->PutCounters({/*next_worker_seq=*/5, /*next_job_id=*/3, /*incarnation=*/777, key});
     for (int64_t seq = 1; seq <= 4; ++seq) {
       (*db)->PutWorker({seq, absl::StrCat("w-", seq), absl::StrCat("127.0.0.1:", 7000 + seq),
                         "127.0.0.1:9000", "vm", 100 + seq});
@@ -92,6 +95,11 @@ TEST(StateDbTest, EverythingSurvivesReopen) {
   EXPECT_EQ(loaded->counters.next_worker_seq, 5);
   EXPECT_EQ(loaded->counters.next_job_id, 3u);
   EXPECT_EQ(loaded->counters.incarnation, 777u);
+  ASSERT_EQ(loaded->counters.data_plane_key.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(static_cast<uint8_t>(loaded->counters.data_plane_key[i]),
+              static_cast<uint8_t>(0xF0 + i * 7));
+  }
   ASSERT_EQ(loaded->workers.size(), 3u);
   EXPECT_EQ(loaded->workers[1].id, "w-3");
   EXPECT_EQ(loaded->workers[1].address, "127.0.0.1:7003");
