@@ -612,7 +612,6 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   const bool regroups = a.spec().on_worker_lost() == "shrink" ||
                         a.spec().on_worker_lost() == "wait" || a.coordinator_ps_shard();
   log_.Info("job started", {{"job", a.job_id()},
-                            {"group", static_cast<int64_t>(WireKey(a))},
                             {"rank", a.rank()},
                             {"world", a.peer_addresses_size()},
                             {"worker", wid},
@@ -620,7 +619,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                          ? (a.spec().ps_transport() == v1::TCP ? "ps/tcp" : "ps")
                                      : tcp                          ? "ring/tcp"
                                                                     : "ring/grpc"},
-                            {"model", a.spec().model()}});
+                            {"model", a.spec().model()},
+                            {"group", static_cast<int64_t>(WireKey(a))}});
   SetBlasThreads(options_.blas_threads);
   // Step reports are pipelined (worker/step_reporter.h): a reply that says
   // stop arrives while the job thread may already be in the next combine,
