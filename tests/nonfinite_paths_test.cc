@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -185,9 +186,10 @@ struct RunResult {
 };
 
 // Runs the job on K ranks over path p; ranks in `nan_ranks` get a NaN at
-// kNanStep.
+// kNanStep (or `value`; in their local loss sum with `in_loss`).
 RunResult RunJob(const Path& p, const v1::JobSpec& spec, const std::vector<int>& nan_ranks,
-                 const TrainTest& data, FakeReporter* reporter) {
+                 const TrainTest& data, FakeReporter* reporter,
+                 float value = std::numeric_limits<float>::quiet_NaN(), bool in_loss = false) {
   const int k = spec.num_workers();
   RunResult result;
   result.outcome.resize(k, absl::UnknownError("not run"));
@@ -274,6 +276,8 @@ RunResult RunJob(const Path& p, const v1::JobSpec& spec, const std::vector<int>&
       for (int q : nan_ranks) {
         if (q == r) o.nan_at_step = kNanStep;
       }
+      o.nan_value = value;
+      o.nan_in_loss = in_loss;
       JobRunner runner(o, &data, combiner.get(), reporter);
       result.outcome[r] = runner.Run();
       if (runner.replica() != nullptr) {
@@ -429,6 +433,136 @@ INSTANTIATE_TEST_SUITE_P(EveryCombinePath, NonFiniteTest, ::testing::ValuesIn(Ca
                          [](const auto& info) {
                            return PathName(info.param.path, info.param.k);
                          });
+
+// Finite local values whose SUM is not finite, and a non-finite loss with a
+// finite gradient, on the ring over gRPC and raw TCP and on ps over gRPC and
+// raw TCP, without and with overlap, K = 2 and 3. Closed form: ranks 0 and 1
+// each put 3e38 (finite, < FLT_MAX 3.4e38) in their first gradient element
+// at step 3, so the combined element is 6e38 = +inf whatever the other
+// ranks add; no rank's flag is set, and every rank must find it in the
+// combined buffer.
+struct SumCase {
+  Path path;
+  int k;
+};
+
+std::vector<SumCase> SumCases() {
+  std::vector<SumCase> cases;
+  for (int k : {2, 3}) {
+    for (Plane plane : {Plane::kGrpc, Plane::kTcp}) {
+      for (bool overlap : {false, true}) {
+        cases.push_back({Path{plane, false, AllReduceAlgorithm::kAuto, 1, overlap, ""}, k});
+        cases.push_back({Path{plane, true, AllReduceAlgorithm::kAuto, 1, overlap, ""}, k});
+      }
+    }
+  }
+  return cases;
+}
+
+class NonFiniteSumTest : public ::testing::TestWithParam<SumCase> {};
+
+// Skip asserted as for a NaN: one skipped step (3) on every rank, no rank
+// named, weights after step 3 = after step 2, replicas bit-identical, and
+// the final weights those of the reference without step 3's update.
+void ExpectSkippedWithRanks(const Path& p, int k, const RunResult& run, FakeReporter& reporter,
+                            const TrainTest& data, const std::vector<int>& want_ranks) {
+  for (int r = 0; r < k; ++r) {
+    ASSERT_TRUE(run.outcome[r].ok()) << "rank " << r << ": " << run.outcome[r].status();
+    EXPECT_EQ(run.outcome[r]->skipped_steps, 1) << "rank " << r;
+  }
+  const auto reports = reporter.reports();
+  ASSERT_EQ(static_cast<int64_t>(reports.size()), kSteps);
+  for (const auto& [step, by_rank] : reports) {
+    ASSERT_EQ(static_cast<int>(by_rank.size()), k) << "step " << step;
+    for (const auto& [rank, rep] : by_rank) {
+      EXPECT_EQ(rep.update_skipped(), step == kNanStep) << "step " << step << " rank " << rank;
+      const std::vector<int> got(rep.nonfinite_ranks().begin(), rep.nonfinite_ranks().end());
+      EXPECT_EQ(got, step == kNanStep ? want_ranks : std::vector<int>{})
+          << "step " << step << " rank " << rank;
+      EXPECT_EQ(rep.weights_hash(), by_rank.at(0).weights_hash()) << "step " << step;
+    }
+  }
+  EXPECT_EQ(reports.at(kNanStep).at(0).weights_hash(),
+            reports.at(kNanStep - 1).at(0).weights_hash());
+  for (int r = 1; r < k; ++r) {
+    ASSERT_EQ(run.params[r].size(), run.params[0].size());
+    EXPECT_EQ(std::memcmp(run.params[r].data(), run.params[0].data(),
+                          run.params[0].size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
+  const std::vector<float> skipped = Reference(Spec(p, k, "skip"), data.train, kNanStep);
+  ASSERT_EQ(skipped.size(), run.params[0].size());
+  EXPECT_EQ(CountOff(run.params[0], skipped, p.compression), 0);
+}
+
+TEST_P(NonFiniteSumTest, AnOverflowingSumIsSkippedOnEveryReplica) {
+  const Path& p = GetParam().path;
+  const int k = GetParam().k;
+  const TrainTest data = Blobs(200, 0);
+  FakeReporter reporter;
+  RunResult run = RunJob(p, Spec(p, k, "skip"), {0, 1}, data, &reporter, 3e38f);
+  ExpectSkippedWithRanks(p, k, run, reporter, data, {});
+}
+
+TEST_P(NonFiniteSumTest, AnOverflowingSumFailsNamingTheStep) {
+  const Path& p = GetParam().path;
+  const int k = GetParam().k;
+  const TrainTest data = Blobs(200, 0);
+  FakeReporter reporter;
+  RunResult run = RunJob(p, Spec(p, k, "fail"), {0, 1}, data, &reporter, 3e38f);
+  for (int r = 0; r < k; ++r) {
+    ASSERT_FALSE(run.outcome[r].ok()) << "rank " << r;
+    EXPECT_EQ(run.outcome[r].status().code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(run.outcome[r].status().message(),
+              "non-finite sum at step 3: every rank's gradient and loss were finite, the sum "
+              "overflowed (spec.on_nonfinite: fail)");
+  }
+  for (const auto& [step, by_rank] : reporter.reports()) EXPECT_LT(step, kNanStep);
+}
+
+TEST_P(NonFiniteSumTest, ANonFiniteLossWithAFiniteGradientIsFlagged) {
+  const Path& p = GetParam().path;
+  const int k = GetParam().k;
+  const TrainTest data = Blobs(200, 0);
+  FakeReporter skip_reporter;
+  RunResult skipped = RunJob(p, Spec(p, k, "skip"), {1}, data, &skip_reporter,
+                             std::numeric_limits<float>::infinity(), /*in_loss=*/true);
+  ExpectSkippedWithRanks(p, k, skipped, skip_reporter, data, {1});
+  FakeReporter fail_reporter;
+  RunResult failed = RunJob(p, Spec(p, k, "fail"), {1}, data, &fail_reporter,
+                            std::numeric_limits<float>::quiet_NaN(), /*in_loss=*/true);
+  for (int r = 0; r < k; ++r) {
+    ASSERT_FALSE(failed.outcome[r].ok()) << "rank " << r;
+    EXPECT_EQ(failed.outcome[r].status().message(),
+              "non-finite loss on rank 1 at step 3 (spec.on_nonfinite: fail)");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAndPs, NonFiniteSumTest, ::testing::ValuesIn(SumCases()),
+                         [](const auto& info) {
+                           return PathName(info.param.path, info.param.k);
+                         });
+
+// A finite local value that overflows the fp16 wire (> 65504) alone: one
+// rank puts 1e5 in its gradient; float32 holds it, fp16 does not, so the
+// combined element is +inf on every rank (ring over raw TCP, K = 2).
+TEST(NonFiniteWireTest, AValueThatOverflowsTheFp16WireIsSkipped) {
+  const TrainTest data = Blobs(200, 0);
+  for (bool overlap : {false, true}) {
+    const Path p{Plane::kTcp, false, AllReduceAlgorithm::kAuto, 1, overlap, "fp16"};
+    FakeReporter reporter;
+    RunResult run = RunJob(p, Spec(p, 2, "skip"), {1}, data, &reporter, 1e5f);
+    ExpectSkippedWithRanks(p, 2, run, reporter, data, {});
+    // ... and over a float32 wire the same value is applied (not skipped).
+    const Path f32{Plane::kTcp, false, AllReduceAlgorithm::kAuto, 1, overlap, ""};
+    FakeReporter f32_reporter;
+    RunResult applied = RunJob(f32, Spec(f32, 2, "skip"), {1}, data, &f32_reporter, 1e5f);
+    const auto reports = f32_reporter.reports();
+    ASSERT_TRUE(reports.count(kNanStep) && reports.at(kNanStep).count(0));
+    EXPECT_FALSE(reports.at(kNanStep).at(0).update_skipped());
+  }
+}
 
 // K = 1: nothing to combine; the flag is this rank's own, and the weights
 // are bit-identical to the reference trainer without step 3's update.

@@ -330,6 +330,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // Backward + combine, overlapped in buckets (step_combine.h).
   StepCombiner step_combiner(combiner_, *combine_config, options_.world, options_.rank);
   step_combiner.InjectNanAtStep(options_.nan_at_step);
+  step_combiner.SetInjectedValue(options_.nan_value, options_.nan_in_loss);
   std::vector<int> nonfinite_ranks;  // flagged ranks of a step, reused
   nonfinite_ranks.reserve(options_.world);
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
@@ -545,11 +546,16 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     const auto t_hash = std::chrono::steady_clock::now();
     if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
     wait_seconds += SecondsSince(t_hash);
-    // Non-finite gradients: every rank reads the same summed flags.
-    const bool skip = FlaggedRanks(r.flags(), &nonfinite_ranks);
+    // Non-finite gradients or losses: every rank reads the same summed
+    // flags, and the same verdict on the same combined bytes (a finite
+    // local sum can overflow in the combine or on a 16-bit wire).
+    const bool flagged = FlaggedRanks(r.flags(), &nonfinite_ranks);
+    const bool skip = flagged || !step_combiner.combined_finite();
     if (skip && *on_nonfinite == NonFinitePolicy::kFail) {
-      return absl::AbortedError(absl::StrCat("non-finite gradient on ", RankList(nonfinite_ranks),
-                                             " at step ", step, " (spec.on_nonfinite: fail)"));
+      return absl::AbortedError(absl::StrCat(
+          flagged ? absl::StrCat(DescribeFlags(r.flags()), " at step ", step)
+                  : SumOverflowMessage(step),
+          " (spec.on_nonfinite: fail)"));
     }
     const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
                           : r.Apply(step, count);
@@ -557,7 +563,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     if (skip) {
       ++outcome.skipped_steps;
       log_.Warn("update skipped: non-finite gradient",
-                {{"step", step}, {"ranks", RankList(nonfinite_ranks)},
+                {{"step", step},
+                 {"ranks", flagged ? RankList(nonfinite_ranks) : "none"},
+                 {"reason", flagged ? DescribeFlags(r.flags()) : SumOverflowMessage(step)},
                  {"skipped_steps", outcome.skipped_steps}});
     }
     if (step == options_.flip_at_step && !flipped_) {

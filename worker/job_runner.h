@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -68,6 +69,10 @@ struct JobRunnerOptions {
   // Fault injection for tests: at this step, put a NaN in this rank's local
   // gradient before the non-finite check (-1 = off).
   int64_t nan_at_step = -1;
+  // ... and the value put there (a NaN unless a test wants a large finite
+  // value whose SUM over ranks overflows).
+  float nan_value = std::numeric_limits<float>::quiet_NaN();
+  bool nan_in_loss = false;  // put it in the local loss sum instead
   // Replica state transfer (common/train/replica_state.h): where this rank
   // publishes its state when a peer must copy it (not owned; nullptr = it
   // never does), and how it fetches peer `rank`'s state published at step

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "absl/base/internal/raw_logging.h"
@@ -81,22 +82,35 @@ void StepCombiner::BeginCheck(Replica& r, int64_t step) {
   check_from_ = grad_end_;
   inject_nan_ = step == nan_at_step_ && r.num_params() > 0;
   local_finite_ = true;
+  loss_checked_ = false;
+  local_loss_finite_ = true;
+  combined_finite_ = true;
 }
 
 void StepCombiner::CheckPiece(int64_t lo, int64_t hi) {
   lo = std::max(lo, grad_begin_);
   hi = std::min(hi, grad_end_);
   if (lo >= hi) return;
-  if (inject_nan_ && lo == grad_begin_) {
-    check_buffer_[grad_begin_] = std::numeric_limits<float>::quiet_NaN();
+  if (inject_nan_ && !inject_loss_ && lo == grad_begin_) {
+    check_buffer_[grad_begin_] = inject_value_;
   }
   // Once one piece failed the verdict is known; the rest need no pass.
   if (local_finite_) local_finite_ = AllFinite(absl::MakeConstSpan(check_buffer_ + lo, hi - lo));
 }
 
+void StepCombiner::CheckLoss() {
+  if (loss_checked_) return;
+  loss_checked_ = true;
+  if (inject_nan_ && inject_loss_) check_buffer_[grad_end_] = inject_value_;
+  local_loss_finite_ = std::isfinite(check_buffer_[grad_end_]);  // the loss slot
+}
+
 void StepCombiner::WriteFlags() {
+  CheckLoss();
   std::fill(check_buffer_, check_buffer_ + grad_begin_, 0.0f);
-  if (rank_ >= 0 && rank_ < flag_slots_) check_buffer_[rank_] = local_finite_ ? 0.0f : 1.0f;
+  if (rank_ >= 0 && rank_ < flag_slots_) {
+    check_buffer_[rank_] = LocalFlag(local_finite_, local_loss_finite_);
+  }
   if (id_writer_ && !ids_.empty()) id_writer_(ids_);
 }
 
@@ -104,6 +118,9 @@ void StepCombiner::ReadyFrom(int64_t begin) {
   // Compute thread: check the piece [begin, check_from_) while it is in
   // cache; once the whole gradient is final, write the flags in front of it
   // (they ride in the last bucket) and release everything down to 0.
+  // The loss slot is final first (before bucket 0, which holds it, is
+  // released and summed in place): check this rank's loss there.
+  if (flag_slots_ > 0 && begin <= grad_end_) CheckLoss();
   if (flag_slots_ > 0 && begin < check_from_) {
     CheckPiece(begin, check_from_);
     check_from_ = std::max(begin, grad_begin_);
@@ -121,6 +138,7 @@ void StepCombiner::Loop() {
     BucketCall base;
     absl::Span<float> buffer;
     int64_t local = 0;
+    int64_t check_begin = 0;
     {
       absl::MutexLock l(&mu_);
       auto has_work = [this] {
@@ -134,10 +152,12 @@ void StepCombiner::Loop() {
       base = call_;
       buffer = buffer_;
       local = local_count_;
+      check_begin = combined_check_begin_;
     }
     absl::Status status;
     int64_t total = local;
     double communication = 0, peer_wait = 0;
+    bool finite = true;
     const int num = static_cast<int>(buckets_.size());
     for (int b = 0; b < num && status.ok(); ++b) {
       const Range range = buckets_[b];
@@ -170,12 +190,18 @@ void StepCombiner::Loop() {
                                         &peer_wait);
       communication += SecondsSince(t0);
       if (b == 0) total = c;
+      // The combined bucket, while in cache: its part of [gradient | loss].
+      const int64_t lo = std::max(range.begin, check_begin);
+      if (status.ok() && finite && lo < range.end) {
+        finite = AllFinite(buffer.subspan(lo, range.end - lo));
+      }
     }
     absl::MutexLock l(&mu_);
     status_ = status;
     total_count_ = total;
     communication_seconds_ = communication;
     peer_wait_seconds_ = peer_wait;
+    buckets_finite_ = finite;
     done_ = true;
   }
 }
@@ -207,6 +233,10 @@ absl::Status StepCombiner::ComputeAndCombine(Replica& r, const Dataset& data,
     call.deadline = absl::Now() + timeout;
     const auto t1 = std::chrono::steady_clock::now();
     absl::Status s = combiner_->CombineBucket(call, buffer, &c, &timing->peer_wait_seconds);
+    // Every rank checks the same combined bytes (nonfinite.h).
+    if (s.ok() && flag_slots_ > 0 && world_ > 1) {
+      combined_finite_ = AllFinite(buffer.subspan(grad_begin_, n - grad_begin_));
+    }
     timing->communication_seconds = timing->exposed_seconds = SecondsSince(t1);
     timing->buckets = 1;
     if (s.ok()) *count = c;
@@ -224,6 +254,7 @@ absl::Status StepCombiner::ComputeAndCombine(Replica& r, const Dataset& data,
     call_ = call;
     buffer_ = buffer;
     local_count_ = static_cast<int64_t>(indices.size());
+    combined_check_begin_ = flag_slots_ > 0 ? grad_begin_ : n;
     ready_from_ = n;  // nothing final yet
     status_ = absl::OkStatus();
     done_ = false;
@@ -249,6 +280,7 @@ absl::Status StepCombiner::ComputeAndCombine(Replica& r, const Dataset& data,
   timing->communication_seconds = communication_seconds_;
   timing->peer_wait_seconds = peer_wait_seconds_;
   timing->buckets = static_cast<int>(buckets_.size());
+  combined_finite_ = buckets_finite_;
   if (status_.ok()) *count = total_count_;
   return status_;
 }

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -101,8 +102,20 @@ class StepCombiner : private GradReadyListener {
 
   // Fault injection for tests (lockstep-worker --fault_nan_step): at step
   // `step`, this rank's local gradient gets a NaN in its first element
-  // before the check (-1 = off).
+  // before the check (-1 = off); SetInjectedValue puts that value there
+  // instead (a large finite one makes the SUM overflow).
   void InjectNanAtStep(int64_t step) { nan_at_step_ = step; }
+  void SetInjectedValue(float value, bool into_loss = false) {
+    inject_value_ = value;
+    inject_loss_ = into_loss;  // the local loss sum instead of the gradient
+  }
+
+  // After a successful ComputeAndCombine with flag slots: whether the
+  // combined gradient and loss sum are all finite (K > 1; always true at
+  // K = 1, where the local check is the whole story). Every rank holds the
+  // same combined bytes, so every rank reads the same verdict: false with
+  // no rank's flag set means the sum overflowed (nonfinite.h).
+  bool combined_finite() const { return combined_finite_; }
 
   // Divergence (issue 10): called on the compute thread with the replica's
   // ids() each time the flags are written (just before the last bucket is
@@ -120,6 +133,8 @@ class StepCombiner : private GradReadyListener {
   void BeginCheck(Replica& r, int64_t step);
   // Checks buffer [lo, hi) (inside the gradient) for non-finite values.
   void CheckPiece(int64_t lo, int64_t hi);
+  // Checks this rank's loss slot once per step (before it is combined).
+  void CheckLoss();
   // Writes the buffer's front: this rank's flag in slot rank_, 0 elsewhere.
   void WriteFlags();
 
@@ -128,6 +143,8 @@ class StepCombiner : private GradReadyListener {
   const int world_;
   const int rank_;
   int64_t nan_at_step_ = -1;
+  float inject_value_ = std::numeric_limits<float>::quiet_NaN();
+  bool inject_loss_ = false;
   std::function<void(absl::Span<float>)> id_writer_;
   absl::Span<float> ids_;  // the step's replica's ids()
   // The step's check, compute thread only: the buffer, where the gradient
@@ -138,6 +155,10 @@ class StepCombiner : private GradReadyListener {
   int flag_slots_ = 0;
   bool inject_nan_ = false;
   bool local_finite_ = true;
+  // This rank's local loss sum, checked when the loss slot is final (before
+  // the slot is released to the combine), and the combined verdict.
+  bool loss_checked_ = false, local_loss_finite_ = true;
+  bool combined_finite_ = true;
   const bool overlap_;
   const int64_t bucket_floats_;
   // The plan, made at the first step (and again if the buffer's length
@@ -157,6 +178,10 @@ class StepCombiner : private GradReadyListener {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   double communication_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double peer_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  bool buckets_finite_ ABSL_GUARDED_BY(mu_) = true;  // the step's combined buckets
+  // Where the combined check starts in the buffer (the gradient's start;
+  // the buffer's length = no check).
+  int64_t combined_check_begin_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // last member: started after everything above
 };
 

@@ -66,4 +66,30 @@ std::string RankList(absl::Span<const int> ranks) {
   return out;
 }
 
+std::string DescribeFlags(absl::Span<const float> flags) {
+  std::vector<int> gradient, loss;
+  for (int r = 0; r < static_cast<int>(flags.size()); ++r) {
+    const float f = flags[r];
+    if (f <= 0.5f) continue;
+    // 1 or 3 (or NaN, a flag that got mixed with a non-finite value):
+    // the gradient; 2: the loss alone.
+    if (f > 1.5f && f < 2.5f) {
+      loss.push_back(r);
+    } else {
+      gradient.push_back(r);
+    }
+  }
+  std::string out;
+  if (!gradient.empty()) absl::StrAppend(&out, "non-finite gradient on ", RankList(gradient));
+  if (!loss.empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : " and ", "non-finite loss on ", RankList(loss));
+  }
+  return out;
+}
+
+std::string SumOverflowMessage(int64_t step) {
+  return absl::StrCat("non-finite sum at step ", step,
+                      ": every rank's gradient and loss were finite, the sum overflowed");
+}
+
 }  // namespace lockstep

@@ -61,6 +61,21 @@ TEST(NonFinitePolicyTest, FlaggedRanksAndTheirNames) {
   EXPECT_EQ(RankList(ranks), "ranks 0, 1, 2 and 3");
 }
 
+TEST(NonFinitePolicyTest, FlagValuesSayGradientOrLoss) {
+  EXPECT_EQ(LocalFlag(true, true), 0.0f);
+  EXPECT_EQ(LocalFlag(false, true), 1.0f);
+  EXPECT_EQ(LocalFlag(true, false), 2.0f);
+  EXPECT_EQ(LocalFlag(false, false), 3.0f);
+  EXPECT_EQ(DescribeFlags(std::vector<float>{0, 0}), "");
+  EXPECT_EQ(DescribeFlags(std::vector<float>{0, 1, 0}), "non-finite gradient on rank 1");
+  EXPECT_EQ(DescribeFlags(std::vector<float>{2, 0, 0}), "non-finite loss on rank 0");
+  EXPECT_EQ(DescribeFlags(std::vector<float>{2, 3, 2, 1}),
+            "non-finite gradient on ranks 1 and 3 and non-finite loss on ranks 0 and 2");
+  EXPECT_EQ(SumOverflowMessage(7),
+            "non-finite sum at step 7: every rank's gradient and loss were finite, the sum "
+            "overflowed");
+}
+
 // The combine buffer's layout with flag slots: [flags, padding | grad | loss].
 TEST(ReplicaFlagSlotsTest, FlagsInFrontGradientAlignedLossAtTheEnd) {
   TrainSpec spec;
