@@ -71,9 +71,11 @@ ABSL_FLAG(std::string, token_file, "",
 namespace lockstep {
 namespace {
 
-// The coordinator channel's credentials: --tls_* (common/grpcutil/tls.h) and
-// the bearer token from --token_file, else $LOCKSTEP_TOKEN (TLS only).
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromFlags() {
+// The channel's credentials: --tls_* (common/grpcutil/tls.h) and the bearer
+// token from --token_file, else $LOCKSTEP_TOKEN (TLS only). The server must
+// present a certificate of a role in `server_roles`.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromFlags(
+    RoleSet server_roles) {
   absl::StatusOr<GrpcSecurity> security = GrpcSecurity::FromFlags();
   if (!security.ok()) return security.status();
   if (security->explicitly_insecure()) {
@@ -92,7 +94,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromF
              env != nullptr && *env != '\0' && security->tls()) {
     token = std::string(absl::StripAsciiWhitespace(env));
   }
-  return security->ChannelCredentials(token);
+  return security->ChannelCredentials(server_roles, token);
 }
 
 using v1::JobState;
@@ -616,9 +618,13 @@ int main(int argc, char** argv) {
   if (args.size() < 2) return lockstep::Usage();
   const std::string cmd = args[1];
   // Mutual TLS with a client certificate and the bearer token
-  // (common/grpcutil/tls.h): --tls_*, --token_file or $LOCKSTEP_TOKEN.
+  // (common/grpcutil/tls.h): --tls_*, --token_file or $LOCKSTEP_TOKEN. Every
+  // command talks to the coordinator and expects its role, except `health`,
+  // which probes any daemon (the probes of deploy/k8s and Compose).
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      lockstep::ClientCredentialsFromFlags();
+      lockstep::ClientCredentialsFromFlags(
+          cmd == "health" ? lockstep::kServerRoles
+                          : lockstep::RoleBit(lockstep::PeerRole::kCoordinator));
   if (!credentials.ok()) {
     std::fprintf(stderr, "lockstep: %s\n", std::string(credentials.status().message()).c_str());
     return 2;

@@ -14,9 +14,13 @@
 #
 # Every certificate that a server presents (coordinator, server, worker: a
 # worker serves its peers) names localhost, 127.0.0.1, ::1 and every --hosts
-# entry (DNS names or IP addresses) as subject alternative names: channels
-# verify the host they dial against them. The role is in the URI SAN that
-# common/grpcutil/call_policy.h reads. Keys are EC P-256, certificates valid
+# entry (DNS names or IP addresses) as subject alternative names (the C++
+# channels check the role, not the host; other TLS clients may check it).
+# The role is in the URI SAN that common/grpcutil/call_policy.h reads, and
+# again as the DNS SAN <role>.role.lockstep.invalid (".invalid" never
+# resolves), which the Python client checks instead of the host name: grpcio
+# has no custom verifier, so it sets grpc.ssl_target_name_override to
+# coordinator.role.lockstep.invalid. Keys are EC P-256, certificates valid
 # --days days (default 365). Private keys and the token are mode 0600.
 # An existing DIR/ca.pem is kept (re-run with a new --hosts list to re-issue
 # the role certificates from the same CA) unless --force.
@@ -88,9 +92,9 @@ issue() {  # role, SAN list, extended key usage
   chmod 0644 "$out/$role.pem"
 }
 
-issue coordinator "URI:lockstep://role/coordinator,$san_hosts" "serverAuth,clientAuth"
-issue server "URI:lockstep://role/server,$san_hosts" "serverAuth,clientAuth"
-issue worker "URI:lockstep://role/worker,$san_hosts" "serverAuth,clientAuth"
+issue coordinator "URI:lockstep://role/coordinator,DNS:coordinator.role.lockstep.invalid,$san_hosts" "serverAuth,clientAuth"
+issue server "URI:lockstep://role/server,DNS:server.role.lockstep.invalid,$san_hosts" "serverAuth,clientAuth"
+issue worker "URI:lockstep://role/worker,DNS:worker.role.lockstep.invalid,$san_hosts" "serverAuth,clientAuth"
 issue client "URI:lockstep://role/client" "clientAuth"
 chmod 0644 "$out/ca.pem"
 rm -f "$out/ca.srl"

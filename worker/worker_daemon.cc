@@ -713,7 +713,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                            : a.ps_addresses(s);
               // Receives one shard per Pull reply (message_limits.h).
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
-                  CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), ChannelCredentials()),
+                  CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), PsChannelCredentials()),
                   addr, s, k, e - b));
               ps_ptrs.push_back(ps_clients.back().get());
               if (ps_tcp) {

@@ -165,10 +165,12 @@ struct WorkerDaemonOptions {
   // Wraps each ps shard client (the worker's metrics count its bytes); the
   // wrapper must forward every call. Empty = the clients are used as they are.
   std::function<std::unique_ptr<PsClient>(PsClient* inner)> wrap_ps_client;
-  // Credentials of the channels to ps shards and to peers' ReplicaState
-  // (common/grpcutil/tls.h); nullptr = plain text. (The coordinator channel
-  // and the peer transports get theirs from the caller.)
+  // Credentials of the channels to peers' ReplicaState (they expect a
+  // worker's certificate) and to ps shards (a ps server's or the
+  // coordinator's; common/grpcutil/tls.h); nullptr = plain text. (The
+  // coordinator channel and the peer transports get theirs from the caller.)
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
+  std::shared_ptr<grpc::ChannelCredentials> ps_channel_credentials;
 };
 
 class WorkerDaemon {
@@ -206,6 +208,11 @@ class WorkerDaemon {
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const {
     return options_.channel_credentials != nullptr ? options_.channel_credentials
                                                    : grpc::InsecureChannelCredentials();
+  }
+  // options_.ps_channel_credentials, or plain text when it is null.
+  std::shared_ptr<grpc::ChannelCredentials> PsChannelCredentials() const {
+    return options_.ps_channel_credentials != nullptr ? options_.ps_channel_credentials
+                                                      : grpc::InsecureChannelCredentials();
   }
 
   absl::Status Register();

@@ -156,8 +156,16 @@ int main(int argc, char** argv) {
     logger.Warn("--insecure: gRPC in plain text; anyone who reaches the port can feed this "
                 "worker's all-reduce and read its replica state");
   }
-  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
-      security->ChannelCredentials();
+  // Each channel checks the role of the server it means to reach
+  // (common/grpcutil/tls.h): the coordinator, a ps shard (a lockstep-server,
+  // or the coordinator's own shard), a peer worker.
+  const std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials =
+      security->ChannelCredentials(lockstep::RoleBit(lockstep::PeerRole::kCoordinator));
+  const std::shared_ptr<grpc::ChannelCredentials> peer_credentials =
+      security->ChannelCredentials(lockstep::RoleBit(lockstep::PeerRole::kWorker));
+  const std::shared_ptr<grpc::ChannelCredentials> ps_credentials = security->ChannelCredentials(
+      lockstep::RoleBit(lockstep::PeerRole::kServer) |
+      lockstep::RoleBit(lockstep::PeerRole::kCoordinator));
 
   const int data_port = absl::GetFlag(FLAGS_data_port);
   if (data_port < 0 || data_port > 65535) {
@@ -288,7 +296,8 @@ int main(int argc, char** argv) {
     options.flip_optimizer = target == "optimizer";
   }
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
-  options.channel_credentials = channel_credentials;
+  options.channel_credentials = peer_credentials;
+  options.ps_channel_credentials = ps_credentials;
   options.state_board = &state_board;
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
@@ -304,14 +313,14 @@ int main(int argc, char** argv) {
   coordinator_args.SetMaxReceiveMessageSize(lockstep::kControlMaxMessageBytes);
   coordinator_args.SetMaxSendMessageSize(lockstep::kControlMaxMessageBytes);
   auto channel = lockstep::CreateChannelCountingErrors(
-      options.coordinator, channel_credentials,
+      options.coordinator, coordinator_credentials,
       [&worker_metrics](absl::string_view method, absl::string_view code) {
         worker_metrics.RpcError(method, code);
       },
       coordinator_args);
   lockstep::WorkerDaemon daemon(
       options, channel,
-      [&peers, &worker_metrics, tcp_hub = hub->get(), channel_credentials](
+      [&peers, &worker_metrics, tcp_hub = hub->get(), peer_credentials](
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
           const std::vector<std::string>& addresses, const std::string& secret)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
@@ -322,7 +331,7 @@ int main(int argc, char** argv) {
                       &worker_metrics, "tcp");
         }
         lockstep::GrpcTransportOptions grpc_options;
-        grpc_options.credentials = channel_credentials;
+        grpc_options.credentials = peer_credentials;
         return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses, grpc_options),
                     &worker_metrics, "grpc");
       });

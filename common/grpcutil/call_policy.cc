@@ -43,7 +43,9 @@ constexpr Entry kTable[] = {
     {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", {kAnyRole, false}},
 };
 
-std::string RoleList(RoleSet roles) {
+}  // namespace
+
+std::string RoleSetName(RoleSet roles) {
   std::string out;
   for (PeerRole r : {PeerRole::kCoordinator, PeerRole::kServer, PeerRole::kWorker,
                      PeerRole::kClient}) {
@@ -53,8 +55,6 @@ std::string RoleList(RoleSet roles) {
   }
   return out;
 }
-
-}  // namespace
 
 absl::string_view PeerRoleName(PeerRole role) {
   switch (role) {
@@ -88,6 +88,18 @@ absl::StatusOr<PeerRole> RoleFromSubjectAltNames(const std::vector<std::string>&
   return PeerRole::kNone;
 }
 
+absl::Status CheckServerRole(const std::vector<std::string>& server_sans, RoleSet expected) {
+  absl::StatusOr<PeerRole> role = RoleFromSubjectAltNames(server_sans);
+  if (!role.ok()) return absl::UnauthenticatedError(role.status().message());
+  if ((expected & RoleBit(*role)) == 0) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the server's certificate has role ", PeerRoleName(*role), ", expected ",
+        RoleSetName(expected), " (", kRoleUriPrefix, "<role> URI SAN): not the server this "
+        "channel means to reach"));
+  }
+  return absl::OkStatus();
+}
+
 const MethodRule* FindMethodRule(absl::string_view method) {
   for (const Entry& e : kTable) {
     if (e.method == method) return &e.rule;
@@ -116,7 +128,7 @@ absl::Status AuthorizeCall(absl::string_view method, PeerRole role,
   if (role == PeerRole::kNone || (rule->roles & RoleBit(role)) == 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         method, ": a ", PeerRoleName(role), " certificate may not call it (allowed: ",
-        RoleList(rule->roles), ")"));
+        RoleSetName(rule->roles), ")"));
   }
   if (!rule->needs_token) return absl::OkStatus();
   if (token.empty()) {

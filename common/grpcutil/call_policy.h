@@ -55,6 +55,21 @@ constexpr RoleSet RoleBit(PeerRole r) { return 1u << static_cast<unsigned>(r); }
 inline constexpr RoleSet kAnyRole = RoleBit(PeerRole::kCoordinator) | RoleBit(PeerRole::kServer) |
                                     RoleBit(PeerRole::kWorker) | RoleBit(PeerRole::kClient);
 
+// Roles that serve gRPC (a channel's server): coordinator, server, worker.
+inline constexpr RoleSet kServerRoles = RoleBit(PeerRole::kCoordinator) |
+                                        RoleBit(PeerRole::kServer) | RoleBit(PeerRole::kWorker);
+
+// "coordinator", "server or coordinator", ...: the roles of `roles` joined by
+// " or " (for messages).
+std::string RoleSetName(RoleSet roles);
+
+// What a channel checks of the server it reached (after the chain was
+// verified against the CA): `server_sans` (its certificate's URI SANs) name a
+// role in `expected` (the role the channel means to reach). UNAUTHENTICATED
+// naming the role found and the one expected otherwise, also for a
+// certificate with no lockstep role or an unknown one.
+absl::Status CheckServerRole(const std::vector<std::string>& server_sans, RoleSet expected);
+
 struct MethodRule {
   RoleSet roles = 0;
   bool needs_token = false;

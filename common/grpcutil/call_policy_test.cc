@@ -91,6 +91,24 @@ TEST(CallPolicyTest, UnknownMethodsAndRolelessCertificatesAreDenied) {
   }
 }
 
+TEST(CallPolicyTest, ServerRoleMustBeTheExpectedOne) {
+  const std::vector<std::string> worker = {"spiffe://x", "lockstep://role/worker"};
+  EXPECT_TRUE(CheckServerRole(worker, RoleBit(PeerRole::kWorker)).ok());
+  EXPECT_TRUE(CheckServerRole(worker, kServerRoles).ok());
+  const absl::Status s = CheckServerRole(worker, RoleBit(PeerRole::kCoordinator));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(s.message().find("has role worker, expected coordinator"), absl::string_view::npos)
+      << s;
+  const absl::Status ps =
+      CheckServerRole(worker, RoleBit(PeerRole::kServer) | RoleBit(PeerRole::kCoordinator));
+  EXPECT_NE(ps.message().find("expected coordinator or server"), absl::string_view::npos) << ps;
+  EXPECT_EQ(CheckServerRole({}, kServerRoles).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckServerRole({"lockstep://role/client"}, kServerRoles).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(CheckServerRole({"lockstep://role/boss"}, kServerRoles).code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 TEST(CallPolicyTest, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));

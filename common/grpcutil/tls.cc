@@ -105,35 +105,30 @@ class PolicyProcessor final : public grpc::AuthMetadataProcessor {
 };
 
 // What a channel checks of the server it reached, after gRPC verified the
-// certificate chain against --tls_ca: the certificate carries a server role
-// (coordinator, server or worker: lockstep://role/<role>). Not the host
-// name: workers are dialed at the address the coordinator saw their calls
-// come from (container and pod addresses no certificate can list in
-// advance), so every server certificate signed by the cluster's CA with a
-// server role is accepted, and a client certificate is not.
+// certificate chain against --tls_ca: the certificate carries the role the
+// channel means to reach (CheckServerRole; lockstep://role/<role>), so a
+// stolen worker key cannot pose as the coordinator or a ps shard. Not the
+// host name: workers are dialed at the address the coordinator saw their
+// calls come from (container and pod addresses no certificate can list in
+// advance), so any certificate signed by the cluster's CA with the expected
+// role is accepted.
 class ServerRoleVerifier final : public grpc::experimental::ExternalCertificateVerifier {
  public:
+  explicit ServerRoleVerifier(RoleSet expected) : expected_(expected) {}
+
   bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
               std::function<void(grpc::Status)>, grpc::Status* sync_status) override {
     std::vector<std::string> sans;
     for (const grpc::string_ref& v : request->uri_names()) sans.emplace_back(v.data(), v.size());
-    absl::StatusOr<PeerRole> role = RoleFromSubjectAltNames(sans);
-    if (!role.ok()) {
-      *sync_status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                  std::string(role.status().message()));
-    } else if (*role != PeerRole::kCoordinator && *role != PeerRole::kServer &&
-               *role != PeerRole::kWorker) {
-      *sync_status = grpc::Status(
-          grpc::StatusCode::UNAUTHENTICATED,
-          absl::StrCat("the server's certificate has role ", PeerRoleName(*role),
-                       ", expected coordinator, server or worker (", kRoleUriPrefix,
-                       "<role> URI SAN)"));
-    } else {
-      *sync_status = grpc::Status::OK;
-    }
+    const absl::Status s = CheckServerRole(sans, expected_);
+    *sync_status = s.ok() ? grpc::Status::OK
+                          : grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(s.message()));
     return true;  // synchronous
   }
   void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  const RoleSet expected_;
 };
 
 }  // namespace
@@ -225,10 +220,11 @@ std::shared_ptr<grpc::ServerCredentials> GrpcSecurity::ServerCredentials(std::st
 }
 
 std::shared_ptr<grpc::ChannelCredentials> GrpcSecurity::ChannelCredentials(
-    std::string token) const {
+    RoleSet expected_server_roles, std::string token) const {
   if (!tls()) return grpc::InsecureChannelCredentials();
   // The chain is verified against the CA, then ServerRoleVerifier checks the
-  // server's role instead of its host name (see there); the per-call host
+  // server's role (the one this channel means to reach) instead of its host
+  // name (see there); the per-call host
   // check, which compares the dialed name with the certificate's, is off
   // for the same reason.
   grpc::experimental::TlsChannelCredentialsOptions options;
@@ -241,7 +237,8 @@ std::shared_ptr<grpc::ChannelCredentials> GrpcSecurity::ChannelCredentials(
   options.set_verify_server_certs(true);
   options.set_check_call_host(false);
   options.set_certificate_verifier(
-      grpc::experimental::ExternalCertificateVerifier::Create<ServerRoleVerifier>());
+      grpc::experimental::ExternalCertificateVerifier::Create<ServerRoleVerifier>(
+          expected_server_roles));
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::experimental::TlsCredentials(options);
   if (token.empty()) return creds;
   return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));

@@ -21,8 +21,10 @@
 //     the server); the role is the certificate's lockstep://role/<role> URI
 //     SAN, read from grpc::AuthContext;
 //   * channels verify the server's certificate chain against the CA and that
-//     it carries a server role (coordinator, server or worker), not the host
-//     name: workers are dialed at the IP address the coordinator saw, which
+//     it carries the role the channel means to reach (ChannelCredentials'
+//     expected_server_roles: a worker's coordinator channel expects the
+//     coordinator, its ps channels a ps server (or the coordinator's own
+//     shard), its peer channels a worker), not the host name: workers are dialed at the IP address the coordinator saw, which
 //     no certificate can list in advance in Compose or Kubernetes. They
 //     present this process's certificate; with a bearer token they send
 //     "authorization: Bearer <token>" on every call.
@@ -37,6 +39,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/grpcutil/call_policy.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -85,9 +88,14 @@ class GrpcSecurity {
   // Server credentials. TLS: mutual TLS plus the call_policy.h check, with
   // `token` the coordinator's bearer token ("" = token methods are refused).
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials(std::string token = "") const;
-  // Channel credentials; with a non-empty `token` (TLS only) every call
-  // carries "authorization: Bearer <token>".
-  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(std::string token = "") const;
+  // Channel credentials. TLS: the server must present a certificate from the
+  // CA whose role is in `expected_server_roles` (e.g.
+  // RoleBit(PeerRole::kCoordinator)); any other role, or none, fails the
+  // handshake (the call ends UNAVAILABLE). Ignored in plain text. With a
+  // non-empty `token` (TLS only) every call carries "authorization: Bearer
+  // <token>".
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(RoleSet expected_server_roles,
+                                                               std::string token = "") const;
 
  private:
   std::string cert_path_, ca_path_;

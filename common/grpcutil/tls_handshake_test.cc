@@ -1,9 +1,11 @@
 // Real mutual-TLS handshakes with certificates from deploy/certs.sh: what a
 // channel accepts of the server it reaches (common/grpcutil/tls.h). A server
-// certificate signed by the CA with a server role is accepted at an address
-// it does not name (workers are dialed at the IP the coordinator saw); one
-// whose role is "client", or that has no lockstep role, is refused even when
-// it names the host and is valid for serverAuth; another CA's is refused.
+// certificate signed by the CA with the role the channel means to reach is
+// accepted at an address it does not name (workers are dialed at the IP the
+// coordinator saw); another server role (a stolen worker key posing as the
+// coordinator or a ps shard), the role "client", or no lockstep role is
+// refused even when it names the host and is valid for serverAuth; another
+// CA's is refused.
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -83,9 +85,11 @@ class TlsHandshakeTest : public ::testing::Test {
 
   // Serves grpc.health.v1 on 0.0.0.0 with `server_role`'s certificate from
   // `dir`, asks it once through a channel with `client_role`'s certificate
-  // from the test's CA dialing `host`; the status of that call.
+  // from the test's CA dialing `host` and expecting a server of a role in
+  // `expected`; the status of that call.
   grpc::Status Ask(const std::string& dir, const std::string& server_role,
-                   const std::string& client_role, const std::string& host) {
+                   const std::string& client_role, const std::string& host,
+                   RoleSet expected = kServerRoles) {
     HealthService health({});
     health.SetAllServing(true);
     grpc::ServerBuilder builder;
@@ -95,7 +99,7 @@ class TlsHandshakeTest : public ::testing::Test {
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (server == nullptr || port == 0) return grpc::Status(grpc::StatusCode::INTERNAL, "no server");
     auto channel = grpc::CreateChannel(absl::StrCat(host, ":", port),
-                                       Load(*pki_, client_role).ChannelCredentials());
+                                       Load(*pki_, client_role).ChannelCredentials(expected));
     auto stub = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -121,6 +125,40 @@ TEST_F(TlsHandshakeTest, ServerRolesAcceptedAtTheNamedAddress) {
   for (const char* role : {"coordinator", "server", "worker"}) {
     grpc::Status s = Ask(*pki_, role, "client", "127.0.0.1");
     EXPECT_TRUE(s.ok()) << role << ": " << s.error_message();
+  }
+}
+
+// The channels of lockstep-worker and the CLI (worker/worker_main.cc,
+// client/lockstep_main.cc) each expect one role.
+const RoleSet kCoordinatorOnly = RoleBit(PeerRole::kCoordinator);
+const RoleSet kPsShard = RoleBit(PeerRole::kServer) | RoleBit(PeerRole::kCoordinator);
+const RoleSet kPeerWorker = RoleBit(PeerRole::kWorker);
+
+TEST_F(TlsHandshakeTest, TheRoleTheChannelMeansToReachIsAccepted) {
+  EXPECT_TRUE(Ask(*pki_, "coordinator", "worker", "127.0.0.1", kCoordinatorOnly).ok());
+  EXPECT_TRUE(Ask(*pki_, "coordinator", "client", "127.0.0.1", kCoordinatorOnly).ok());
+  EXPECT_TRUE(Ask(*pki_, "server", "worker", "127.0.0.1", kPsShard).ok());
+  EXPECT_TRUE(Ask(*pki_, "coordinator", "worker", "127.0.0.1", kPsShard).ok());  // its own shard
+  EXPECT_TRUE(Ask(*pki_, "worker", "worker", "127.0.0.1", kPeerWorker).ok());
+}
+
+TEST_F(TlsHandshakeTest, AnotherServerRoleIsRefused) {
+  // A stolen worker key posing as the coordinator or a ps shard, a ps key
+  // posing as the coordinator or a worker, the coordinator's posing as a
+  // worker: the handshake fails, the call never leaves the client.
+  struct Case {
+    const char* server;
+    RoleSet expected;
+    const char* what;
+  };
+  for (const Case& c : {Case{"worker", kCoordinatorOnly, "worker as coordinator"},
+                        Case{"worker", kPsShard, "worker as ps shard"},
+                        Case{"server", kCoordinatorOnly, "ps server as coordinator"},
+                        Case{"server", kPeerWorker, "ps server as worker"},
+                        Case{"coordinator", kPeerWorker, "coordinator as worker"},
+                        Case{"client_as_server", kCoordinatorOnly, "client as coordinator"}}) {
+    grpc::Status s = Ask(*pki_, c.server, "worker", "127.0.0.1", c.expected);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << c.what << ": " << s.error_message();
   }
 }
 

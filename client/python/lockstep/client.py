@@ -15,7 +15,16 @@ Mutual TLS (a coordinator started with --tls_*), as the CLI's flags:
                         tls_key="pki/client.key", token_file="pki/token")
 
 token= / token_file= (default: $LOCKSTEP_TOKEN) is sent as "authorization:
-Bearer <token>"; submit and cancel need it. Secure by default, as the CLI:
+Bearer <token>"; submit and cancel need it.
+
+The server must be the coordinator: its certificate must carry the DNS SAN
+coordinator.role.lockstep.invalid (deploy/certs.sh writes it next to the
+role URI SAN lockstep://role/coordinator that the C++ channels read). grpcio
+has no custom certificate verifier, so the client checks the role through
+the host-name check: it overrides the name it verifies
+(grpc.ssl_target_name_override) with that SAN, and not the host it dials.
+A worker's or ps server's certificate, or one without that SAN (made by an
+older certs.sh: re-issue it), fails the handshake (UNAVAILABLE). Secure by default, as the CLI:
 one of tls_* or insecure=True (plain text, warns) is required, else
 ValueError.
 """
@@ -138,6 +147,12 @@ def _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure)
     return creds
 
 
+# The DNS SAN deploy/certs.sh gives the coordinator's certificate (next to
+# its role URI SAN): the name a TLS channel verifies instead of the host it
+# dials, so the check is "the server is the coordinator" (see the module doc).
+COORDINATOR_ROLE_NAME = "coordinator.role.lockstep.invalid"
+
+
 def _split_layout(names, shapes, total, job_id):
     """[(name, shape)] from a WeightsChunk's block_names / block_shapes."""
     blocks, dims = [], []
@@ -182,7 +197,8 @@ class Client:
         if insecure:
             warnings.warn("lockstep.Client(insecure=True): plain text, no authentication")
         self._channel = (grpc.insecure_channel(address) if creds is None
-                         else grpc.secure_channel(address, creds))
+                         else grpc.secure_channel(address, creds, options=[
+                             ("grpc.ssl_target_name_override", COORDINATOR_ROLE_NAME)]))
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
 
     def close(self):
