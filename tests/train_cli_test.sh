@@ -37,6 +37,23 @@ PY
 # A different seed gives different weights.
 c=$("$TRAIN" "${flags[@]}" --seed=2 2>/dev/null)
 python3 -c 'import json,sys; assert json.loads(sys.argv[1])["weights_hash"] != json.loads(sys.argv[2])["weights_hash"]' "$a" "$c"
+# --on_nonfinite: a learning rate of 1e30 blows the weights up, so some
+# step's gradient is not finite. fail (the default) exits 1 naming the step;
+# skip finishes and counts the skipped steps (JSON skipped_steps; a clean
+# run has 0).
+python3 -c 'import json,sys; assert json.loads(sys.argv[1])["skipped_steps"] == 0' "$a"
+if err=$("$TRAIN" "${flags[@]}" --lr=1e30 2>&1 >/dev/null); then
+  echo "expected --lr=1e30 to fail under --on_nonfinite=fail"; exit 1
+fi
+echo "lr 1e30, fail: $err"
+grep -Eq 'non-finite (gradient|loss) at step [0-9]+ \(--on_nonfinite: fail\)' <<<"$err"
+s=$("$TRAIN" "${flags[@]}" --lr=1e30 --on_nonfinite=skip 2>/dev/null)
+echo "lr 1e30, skip: $s"
+python3 -c 'import json,sys; d = json.loads(sys.argv[1]); assert d["steps"] == 95 and 0 < d["skipped_steps"] <= 95, d' "$s"
+if err=$("$TRAIN" "${flags[@]}" --on_nonfinite=ignore 2>&1); then
+  echo "expected --on_nonfinite=ignore to be refused"; exit 1
+fi
+grep -q 'on_nonfinite' <<<"$err"
 # Bad input: the error names the file, the line and the field.
 if err=$("$TRAIN" --model=softmax --dataset="csv:$dir/bad.csv" 2>&1); then
   echo "expected failure on bad.csv"; exit 1

@@ -1,5 +1,6 @@
 // lockstep-train: the single-process reference trainer. Parses flags and
 // wires the pieces; the arithmetic lives in common/train.
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -50,6 +51,14 @@ int main(int argc, char** argv) {
   if (spec->lr.decay == "cosine" && spec->lr.total_steps == 0) {
     spec->lr.total_steps = lockstep::TotalSteps(*spec, data->train.num_examples);
   }
+  // --on_nonfinite (fail, the default, or skip): the same check and policy
+  // as a worker's (common/train/nonfinite.h).
+  auto on_nonfinite = lockstep::ParseNonFinitePolicy(job->on_nonfinite());
+  if (!on_nonfinite.ok()) {
+    std::fprintf(stderr, "lockstep-train: --on_nonfinite: %s\n",
+                 std::string(on_nonfinite.status().message()).c_str());
+    return 2;
+  }
   const bool json = absl::GetFlag(FLAGS_json);
   std::fprintf(stderr, "lockstep-train: %s on %s (%lld train, %lld test, dim %lld), batch %lld\n",
                spec->model.c_str(), data->train.name.c_str(),
@@ -68,21 +77,33 @@ int main(int argc, char** argv) {
         }
         std::fprintf(json ? stderr : stdout, "%s\n", line.c_str());
         std::fflush(json ? stderr : stdout);
-      });
+      },
+      *on_nonfinite);
   if (!result.ok()) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(result.status().message()).c_str());
     return 1;
   }
   if (json) {
+    // A skipped run's numbers may not be finite: JSON has no NaN, so null.
+    auto number = [](double v) {
+      return std::isfinite(v) ? absl::StrFormat("%.6f", v) : std::string("null");
+    };
     std::printf(
-        "{\"model\": %s, \"dataset\": %s, \"steps\": %lld, \"final_loss\": %.6f, "
-        "\"test_accuracy\": %.6f, \"test_loss\": %.6f, \"examples_per_second\": %.1f, "
-        "\"weights_hash\": \"%s\"}\n",
+        "{\"model\": %s, \"dataset\": %s, \"steps\": %lld, \"final_loss\": %s, "
+        "\"test_accuracy\": %s, \"test_loss\": %s, \"examples_per_second\": %.1f, "
+        "\"weights_hash\": \"%s\", \"skipped_steps\": %lld}\n",
         lockstep::JsonQuote(result->replica->model().Describe()).c_str(),
         lockstep::JsonQuote(data->train.name).c_str(),
-        static_cast<long long>(result->steps), result->final_loss, result->test_accuracy,
-        result->test_loss, result->examples_per_second, result->weights_hash.c_str());
+        static_cast<long long>(result->steps), number(result->final_loss).c_str(),
+        number(result->test_accuracy).c_str(), number(result->test_loss).c_str(),
+        result->examples_per_second, result->weights_hash.c_str(),
+        static_cast<long long>(result->skipped_steps));
   } else {
+    if (result->skipped_steps > 0) {
+      std::printf("non-finite gradients: %lld step(s) skipped, the last at step %lld\n",
+                  static_cast<long long>(result->skipped_steps),
+                  static_cast<long long>(result->last_skipped_step));
+    }
     std::printf("done: %lld steps, final_loss %.4f, test_accuracy %.4f, %.0f ex/s, weights_hash %s\n",
                 static_cast<long long>(result->steps), result->final_loss,
                 result->test_accuracy, result->examples_per_second,

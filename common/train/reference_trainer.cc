@@ -1,6 +1,9 @@
 #include "common/train/reference_trainer.h"
 
 #include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/data/sampler.h"
 
@@ -15,7 +18,8 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 absl::StatusOr<TrainResult> TrainReference(
     const TrainSpec& spec, const Dataset& train, const Dataset& test,
-    const std::function<void(const EpochReport&)>& on_epoch) {
+    const std::function<void(const EpochReport&)>& on_epoch,
+    std::optional<NonFinitePolicy> on_nonfinite) {
   if (train.num_examples == 0) {
     return absl::InvalidArgumentError("dataset: the training split is empty");
   }
@@ -34,12 +38,30 @@ absl::StatusOr<TrainResult> TrainReference(
     const auto start = std::chrono::steady_clock::now();
     const std::vector<int64_t> batch = sampler.Batch(step);
     BatchStats s = replica.ComputeGradSum(train, batch);
-    replica.Apply(step, s.count);
+    bool skip = false;
+    if (on_nonfinite.has_value()) {
+      const bool gradient_finite = AllFinite(replica.grad());
+      const bool loss_finite = std::isfinite(replica.loss_sum());
+      skip = !gradient_finite || !loss_finite;
+      if (skip && *on_nonfinite == NonFinitePolicy::kFail) {
+        return absl::AbortedError(absl::StrCat("non-finite ",
+                                               gradient_finite ? "loss" : "gradient",
+                                               " at step ", step, " (--on_nonfinite: fail)"));
+      }
+    }
+    if (skip) {
+      ++result.skipped_steps;
+      result.last_skipped_step = step;
+    } else {
+      replica.Apply(step, s.count);
+    }
     const double dt = Seconds(std::chrono::steady_clock::now() - start);
     train_seconds += dt;
     epoch_seconds += dt;
-    epoch_loss += s.loss_sum;
-    epoch_examples += s.count;
+    if (!skip) {
+      epoch_loss += s.loss_sum;
+      epoch_examples += s.count;
+    }
     total_examples += s.count;
 
     const bool epoch_end = (step + 1) % per_epoch == 0 || step + 1 == total;

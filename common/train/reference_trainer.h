@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/data/dataset.h"
+#include "common/train/nonfinite.h"
 #include "common/train/replica.h"
 #include "common/train/train_spec.h"
 
@@ -35,6 +37,9 @@ struct TrainResult {
   double test_loss = 0;
   double examples_per_second = 0;  // over the whole run, eval excluded
   std::string weights_hash;        // 32 hex digits
+  // Steps whose update was left out for a non-finite gradient or loss
+  // (on_nonfinite = skip), and the last of them (-1 = none).
+  int64_t skipped_steps = 0, last_skipped_step = -1;
   std::unique_ptr<Replica> replica;  // final weights and optimizer state
 };
 
@@ -42,9 +47,19 @@ struct TrainResult {
 // every epoch and at the end; `on_epoch` (may be empty) sees each report.
 // Errors: invalid spec or
 // model/data mismatch (InvalidArgument naming the field).
+//
+// `on_nonfinite` (lockstep-train --on_nonfinite; nullopt = no check, the
+// plain arithmetic tests compare against): after each step's gradient, the
+// same check a worker makes (common/train/nonfinite.h: the gradient and the
+// loss sum, one vectorised pass). kFail: ABORTED "non-finite gradient at
+// step 7 (--on_nonfinite: fail)" (or "non-finite loss"); kSkip: that step's
+// update is left out (weights and optimizer state unchanged; the sampler
+// and the learning-rate schedule move on), counted in skipped_steps, and
+// its loss is left out of the epoch's train_loss.
 absl::StatusOr<TrainResult> TrainReference(
     const TrainSpec& spec, const Dataset& train, const Dataset& test,
-    const std::function<void(const EpochReport&)>& on_epoch);
+    const std::function<void(const EpochReport&)>& on_epoch,
+    std::optional<NonFinitePolicy> on_nonfinite = std::nullopt);
 
 }  // namespace lockstep
 

@@ -1,7 +1,12 @@
 #include "common/train/reference_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/data/sampler.h"
 
 #include "common/rng.h"
 #include "gtest/gtest.h"
@@ -122,6 +127,63 @@ TEST(ReferenceTrainerTest, BadSpecsNameTheField) {
   EXPECT_NE(r.status().message().find("binary"), std::string::npos) << r.status();
   EXPECT_EQ(ValidateTrainSpec(spec, 5).message(),
             "global_batch: expected >= number of workers (5), got 4");
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// --on_nonfinite in the reference trainer. One training example has a NaN
+// feature: exactly the steps whose batch holds it have a non-finite
+// gradient. skip leaves out exactly those updates (the weights equal a
+// hand-written loop that applies every other step, bit for bit); fail stops
+// at the first of them, naming it; no policy trains on NaN as before.
+TEST(ReferenceTrainerNonFiniteTest, SkipLeavesOutExactlyTheStepsWithTheBadExample) {
+  TrainSpec spec;
+  spec.model = "softmax";
+  spec.global_batch = 10;
+  spec.epochs = 3;
+  spec.lr.base_lr = 0.1f;
+  spec.optimizer.momentum = 0.9f;
+  Dataset train = Blobs(60, 1), test;
+  constexpr int64_t kBad = 17;
+  train.x[kBad * train.dim + 2] = std::numeric_limits<float>::quiet_NaN();
+  GlobalBatchSampler sampler(train.num_examples, spec.global_batch, spec.seed);
+  const int64_t total = TotalSteps(spec, train.num_examples);
+  std::vector<int64_t> bad_steps;
+  auto want = Replica::Create(spec, train.dim, train.num_classes);
+  ASSERT_TRUE(want.ok());
+  for (int64_t step = 0; step < total; ++step) {
+    const std::vector<int64_t> batch = sampler.Batch(step);
+    BatchStats s = (*want)->ComputeGradSum(train, batch);
+    if (std::find(batch.begin(), batch.end(), kBad) != batch.end()) {
+      bad_steps.push_back(step);
+    } else {
+      (*want)->Apply(step, s.count);
+    }
+  }
+  ASSERT_EQ(bad_steps.size(), 3u);  // once per epoch
+
+  auto skipped = TrainReference(spec, train, test, nullptr, NonFinitePolicy::kSkip);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(skipped->skipped_steps, 3);
+  EXPECT_EQ(skipped->last_skipped_step, bad_steps.back());
+  EXPECT_EQ(skipped->weights_hash, (*want)->Hash().ToHex());
+  EXPECT_TRUE(std::isfinite(skipped->final_loss));
+
+  auto failed = TrainReference(spec, train, test, nullptr, NonFinitePolicy::kFail);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(failed.status().message(), absl::StrCat("non-finite gradient at step ", bad_steps[0],
+                                                    " (--on_nonfinite: fail)"));
+
+  // No policy: the plain arithmetic, which trains on the NaN.
+  auto unchecked = TrainReference(spec, train, test, nullptr);
+  ASSERT_TRUE(unchecked.ok());
+  EXPECT_EQ(unchecked->skipped_steps, 0);
+  EXPECT_NE(unchecked->weights_hash, skipped->weights_hash);
 }
 
 }  // namespace
