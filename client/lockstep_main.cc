@@ -212,6 +212,11 @@ void PrintStatus(const v1::JobStatus& j) {
                   e.step() >= 0 ? absl::StrFormat("joined at step %lld", step).c_str()
                                 : "regrouping",
                   e.reason().c_str());
+    } else if (e.kind() == "restart") {
+      std::printf("  restart: coordinator restarted, %s %d ranks%s (generation %lld); %s\n",
+                  e.step() >= 0 ? "regrouped" : "regrouping", e.world_after(),
+                  e.step() >= 0 ? absl::StrFormat(" at step %lld", step).c_str() : "", gen,
+                  e.reason().c_str());
     } else {
       std::printf("  %s: %d -> %d workers (generation %lld), %s at step %lld; %s\n",
                   e.kind().c_str(), e.world_before(), e.world_after(), gen,

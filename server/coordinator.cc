@@ -259,6 +259,9 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   if (request.job_id() != 0) {
     if (rank != nullptr && request.job_id() == bound->id && bound->state == v1::RUNNING) {
       rank->acknowledged = true;
+      // It runs the job after a restart: its done report will come by
+      // itself; running nothing later without one is abandoning it.
+      rank->done_asks_left = 0;
       // Membership (membership.h): a rank holding its state for a regroup.
       if (request.holds_state() &&
           RecordHeldStep(bound, w->rank, request.generation(), request.held_step())) {

@@ -191,20 +191,29 @@ absl::Status Coordinator::ReportEval(const v1::ReportEvalRequest& request) {
 
 absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
   Locked lock(this);  // writes this call's log lines after unlocking
-  if (const Job* j = jobs_.Find(request.job_id());
-      j != nullptr && request.generation() < j->membership.generation &&
-      !(request.ok() && OnlyRestartsSince(*j, request.generation()))) {
-    return absl::OkStatus();  // stale: an older generation's runner
+  // A worker asked to resend a done report it has no record of knows
+  // neither its rank nor the generation: it sends rank -1 and ok = false,
+  // for the rank its worker id holds now (never stale).
+  const bool no_record = !request.ok() && request.rank() < 0;
+  int rank_index = request.rank();
+  if (const Job* j = jobs_.Find(request.job_id()); j != nullptr) {
+    if (!no_record && request.generation() < j->membership.generation &&
+        !(request.ok() && OnlyRestartsSince(*j, request.generation()))) {
+      return absl::OkStatus();  // stale: an older generation's runner
+    }
+    for (size_t r = 0; no_record && rank_index < 0 && r < j->ranks.size(); ++r) {
+      if (j->ranks[r].worker_id == request.worker_id()) rank_index = static_cast<int>(r);
+    }
   }
   absl::StatusOr<Job*> found =
-      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
+      ReportingJobLocked(request.job_id(), request.worker_id(), rank_index);
   if (!found.ok()) return found.status();
   Job* job = *found;
   if (job->state != v1::RUNNING) return absl::OkStatus();
-  Rank& rank = job->ranks[request.rank()];
+  Rank& rank = job->ranks[rank_index];
   rank.acknowledged = true;
   if (!request.ok()) {
-    FailJobLocked(job, absl::StrCat("rank ", request.rank(), " (", request.worker_id(), "): ",
+    FailJobLocked(job, absl::StrCat("rank ", rank_index, " (", request.worker_id(), "): ",
                                     request.error().empty() ? "failed without an error message"
                                                             : request.error()));
     return absl::OkStatus();

@@ -205,8 +205,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     if (!j->coordinator_ps_shard) return;
     if (!RegroupAfterRestart(
             j, now,
-            "the coordinator restarted and its parameter-server shard lost this job's "
-            "in-flight sums: the ranks continue from the newest step one of them completed")) {
+            "this coordinator's parameter-server shard lost the job's in-flight sums in the "
+            "restart: the ranks continue from the newest step one of them completed (step 0 "
+            "when none had)")) {
       // A rank had finished: the job is at its end, the others finished
       // too (their done reports come again) or fail pulling the last sum.
       return;

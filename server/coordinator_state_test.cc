@@ -42,6 +42,14 @@ v1::JobSpec Spec(int k, int64_t steps) {
   return spec;
 }
 
+// A copy of the state directory `dir` (one restart of several from the
+// same database), at dir + "_" + name.
+std::string CopyOf(const std::string& dir, const std::string& name) {
+  const std::string copy = absl::StrCat(dir, "_", name);
+  EXPECT_EQ(system(absl::StrCat("cp -r ", dir, " ", copy).c_str()), 0);
+  return copy;
+}
+
 std::string TempDir() {
   std::string tmpl = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
                                   "/coord_state_XXXXXX");
@@ -100,7 +108,8 @@ class CoordinatorStateTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : v1::HeartbeatReply();
   }
-  static void Step(Coordinator* c, uint64_t job, int rank, const std::string& w, int64_t step) {
+  static void Step(Coordinator* c, uint64_t job, int rank, const std::string& w, int64_t step,
+                   int64_t generation = 0) {
     v1::ReportStepRequest req;
     req.set_worker_id(w);
     req.set_job_id(job);
@@ -109,6 +118,7 @@ class CoordinatorStateTest : public ::testing::Test {
     req.set_weights_hash(Hash(step));
     req.set_loss(1.0);
     req.set_examples(8);
+    req.set_generation(generation);
     auto r = c->ReportStep(req);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_FALSE(r->stop()) << r->reason();
@@ -139,12 +149,14 @@ class CoordinatorStateTest : public ::testing::Test {
     return r.ok() ? *r : v1::HeartbeatReply();
   }
   // Registers w-1..w-k, submits `spec` as job 1, starts it on them and
-  // reports steps [0, steps) from every rank.
-  void StartAndStep(Coordinator* c, const v1::JobSpec& spec, int64_t steps) {
+  // reports steps [0, steps) from every rank. With acknowledge false the
+  // workers never heartbeat: the job is RUNNING on them, unacknowledged.
+  void StartAndStep(Coordinator* c, const v1::JobSpec& spec, int64_t steps,
+                    bool acknowledge = true) {
     const int k = spec.num_workers();
     for (int i = 1; i <= k; ++i) Register(c, i);
     ASSERT_EQ(Submit(c, spec), 1u);
-    for (int i = 1; i <= k; ++i) {
+    for (int i = 1; acknowledge && i <= k; ++i) {
       const std::string w = absl::StrCat("w-", i);
       v1::HeartbeatReply r = Beat(c, w);
       ASSERT_TRUE(r.has_assignment());
@@ -334,20 +346,6 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
   const std::string dir = TempDir();
   v1::JobSpec spec = Spec(3, 60);
   spec.set_on_worker_lost("shrink");
-  auto step = [](Coordinator* c, int rank, const std::string& w, int64_t s, int64_t gen) {
-    v1::ReportStepRequest req;
-    req.set_worker_id(w);
-    req.set_job_id(1);
-    req.set_rank(rank);
-    req.set_step(s);
-    req.set_weights_hash(Hash(s));
-    req.set_loss(1.0);
-    req.set_examples(8);
-    req.set_generation(gen);
-    auto r = c->ReportStep(req);
-    ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_FALSE(r->stop()) << r->reason();
-  };
   uint64_t gen0_key = 0;
   {
     Incarnation first = Start(dir);
@@ -361,9 +359,9 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
       Beat(c, w, 1);
     }
     for (int64_t s = 0; s < 20; ++s) {
-      step(c, 0, "w-1", s, 0);
-      step(c, 1, "w-2", s, 0);
-      step(c, 2, "w-3", s, 0);
+      Step(c, 1, 0, "w-1", s, 0);
+      Step(c, 1, 1, "w-2", s, 0);
+      Step(c, 1, 2, "w-3", s, 0);
     }
     // w-3 goes silent: lost after 3 s, the job shrinks (generation 1, K 2).
     for (int i = 0; i < 4; ++i) {
@@ -410,8 +408,8 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
     EXPECT_NE(gen1_key, gen0_key);
     EXPECT_EQ(gen1_key, GenerationKey(gen0_key, 1));
     for (int64_t s = 20; s < 40; ++s) {
-      step(c, 0, "w-1", s, 1);
-      step(c, 1, "w-2", s, 1);
+      Step(c, 1, 0, "w-1", s, 1);
+      Step(c, 1, 1, "w-2", s, 1);
     }
     ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
@@ -441,8 +439,8 @@ TEST_F(CoordinatorStateTest, ShrunkJobKeepsItsGroupAcrossRestarts) {
   EXPECT_EQ(r.assignment().start_step(), 20);
   Beat(c, "w-2", 1);
   for (int64_t s = 40; s < 60; ++s) {
-    step(c, 0, "w-1", s, 1);
-    step(c, 1, "w-2", s, 1);
+    Step(c, 1, 0, "w-1", s, 1);
+    Step(c, 1, 1, "w-2", s, 1);
   }
   for (int rank = 0; rank < 2; ++rank) {
     v1::ReportDoneRequest req;
@@ -610,9 +608,7 @@ TEST_F(CoordinatorStateTest, RestoredRunningJobTakesTheDoneReportsSentAgain) {
     ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
   for (int variant = 0; variant < 3; ++variant) {
-    const std::string copy = absl::StrCat(dir, "_", variant);
-    ASSERT_EQ(system(absl::StrCat("cp -r ", dir, " ", copy).c_str()), 0);
-    Incarnation second = Start(copy);
+    Incarnation second = Start(CopyOf(dir, absl::StrCat(variant)));
     Coordinator* c = second.coord.get();
     ASSERT_EQ(c->GetJob(1)->state(), v1::RUNNING);
     EXPECT_TRUE(c->GetJob(1)->has_weights());  // restored for the RUNNING job
@@ -659,6 +655,44 @@ TEST_F(CoordinatorStateTest, RestoredRunningJobTakesTheDoneReportsSentAgain) {
   }
 }
 
+// Review findings on the asks above: a worker that reports the job running
+// after the restart is not asked again when it later runs nothing without
+// a done report (it abandoned the job: FAILED at once); a worker with no
+// record of finishing (rank -1: it does not know its rank) fails the job at
+// once naming its rank, whichever rank it holds.
+TEST_F(CoordinatorStateTest, DoneAsksEndWhenTheJobRunsAndANoRecordReportFailsAtOnce) {
+  const std::string dir = TempDir();
+  {
+    Incarnation first = Start(dir);
+    StartAndStep(first.coord.get(), Spec(2, 100), 50);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation running = Start(CopyOf(dir, "running"));
+  Coordinator* c = running.coord.get();
+  EXPECT_FALSE(Beat(c, "w-1", 1).stop_job());  // w-1 runs job 1
+  v1::HeartbeatReply r = Beat(c, "w-1");       // ... then nothing, no done report
+  EXPECT_EQ(r.resend_done_job_id(), 0u);
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.reason().find("rank 0 (w-1"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("abandoned"), std::string::npos) << j.reason();
+
+  Incarnation asked = Start(CopyOf(dir, "no_record"));
+  c = asked.coord.get();
+  ASSERT_EQ(Beat(c, "w-2").resend_done_job_id(), 1u);
+  v1::ReportDoneRequest none;  // what a worker without the record sends
+  none.set_worker_id("w-2");
+  none.set_job_id(1);
+  none.set_rank(-1);
+  none.set_ok(false);
+  none.set_error("worker w-2 has no record of finishing job 1");
+  ASSERT_TRUE(c->ReportDone(none).ok());
+  j = *c->GetJob(1);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.reason().find("rank 1 (w-2): worker w-2 has no record"), std::string::npos)
+      << j.reason();
+}
+
 // Issue 10: a ps job on the coordinator's own shard continues after a
 // restart. The shard's sums are gone, so the restarted coordinator regroups
 // the job (generation 1, same ranks, a "restart" event, a fresh group key:
@@ -679,11 +713,9 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
     ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
   {
-    const std::string copy = dir + "_finished";
-    ASSERT_EQ(system(absl::StrCat("cp -r ", dir, " ", copy).c_str()), 0);
     // Both ranks had finished before the kill: their generation-0 done
     // reports, asked again, end the regrouped job.
-    Incarnation second = Start(copy);
+    Incarnation second = Start(CopyOf(dir, "finished"));
     Coordinator* c = second.coord.get();
     ASSERT_EQ(c->GetJob(1)->generation(), 1);
     for (const char* w : {"w-1", "w-2"}) EXPECT_EQ(Beat(c, w).resend_done_job_id(), 1u);
@@ -723,23 +755,9 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
   j = *c->GetJob(1);
   EXPECT_FALSE(j.regrouping());
   EXPECT_EQ(j.membership_events(0).step(), 11);
-  auto step = [c](int rank, const std::string& w, int64_t s) {
-    v1::ReportStepRequest req;
-    req.set_worker_id(w);
-    req.set_job_id(1);
-    req.set_rank(rank);
-    req.set_step(s);
-    req.set_weights_hash(Hash(s));
-    req.set_loss(1.0);
-    req.set_examples(8);
-    req.set_generation(1);
-    auto rep = c->ReportStep(req);
-    ASSERT_TRUE(rep.ok()) << rep.status();
-    ASSERT_FALSE(rep->stop()) << rep->reason();
-  };
   for (int64_t s = 11; s < 100; ++s) {
-    step(0, "w-1", s);
-    step(1, "w-2", s);
+    Step(c, 1, 0, "w-1", s, 1);
+    Step(c, 1, 1, "w-2", s, 1);
   }
   Done(c, 1, 0, "w-1", Hash(99), 1);
   Done(c, 1, 1, "w-2", Hash(99), 1);
@@ -747,6 +765,63 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
   EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
   EXPECT_EQ(j.final_hash(), Hash(99));
   EXPECT_EQ(j.mismatched_steps(), 0);
+}
+
+// Issue 10: a ps job on the coordinator's shard killed before any rank
+// completed a step. Its workers had not even received the assignment (or
+// one had, and its runner failed before step 0), so after the restart
+// regroup they get generation 1 first and hold no step (-1), like joiners.
+// Nobody trained: the group starts at step 0, each rank building the
+// initial replica itself, instead of waiting for a start that never comes.
+TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardKilledBeforeAnyStepStartsAtStepZero) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 100);
+  spec.set_sync_mode(v1::PS);
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, spec, 0, /*acknowledge=*/false);
+    ASSERT_EQ(c->GetJob(1)->state(), v1::RUNNING);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  for (int variant = 0; variant < 2; ++variant) {
+    Incarnation second = Start(CopyOf(dir, absl::StrCat(variant)));
+    Coordinator* c = second.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    ASSERT_EQ(j.generation(), 1);
+    ASSERT_TRUE(j.regrouping());
+    // Idle workers of a job they never acknowledged: the regroup's
+    // assignment (not start_ready), and no ask for a done report.
+    for (const char* w : {"w-1", "w-2"}) {
+      v1::HeartbeatReply r = Beat(c, w);
+      ASSERT_TRUE(r.has_assignment()) << w;
+      EXPECT_EQ(r.assignment().generation(), 1);
+      EXPECT_FALSE(r.assignment().start_ready());
+      EXPECT_EQ(r.resend_done_job_id(), 0u);
+    }
+    // Variant 1: w-1's generation-0 runner had started and failed before
+    // step 0 (it holds step 0); w-2 holds nothing. Variant 0: neither.
+    EXPECT_FALSE(Hold(c, "w-1", 1, 1, variant == 1 ? 0 : -1).has_assignment());
+    v1::HeartbeatReply r = Hold(c, "w-2", 1, 1, -1);
+    ASSERT_TRUE(r.has_assignment()) << "the start was not decided";
+    EXPECT_TRUE(r.assignment().start_ready());
+    EXPECT_EQ(r.assignment().start_step(), 0);
+    EXPECT_EQ(r.assignment().state_source_rank(), 0);
+    j = *c->GetJob(1);
+    EXPECT_FALSE(j.regrouping());
+    ASSERT_EQ(j.membership_events_size(), 1);
+    EXPECT_EQ(j.membership_events(0).step(), 0);
+    for (int64_t s = 0; s < 100; ++s) {
+      Step(c, 1, 0, "w-1", s, /*generation=*/1);
+      Step(c, 1, 1, "w-2", s, /*generation=*/1);
+    }
+    Done(c, 1, 0, "w-1", Hash(99), 1);
+    Done(c, 1, 1, "w-2", Hash(99), 1);
+    j = *c->GetJob(1);
+    EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
+    EXPECT_EQ(j.checked_steps(), 100);
+  }
 }
 
 // A ps job on the coordinator's shard whose rank had finished (its done

@@ -319,8 +319,13 @@ bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_s
   for (size_t r = 0; r < job->ranks.size(); ++r) {
     const RankRecord& rr = job->ranks[r];
     if (rr.held_generation != m.generation) return false;  // someone has not said yet
-    if (rr.holds_replica && rr.held_step > s) {
-      s = rr.held_step;
+    // A rank holding a replica that names no step (-1: its worker got the
+    // job first in this generation, e.g. after a restart regroup before
+    // it ever ran) has not trained: it holds the initial replica, step 0,
+    // which every rank builds from the seed (or the spec's checkpoint).
+    const int64_t held = std::max<int64_t>(rr.held_step, 0);
+    if (rr.holds_replica && held > s) {
+      s = held;
       source = static_cast<int>(r);
     }
   }

@@ -167,7 +167,11 @@ ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now, const std:
 // Rank `rank` holds its replica at `held_step` for `generation` (-1: it
 // holds none, a joiner). Ignored unless generation is the job's and it is
 // regrouping. Only ranks with holds_replica count for the start step and
-// the source (a joiner that never trained claims nothing). Returns true when this decided the start (every rank said,
+// the source (a joiner that never trained claims nothing). Such a rank
+// saying -1 never ran a step (its worker got the job first in this
+// generation: a restart regroup before any step): it counts as holding
+// step 0, the initial replica every rank builds itself (seed or the spec's
+// checkpoint), so a group nobody trained in starts at step 0 with no copy. Returns true when this decided the start (every rank said,
 // no rank is vacant, and some rank holds a replica).
 bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_step);
 

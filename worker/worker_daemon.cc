@@ -530,11 +530,12 @@ void WorkerDaemon::ResendDone(uint64_t job_id) {
       done = last_done_;
     } else {
       // Nothing to resend (this process never finished that job): say so,
-      // so the job fails naming this worker instead of waiting.
+      // so the job fails naming this worker instead of waiting (rank -1:
+      // unknown here; the coordinator takes the rank this worker holds).
       done.set_worker_id(worker_id_);
       done.set_job_id(job_id);
       done.set_rank(job_ != nullptr && job_->assignment.job_id() == job_id ? job_->rank.load()
-                                                                           : 0);
+                                                                           : -1);
       done.set_ok(false);
       done.set_error(absl::StrCat("worker ", worker_id_, " (", options_.advertise_address,
                                   ") has no record of finishing job ", job_id,
@@ -888,6 +889,12 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     job->holds_state.store(false);
     const int64_t s = a.start_step();
     const int source = a.state_source_rank();
+    if (s == 0 && held.empty()) {
+      // Nobody trained a step (server/membership.h RecordHeldStep): the
+      // runner builds the initial replica as at the job's start; no copy.
+      held_step = 0;
+      join_source = -1;
+    }
     if (held_step > s || source < 0 || source >= a.peer_addresses_size()) {
       return absl::InternalError(absl::StrCat("regroup of job ", a.job_id(), ": start step ", s,
                                               " from rank ", source, ", this rank holds step ",
