@@ -14,7 +14,9 @@
 // the fault-free hash; without one before it, it fails saying so.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -28,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "common/collective/inproc_transport.h"
 #include "common/collective/ps_aggregator.h"
+#include "common/data/sampler.h"
 #include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "server/sync_checker.h"
@@ -92,8 +95,16 @@ class FakeCoordinator : public JobReporter {
     if (stop_now && on_stop_) on_stop_();
     return reply->stop();
   }
-  absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
+  absl::Status ReportEval(const v1::ReportEvalRequest& e) override {
+    absl::MutexLock l(&mu_);
+    eval_steps_.push_back(e.step());
+    return absl::OkStatus();
+  }
   absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+  std::vector<int64_t> eval_steps() {
+    absl::MutexLock l(&mu_);
+    return eval_steps_;
+  }
 
   void set_on_stop(std::function<void()> f) { on_stop_ = std::move(f); }
   DivergencePolicy policy() const { return policy_; }
@@ -124,6 +135,7 @@ class FakeCoordinator : public JobReporter {
   std::string failed_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::map<int, std::string>> hashes_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> last_step_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> eval_steps_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_stop_;
 };
 
@@ -153,6 +165,8 @@ struct Fault {
 struct RunSetup {
   int ps_shards = 0;               // > 0: ps mode over in-process shards
   int64_t checkpoint_every = 0;    // > 0: rank 0 writes a checkpoint every N steps
+  bool eval_each_epoch = false;
+  std::string on_nonfinite;
 };
 
 // A fresh checkpoint directory per job (the job id is always 7).
@@ -165,6 +179,7 @@ std::string NewCheckpointDir() {
 struct Outcome {
   std::vector<absl::Status> status;
   std::vector<std::string> final_hash;  // per rank ("" when it failed)
+  std::vector<int64_t> skipped;         // per rank: JobOutcome.skipped_steps
   absl::Duration took;
 };
 
@@ -181,6 +196,8 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
     spec.set_sync_mode(v1::PS);
     spec.set_ps_shards(setup.ps_shards);
   }
+  spec.set_eval_each_epoch(setup.eval_each_epoch);
+  spec.set_on_nonfinite(setup.on_nonfinite);
   if (setup.checkpoint_every > 0) {
     spec.set_checkpoint_dir(NewCheckpointDir());
     spec.set_checkpoint_every_steps(setup.checkpoint_every);
@@ -251,6 +268,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
   Outcome run;
   run.status.resize(k);
   run.final_hash.resize(k);
+  run.skipped.resize(k, -1);
   const absl::Time t0 = absl::Now();
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
@@ -258,6 +276,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
       auto out = runners[r]->Run();
       run.status[r] = out.status();
       if (out.ok()) run.final_hash[r] = out->weights_hash;
+      if (out.ok()) run.skipped[r] = out->skipped_steps;
     });
   }
   for (auto& t : threads) t.join();
@@ -439,6 +458,55 @@ INSTANTIATE_TEST_SUITE_P(K2, RollbackTest,
                                                info.param.optimizer ? "_optimizer" : "_weights",
                                                info.param.ps_shards > 0 ? "_ps" : "_ring");
                          });
+
+// A rollback replays steps: they count once. Rank 1 flips a bit after step
+// 6 (K = 2: no majority), found in the combine of step 7; every rank
+// reloads the checkpoint of step 6 and computes step 6 again. Step 6 ends
+// epoch 1 (200 examples, batch 29: 7 steps per epoch), and one training
+// example has a NaN feature, chosen in step 6's batch, so step 6 is skipped
+// (on_nonfinite=skip) in the first pass and in the replay. Closed form:
+// skipped_steps = the number of steps whose batch holds that example (once
+// per epoch), evaluations = one per epoch end (6, 13, 15: steps 7, 14, 16),
+// in order; the final hash is the fault-free run's on the same data.
+TEST(DivergenceTest, ARollbackCountsReplayedSkipsAndEvaluationsOnce) {
+  TrainTest data = Blobs(200, 30);
+  GlobalBatchSampler sampler(200, 29, 5);
+  const int64_t bad = sampler.Batch(6)[0];
+  data.train.x[bad * data.train.dim] = std::numeric_limits<float>::quiet_NaN();
+  int64_t want_skipped = 0;
+  for (int64_t t = 0; t < kSteps; ++t) {
+    const std::vector<int64_t> b = sampler.Batch(t);
+    want_skipped += std::find(b.begin(), b.end(), bad) != b.end();
+  }
+  ASSERT_EQ(want_skipped, 3);  // steps 6, one in epoch 2, one in epoch 3
+  RunSetup setup;
+  setup.checkpoint_every = 2;
+  setup.eval_each_epoch = true;
+  setup.on_nonfinite = "skip";
+  const std::map<int, const TrainTest*> both = {{0, &data}, {1, &data}};
+  FakeCoordinator clean(2, DivergencePolicy::kRepair, kSteps);
+  Outcome fault_free = RunJob(2, kSteps, Fault{}, &clean, both, true, setup);
+  ASSERT_TRUE(fault_free.status[0].ok()) << fault_free.status[0];
+  FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
+  coord.set_checkpoint_rollback(true);
+  Fault fault;
+  fault.rank = 1;
+  fault.step = 6;
+  Outcome run = RunJob(2, kSteps, fault, &coord, both, true, setup);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
+    EXPECT_EQ(run.skipped[r], want_skipped) << "rank " << r;
+    EXPECT_EQ(fault_free.skipped[r], want_skipped) << "rank " << r;
+  }
+  EXPECT_EQ(run.final_hash[0], fault_free.final_hash[0]);
+  const v1::SyncHistory h = coord.history();
+  ASSERT_EQ(h.checks_size(), kSteps);
+  EXPECT_EQ(h.checks(7).note(),
+            "rolled back in the combine of step 7: no majority, every rank reloaded the "
+            "checkpoint of step 6 and computed step 6 again");
+  EXPECT_EQ(coord.eval_steps(), (std::vector<int64_t>{7, 14, 16}));
+  EXPECT_EQ(clean.eval_steps(), (std::vector<int64_t>{7, 14, 16}));
+}
 
 // A tie at K = 4 (ranks 1 and 2 flip the same bit: 2 against 2) has no
 // majority either: resolved from the checkpoint the same way.

@@ -560,8 +560,12 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
                           : r.Apply(step, count);
     next_step_ = step + 1;
+    // Steps before the last rollback's combine step were computed, counted,
+    // evaluated and reported before it: a replayed one counts once (the
+    // coordinator drops its report as a duplicate, too).
+    const bool replay = rolled_back_at_ >= 0 && step < rolled_back_at_;
     if (skip) {
-      ++outcome.skipped_steps;
+      if (!replay) ++outcome.skipped_steps;
       log_.Warn("update skipped: non-finite gradient",
                 {{"step", step},
                  {"ranks", flagged ? RankList(nonfinite_ranks) : "none"},
@@ -643,7 +647,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
             }
           });
     }
-    const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end &&
+    const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end && !replay &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);
     if (evaluate) {
       EvalStats e = r.Evaluate(data_->test);
