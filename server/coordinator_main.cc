@@ -57,9 +57,9 @@
 #include "common/grpcutil/tls.h"
 #include "common/http/http_server.h"
 #include "common/log.h"
+#include "common/log_budget.h"
 #include "common/log_flags.h"
 #include "common/shutdown_signal.h"
-#include "common/train/job_memory.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
 #include "common/grpcutil/message_limits.h"
@@ -114,12 +114,13 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token that SubmitJob and CancelJob need (authorization: "
           "Bearer <token>); required with --tls_* (deploy/certs.sh writes one)");
-ABSL_FLAG(int64_t, max_job_memory_bytes, -1,
+ABSL_FLAG(int64_t, max_job_memory_bytes, 0,
           "SubmitJob refuses, with RESOURCE_EXHAUSTED naming need and limit, a job whose memory "
           "need per worker (parameters, gradient, optimizer state, combine buffer, activations; "
-          "counted with the smallest data shape) exceeds this, bytes: -1 = 3/4 of this "
-          "machine's physical memory (the worker's default), 0 = no limit. Jobs that fewer than "
-          "K live workers can hold by their own --max_job_memory_bytes are refused too");
+          "counted with the smallest data shape) exceeds this, bytes; 0 = no limit of the "
+          "coordinator's own (the default: this host's memory says nothing about the workers'). "
+          "Jobs that fewer than K live workers can hold by their own --max_job_memory_bytes are "
+          "refused either way");
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
@@ -296,9 +297,12 @@ int Run(int argc, char** argv) {
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
   options.max_finished_jobs_in_memory = absl::GetFlag(FLAGS_max_finished_jobs_in_memory);
-  options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes) < 0
-                                     ? DefaultMaxJobMemoryBytes()
-                                     : absl::GetFlag(FLAGS_max_job_memory_bytes);
+  if (absl::GetFlag(FLAGS_max_job_memory_bytes) < 0) {
+    logger.Error(absl::StrCat("--max_job_memory_bytes: expected >= 0 bytes (0 = no limit), got ",
+                              absl::GetFlag(FLAGS_max_job_memory_bytes)));
+    return 2;
+  }
+  options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes);
   options.logger = &logger;
   std::unique_ptr<StateDb> state_db;  // outlives the coordinator
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {
@@ -367,12 +371,14 @@ int Run(int argc, char** argv) {
     return kExitBindFailed;
   }
 
+  RefusedConnectionLog data_refusals(&logger, &clock, "ps data plane connection refused");
   std::unique_ptr<PsTcpServer> ps_data_plane;
   if (absl::GetFlag(FLAGS_ps_data_port) >= 0) {
     PsTcpServerOptions ps_tcp_options;
-    // A refused data-plane connection is logged naming its address and why.
-    ps_tcp_options.on_reject = [&logger](const std::string& why) {
-      logger.Warn("ps data plane connection refused", {{"reason", why}});
+    // A refused data-plane connection is logged naming its address and why,
+    // within a line budget (common/log_budget.h).
+    ps_tcp_options.on_reject = [&data_refusals](const std::string& why) {
+      data_refusals.Refused(why);
     };
     auto started = PsTcpServer::Start(&ps_registry, listen_host,
                                       absl::GetFlag(FLAGS_ps_data_port), ps_tcp_options);

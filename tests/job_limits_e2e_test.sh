@@ -19,7 +19,10 @@
 #      features: 1,108,403 parameters + the loss slot = 4.4 MB per Push and
 #      Pull over gRPC, S = 1 on the coordinator's shard): SUCCEEDED (it failed
 #      with "Received message larger than max" before the limits were set
-#      deliberately, common/grpcutil/message_limits.h).
+#      deliberately, common/grpcutil/message_limits.h);
+#   4  a coordinator with the default --max_job_memory_bytes (0: no limit of
+#      its own) accepts that 128 GB job while no worker is registered (it
+#      waits PENDING; workers' limits still apply when they register).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -86,4 +89,21 @@ wait_until $(( $(now_ms) + 90000 )) finished "$big" || fail "ps job not finished
 [ "$(state_of "$big")" = SUCCEEDED ] \
   || fail "ps job with a 4.4 MB shard: expected SUCCEEDED, got $(cli status "$big")"
 echo "ps job with a 4.4 MB shard over gRPC: SUCCEEDED in $(( $(now_ms) - t0 )) ms"
+
+# 4: a coordinator started without --max_job_memory_bytes has no limit of its
+# own (default 0): its host's memory says nothing about the workers'. With no
+# worker registered, the 128 GB job is accepted and waits PENDING (before,
+# the default was 3/4 of the coordinator host's memory and it was refused).
+"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord2.port" 2>"$T/coord2.log" \
+  & pids+=($!)
+wait_file "$T/coord2.port"
+C2="127.0.0.1:$(cat "$T/coord2.port")"
+cli2() { "$CLI" --insecure --coordinator="$C2" "$@"; }
+pending=$(cli2 submit --workers=1 --model=mlp:1000000000 --dataset="$DATA" --batch=8 --steps=5 \
+  2>"$T/submit2.err") || fail "a coordinator with the default --max_job_memory_bytes refused the \
+job: $(cat "$T/submit2.err")"
+[ "$(cli2 status "$pending" --json | json "d['state']")" = PENDING ] \
+  || fail "expected PENDING: $(cli2 status "$pending")"
+cli2 cancel "$pending" >/dev/null || fail "cancel of the pending job"
+echo "default coordinator: mlp:1000000000 accepted (PENDING, no coordinator-side limit)"
 echo PASS

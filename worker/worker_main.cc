@@ -25,6 +25,7 @@
 #include "common/daemon_util.h"
 #include "common/flags_usage.h"
 #include "common/log.h"
+#include "common/log_budget.h"
 #include "common/log_flags.h"
 #include "common/grpcutil/refusal_log.h"
 #include "common/grpcutil/health_service.h"
@@ -222,9 +223,12 @@ int main(int argc, char** argv) {
   // advertised host.
   lockstep::TcpHubOptions hub_options;
   // A refused data-plane connection (a stranger, a forged or replayed hello)
-  // is logged naming its address and what was wrong.
-  hub_options.on_reject = [&logger](const std::string& why) {
-    logger.Warn("data plane connection refused", {{"reason", why}});
+  // is logged naming its address and what was wrong, within the same line
+  // budget as refused gRPC requests (common/log_budget.h).
+  lockstep::RefusedConnectionLog data_refusals(&logger, &refusal_clock,
+                                               "data plane connection refused");
+  hub_options.on_reject = [&data_refusals](const std::string& why) {
+    data_refusals.Refused(why);
   };
   auto hub = lockstep::TcpPeerHub::Start(listen_host, data_port, hub_options);
   if (!hub.ok()) {

@@ -50,7 +50,7 @@ class RefusalFactory : public grpc::experimental::ServerInterceptorFactoryInterf
 }  // namespace
 
 RefusalLog::RefusalLog(const Logger* logger, Clock* clock, int max_lines, absl::Duration window)
-    : logger_(logger), clock_(clock), max_lines_(max_lines), window_(window) {}
+    : logger_(logger), budget_(clock, max_lines, window) {}
 
 bool RefusalLog::IsRefusal(grpc::StatusCode code) {
   switch (code) {
@@ -75,25 +75,9 @@ bool RefusalLog::IsRefusal(grpc::StatusCode code) {
 void RefusalLog::Refused(absl::string_view method, grpc::StatusCode code, absl::string_view peer,
                          absl::string_view detail) {
   if (!IsRefusal(code)) return;
-  const absl::Time now = clock_->Now();
   int64_t left_out = 0;
-  {
-    absl::MutexLock l(&mu_);
-    ++refused_;
-    if (now - window_start_ >= window_) {
-      window_start_ = now;
-      lines_in_window_ = 0;
-    }
-    if (lines_in_window_ >= max_lines_) {
-      ++not_logged_;
-      ++pending_not_logged_;
-      return;
-    }
-    ++lines_in_window_;
-    left_out = pending_not_logged_;
-    pending_not_logged_ = 0;
-  }
-  // Logged outside the lock (the logger writes to a file descriptor).
+  if (!budget_.Admit(&left_out)) return;
+  // Logged with no lock held (the logger writes to a file descriptor).
   std::vector<LogField> fields = {{"method", method},
                                   {"code", GrpcCodeName(code)},
                                   {"peer", peer},
@@ -102,15 +86,9 @@ void RefusalLog::Refused(absl::string_view method, grpc::StatusCode code, absl::
   logger_->Log(LogLevel::kWarn, "request refused", fields);
 }
 
-int64_t RefusalLog::refused() const {
-  absl::MutexLock l(&mu_);
-  return refused_;
-}
+int64_t RefusalLog::refused() const { return budget_.seen(); }
 
-int64_t RefusalLog::not_logged() const {
-  absl::MutexLock l(&mu_);
-  return not_logged_;
-}
+int64_t RefusalLog::not_logged() const { return budget_.not_logged(); }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 RefusalLog::InterceptorFactory() {

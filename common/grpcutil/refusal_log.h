@@ -11,8 +11,8 @@
 // INTERNAL, UNKNOWN, DATA_LOSS and UNAUTHENTICATED (not CANCELLED,
 // DEADLINE_EXCEEDED, ABORTED or UNAVAILABLE, which end normal calls too).
 //
-// Bounded: at most `max_lines` lines per `window` (on `clock`); the others
-// are counted, and the first line of a later window carries
+// Bounded (common/log_budget.h, shared with the raw-TCP hubs' refusal lines):
+// at most `max_lines` lines per `window` (on `clock`); the others are counted, and the first line of a later window carries
 // not_logged=<how many were left out>. A flood cannot fill the disk or slow
 // the server with logging. The detail is cut at 200 bytes.
 //
@@ -28,12 +28,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/server_interceptor.h>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/log_budget.h"
 
 namespace lockstep {
 
@@ -57,15 +56,7 @@ class RefusalLog {
 
  private:
   const Logger* const logger_;
-  Clock* const clock_;
-  const int max_lines_;
-  const absl::Duration window_;
-  mutable absl::Mutex mu_;
-  absl::Time window_start_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  int lines_in_window_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t not_logged_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pending_not_logged_ ABSL_GUARDED_BY(mu_) = 0;  // since the last line
+  LogBudget budget_;
 };
 
 }  // namespace lockstep

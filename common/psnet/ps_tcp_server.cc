@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -152,29 +153,51 @@ absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret
         "ps data plane: job %d: data_plane_secret has %d bytes, expected %d", job,
         secret.size(), dataauth::kSecretBytes));
   }
+  const absl::Time now = Now();
   absl::MutexLock l(&mu_);
   auto it = secrets_.find(job);
   if (it != secrets_.end()) {
-    if (dataauth::MacEqual(reinterpret_cast<const uint8_t*>(it->second.data()),
+    if (dataauth::MacEqual(reinterpret_cast<const uint8_t*>(it->second.secret.data()),
                            reinterpret_cast<const uint8_t*>(secret.data()), secret.size())) {
+      it->second.last_active = std::max(it->second.last_active, now);
       return absl::OkStatus();
     }
     return absl::PermissionDeniedError(absl::StrFormat(
         "ps data plane: job %d already has another data-plane secret at this server", job));
   }
-  if (secrets_.size() >= kMaxSecrets) {
-    secrets_.erase(secret_order_.front());
-    secret_order_.pop_front();
+  if (secrets_.size() >= options_.max_secrets) {
+    // Only a secret idle for secret_idle with no open connection may go
+    // (the idlest; a running job's is never dropped).
+    std::set<uint64_t> connected;
+    for (const auto& c : conns_) {
+      if (c->has_job && !c->done.load()) connected.insert(c->job);
+    }
+    auto victim = secrets_.end();
+    for (auto s = secrets_.begin(); s != secrets_.end(); ++s) {
+      if (connected.count(s->first) > 0 || now - s->second.last_active < options_.secret_idle) {
+        continue;
+      }
+      if (victim == secrets_.end() || s->second.last_active < victim->second.last_active) {
+        victim = s;
+      }
+    }
+    if (victim == secrets_.end()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "ps data plane: job %d: this server holds %d data-plane secrets (its limit), every one "
+          "of a job active within the last %s or with an open connection; retry when a job "
+          "has ended",
+          job, secrets_.size(), absl::FormatDuration(options_.secret_idle)));
+    }
+    secrets_.erase(victim);
   }
-  secrets_.emplace(job, secret);
-  secret_order_.push_back(job);
+  secrets_.emplace(job, Secret{secret, now});
   return absl::OkStatus();
 }
 
 std::string PsTcpServer::SecretOf(uint64_t job) const {
   absl::MutexLock l(&mu_);
   auto it = secrets_.find(job);
-  return it == secrets_.end() ? std::string() : it->second;
+  return it == secrets_.end() ? std::string() : it->second.secret;
 }
 
 void PsTcpServer::Reap(bool all) {
@@ -305,6 +328,15 @@ void PsTcpServer::Serve(Conn* conn) {
     const absl::Status sent = psnet::WriteFully(fd, iov, text.empty() ? 1 : 2,
                                                 absl::Now() + options_.hello_timeout);
     if (!st.ok() || !sent.ok()) return;
+  }
+  {
+    // An authenticated connection keeps its job's secret (RegisterSecret).
+    const absl::Time now = Now();
+    absl::MutexLock l(&mu_);
+    conn->has_job = true;
+    conn->job = hello.job;
+    auto it = secrets_.find(hello.job);
+    if (it != secrets_.end()) it->second.last_active = std::max(it->second.last_active, now);
   }
   const std::string where = absl::StrFormat("ps data plane: job %d shard %d (K=%d, %d floats)",
                                             hello.job, hello.shard, hello.num_workers,

@@ -36,7 +36,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +64,15 @@ struct PsTcpServerOptions {
   // Called with the reason of every refused connection ("connection from
   // 10.0.0.7:51234: ..."), outside the server's locks. Empty: counted only.
   std::function<void(const std::string&)> on_reject;
+  // Data-plane secrets held (RegisterSecret). When full, a new job's secret
+  // replaces the one idle longest among those idle for `secret_idle` (no
+  // registration, no authenticated hello and no open connection of that
+  // job for that long); if none is, the new one is refused. A running job's
+  // secret is never dropped.
+  size_t max_secrets = 4096;
+  absl::Duration secret_idle = absl::Minutes(10);
+  // The clock of secret idleness; empty = absl::Now (tests pass a fake one).
+  std::function<absl::Time()> now;
 };
 
 class PsTcpServer {
@@ -87,10 +95,13 @@ class PsTcpServer {
   // The data-plane secret of job key `job` (dataauth::kSecretBytes bytes):
   // the first registration fixes it; another secret for the same job is
   // PermissionDeniedError (nothing changes), a wrong length
-  // InvalidArgumentError. At most kMaxSecrets jobs are held; one more
-  // forgets the oldest registration. Thread-safe.
+  // InvalidArgumentError. At most options.max_secrets jobs are held: one
+  // more replaces the secret idle longest among those idle for
+  // options.secret_idle (see there), else ResourceExhaustedError naming the
+  // limit (the job's DataAddress fails with it). Re-registering the same
+  // secret, and every authenticated hello, mark the job active.
+  // Thread-safe.
   absl::Status RegisterSecret(uint64_t job, const std::string& secret);
-  static constexpr size_t kMaxSecrets = 4096;
 
   // Hellos and frames refused (see the header comment), and the last reason.
   int64_t rejected_connections() const;
@@ -104,6 +115,13 @@ class PsTcpServer {
     std::string peer;  // "host:port" of the client
     std::thread thread;
     std::atomic<bool> done{false};
+    // The job its hello authenticated for (mu_; none before the hello).
+    bool has_job = false;
+    uint64_t job = 0;
+  };
+  struct Secret {
+    std::string secret;
+    absl::Time last_active;  // registration or authenticated hello
   };
 
   PsTcpServer(PsShardRegistry* registry, int listen_fd, int wake_fd, int port,
@@ -113,6 +131,7 @@ class PsTcpServer {
   void Reject(const std::string& why);
   // The secret registered for `job`, or "" when none is.
   std::string SecretOf(uint64_t job) const;
+  absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
   // Joins and frees finished connection threads (all when `all`).
   void Reap(bool all);
 
@@ -128,8 +147,7 @@ class PsTcpServer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
   int64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, std::string> secrets_ ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> secret_order_ ABSL_GUARDED_BY(mu_);  // registration order
+  std::map<uint64_t, Secret> secrets_ ABSL_GUARDED_BY(mu_);
   std::string last_rejection_ ABSL_GUARDED_BY(mu_);
 };
 

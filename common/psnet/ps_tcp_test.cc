@@ -571,5 +571,74 @@ TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Secrets are bounded without dropping a running job's: when full, a new
+// job's secret replaces only one idle for secret_idle with no open
+// connection (the idlest), else it is refused naming the limit. (Before,
+// the oldest registration was forgotten first in, first out: a long job's
+// secret went after enough later job starts and its next reconnect was
+// refused.)
+TEST(PsTcpAuthTest, FullSecretTableEvictsOnlyIdleJobsWithoutConnections) {
+  absl::Mutex mu;
+  absl::Time now = absl::FromUnixSeconds(1000000);
+  PsTcpServerOptions options;
+  options.max_secrets = kRegisteredJobs + 2;
+  options.secret_idle = absl::Minutes(10);
+  options.now = [&] {
+    absl::MutexLock l(&mu);
+    return now;
+  };
+  auto advance = [&](absl::Duration d) {
+    absl::MutexLock l(&mu);
+    now += d;
+  };
+  // Jobs 0..63 registered at t0 (LocalServer), 100 and 101 a minute later.
+  LocalServer server(8, PsShardRegistry::kDefaultMaxShardFloats, options);
+  advance(absl::Minutes(1));
+  ASSERT_TRUE(server.server->RegisterSecret(100, kSecret).ok());
+  ASSERT_TRUE(server.server->RegisterSecret(101, kSecret).ok());
+  const absl::Status full = server.server->RegisterSecret(102, kSecret);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(std::string(full.message()), HasSubstr("holds 66 data-plane secrets"));
+  EXPECT_THAT(std::string(full.message()), HasSubstr("active within the last 10m"));
+
+  auto hello = [&](RawConn* c, uint64_t job) {
+    std::vector<uint8_t> b(psnet::kHelloBytes);
+    psnet::Hello h;
+    h.job = job;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    psnet::EncodeHello(h, kSecret, c->nonce(), b.data());
+    c->Write(b.data(), b.size());
+    return c->ReadHelloReply();
+  };
+  // Job 0 (the long job) connects once at t0+1min and keeps its connection.
+  RawConn long_job(server.address);
+  ASSERT_EQ(hello(&long_job, 0).first, 0);
+  // Twenty minutes later every t0 secret is idle, but job 0 is connected:
+  // the idlest other one (job 1: ties go to the lowest id) makes room.
+  advance(absl::Minutes(20));
+  ASSERT_TRUE(server.server->RegisterSecret(102, kSecret).ok());
+  {
+    RawConn c(server.address);
+    auto [code, text] = hello(&c, 1);
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied)) << text;
+    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 1"));
+  }
+  {  // the connected job's secret is still there: it may reconnect
+    RawConn c(server.address);
+    auto [code, text] = hello(&c, 0);
+    EXPECT_EQ(code, 0) << text;
+  }
+  // The 64 idle, unconnected secrets (2..63, 100, 101) make room for 64 new
+  // jobs; the 65th is refused: job 0 (connected) and 102 (fresh) stay.
+  for (uint64_t job = 200; job < 264; ++job) {
+    ASSERT_TRUE(server.server->RegisterSecret(job, kSecret).ok()) << job;
+  }
+  EXPECT_EQ(server.server->RegisterSecret(264, kSecret).code(),
+            absl::StatusCode::kResourceExhausted);
+  RawConn again(server.address);
+  EXPECT_EQ(hello(&again, 0).first, 0);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -16,6 +16,7 @@
 #include "common/grpcutil/server_reflection.h"
 #include "common/grpcutil/tls.h"
 #include "common/log.h"
+#include "common/log_budget.h"
 #include "common/log_flags.h"
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
@@ -129,12 +130,15 @@ int main(int argc, char** argv) {
     log.Error("cannot listen: the address is in use or not available", {{"listen", listen}});
     return 1;
   }
+  lockstep::RefusedConnectionLog data_refusals(&log, &refusal_clock,
+                                               "data plane connection refused");
   std::unique_ptr<lockstep::PsTcpServer> data_plane;
   if (absl::GetFlag(FLAGS_data_port) >= 0) {
     lockstep::PsTcpServerOptions tcp_options;
-    // A refused data-plane connection is logged naming its address and why.
-    tcp_options.on_reject = [&log](const std::string& why) {
-      log.Warn("data plane connection refused", {{"reason", why}});
+    // A refused data-plane connection is logged naming its address and why,
+    // within a line budget (common/log_budget.h).
+    tcp_options.on_reject = [&data_refusals](const std::string& why) {
+      data_refusals.Refused(why);
     };
     auto started = lockstep::PsTcpServer::Start(&registry, lockstep::HostOfAddress(listen),
                                                 absl::GetFlag(FLAGS_data_port), tcp_options);
