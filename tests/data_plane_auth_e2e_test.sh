@@ -62,26 +62,17 @@ run_job() {
     sed 's/^/  /' "$T/$name.stranger.out"
     [ "$(state_of "$id")" = RUNNING ] || fail "$name: the job ended before the stranger did"
   fi
-  wait_until $(( $(now_ms) + 120000 )) finished "$id" || fail "$name: job $id not finished"
-  local out; out=$(cli status "$id" --json)
-  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: expected SUCCEEDED: $out"
-  grep -qi secret <<<"$out" && fail "$name: a status reply mentions a secret: $out"
-  echo "$name: job $id SUCCEEDED in $(( $(now_ms) - t0 )) ms"
-  json "d['final_hash']" <<<"$out" >"$T/$name.hash"
+  finish_job "$name" "$id" "$t0"
+  grep -qi secret "$T/$name.status.json" \
+    && fail "$name: a status reply mentions a secret: $(cat "$T/$name.status.json")"
 }
 
 RING=(--workers=2 --peer_transport=tcp --model=mlp:256,256 --dataset="$DATA" --batch=64
       --steps=2000 --seed=5)
 PSJOB=(--workers=2 --sync=ps --ps_transport=tcp --model=mlp:256,256 --dataset="$DATA"
        --batch=64 --steps=1500 --seed=6)
-run_job ring-alone "" "${RING[@]}"; h1=$(cat "$T/ring-alone.hash")
-run_job ring-stranger "${peers[*]}" "${RING[@]}"; h2=$(cat "$T/ring-stranger.hash")
-[ "$h1" = "$h2" ] || fail "ring: hash $h2 with the stranger differs from $h1 without"
-echo "ring over tcp: same final hash with and without the stranger ($h1)"
-run_job ps-alone "" "${PSJOB[@]}"; h3=$(cat "$T/ps-alone.hash")
-run_job ps-stranger "ps@127.0.0.1:$ps_data" "${PSJOB[@]}"; h4=$(cat "$T/ps-stranger.hash")
-[ "$h3" = "$h4" ] || fail "ps: hash $h4 with the stranger differs from $h3 without"
-echo "ps over tcp: same final hash with and without the stranger ($h3)"
+same_hash_with_and_without ring-tcp run_job "" "${peers[*]}" "${RING[@]}"
+same_hash_with_and_without ps-tcp run_job "" "ps@127.0.0.1:$ps_data" "${PSJOB[@]}"
 
 for f in w1 w2 ps; do
   n=$(grep -c 'connection refused.*connection from 127\.0\.0\.1:[0-9]*: .*wrong mac' "$T/$f.log")

@@ -38,6 +38,16 @@
 #   poll_rank_at JOB N WORKER
 #                   once JOB runs and has done N steps, prints WORKER's
 #                   rank (one status call per poll; 30 s deadline)
+#   finish_job NAME JOB T0_MS
+#                   waits (120 s) for JOB to end; fails unless SUCCEEDED;
+#                   prints its time since T0_MS, writes its status JSON to
+#                   $T/NAME.status.json and its final hash to $T/NAME.hash
+#   same_hash_with_and_without LABEL RUN QUIET DISTURBED SUBMIT_ARGS...
+#                   runs `RUN LABEL-quiet QUIET SUBMIT_ARGS...` then `RUN
+#                   LABEL-disturbed DISTURBED SUBMIT_ARGS...` (RUN NAME MODE
+#                   ARGS... submits one job, disturbs it per MODE and ends
+#                   with finish_job NAME); fails unless both final hashes
+#                   agree (a flood or a stranger changed nothing)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -135,4 +145,22 @@ for arg in sys.argv[2:]:
     if not lines or (at(lines[-1]) - at(lines[0])).total_seconds() * 1000 < ms:
         sys.exit(1)
 PY
+}
+finish_job() {
+  local name=$1 id=$2 t0=$3 out
+  wait_until $(( $(now_ms) + 120000 )) finished "$id" || fail "$name: job $id not finished"
+  out=$(cli status "$id" --json)
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: expected SUCCEEDED: $out"
+  echo "$name: job $id SUCCEEDED in $(( $(now_ms) - t0 )) ms"
+  printf '%s\n' "$out" >"$T/$name.status.json"
+  json "d['final_hash']" <<<"$out" >"$T/$name.hash"
+}
+same_hash_with_and_without() {
+  local label=$1 run=$2 quiet=$3 disturbed=$4 h1 h2; shift 4
+  "$run" "$label-quiet" "$quiet" "$@"
+  "$run" "$label-disturbed" "$disturbed" "$@"
+  h1=$(cat "$T/$label-quiet.hash"); h2=$(cat "$T/$label-disturbed.hash")
+  [ -n "$h1" ] && [ "$h1" = "$h2" ] \
+    || fail "$label: final hash $h2 when disturbed differs from the quiet run's $h1"
+  echo "$label: same final hash with and without the disturbance ($h1)"
 }

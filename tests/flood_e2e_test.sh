@@ -79,25 +79,15 @@ run_job() {
     [ "$rounds" -ge 1 ] || fail "$name: the job ended before one round of the flood did"
     echo "$name: $rounds whole flood round(s) during the job's last $fl_ms ms"
   fi
-  wait_until $(( $(now_ms) + 120000 )) finished "$id" || fail "$name: job $id not finished"
-  local out; out=$(cli status "$id" --json)
-  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: expected SUCCEEDED: $out"
-  echo "$name: job $id SUCCEEDED in $(( $(now_ms) - t0 )) ms"
-  json "d['final_hash']" <<<"$out" >"$T/$name.hash"
+  finish_job "$name" "$id" "$t0"
 }
 
 RING=(--workers=2 --peer_transport=tcp --model=mlp:256,256 --dataset="$DATA" --batch=64
       --steps=4000 --seed=5)
 PSJOB=(--workers=2 --sync=ps --ps_transport=tcp --model=mlp:256,256 --dataset="$DATA"
        --batch=64 --steps=3500 --seed=6)
-run_job ring-quiet quiet "${RING[@]}"; h1=$(cat "$T/ring-quiet.hash")
-run_job ring-flood flood "${RING[@]}"; h2=$(cat "$T/ring-flood.hash")
-[ "$h1" = "$h2" ] || fail "ring: flooded hash $h2 differs from the quiet run's $h1"
-echo "ring over tcp: same final hash with and without the flood ($h1)"
-run_job ps-quiet quiet "${PSJOB[@]}"; h3=$(cat "$T/ps-quiet.hash")
-run_job ps-flood flood "${PSJOB[@]}"; h4=$(cat "$T/ps-flood.hash")
-[ "$h3" = "$h4" ] || fail "ps: flooded hash $h4 differs from the quiet run's $h3"
-echo "ps over tcp on lockstep-server: same final hash with and without the flood ($h3)"
+same_hash_with_and_without ring-tcp run_job quiet flood "${RING[@]}"
+same_hash_with_and_without ps-tcp run_job quiet flood "${PSJOB[@]}"
 
 # 4: every daemon up and serving, and naming the refused peers.
 for p in "$ps_pid" "$coord_pid" "${wpid[1]}" "${wpid[2]}"; do
