@@ -164,6 +164,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     w.data_address = s.data_address;
     w.hostname = s.hostname;
     w.pid = s.pid;
+    w.max_job_memory_bytes = s.max_job_memory_bytes;  // SubmitJob's check
     // Not heard from since the restart: LOST (never scheduled) until its
     // first heartbeat makes it IDLE ("worker back"), so no job starts on,
     // and no shrunk job grows onto, a worker that died meanwhile. Bound to
@@ -367,7 +368,8 @@ void Coordinator::PersistCountersLocked() {
 
 void Coordinator::PersistWorkerLocked(const Worker& w) {
   if (state_db_ == nullptr) return;
-  state_db_->PutWorker({w.seq, w.id, w.address, w.data_address, w.hostname, w.pid});
+  state_db_->PutWorker(
+      {w.seq, w.id, w.address, w.data_address, w.hostname, w.pid, w.max_job_memory_bytes});
   PersistCountersLocked();
 }
 

@@ -317,6 +317,36 @@ TEST_F(CoordinatorStateTest, DataPlaneSecretsSurviveRestart) {
   EXPECT_NE(o.assignment().data_plane_secret(), before.data_plane_secret());
 }
 
+// A restored worker keeps the memory limit it advertised at registration:
+// SubmitJob refuses a job it cannot hold after a restart as before (it
+// counted as unlimited until it re-registered).
+TEST_F(CoordinatorStateTest, AdvertisedWorkerLimitSurvivesRestart) {
+  const std::string dir = TempDir();
+  {
+    Incarnation first = Start(dir);
+    v1::RegisterWorkerRequest req;
+    req.set_address("10.0.0.1:5000");
+    req.set_max_job_memory_bytes(1000000);  // 1 MB: mlp:1000 fits, mlp:10000 does not
+    ASSERT_TRUE(first.coord->RegisterWorker(req).ok());
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation second = Start(dir);
+  Coordinator* c = second.coord.get();
+  Beat(c, "w-1");  // back: IDLE, without registering again
+  v1::SubmitJobRequest big;
+  *big.mutable_spec() = Spec(1, 10);
+  big.mutable_spec()->set_model("mlp:10000");
+  absl::StatusOr<v1::SubmitJobReply> r = c->SubmitJob(big);
+  ASSERT_FALSE(r.ok()) << "accepted job " << r->job_id();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("the largest worker limit is 1000000 bytes"),
+            std::string::npos)
+      << r.status();
+  v1::JobSpec small = Spec(1, 10);
+  small.set_model("mlp:1000");
+  EXPECT_EQ(Submit(c, small), 1u);
+}
+
 TEST_F(CoordinatorStateTest, LeftWorkerAndItsFailedJobStayThatWayAcrossRestart) {
   const std::string dir = TempDir();
   {

@@ -27,6 +27,8 @@ CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS workers(
   seq INTEGER PRIMARY KEY, id TEXT NOT NULL, address TEXT NOT NULL,
   data_address TEXT NOT NULL, hostname TEXT NOT NULL, pid INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_limits(
+  seq INTEGER PRIMARY KEY, max_job_memory_bytes INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs(
   id INTEGER PRIMARY KEY, state INTEGER NOT NULL, status BLOB NOT NULL,
   first_mismatch_step INTEGER NOT NULL, last_checked_step INTEGER NOT NULL,
@@ -310,6 +312,17 @@ absl::StatusOr<StateDb::Loaded> StateDb::Load() {
       w.hostname = s.ColText(4);
       w.pid = s.ColInt(5);
       out.workers.push_back(std::move(w));
+    }
+  }
+  {
+    // Created IF NOT EXISTS by kSchema: an older database reads no limits.
+    Stmt s(reader_db_, "SELECT seq, max_job_memory_bytes FROM worker_limits");
+    if (!s.ok()) return SqlError(reader_db_, path_, "reading worker limits");
+    std::map<int64_t, int64_t> limits;
+    while (s.Step() == SQLITE_ROW) limits[s.ColInt(0)] = s.ColInt(1);
+    for (StoredWorker& w : out.workers) {
+      auto it = limits.find(w.seq);
+      if (it != limits.end()) w.max_job_memory_bytes = std::max<int64_t>(0, it->second);
     }
   }
   {
@@ -723,12 +736,20 @@ absl::Status StateDb::Write(Batch& batch) {
              "INSERT OR REPLACE INTO workers(seq, id, address, data_address, hostname, pid) "
              "VALUES(?, ?, ?, ?, ?, ?)");
     Stmt del(db, "DELETE FROM workers WHERE seq = ?");
+    Stmt put_limit(db,
+                   "INSERT OR REPLACE INTO worker_limits(seq, max_job_memory_bytes) VALUES(?, ?)");
+    Stmt del_limit(db, "DELETE FROM worker_limits WHERE seq = ?");
     for (const auto& [seq, w] : batch.workers) {
       if (!w) {
         del.Int(1, seq);
         check(del, "deleting a worker");
+        del_limit.Int(1, seq);
+        check(del_limit, "deleting a worker's limit");
         continue;
       }
+      put_limit.Int(1, w->seq);
+      put_limit.Int(2, w->max_job_memory_bytes);
+      check(put_limit, "writing a worker's limit");
       put.Int(1, w->seq);
       put.Text(2, w->id);
       put.Text(3, w->address);

@@ -12,6 +12,7 @@
 // What is stored:
 //   meta        next_worker_seq, next_job_id, incarnation (group keys)
 //   workers     seq, id, address, data_address, hostname, pid
+//   worker_limits seq -> the worker's advertised max_job_memory_bytes
 //   jobs        id, state, JobStatus (spec, state, reason, progress, ranks
 //               with their workers, counters, final hash), first mismatch
 //               step, and an opaque `extra` blob for the coordinator
@@ -72,6 +73,10 @@ struct StoredWorker {
   std::string data_address;
   std::string hostname;
   int64_t pid = 0;
+  // Advertised at registration (RegisterWorkerRequest.max_job_memory_bytes;
+  // 0 = none), so SubmitJob's check holds for restored workers too (table
+  // worker_limits: a database without it reads 0).
+  int64_t max_job_memory_bytes = 0;
 };
 
 // One rank of a job's current generation (job_members).

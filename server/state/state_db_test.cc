@@ -75,7 +75,7 @@ TEST(StateDbTest, EverythingSurvivesReopen) {
     (*db)->PutCounters({/*next_worker_seq=*/5, /*next_job_id=*/3, /*incarnation=*/777, key});
     for (int64_t seq = 1; seq <= 4; ++seq) {
       (*db)->PutWorker({seq, absl::StrCat("w-", seq), absl::StrCat("127.0.0.1:", 7000 + seq),
-                        "127.0.0.1:9000", "vm", 100 + seq});
+                        "127.0.0.1:9000", "vm", 100 + seq, /*max_job_memory_bytes=*/seq << 30});
     }
     (*db)->DeleteWorker(2);
     (*db)->PutJob(Job(1, v1::SUCCEEDED, 10));
@@ -104,6 +104,10 @@ TEST(StateDbTest, EverythingSurvivesReopen) {
   EXPECT_EQ(loaded->workers[1].id, "w-3");
   EXPECT_EQ(loaded->workers[1].address, "127.0.0.1:7003");
   EXPECT_EQ(loaded->workers[1].pid, 103);
+  // The advertised limits (worker_limits): a restored worker is not unlimited.
+  EXPECT_EQ(loaded->workers[0].max_job_memory_bytes, int64_t{1} << 30);
+  EXPECT_EQ(loaded->workers[1].max_job_memory_bytes, int64_t{3} << 30);
+  EXPECT_EQ(loaded->workers[2].max_job_memory_bytes, int64_t{4} << 30);
   ASSERT_EQ(loaded->jobs.size(), 2u);
   EXPECT_EQ(loaded->jobs[0].status.state(), v1::SUCCEEDED);
   EXPECT_EQ(loaded->jobs[0].status.final_hash(), std::string(32, 'a'));
