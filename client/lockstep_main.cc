@@ -191,9 +191,11 @@ void PrintStatus(const v1::JobStatus& j) {
   if (j.skipped_steps() > 0) {
     std::string ranks;
     for (int32_t r : j.last_nonfinite_ranks()) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", r);
-    std::printf("  non-finite gradients: %lld step(s) skipped, the last at step %lld (rank(s) %s)\n",
+    // No rank named: every rank's own values were finite, their sum was not.
+    std::printf("  non-finite gradients: %lld step(s) skipped, the last at step %lld (%s%s)\n",
                 static_cast<long long>(j.skipped_steps()),
-                static_cast<long long>(j.last_skipped_step()), ranks.c_str());
+                static_cast<long long>(j.last_skipped_step()),
+                ranks.empty() ? "sum overflowed" : "rank(s) ", ranks.c_str());
   }
   // Membership (on_worker_lost=shrink / wait, late joiners): each change of
   // the group, one line.

@@ -272,6 +272,49 @@ TEST_F(StatusPageTest, CurveHasLossThroughputAndEvalSeries) {
   EXPECT_EQ(Numbers(Field(ev, "test_loss")), (std::vector<double>{0.625}));
 }
 
+// What the page shows for a job beyond its curves comes from /api/job:
+// skipped steps (with no rank named: a sum overflow), the per-rank step
+// breakdown (medians of what the workers report) and the membership events
+// field; and the page has the places that show them.
+TEST_F(StatusPageTest, JobCarriesSkippedStepsAndTheStepBreakdown) {
+  const uint64_t job = StartJob();
+  for (int64_t step = 0; step < 3; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::ReportStepRequest req;
+      req.set_worker_id(workers_[rank]);
+      req.set_job_id(job);
+      req.set_rank(rank);
+      req.set_step(step);
+      req.set_weights_hash(Hash(7));
+      req.set_examples(8);
+      req.set_step_seconds(0.004);
+      req.set_compute_seconds(rank == 0 ? 0.0025 : 0.003);
+      req.set_communication_seconds(0.001);
+      req.set_exposed_seconds(0.0005);
+      req.set_peer_wait_seconds(0.00025);
+      req.set_update_skipped(step == 1);  // a sum overflow: no rank named
+      ASSERT_TRUE(coord_->ReportStep(req).ok());
+    }
+  }
+  const HttpResponse r = page_->Handle(Get("/api/job", {{"id", absl::StrCat(job)}}));
+  ASSERT_EQ(r.status, 200);
+  const v1::JobStatus status = ParseProto<v1::JobStatus>(r.body);
+  EXPECT_EQ(status.skipped_steps(), 1);
+  EXPECT_EQ(status.last_skipped_step(), 1);
+  EXPECT_EQ(status.last_nonfinite_ranks_size(), 0);
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_DOUBLE_EQ(status.ranks(0).median_compute_seconds(), 0.0025);
+  EXPECT_DOUBLE_EQ(status.ranks(1).median_compute_seconds(), 0.003);
+  EXPECT_DOUBLE_EQ(status.ranks(1).median_peer_wait_seconds(), 0.00025);
+  EXPECT_NE(r.body.find("\"membership_events\":[]"), std::string::npos) << r.body;
+  const HttpResponse html = page_->Handle(Get("/"));
+  EXPECT_NE(html.body.find("id=\"membership-events\""), std::string::npos);
+  EXPECT_NE(html.body.find("<th>compute ms</th>"), std::string::npos);
+  const HttpResponse js = page_->Handle(Get("/static/app.js"));
+  EXPECT_NE(js.body.find("'sum overflowed'"), std::string::npos);
+  EXPECT_NE(js.body.find("median_compute_seconds"), std::string::npos);
+}
+
 TEST_F(StatusPageTest, SyncHasBoundedHistoryAndAStripWithTheMismatch) {
   const uint64_t job = StartJob();
   Step(job, 0, 1.0);

@@ -129,6 +129,10 @@ ok = len(re.findall(r'class="cell ok"', strip)); bad = len(re.findall(r'class="c
 assert ok >= 1 and bad == 0, (ok, bad)
 ranks = one(r'<table id="ranks">(.*?)</table>', "ranks table").group(1)
 assert len(re.findall(r'<tr data-rank=', ranks)) == 2, "ranks table rows"
+# The per-rank step breakdown (medians the workers report): every rank has
+# a compute median in ms, a number > 0.
+compute = re.findall(r'<td class="ms" data-part="compute">([^<]*)</td>', ranks)
+assert len(compute) == 2 and all(float(c) > 0 for c in compute), compute
 workers = one(r'<table id="workers">(.*?)</table>', "workers table").group(1)
 assert len(re.findall(r'<tr data-worker=', workers)) == 3, "workers table rows"
 jobs = one(r'<table id="jobs">(.*?)</table>', "jobs table").group(1)
@@ -160,6 +164,101 @@ print("  sync strip: ok ok ok bad (step 3); reason shown; refresh stopped")
 PY
 browse "#job=$bad_id" --screenshot="$OUT/status_failed_job.png" --window-size=1280,900 >/dev/null ||
   fail "chromium --screenshot exit $?"
+
+echo "== chromium renders skipped steps, membership events and the step breakdown"
+# The same embedded page (fetched from the coordinator) against canned API
+# answers with known values, served from 127.0.0.1 by a small python server:
+# what the page must print for them is closed-form.
+mkdir -p "$T/static"
+for f in app.js style.css; do
+  r=$(get "$URL/static/$f"); printf '%s' "${r#* }" > "$T/static/$f"
+done
+r=$(get "$URL/"); printf '%s' "${r#* }" > "$T/static/index.html"
+python3 - "$T/static" "$T/canned.port" <<'PY' 2>"$T/canned.log" & pids+=($!)
+import http.server, json, os, sys
+static, port_file = sys.argv[1], sys.argv[2]
+rank = lambda r, compute: {"rank": r, "worker_id": f"w-{r + 1}", "address": f"127.0.0.1:{5000 + r}",
+    "hostname": "h", "step": "60", "last_hash": "ab" * 16, "in_sync": True,
+    "median_step_seconds": 0.004, "median_compute_seconds": compute,
+    "median_communication_seconds": 0.001, "median_exposed_seconds": 0.0005,
+    "median_peer_wait_seconds": 0.00025, "resident_bytes": "104857600"}
+job = {"job_id": "9", "state": "SUCCEEDED", "reason": "", "step": "60", "total_steps": "60",
+    "spec": {"name": "", "model": "softmax", "sync_mode": "RING", "num_workers": 3, "global_batch": "24"},
+    "checked_steps": "60", "mismatched_steps": "0",
+    "skipped_steps": "2", "last_skipped_step": "5", "last_nonfinite_ranks": [],
+    "ranks": [rank(0, 0.0025), rank(1, 0.003)],
+    "membership_events": [
+        {"kind": "shrink", "generation": "1", "world_before": 3, "world_after": 2,
+         "worker_id": "w-3", "rank": 2, "step": "42", "unix_s": 1.7e9,
+         "reason": "worker w-3 (rank 2) lost: no heartbeat for 3.0s"},
+        {"kind": "join", "generation": "2", "world_before": 2, "world_after": 3,
+         "worker_id": "w-5", "rank": 2, "step": "50", "unix_s": 1.7e9 + 5, "reason": "w-5 idle"}]}
+api = {
+    "/api/workers": {"workers": []},
+    "/api/jobs": {"total_jobs": 1, "jobs": [job]},
+    "/api/job": job,
+    "/api/curve": {"job_id": 9, "loss": {"step": [], "loss": [], "window_examples_per_second": []},
+                   "eval": {"step": [], "test_accuracy": []}},
+    "/api/sync": {"history": {"checks": []},
+                  "strip": {"checks_per_cell": 1, "first_step": [], "last_step": [], "checks": [], "mismatches": []}},
+}
+files = {"/": ("index.html", "text/html"), "/static/app.js": ("app.js", "text/javascript"),
+         "/static/style.css": ("style.css", "text/css")}
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        path = self.path.split("?")[0]
+        if path in files:
+            name, ctype = files[path]
+            body = open(os.path.join(static, name), "rb").read()
+        elif path in api:
+            ctype, body = "application/json", json.dumps(api[path]).encode()
+        else:
+            self.send_error(404); return
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(port_file + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(port_file + ".tmp", port_file)
+server.serve_forever()
+PY
+wait_file "$T/canned.port"
+URL_CANNED="http://127.0.0.1:$(cat "$T/canned.port")"
+prof=$(mktemp -d "$T/chromium.XXXXXX")
+dom=$(timeout 45 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --disable-dev-shm-usage --user-data-dir="$prof" --virtual-time-budget=5000 --dump-dom \
+  "$URL_CANNED/?job=9" 2>>"$T/chromium.log") || fail "chromium --dump-dom (canned) exit $?"
+printf '%s\n' "$dom" > "$OUT/status_canned_job.html"
+python3 - "$OUT/status_canned_job.html" <<'PY' || fail "canned job's DOM (kept in $OUT/status_canned_job.html)"
+import re, sys
+html = open(sys.argv[1]).read()
+m = re.search(r'<div data-key="skipped steps"><dt>skipped steps</dt><dd[^>]*>([^<]*)</dd>', html)
+assert m and m.group(1) == "2 (last at step 5; sum overflowed)", m and m.group(0)
+sec = re.search(r'<div id="membership-section"([^>]*)>(.*?)</div>', html, re.S)
+assert sec and "hidden" not in sec.group(1), "membership section hidden"
+items = re.findall(r'<li data-kind="(\w+)" data-step="(\d+)">(.*?)</li>', sec.group(2), re.S)
+assert [(k, s) for k, s, _ in items] == [("shrink", "42"), ("join", "50")], items
+text = [re.sub(r"<[^>]+>", "", t) for _, _, t in items]
+assert text[0].endswith("shrink: 3 -&gt; 2 workers (generation 1), continued at step 42; "
+                        "worker w-3 (rank 2) lost: no heartbeat for 3.0s"), text[0]
+assert text[1].endswith("join: w-5 as rank 2, 2 -&gt; 3 workers (generation 2), joined at step 50; "
+                        "w-5 idle"), text[1]
+ranks = re.search(r'<table id="ranks">(.*?)</table>', html, re.S).group(1)
+rows = re.findall(r'<tr data-rank="(\d)">(.*?)</tr>', ranks, re.S)
+assert len(rows) == 2, rows
+parts = {r: dict(re.findall(r'<td class="ms" data-part="(\w+)">([^<]*)</td>', row)) for r, row in rows}
+assert parts["0"] == {"step": "4.000", "compute": "2.500", "exposed": "0.500", "comm": "1.000",
+                      "wait": "0.250"}, parts["0"]
+assert parts["1"]["compute"] == "3.000", parts["1"]
+assert "100 MiB" in rows[0][1], rows[0][1]
+print("  skipped steps, 2 membership events and the breakdown rendered as expected")
+PY
 
 cli cancel "$id" >/dev/null || fail "cancel"
 echo "PASS"

@@ -88,6 +88,10 @@
     const x = num(v);
     return Number.isFinite(x) ? (100 * x).toFixed(2) + '%' : '–';
   }
+  function ms(v) {
+    const x = num(v);
+    return x > 0 ? (1e3 * x).toFixed(3) : '–';
+  }
   function age(v) {
     const x = num(v);
     return Number.isFinite(x) ? x.toFixed(1) + ' s' : '–';
@@ -315,11 +319,13 @@
       ['examples / s', fmt(job.examples_per_second, 0)],
       ['checked steps', job.checked_steps],
       ['mismatched steps', job.mismatched_steps],
+      ['skipped steps', skippedText(job)],
       ['submitted', when(job.submitted_unix_s)],
       ['running for', started > 0 ? fmt(end - started, 1) + ' s' : '–'],
       ['final hash', job.final_hash || '–'],
     ];
-    $('job-summary').replaceChildren(...items.map(([k, v]) => el('div', {}, [el('dt', {}, k), el('dd', { title: String(v) }, v)])));
+    $('job-summary').replaceChildren(...items.map(([k, v]) => el('div', { 'data-key': k }, [el('dt', {}, k), el('dd', { title: String(v) }, v)])));
+    drawMembership(job.membership_events || []);
 
     const loss = curve.loss || {}, ev = curve.eval || {};
     drawChart($('loss-curve'), loss.step || [], loss.loss || [], { logWhenSpread: true, empty: 'no step completed yet' });
@@ -343,7 +349,53 @@
       el('td', {}, el('code', { class: 'hash', title: r.last_hash }, (r.last_hash || '–').slice(0, 12))),
       el('td', {}, num(r.step) === 0 ? '–' : r.in_sync ? el('span', { class: 'yes' }, 'yes') : el('span', { class: 'no' }, 'NO')),
       el('td', {}, age(r.last_heartbeat_age_s)),
+      // Medians of the rank's last 64 steps (ms): compute, exposed
+      // communication, communication in flight, waiting on peers.
+      el('td', { class: 'ms', 'data-part': 'step' }, ms(r.median_step_seconds)),
+      el('td', { class: 'ms', 'data-part': 'compute' }, ms(r.median_compute_seconds)),
+      el('td', { class: 'ms', 'data-part': 'exposed' }, ms(r.median_exposed_seconds)),
+      el('td', { class: 'ms', 'data-part': 'comm' }, ms(r.median_communication_seconds)),
+      el('td', { class: 'ms', 'data-part': 'wait' }, ms(r.median_peer_wait_seconds)),
+      el('td', {}, num(r.resident_bytes) > 0 ? fmt(num(r.resident_bytes) / 1048576, 1) + ' MiB' : '–'),
     ])));
+  }
+
+  // Non-finite gradients skipped (on_nonfinite=skip): "2 (last at step 5;
+  // rank(s) 1)", or "sum overflowed" when no rank's own values were
+  // non-finite.
+  function skippedText(job) {
+    const n = num(job.skipped_steps);
+    if (!(n > 0)) return '0';
+    const ranks = (job.last_nonfinite_ranks || []).join(', ');
+    return n + ' (last at step ' + job.last_skipped_step + '; ' +
+      (ranks ? 'rank(s) ' + ranks : 'sum overflowed') + ')';
+  }
+
+  // Membership changes (on_worker_lost=shrink/wait, joins, restarts), one
+  // line each, as `lockstep status` prints them.
+  function drawMembership(events) {
+    const items = events.map((e) => {
+      const gen = ' (generation ' + e.generation + ')';
+      const decided = num(e.step) >= 0;
+      let text;
+      if (e.kind === 'wait') {
+        text = 'wait: rank ' + e.rank + ' lost' + gen + ', ' +
+          (decided ? 'replaced, continued at step ' + e.step : 'waiting for a worker to replace it');
+      } else if (e.kind === 'replace' || e.kind === 'join') {
+        text = e.kind + ': ' + e.worker_id + ' as rank ' + e.rank + ', ' + e.world_before + ' -> ' +
+          e.world_after + ' workers' + gen + ', ' + (decided ? 'joined at step ' + e.step : 'regrouping');
+      } else if (e.kind === 'restart') {
+        text = 'restart: coordinator restarted, ' + (decided ? 'regrouped ' : 'regrouping ') +
+          e.world_after + ' ranks' + (decided ? ' at step ' + e.step : '') + gen;
+      } else {
+        text = e.kind + ': ' + e.world_before + ' -> ' + e.world_after + ' workers' + gen + ', ' +
+          (decided ? 'continued at step ' + e.step : 'regrouping');
+      }
+      return el('li', { 'data-kind': e.kind, 'data-step': e.step },
+        [el('span', { class: 'when' }, when(e.unix_s) + ' '), text + (e.reason ? '; ' + e.reason : '')]);
+    });
+    $('membership-events').replaceChildren(...items);
+    $('membership-section').hidden = items.length === 0;
   }
 
   function showError(message) {
