@@ -6,7 +6,7 @@ PKGS=(
   bazel-bootstrap g++ pkg-config zlib1g-dev
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libopenblas-dev libxxhash-dev libgtest-dev libgmock-dev libsqlite3-dev
-  libssl-dev  # common/net:data_auth (OpenSSL libcrypto: data-plane HMACs)
+  libssl-dev  # common/net:data_auth (libcrypto: data-plane HMACs), common/net:data_conn (libssl: --data_plane_tls)
   dataset-fashion-mnist python3 iproute2 nftables
   chromium fonts-dejavu-core nodejs
   python3-grpcio python3-protobuf python3-numpy

@@ -73,6 +73,7 @@
 #include "server/ps/ps_service.h"
 #include "common/process_tuning.h"
 #include "common/psnet/ps_tcp_server.h"
+#include "common/net/data_tls_flag.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to listen on; port 0 lets the OS choose");
@@ -255,6 +256,14 @@ int Run(int argc, char** argv) {
     logger.Error(security.status().message());
     return kExitBadFlags;
   }
+  // --data_plane_tls: the ps shard's raw-TCP plane takes workers only.
+  const TlsFiles data_tls_files = TlsFilesFromFlags();
+  auto data_tls = DataPlaneTlsFromFlag(data_tls_files.cert, data_tls_files.key,
+                                       data_tls_files.ca, {"worker"});
+  if (!data_tls.ok()) {
+    logger.Error(data_tls.status().message());
+    return kExitBadFlags;
+  }
   std::string token;
   if (const std::string token_file = absl::GetFlag(FLAGS_token_file); !token_file.empty()) {
     if (!security->tls()) {
@@ -378,6 +387,7 @@ int Run(int argc, char** argv) {
     // A refused data-plane connection is logged naming its address and why,
     // within a line budget (common/log_budget.h).
     ps_tcp_options.on_reject = [&data_refusals](const std::string& why) {
+    ps_tcp_options.tls = *data_tls;
       data_refusals.Refused(why);
     };
     auto started = PsTcpServer::Start(&ps_registry, listen_host,

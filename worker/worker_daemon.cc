@@ -736,6 +736,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                 }
                 PsTcpClientOptions tcp_options;
                 tcp_options.secret = a.data_plane_secret();
+                tcp_options.tls = options_.ps_data_tls;
                 ps_tcp_clients.push_back(
                     std::make_unique<PsTcpClient>(*data, s, k, e - b, tcp_options));
                 ps_ptrs.back() = ps_tcp_clients.back().get();

@@ -90,6 +90,7 @@
 #include "absl/time/time.h"
 #include "common/collective/transport.h"
 #include "common/log.h"
+#include "common/net/data_conn.h"
 #include "common/train/state_board.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
@@ -171,6 +172,9 @@ struct WorkerDaemonOptions {
   // coordinator channel and the peer transports get theirs from the caller.)
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
   std::shared_ptr<grpc::ChannelCredentials> ps_channel_credentials;
+  // --data_plane_tls: the TLS context of --ps_transport=tcp connections (the
+  // server must hold a server or coordinator certificate); nullptr = plain.
+  std::shared_ptr<const dataconn::DataTls> ps_data_tls;
 };
 
 class WorkerDaemon {

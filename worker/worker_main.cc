@@ -43,6 +43,7 @@
 #include "common/grpcutil/rpc_errors.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
+#include "common/net/data_tls_flag.h"
 #include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator address host:port");
@@ -157,6 +158,18 @@ int main(int argc, char** argv) {
     logger.Warn("--insecure: gRPC in plain text; anyone who reaches the port can feed this "
                 "worker's all-reduce and read its replica state");
   }
+  // --data_plane_tls (common/net/data_tls_flag.h): the raw-TCP ring accepts
+  // and dials workers only; ps connections reach a ps server or the
+  // coordinator's shard.
+  const lockstep::TlsFiles tls_files = lockstep::TlsFilesFromFlags();
+  auto ring_tls = lockstep::DataPlaneTlsFromFlag(tls_files.cert, tls_files.key, tls_files.ca,
+                                                 {"worker"});
+  auto ps_data_tls = lockstep::DataPlaneTlsFromFlag(tls_files.cert, tls_files.key, tls_files.ca,
+                                                    {"server", "coordinator"});
+  if (!ring_tls.ok() || !ps_data_tls.ok()) {
+    logger.Error((ring_tls.ok() ? ps_data_tls.status() : ring_tls.status()).message());
+    return 2;
+  }
   // Each channel checks the role of the server it means to reach
   // (common/grpcutil/tls.h): the coordinator, a ps shard (a lockstep-server,
   // or the coordinator's own shard), a peer worker.
@@ -222,6 +235,7 @@ int main(int argc, char** argv) {
   // The raw-TCP data plane listens on the same host; peers reach it at the
   // advertised host.
   lockstep::TcpHubOptions hub_options;
+  hub_options.tls = *ring_tls;
   // A refused data-plane connection (a stranger, a forged or replayed hello)
   // is logged naming its address and what was wrong, within the same line
   // budget as refused gRPC requests (common/log_budget.h).
@@ -302,6 +316,7 @@ int main(int argc, char** argv) {
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
   options.channel_credentials = peer_credentials;
   options.ps_channel_credentials = ps_credentials;
+  options.ps_data_tls = *ps_data_tls;
   options.state_board = &state_board;
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };

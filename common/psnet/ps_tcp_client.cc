@@ -35,7 +35,7 @@ PsTcpClient::PsTcpClient(std::string address, int shard, int num_workers, int64_
 
 PsTcpClient::~PsTcpClient() {
   absl::MutexLock l(&mu_);
-  for (int fd : live_) close(fd);
+  for (auto& [fd, io] : live_) dataconn::Close(io);
   live_.clear();
   idle_.clear();
   rounds_.clear();
@@ -61,7 +61,7 @@ void PsTcpClient::Cancel() {
   cancelled_ = true;
   // Only Release closes an fd, after removing it from live_ under mu_: every
   // fd here is open, so this never touches a reused descriptor.
-  for (int fd : live_) shutdown(fd, SHUT_RDWR);
+  for (const auto& [fd, io] : live_) shutdown(fd, SHUT_RDWR);
 }
 
 void PsTcpClient::Release(Conn c, bool reusable) {
@@ -75,11 +75,11 @@ void PsTcpClient::Release(Conn c, bool reusable) {
     }
     live_.erase(c.fd);
   }
-  close(c.fd);
+  dataconn::Close(c.io);
 }
 
 absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time deadline) {
-  std::vector<int> stale;
+  std::vector<dataconn::Conn> stale;
   Conn found;
   {
     absl::MutexLock l(&mu_);
@@ -87,7 +87,7 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
     const absl::Time now = absl::Now();
     for (auto it = idle_.begin(); it != idle_.end();) {
       if (now - it->idle_since > options_.max_idle) {
-        stale.push_back(it->fd);
+        stale.push_back(it->io);
         live_.erase(it->fd);
         it = idle_.erase(it);
       } else if (found.fd < 0 && it->job == job) {
@@ -98,7 +98,7 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
       }
     }
   }
-  for (int fd : stale) close(fd);
+  for (dataconn::Conn& io : stale) dataconn::Close(io);
   if (found.fd >= 0) return found;
 
   const absl::Time until = std::min(deadline, absl::Now() + options_.connect_timeout);
@@ -106,15 +106,36 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
   if (!fd.ok()) return Named(fd.status());
   Conn c;
   c.fd = *fd;
+  c.io = dataconn::Plain(*fd);
   c.job = job;
+  if (options_.tls != nullptr) {
+    absl::StatusOr<dataconn::Conn> tls = dataconn::StartTls(*options_.tls, *fd, /*server=*/false);
+    if (!tls.ok()) {
+      close(*fd);
+      return Named(tls.status());
+    }
+    c.io = *tls;
+  }
   {
     absl::MutexLock l(&mu_);
     if (cancelled_) {
-      close(c.fd);
+      dataconn::Close(c.io);
       return CancelledStatus();
     }
-    live_.insert(c.fd);
+    live_[c.fd] = c.io;
     ++dials_;
+  }
+  if (options_.tls != nullptr) {
+    // Shut down by Cancel like any other wait (the fd is in live_).
+    absl::Status hs = dataconn::Handshake(*options_.tls, c.io, -1, until);
+    if (!hs.ok()) {
+      Release(c, false);
+      {
+        absl::MutexLock l(&mu_);
+        if (cancelled_) return CancelledStatus();
+      }
+      return Named(absl::UnavailableError(hs.message()));
+    }
   }
   psnet::Hello h;
   h.job = job;
@@ -125,19 +146,19 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
   // secret.
   uint8_t cb[psnet::kChallengeBytes];
   dataauth::Nonce nonce{};
-  absl::Status s = psnet::ReadFully(c.fd, cb, sizeof(cb), until);
+  absl::Status s = psnet::ReadFully(c.io, cb, sizeof(cb), until);
   if (s.ok()) s = psnet::DecodeChallenge(cb, &nonce);
   uint8_t hb[psnet::kHelloBytes];
   psnet::EncodeHello(h, options_.secret, nonce, hb);
   iovec iov[1] = {{hb, sizeof(hb)}};
-  if (s.ok()) s = psnet::WriteFully(c.fd, iov, 1, until);
+  if (s.ok()) s = psnet::WriteFully(c.io, iov, 1, until);
   uint8_t rb[psnet::kHelloReplyBytes];
-  if (s.ok()) s = psnet::ReadFully(c.fd, rb, sizeof(rb), until);
+  if (s.ok()) s = psnet::ReadFully(c.io, rb, sizeof(rb), until);
   int32_t code = 0;
   int64_t len = 0;
   if (s.ok()) s = psnet::DecodeHelloReply(rb, &code, &len);
   std::string text(static_cast<size_t>(len), '\0');
-  if (s.ok() && len > 0) s = psnet::ReadFully(c.fd, text.data(), text.size(), until);
+  if (s.ok() && len > 0) s = psnet::ReadFully(c.io, text.data(), text.size(), until);
   if (!s.ok()) {
     Release(c, false);
     {
@@ -174,7 +195,7 @@ absl::Status PsTcpClient::SendRequest(const Conn& c, Kind kind, uint64_t job, in
                   {const_cast<float*>(payload.data()), payload.size() * sizeof(float)}};
   // The server reads every request as it comes: writing can only stall on a
   // dead server, which the grace after the deadline bounds.
-  return psnet::WriteFully(c.fd, iov, payload.empty() ? 1 : 2, deadline + options_.reply_grace);
+  return psnet::WriteFully(c.io, iov, payload.empty() ? 1 : 2, deadline + options_.reply_grace);
 }
 
 absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, int worker,
@@ -183,7 +204,7 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
   *stream_ok = false;
   const absl::Time until = deadline + options_.reply_grace;
   uint8_t h[psnet::kFrameBytes];
-  absl::Status s = psnet::ReadFully(c.fd, h, sizeof(h), until);
+  absl::Status s = psnet::ReadFully(c.io, h, sizeof(h), until);
   if (!s.ok()) {
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(
@@ -201,7 +222,7 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
                                               psnet::kMaxErrorBytes));
     }
     std::string text(static_cast<size_t>(f.len), '\0');
-    if (s = psnet::ReadFully(c.fd, text.data(), text.size(), until); !s.ok()) return s;
+    if (s = psnet::ReadFully(c.io, text.data(), text.size(), until); !s.ok()) return s;
     return absl::Status(CodeFromWire(f.count), text);  // not reused: the server may close it
   }
   const Kind want = expect_result ? Kind::kResult : Kind::kAck;
@@ -215,7 +236,7 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
         " for job ", f.job, " step ", f.step, " worker ", f.worker, " with ", f.len, " bytes"));
   }
   if (want_len > 0) {
-    if (s = psnet::ReadFully(c.fd, out.data(), static_cast<size_t>(want_len), until); !s.ok()) {
+    if (s = psnet::ReadFully(c.io, out.data(), static_cast<size_t>(want_len), until); !s.ok()) {
       return s;
     }
   }

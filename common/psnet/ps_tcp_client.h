@@ -22,7 +22,8 @@
 #define LOCKSTEP_COMMON_PSNET_PS_TCP_CLIENT_H_
 
 #include <cstdint>
-#include <set>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct PsTcpClientOptions {
   absl::Duration max_idle = absl::Minutes(5);
   // Idle connections kept per client.
   int max_idle_connections = 8;
+  // --data_plane_tls: each dial is a mutual TLS session (the server must
+  // hold a server or coordinator certificate from our CA) before the
+  // challenge; null: plain TCP.
+  std::shared_ptr<const dataconn::DataTls> tls;
 };
 
 class PsTcpClient : public PsClient {
@@ -85,6 +90,7 @@ class PsTcpClient : public PsClient {
  private:
   struct Conn {
     int fd = -1;
+    dataconn::Conn io;  // the stream (io.fd == fd); Release / the destructor close it
     uint64_t job = 0;
     absl::Time idle_since;
   };
@@ -113,7 +119,9 @@ class PsTcpClient : public PsClient {
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   int64_t dials_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<int> live_ ABSL_GUARDED_BY(mu_);  // every open fd (Cancel shuts them down)
+  // Every open connection by fd (Cancel shuts them down; the destructor
+  // closes them).
+  std::map<int, dataconn::Conn> live_ ABSL_GUARDED_BY(mu_);
   std::vector<Conn> idle_ ABSL_GUARDED_BY(mu_);
   // Connections holding a started round (a vector that keeps its capacity:
   // no allocation per step).

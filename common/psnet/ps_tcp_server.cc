@@ -50,14 +50,14 @@ bool ClientGone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-absl::Status SendFrame(int fd, const Frame& f, const void* payload, absl::Time deadline) {
+absl::Status SendFrame(const dataconn::Conn& fd, const Frame& f, const void* payload, absl::Time deadline) {
   uint8_t h[psnet::kFrameBytes];
   psnet::EncodeFrame(f, h);
   iovec iov[2] = {{h, sizeof(h)}, {const_cast<void*>(payload), static_cast<size_t>(f.len)}};
   return psnet::WriteFully(fd, iov, f.len > 0 ? 2 : 1, deadline);
 }
 
-absl::Status SendError(int fd, const Frame& req, const absl::Status& error, absl::Time deadline) {
+absl::Status SendError(const dataconn::Conn& fd, const Frame& req, const absl::Status& error, absl::Time deadline) {
   std::string text(error.message().substr(0, psnet::kMaxErrorBytes));
   Frame f;
   f.kind = static_cast<uint32_t>(Kind::kError);
@@ -216,7 +216,7 @@ void PsTcpServer::Reap(bool all) {
   }
   for (auto& c : finished) {
     if (c->thread.joinable()) c->thread.join();
-    close(c->fd);
+    dataconn::Close(c->io);
   }
 }
 
@@ -246,6 +246,7 @@ void PsTcpServer::AcceptLoop() {
       } else {
         auto conn = std::make_unique<Conn>();
         conn->fd = fd;
+        conn->io = dataconn::Plain(fd);
         conn->peer = peer;
         Conn* raw = conn.get();
         conns_.push_back(std::move(conn));
@@ -255,7 +256,11 @@ void PsTcpServer::AcceptLoop() {
         });
       }
     }
-    if (!refused.empty()) {
+    if (!refused.empty() && options_.tls != nullptr) {
+      // No plain-text answer on a TLS port.
+      if (options_.on_reject) options_.on_reject(refused);
+      close(fd);
+    } else if (!refused.empty()) {
       if (options_.on_reject) options_.on_reject(refused);
       // Best effort, never blocking: tell the client why (a challenge, so it
       // sends its hello, then the hello reply).
@@ -273,10 +278,23 @@ void PsTcpServer::AcceptLoop() {
 }
 
 void PsTcpServer::Serve(Conn* conn) {
-  const int fd = conn->fd;
   const std::string from = absl::StrCat("connection from ", conn->peer, ": ");
-  // ---- challenge, then the hello answering it
+  // ---- TLS (--data_plane_tls), challenge, then the hello answering it
   const absl::Time hello_deadline = absl::Now() + options_.hello_timeout;
+  if (options_.tls != nullptr) {
+    // Shutdown's shutdown(2) ends the wait.
+    absl::StatusOr<dataconn::Conn> tls = dataconn::StartTls(*options_.tls, conn->fd, true);
+    absl::Status hs = tls.status();
+    if (tls.ok()) {
+      conn->io = *tls;  // this thread's; Reap reads it after the join
+      hs = dataconn::Handshake(*options_.tls, conn->io, -1, hello_deadline);
+    }
+    if (!hs.ok()) {
+      Reject(absl::StrCat(from, hs.message()));
+      return;
+    }
+  }
+  const dataconn::Conn& fd = conn->io;
   const dataauth::Nonce nonce = dataauth::RandomNonce();
   {
     uint8_t c[psnet::kChallengeBytes];
@@ -350,7 +368,9 @@ void PsTcpServer::Serve(Conn* conn) {
     const absl::Time idle_until = absl::Now() + options_.idle_timeout;
     absl::Status ready;
     for (;;) {
-      ready = psnet::WaitFd(fd, POLLIN, std::min(idle_until, absl::Now() + absl::Milliseconds(200)));
+      if (dataconn::Pending(fd)) break;  // TLS bytes already decrypted
+      ready = psnet::WaitFd(fd.fd, POLLIN,
+                            std::min(idle_until, absl::Now() + absl::Milliseconds(200)));
       if (ready.ok() || stop_.load() || absl::Now() >= idle_until) break;
     }
     if (!ready.ok()) return;  // idle or shutting down: close
@@ -424,7 +444,7 @@ void PsTcpServer::Serve(Conn* conn) {
         const absl::Time slice = std::min(deadline, absl::Now() + kWaitSlice);
         s = shard->Pull(f.job, f.step, f.worker, absl::MakeSpan(buf), &total, slice);
         if (s.code() != absl::StatusCode::kDeadlineExceeded || slice >= deadline) break;
-        if (stop_.load() || ClientGone(fd)) return;
+        if (stop_.load() || ClientGone(fd.fd)) return;
       }
     }
     absl::Status sent;

@@ -73,6 +73,10 @@ struct PsTcpServerOptions {
   absl::Duration secret_idle = absl::Minutes(10);
   // The clock of secret idleness; empty = absl::Now (tests pass a fake one).
   std::function<absl::Time()> now;
+  // --data_plane_tls: every connection is a mutual TLS session (the client
+  // must hold a worker certificate from our CA) before the challenge; the
+  // handshake counts against hello_timeout. Null: plain TCP.
+  std::shared_ptr<const dataconn::DataTls> tls;
 };
 
 class PsTcpServer {
@@ -112,6 +116,7 @@ class PsTcpServer {
  private:
   struct Conn {
     int fd = -1;
+    dataconn::Conn io;  // its stream (io.fd == fd); closed by Reap
     std::string peer;  // "host:port" of the client
     std::thread thread;
     std::atomic<bool> done{false};

@@ -280,12 +280,13 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline) {
   }
 }
 
-absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline, bool* clean_eof) {
+absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
+                       bool* clean_eof) {
   if (clean_eof != nullptr) *clean_eof = false;
   uint8_t* b = static_cast<uint8_t*>(p);
   size_t got = 0;
   while (got < n) {
-    const ssize_t r = recv(fd, b + got, n - got, MSG_DONTWAIT);
+    const ssize_t r = dataconn::Recv(c, b + got, n - got);
     if (r > 0) {
       got += static_cast<size_t>(r);
       continue;
@@ -296,27 +297,24 @@ absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline, bool* cle
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return absl::UnavailableError(Errno("recv"));
-    absl::Status s = WaitFd(fd, POLLIN, deadline);
+    absl::Status s = WaitFd(c.fd, POLLIN, deadline);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
+absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline) {
   while (iovcnt > 0) {
     if (iov->iov_len == 0) {
       ++iov;
       --iovcnt;
       continue;
     }
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = static_cast<size_t>(iovcnt);
-    const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w = dataconn::Sendv(c, iov, iovcnt);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) return absl::UnavailableError(Errno("send"));
-      absl::Status s = WaitFd(fd, POLLOUT, deadline);
+      absl::Status s = WaitFd(c.fd, POLLOUT, deadline);
       if (!s.ok()) return s;
       continue;
     }
@@ -335,11 +333,11 @@ absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status Discard(int fd, int64_t n, absl::Time deadline) {
+absl::Status Discard(const dataconn::Conn& c, int64_t n, absl::Time deadline) {
   uint8_t buf[4096];
   while (n > 0) {
     const size_t take = static_cast<size_t>(std::min<int64_t>(n, sizeof(buf)));
-    absl::Status s = ReadFully(fd, buf, take, deadline);
+    absl::Status s = ReadFully(c, buf, take, deadline);
     if (!s.ok()) return s;
     n -= static_cast<int64_t>(take);
   }

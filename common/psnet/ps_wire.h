@@ -63,6 +63,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/net/data_auth.h"
+#include "common/net/data_conn.h"
 
 namespace lockstep {
 namespace psnet {
@@ -146,12 +147,20 @@ absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline);
 absl::Status WaitFd(int fd, short events, absl::Time deadline);
 // Reads exactly n bytes. UnavailableError on end of stream / reset ("end of
 // stream" when the peer closed before the first byte: *clean_eof set).
-absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline,
+// Through c's stream (plain or TLS, common/net/data_conn.h).
+absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
                        bool* clean_eof = nullptr);
+inline absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline,
+                              bool* clean_eof = nullptr) {
+  return ReadFully(dataconn::Plain(fd), p, n, deadline, clean_eof);
+}
 // Writes the iovecs completely (modified in place).
-absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline);
+absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline);
+inline absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
+  return WriteFully(dataconn::Plain(fd), iov, iovcnt, deadline);
+}
 // Reads and drops n bytes.
-absl::Status Discard(int fd, int64_t n, absl::Time deadline);
+absl::Status Discard(const dataconn::Conn& c, int64_t n, absl::Time deadline);
 
 }  // namespace psnet
 }  // namespace lockstep

@@ -21,6 +21,7 @@
 #include "common/process_tuning.h"
 #include "common/shutdown_signal.h"
 #include "common/psnet/ps_tcp_server.h"
+#include "common/net/data_tls_flag.h"
 #include "server/ps/ps_service.h"
 #include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/rpc_errors.h"
@@ -76,6 +77,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<lockstep::GrpcSecurity> security = lockstep::GrpcSecurity::FromFlags();
   if (!security.ok()) {
     log.Error(security.status().message());
+    return 2;
+  }
+  // --data_plane_tls: the raw-TCP plane takes workers only.
+  const lockstep::TlsFiles data_tls_files = lockstep::TlsFilesFromFlags();
+  auto data_tls = lockstep::DataPlaneTlsFromFlag(data_tls_files.cert, data_tls_files.key,
+                                                 data_tls_files.ca, {"worker"});
+  if (!data_tls.ok()) {
+    log.Error(data_tls.status().message());
     return 2;
   }
   if (security->explicitly_insecure()) {
@@ -135,6 +144,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<lockstep::PsTcpServer> data_plane;
   if (absl::GetFlag(FLAGS_data_port) >= 0) {
     lockstep::PsTcpServerOptions tcp_options;
+    tcp_options.tls = *data_tls;
     // A refused data-plane connection is logged naming its address and why,
     // within a line budget (common/log_budget.h).
     tcp_options.on_reject = [&data_refusals](const std::string& why) {

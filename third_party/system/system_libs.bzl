@@ -28,6 +28,9 @@ _LIBS = {
     # OpenSSL's libcrypto (libssl-dev): data-plane secrets and HMACs
     # (common/net/data_auth.h).
     "libcrypto": ["libcrypto"],
+    # OpenSSL's libssl (libssl-dev): --data_plane_tls (common/net/data_conn.h);
+    # the same libssl.so.3 that Debian's libgrpc links.
+    "libssl": ["libssl", "libcrypto"],
     "gtest": ["gtest", "gmock"],
     "gtest_main": ["gtest_main", "gmock", "gtest"],
 }

@@ -126,7 +126,7 @@ TcpPeerHub::~TcpPeerHub() {
   close(listen_fd_);
   close(wake_fd_);
   absl::MutexLock l(&mu_);
-  for (const Parked& p : parked_) close(p.fd);
+  for (Parked& p : parked_) dataconn::Close(p.conn);
   parked_.clear();
 }
 
@@ -158,26 +158,26 @@ absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
   inboxes_[id] = inbox;
   // Claim parked connections in arrival order (FIFO per peer holds).
   std::vector<Parked> keep;
-  for (const Parked& p : parked_) {
+  for (Parked& p : parked_) {
     if (p.group != inbox->group || p.to != inbox->rank) {
       keep.push_back(p);
     } else if (absl::Status mac = tcpwire::VerifyHello(p.hello.data(), inbox->secret, p.nonce);
                !mac.ok()) {
       // Checked first: nothing an unauthenticated hello says is trusted.
-      close(p.fd);
+      dataconn::Close(p.conn);
       ++rejected_;
       last_rejection_ = absl::StrCat("connection from ", p.peer, ": ", mac.message());
       refused.push_back(last_rejection_);
     } else if (p.world != inbox->world || p.from >= inbox->world) {
-      close(p.fd);
+      dataconn::Close(p.conn);
       ++rejected_;
       last_rejection_ = absl::StrFormat(
           "connection from %s: rank %d of %d for group %d rank %d, which has "
           "world size %d",
           p.peer, p.from, p.world, p.group, p.to, inbox->world);
       refused.push_back(last_rejection_);
-    } else if (const auto d = inbox->Deliver(p.from, p.fd); d != TcpInbox::Delivery::kQueued) {
-      close(p.fd);
+    } else if (const auto d = inbox->Deliver(p.from, p.conn); d != TcpInbox::Delivery::kQueued) {
+      dataconn::Close(p.conn);
       if (d == TcpInbox::Delivery::kFull) {
         ++rejected_;
         last_rejection_ =
@@ -204,7 +204,7 @@ void TcpPeerHub::Detach(const TcpInbox* inbox) {
   if (it != inboxes_.end() && it->second.get() == inbox) inboxes_.erase(it);
 }
 
-void TcpPeerHub::Reject(int fd, const std::string& peer, const std::string& why) {
+void TcpPeerHub::Reject(dataconn::Conn& c, const std::string& peer, const std::string& why) {
   const std::string text = absl::StrCat("connection from ", peer, ": ", why);
   {
     // Counted before the close, so a client that sees the close sees it.
@@ -213,7 +213,7 @@ void TcpPeerHub::Reject(int fd, const std::string& peer, const std::string& why)
     last_rejection_ = text;
   }
   Report({text});  // before the close too: a client that sees the close sees the report
-  close(fd);
+  dataconn::Close(c);
 }
 
 void TcpPeerHub::AcceptLoop() {
@@ -228,7 +228,7 @@ void TcpPeerHub::AcceptLoop() {
     fds.push_back({wake_fd_, POLLIN, 0});
     absl::Time wake_at = absl::Now() + absl::Seconds(1);  // park expiry
     for (const PendingHello& p : pending) {
-      fds.push_back({p.fd, POLLIN, 0});
+      fds.push_back({p.conn.fd, static_cast<short>(p.want_write ? POLLOUT : POLLIN), 0});
       wake_at = std::min(wake_at, p.deadline);
     }
     const int timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -256,30 +256,33 @@ void TcpPeerHub::AcceptLoop() {
         if (fd < 0) break;
         const std::string peer = AddressText(from);
         // The transports read with MSG_DONTWAIT and wait with ppoll: the
-        // socket itself stays blocking, as before.
+        // socket itself stays blocking, as before (a TLS one does not:
+        // OpenSSL reads it itself).
         const int flags = fcntl(fd, F_GETFL);
         if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        dataconn::Conn conn = dataconn::Plain(fd);
         if (static_cast<int>(pending.size()) >= options_.max_pending_hellos) {
-          Reject(fd, peer, absl::StrFormat("%d connections are already waiting for their hello "
+          Reject(conn, peer, absl::StrFormat("%d connections are already waiting for their hello "
                                      "(max_pending_hellos)",
                                      pending.size()));
           continue;
         }
         PendingHello p;
-        p.fd = fd;
         p.got = 0;
         p.deadline = absl::Now() + options_.hello_timeout;
         p.nonce = dataauth::RandomNonce();
         p.peer = peer;
-        // The challenge: 40 bytes into a fresh socket's empty send buffer.
-        uint8_t challenge[tcpwire::kChallengeBytes];
-        tcpwire::EncodeChallenge(p.nonce, challenge);
-        const ssize_t w = send(fd, challenge, sizeof(challenge), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w != static_cast<ssize_t>(sizeof(challenge))) {
-          Reject(fd, peer, absl::StrCat("cannot send the challenge: ",
-                                        w < 0 ? Errno("send") : std::string("short write")));
-          continue;
+        if (options_.tls != nullptr) {
+          absl::StatusOr<dataconn::Conn> tls = dataconn::StartTls(*options_.tls, fd, true);
+          if (!tls.ok()) {
+            Reject(conn, peer, std::string(tls.status().message()));
+            continue;
+          }
+          conn = *tls;
+          p.handshaking = true;
         }
+        p.conn = conn;
+        if (!p.handshaking && !SendChallenge(p)) continue;
         pending.push_back(std::move(p));
         // A hello sent with the connect is often there already.
         if (ReadHello(pending.back())) pending.pop_back();
@@ -289,9 +292,14 @@ void TcpPeerHub::AcceptLoop() {
     size_t keep = 0;
     for (size_t i = 0; i < pending.size(); ++i) {
       if (now >= pending[i].deadline) {
-        Reject(pending[i].fd, pending[i].peer,
-               absl::StrCat("no complete hello within ", absl::FormatDuration(options_.hello_timeout),
-                            " (", pending[i].got, " of ", kHelloBytes, " bytes)"));
+        Reject(pending[i].conn, pending[i].peer,
+               pending[i].handshaking
+                   ? absl::StrCat("no complete TLS handshake within ",
+                                  absl::FormatDuration(options_.hello_timeout),
+                                  " (--data_plane_tls is on here: is it on at the peer?)")
+                   : absl::StrCat("no complete hello within ",
+                                  absl::FormatDuration(options_.hello_timeout), " (", pending[i].got,
+                                  " of ", kHelloBytes, " bytes)"));
         continue;
       }
       if (keep != i) pending[keep] = std::move(pending[i]);
@@ -302,22 +310,47 @@ void TcpPeerHub::AcceptLoop() {
     // Drop connections nobody claimed in time.
     absl::MutexLock l(&mu_);
     std::vector<Parked> still;
-    for (const Parked& q : parked_) {
+    for (Parked& q : parked_) {
       if (now - q.since > options_.park_timeout) {
-        close(q.fd);
+        dataconn::Close(q.conn);
       } else {
         still.push_back(q);
       }
     }
     parked_.swap(still);
   }
-  for (const PendingHello& p : pending) close(p.fd);
+  for (PendingHello& p : pending) dataconn::Close(p.conn);
   pending_hellos_.store(0);
 }
 
+bool TcpPeerHub::SendChallenge(PendingHello& p) {
+  // The challenge: 40 bytes into a fresh socket's (or session's) empty send
+  // buffer.
+  uint8_t challenge[tcpwire::kChallengeBytes];
+  tcpwire::EncodeChallenge(p.nonce, challenge);
+  const ssize_t w = dataconn::Send(p.conn, challenge, sizeof(challenge));
+  if (w != static_cast<ssize_t>(sizeof(challenge))) {
+    Reject(p.conn, p.peer, absl::StrCat("cannot send the challenge: ",
+                                        w < 0 ? Errno("send") : std::string("short write")));
+    return false;
+  }
+  return true;
+}
+
 bool TcpPeerHub::ReadHello(PendingHello& p) {
+  if (p.handshaking) {
+    absl::StatusOr<bool> done = dataconn::HandshakeStep(*options_.tls, p.conn, &p.want_write);
+    if (!done.ok()) {
+      Reject(p.conn, p.peer, std::string(done.status().message()));
+      return true;
+    }
+    if (!*done) return false;
+    p.handshaking = false;
+    p.want_write = false;
+    if (!SendChallenge(p)) return true;
+  }
   for (;;) {
-    const ssize_t r = recv(p.fd, p.buf + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
+    const ssize_t r = dataconn::Recv(p.conn, p.buf + p.got, kHelloBytes - p.got);
     if (r > 0) {
       p.got += static_cast<size_t>(r);
       if (p.got == kHelloBytes) {
@@ -328,14 +361,14 @@ bool TcpPeerHub::ReadHello(PendingHello& p) {
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    Reject(p.fd, p.peer, absl::StrCat("no complete hello (", p.got, " of ", kHelloBytes, " bytes): ",
+    Reject(p.conn, p.peer, absl::StrCat("no complete hello (", p.got, " of ", kHelloBytes, " bytes): ",
                               r == 0 ? std::string("end of stream") : Errno("recv")));
     return true;
   }
 }
 
-void TcpPeerHub::HandleHello(const PendingHello& p) {
-  const int fd = p.fd;
+void TcpPeerHub::HandleHello(PendingHello& p) {
+  dataconn::Conn& fd = p.conn;
   tcpwire::Hello hello;
   if (absl::Status bad = tcpwire::DecodeHello(p.buf, &hello); !bad.ok()) {
     Reject(fd, p.peer, std::string(bad.message()));
@@ -345,7 +378,7 @@ void TcpPeerHub::HandleHello(const PendingHello& p) {
   const uint32_t from = hello.from;
   const uint32_t to = hello.to;
   const uint32_t world = hello.world;
-  SetNoDelay(fd);
+  SetNoDelay(fd.fd);
   std::shared_ptr<TcpInbox> inbox;
   bool mac_checked = false;
   for (;;) {
@@ -404,7 +437,7 @@ void TcpPeerHub::HandleHello(const PendingHello& p) {
     case TcpInbox::Delivery::kQueued:
       return;
     case TcpInbox::Delivery::kShutDown:
-      close(fd);
+      dataconn::Close(fd);
       return;
     case TcpInbox::Delivery::kFull:
       Reject(fd, p.peer, QueueFullMessage(static_cast<int>(from), group, static_cast<int>(to)));

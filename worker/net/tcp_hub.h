@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/net/data_conn.h"
 #include "worker/net/tcp_wire.h"
 
 namespace lockstep {
@@ -76,6 +77,10 @@ struct TcpHubOptions {
   // 10.0.0.7:51234: ..."), outside the hub's locks, from the accept thread
   // or a transport's Create. Empty: not reported (still counted).
   std::function<void(const std::string&)> on_reject;
+  // --data_plane_tls: every connection, accepted or made by a transport on
+  // this hub, is a mutual TLS session (common/net/data_conn.h) before the
+  // challenge; null: plain TCP. The handshake counts against hello_timeout.
+  std::shared_ptr<const dataconn::DataTls> tls;
 };
 
 // Receive side of one (group, rank): for each peer, the queue of accepted
@@ -97,7 +102,7 @@ class TcpInbox {
   }
   ~TcpInbox() {
     for (auto& q : fds_) {
-      for (int fd : q) close(fd);
+      for (dataconn::Conn& c : q) dataconn::Close(c);
     }
     close(wake_fd);
   }
@@ -108,17 +113,17 @@ class TcpInbox {
   static constexpr size_t kMaxQueuedPerPeer = 8;
   enum class Delivery { kQueued, kShutDown, kFull };
   // Hub: a connection from `from` arrived. Unless kQueued the caller owns
-  // (and closes) fd.
-  Delivery Deliver(int from, int fd) {
+  // (and closes) c.
+  Delivery Deliver(int from, dataconn::Conn c) {
     absl::MutexLock l(&mu_);
     if (shut_down_) return Delivery::kShutDown;
     if (fds_[from].size() >= kMaxQueuedPerPeer) return Delivery::kFull;
-    fds_[from].push_back(fd);
+    fds_[from].push_back(c);
     return Delivery::kQueued;
   }
 
-  // Waits for a connection from `from`; returns its fd, or an error.
-  absl::StatusOr<int> Current(int from, absl::Time deadline) {
+  // Waits for a connection from `from`; returns it, or an error.
+  absl::StatusOr<dataconn::Conn> Current(int from, absl::Time deadline) {
     absl::MutexLock l(&mu_);
     auto ready = [this, from]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return shut_down_ || !fds_[from].empty();
@@ -137,7 +142,7 @@ class TcpInbox {
     absl::MutexLock l(&mu_);
     auto& q = fds_[from];
     if (q.size() < 2) return false;
-    close(q.front());
+    dataconn::Close(q.front());
     q.pop_front();
     return true;
   }
@@ -154,7 +159,7 @@ class TcpInbox {
   // Makes the current connection from `from` read as ended (corrupt data).
   void Poison(int from) {
     absl::MutexLock l(&mu_);
-    if (!fds_[from].empty()) shutdown(fds_[from].front(), SHUT_RDWR);
+    if (!fds_[from].empty()) shutdown(fds_[from].front().fd, SHUT_RDWR);
   }
 
   void Shutdown() {
@@ -176,7 +181,7 @@ class TcpInbox {
  private:
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::deque<int>> fds_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::deque<dataconn::Conn>> fds_ ABSL_GUARDED_BY(mu_);
 };
 
 // Accepts the peer connections of every TcpTransport in the process.
@@ -193,6 +198,8 @@ class TcpPeerHub {
   TcpPeerHub& operator=(const TcpPeerHub&) = delete;
 
   int port() const { return port_; }
+  // The TLS context of this hub's connections (null: plain TCP).
+  const dataconn::DataTls* tls() const { return options_.tls.get(); }
   // Connections closed because their hello was missing, malformed or named
   // a rank / world size that does not fit; the last reason, for tests and
   // status pages.
@@ -210,7 +217,7 @@ class TcpPeerHub {
     int to;
     int from;
     int world;
-    int fd;
+    dataconn::Conn conn;
     absl::Time since;
     // Checked against the inbox's secret when it attaches.
     std::array<uint8_t, tcpwire::kHelloBytes> hello;
@@ -225,7 +232,9 @@ class TcpPeerHub {
   void Detach(const TcpInbox* inbox);
   // A connection whose hello is not complete yet (accept thread only).
   struct PendingHello {
-    int fd;
+    dataconn::Conn conn;
+    bool handshaking = false;  // TLS handshake not done yet
+    bool want_write = false;   // it waits for room to write
     uint8_t buf[tcpwire::kHelloBytes];
     size_t got;
     absl::Time deadline;
@@ -236,9 +245,11 @@ class TcpPeerHub {
   // Reads what `p`'s socket has; true when p is done with (handed on or
   // rejected).
   bool ReadHello(PendingHello& p);
-  void HandleHello(const PendingHello& p);
+  // Sends p's challenge; false if it could not (p rejected).
+  bool SendChallenge(PendingHello& p);
+  void HandleHello(PendingHello& p);
   // Counts, reports (options_.on_reject) and closes. Not with mu_ held.
-  void Reject(int fd, const std::string& peer, const std::string& why);
+  void Reject(dataconn::Conn& c, const std::string& peer, const std::string& why);
   void Report(const std::vector<std::string>& reasons) const;
 
   const int listen_fd_;

@@ -53,10 +53,10 @@ absl::Status WaitFd(int fd, short events, int wake_fd, absl::Time deadline) {
 // Reads until [*got, n) of p is filled. OK when done; *eof set (and
 // UnavailableError) on end of stream; `wait` blocks until fd may be
 // readable (its errors are returned).
-absl::Status ReadFully(int fd, uint8_t* p, size_t n, size_t* got, bool* eof,
+absl::Status ReadFully(const dataconn::Conn& c, uint8_t* p, size_t n, size_t* got, bool* eof,
                        absl::FunctionRef<absl::Status()> wait) {
   while (*got < n) {
-    const ssize_t r = recv(fd, p + *got, n - *got, MSG_DONTWAIT);
+    const ssize_t r = dataconn::Recv(c, p + *got, n - *got);
     if (r > 0) {
       *got += static_cast<size_t>(r);
       continue;
@@ -77,12 +77,11 @@ absl::Status ReadFully(int fd, uint8_t* p, size_t n, size_t* got, bool* eof,
 }
 
 // Writes all of p (blocking via WaitFd). For the small hello only.
-absl::Status WriteFully(int fd, const uint8_t* p, size_t n, int wake_fd,
+absl::Status WriteFully(const dataconn::Conn& c, const uint8_t* p, size_t n, int wake_fd,
                         absl::Time deadline) {
   size_t done = 0;
   while (done < n) {
-    const ssize_t w =
-        send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w = dataconn::Send(c, p + done, n - done);
     if (w > 0) {
       done += static_cast<size_t>(w);
       continue;
@@ -91,7 +90,7 @@ absl::Status WriteFully(int fd, const uint8_t* p, size_t n, int wake_fd,
     if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
       return absl::UnavailableError(Errno("send"));
     }
-    absl::Status s = WaitFd(fd, POLLOUT, wake_fd, deadline);
+    absl::Status s = WaitFd(c.fd, POLLOUT, wake_fd, deadline);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -16,7 +16,7 @@
 
 namespace lockstep {
 
-TcpSocket::~TcpSocket() { close(fd); }
+TcpSocket::~TcpSocket() { dataconn::Close(conn); }
 
 using tcpio::Errno;
 using tcpio::TimeLeft;
@@ -106,10 +106,7 @@ bool TcpOutbox::FlushLocked(int to, TcpOutLink& link) {
       }
       skip = 0;
     }
-    msghdr m{};
-    m.msg_iov = iov;
-    m.msg_iovlen = niov;
-    ssize_t w = sendmsg(link.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = dataconn::Sendv(link.sock->conn, iov, niov);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (w <= 0) {

@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/fifo.h"
+#include "common/net/data_conn.h"
 
 namespace lockstep {
 
@@ -55,10 +56,11 @@ struct TcpPendingSend {
 // never closed, and its number reused by another socket, while a poll may
 // still name it.
 struct TcpSocket {
-  explicit TcpSocket(int fd) : fd(fd) {}
+  explicit TcpSocket(dataconn::Conn conn) : conn(conn), fd(conn.fd) {}
   ~TcpSocket();
   TcpSocket(const TcpSocket&) = delete;
   TcpSocket& operator=(const TcpSocket&) = delete;
+  dataconn::Conn conn;  // plain or TLS (common/net/data_conn.h)
   const int fd;
 };
 
@@ -69,9 +71,9 @@ struct TcpOutLink {
   int fd ABSL_GUARDED_BY(mu) = -1;
   std::shared_ptr<TcpSocket> sock ABSL_GUARDED_BY(mu);
   // Takes over a connected socket.
-  void AdoptLocked(int new_fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    sock = std::make_shared<TcpSocket>(new_fd);
-    fd = new_fd;
+  void AdoptLocked(dataconn::Conn conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    sock = std::make_shared<TcpSocket>(conn);
+    fd = conn.fd;
   }
   // Drops the link's reference (the socket closes once no poller holds it).
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

@@ -197,16 +197,33 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
         absl::FormatDuration(until - start), err));
   }
   SetNoDelay(fd);
+  dataconn::Conn conn = dataconn::Plain(fd);
+  if (const dataconn::DataTls* tls = hub_->tls(); tls != nullptr) {
+    // --data_plane_tls: a mutual TLS session first (the peer must hold a
+    // worker certificate from our CA); the challenge and hello run inside it.
+    absl::StatusOr<dataconn::Conn> started = dataconn::StartTls(*tls, fd, /*server=*/false);
+    if (!started.ok()) {
+      close(fd);
+      return absl::UnavailableError(started.status().message());
+    }
+    conn = *started;
+    absl::Status hs = dataconn::Handshake(*tls, conn, inbox_->wake_fd, until);
+    if (!hs.ok()) {
+      dataconn::Close(conn);
+      if (hs.code() == absl::StatusCode::kCancelled) return hs;
+      return absl::UnavailableError(hs.message());
+    }
+  }
   // The acceptor's challenge (sent on accept), then our hello answering it.
   uint8_t c[tcpwire::kChallengeBytes];
   size_t got = 0;
   bool eof = false;
-  absl::Status s = ReadFully(fd, c, sizeof(c), &got, &eof,
+  absl::Status s = ReadFully(conn, c, sizeof(c), &got, &eof,
                              [&] { return WaitFd(fd, POLLIN, inbox_->wake_fd, until); });
   dataauth::Nonce nonce;
   if (s.ok()) s = tcpwire::DecodeChallenge(c, &nonce);
   if (!s.ok()) {
-    close(fd);
+    dataconn::Close(conn);
     if (s.code() == absl::StatusCode::kCancelled) return s;
     return absl::UnavailableError(absl::StrCat("no challenge from it (", got, " of ",
                                                sizeof(c), " bytes): ", s.message()));
@@ -217,13 +234,13 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
                      static_cast<uint32_t>(to),
                      static_cast<uint32_t>(world_size())},
       options_.secret, nonce, h);
-  s = WriteFully(fd, h, sizeof(h), inbox_->wake_fd, until);
+  s = WriteFully(conn, h, sizeof(h), inbox_->wake_fd, until);
   if (!s.ok()) {
-    close(fd);
+    dataconn::Close(conn);
     return absl::UnavailableError(
         absl::StrCat("cannot send the hello: ", s.message()));
   }
-  link.AdoptLocked(fd);
+  link.AdoptLocked(conn);
   link.broken = absl::OkStatus();
   return absl::OkStatus();
 }
@@ -296,10 +313,7 @@ absl::Status TcpTransport::SendImpl(int to, const MessageKey& key,
         iov[niov++] = {const_cast<uint8_t*>(data.data()) + (done - kHeaderBytes),
                        total - done};
       }
-      msghdr m{};
-      m.msg_iov = iov;
-      m.msg_iovlen = niov;
-      const ssize_t w = sendmsg(link.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t w = dataconn::Sendv(link.sock->conn, iov, niov);
       if (w > 0) {
         done += static_cast<size_t>(w);
         continue;
@@ -357,10 +371,10 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
     if (outbox_->shutting_down()) {
       return waiting(absl::CancelledError("transport shut down"));
     }
-    absl::StatusOr<int> fd = inbox_->Current(from, deadline);
+    absl::StatusOr<dataconn::Conn> fd = inbox_->Current(from, deadline);
     if (!fd.ok()) return waiting(fd.status());
     auto wait = [&] {
-      return outbox_->WaitReadable(*fd, deadline, options_.recv_spin,
+      return outbox_->WaitReadable(fd->fd, deadline, options_.recv_spin,
                                    options_.progress_in_recv);
     };
     bool eof = false;
