@@ -1,6 +1,15 @@
 #include "common/optim/hash.h"
 
 #include <xxhash.h>
+// Debian's libxxhash also exports runtime-dispatched XXH3 (SSE2 / AVX2 /
+// AVX-512, picked once by CPUID); this header maps XXH3_* to it. Same
+// hashes bit for bit (the XXH3 spec), about 3.8x faster than the SSE2
+// default on this host's AVX-512 CPU (814 KB: 111 -> 29 us): every step
+// hashes the weights twice (XXH3-128, per-tensor XXH3-64) and the
+// optimizer state once on the job thread (step_reporter.h). x86 only.
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <limits>

@@ -184,6 +184,30 @@ TEST(HashWeightsTest, WriteHexEqualsToHex) {
   }
 }
 
+// hash.cc uses libxxhash's runtime-dispatched XXH3 (AVX2 / AVX-512 where
+// the CPU has them); this file calls the library's default entry points.
+// Every path (one shot, streaming, fused with block hashes) must give the
+// same bits on a model-sized input, where the vector code runs.
+TEST(FusedWeightHasherTest, DispatchedHashesEqualLibraryDefaultOnModelSizedInput) {
+  const std::vector<float> w = Ramp(203530);  // the main job's MLP 784-256-10
+  const XXH128_hash_t direct = XXH3_128bits(w.data(), w.size() * 4);
+  const WeightHash want{direct.high64, direct.low64};
+  EXPECT_EQ(HashWeights(w), want);
+  WeightHasher streaming;
+  streaming.Update(absl::MakeConstSpan(w).subspan(0, 100000));
+  streaming.Update(absl::MakeConstSpan(w).subspan(100000));
+  EXPECT_EQ(streaming.Finish(), want);
+  const std::vector<int64_t> starts = {0, 200704, 200960, 203520};
+  std::vector<uint64_t> blocks(starts.size(), 0);
+  FusedWeightHasher fused;
+  EXPECT_EQ(fused.Hash(w, starts, absl::MakeSpan(blocks)), want);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t b = static_cast<size_t>(starts[i]);
+    const size_t e = i + 1 < starts.size() ? static_cast<size_t>(starts[i + 1]) : w.size();
+    EXPECT_EQ(blocks[i], XXH3_64bits(w.data() + b, (e - b) * 4)) << "block " << i;
+  }
+}
+
 TEST(FusedWeightHasherTest, EqualsHashWeightsAndHashBlockInOnePass) {
   // Sizes around the chunk size, a prefix before the first block, an empty
   // block and starts past the end (clamped).
