@@ -85,6 +85,7 @@ void Coordinator::EndJobLocked(Job* job, v1::JobState state, std::string reason)
   job->sync.ClearPending();
   weights_.AbortUpload(job->id);
   if (state != v1::SUCCEEDED) weights_.Drop(job->id);
+  ForgetPsGroupsLocked(*job, job->membership.generation + 1);
   if (state == v1::SUCCEEDED) {
     LogLocked(LogLevel::kInfo, "job succeeded",
               {{"job", job->id}, {"steps", job->steps_done}, {"final_hash", job->final_hash},
@@ -137,14 +138,17 @@ void Coordinator::ScheduleLocked() {
   }
 }
 
-v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
-  v1::Assignment a;
-  a.set_job_id(job.id);
+uint64_t Coordinator::GroupKeyLocked(const Job& job, int64_t generation) const {
   // 43 + 20 bits: bit 63 stays clear for the workers' shape-agreement key.
   // Job ids past 2^20 in one coordinator's life wrap onto jobs a million
   // submissions old, long forgotten by workers (1024) and ps servers (8).
-  a.set_group_key(GenerationKey((incarnation_ << 20) | (job.id & 0xfffffu),
-                                job.membership.generation));
+  return GenerationKey((incarnation_ << 20) | (job.id & 0xfffffu), generation);
+}
+
+v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
+  v1::Assignment a;
+  a.set_job_id(job.id);
+  a.set_group_key(GroupKeyLocked(job, job.membership.generation));
   // Per group key: a regroup's new generation gets a new one.
   a.set_data_plane_secret(dataauth::JobGroupSecret(data_plane_key_, a.group_key()));
   *a.mutable_spec() = job.spec;
@@ -154,6 +158,14 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   for (const std::string& p : job.ps_addresses) a.add_ps_addresses(p);
   a.set_coordinator_ps_shard(job.coordinator_ps_shard);
   FillMembership(job, &a);
+  if (a.start_ready() && a.state_source_rank() >= 0 &&
+      a.state_source_rank() < static_cast<int>(job.ranks.size()) &&
+      job.ranks[a.state_source_rank()].done) {
+    // A rank that finished offers its final state under the key of the
+    // generation it finished in (membership.h RegroupAfterRestart).
+    a.set_state_source_group_key(
+        GroupKeyLocked(job, job.ranks[a.state_source_rank()].done_generation));
+  }
   return a;
 }
 
@@ -265,13 +277,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
       // Membership (membership.h): a rank holding its state for a regroup.
       if (request.holds_state() &&
           RecordHeldStep(bound, w->rank, request.generation(), request.held_step())) {
-        LogLocked(LogLevel::kInfo, "job regrouped",
-                  {{"job", bound->id},
-                   {"generation", bound->membership.generation},
-                   {"world", bound->k},
-                   {"start_step", bound->membership.start_step},
-                   {"state_source_rank", bound->membership.source_rank}});
-        StateChangedLocked(bound);
+        JobRegroupedLocked(bound);
       }
       if (NeedsAssignment(*bound, request.generation(), request.holds_state())) {
         *reply.mutable_assignment() = AssignmentLocked(*bound, w->rank);

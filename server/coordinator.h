@@ -241,6 +241,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -305,6 +306,14 @@ struct CoordinatorOptions {
   // the old jobs. 0 = milliseconds since unix 1.7e9 s on the Clock when
   // constructed (a later start has a larger one; at least 1).
   uint64_t incarnation = 0;
+  // The coordinator's own ps shard registry's Forget (server/ps; null:
+  // none). Called under the coordinator's lock (it must not call back) with
+  // each group key, and its shape-agreement key (bit 63 set), of a job on
+  // that shard which no rank uses any more: an older generation's once the
+  // new generation's start is decided (every rank stopped and held), every
+  // generation's when the job ends. Stale shards are freed at once instead
+  // of staying until the registry's idle eviction.
+  std::function<void(uint64_t group_key)> forget_ps_group;
 };
 
 class Coordinator {
@@ -455,6 +464,16 @@ class Coordinator {
   void ApplyCompletedStepLocked(Job* job, const CompletedStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   lockstep::v1::JobStatus StatusLocked(const Job& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A regroup's start was decided (membership.h): forgets the older
+  // generations' ps groups, logs "job regrouped", notifies watchers.
+  void JobRegroupedLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CoordinatorOptions::forget_ps_group for `job`'s generations below
+  // `below` (coordinator_membership.cc); nothing unless the job is on the
+  // coordinator's own shard.
+  void ForgetPsGroupsLocked(const Job& job, int64_t below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The group key (Assignment.group_key) of `job`'s generation `generation`.
+  uint64_t GroupKeyLocked(const Job& job, int64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

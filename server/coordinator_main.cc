@@ -324,6 +324,10 @@ int Run(int argc, char** argv) {
     }
     state_db = *std::move(db);
   }
+  // The coordinator's own ps shards (declared first: they outlive it); it
+  // forgets the groups of its jobs nobody uses any more.
+  PsShardRegistry ps_registry;
+  options.forget_ps_group = [&ps_registry](uint64_t group) { ps_registry.Forget(group); };
   Coordinator coordinator(options, &clock);
   if (state_db != nullptr) {
     if (absl::Status s = coordinator.AttachStateDb(state_db.get()); !s.ok()) {
@@ -335,7 +339,6 @@ int Run(int argc, char** argv) {
   // The coordinator also hosts a parameter-server shard: ps-mode jobs use it
   // when no --ps_addresses are given. One registry behind its gRPC service
   // and its raw-TCP data plane (started below, once listening).
-  PsShardRegistry ps_registry;
   PsService ps_service(&ps_registry);
 
   // Health: NOT_SERVING until listening with the address known, and again

@@ -1,7 +1,8 @@
 // Coordinator facade: membership changes of RUNNING jobs that need the
 // worker registry — a lost rank left vacant under on_worker_lost = "wait"
 // (and the wait's deadline), idle workers taking a vacant rank or joining
-// a shrunk job. The rules are plain functions in server/membership.h; the
+// a shrunk job — and forgetting the coordinator's own ps shards of
+// generations nobody uses any more. The rules are plain functions in server/membership.h; the
 // contracts are at the top of coordinator.h ("Worker protocol", Tick).
 #include <string>
 #include <utility>
@@ -38,6 +39,27 @@ bool Coordinator::VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duratio
              {"lost", why}});
   StateChangedLocked(job);
   return true;
+}
+
+void Coordinator::JobRegroupedLocked(Job* job) {
+  ForgetPsGroupsLocked(*job, job->membership.generation);  // nobody uses them now
+  LogLocked(LogLevel::kInfo, "job regrouped",
+            {{"job", job->id},
+             {"generation", job->membership.generation},
+             {"world", job->k},
+             {"start_step", job->membership.start_step},
+             {"state_source_rank", job->membership.source_rank}});
+  StateChangedLocked(job);
+}
+
+void Coordinator::ForgetPsGroupsLocked(const Job& job, int64_t below) {
+  if (!options_.forget_ps_group || !job.coordinator_ps_shard) return;
+  constexpr uint64_t kShapeRound = uint64_t{1} << 63;  // worker/job_runner.h ShapeAgreementJob
+  for (int64_t g = 0; g < below; ++g) {
+    const uint64_t key = GroupKeyLocked(job, g);
+    options_.forget_ps_group(key);
+    options_.forget_ps_group(key | kShapeRound);
+  }
 }
 
 void Coordinator::ExpireWaitsLocked(absl::Time now) {

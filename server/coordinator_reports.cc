@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/coordinator.h"
+#include "server/membership.h"
 
 namespace lockstep {
 namespace {
@@ -219,6 +220,7 @@ absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
     return absl::OkStatus();
   }
   rank.done = true;
+  rank.done_generation = request.generation();
   rank.done_hash = absl::AsciiStrToLower(request.weights_hash());
   rank.done_test_accuracy = request.test_accuracy();
   rank.done_test_loss = request.test_loss();
@@ -232,6 +234,12 @@ absl::Status Coordinator::ReportDone(const v1::ReportDoneRequest& request) {
     hashes.push_back(r.done_hash);
   }
   if (!all_done) {
+    // A done report sent again while a restart regroup waits: this rank
+    // holds the final state the others may copy (membership.h).
+    if (job->membership.regrouping && RecordFinishedRank(job, rank_index)) {
+      JobRegroupedLocked(job);
+      return absl::OkStatus();
+    }
     BumpLocked(job);
     return absl::OkStatus();
   }

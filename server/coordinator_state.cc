@@ -208,10 +208,8 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
             j, now,
             "this coordinator's parameter-server shard lost the job's in-flight sums in the "
             "restart: the ranks continue from the newest step one of them completed (step 0 "
-            "when none had)")) {
-      // A rank had finished: the job is at its end, the others finished
-      // too (their done reports come again) or fail pulling the last sum.
-      return;
+            "when none had; the final state of a rank that had finished)")) {
+      return;  // every rank had finished: their done reports come again
     }
     LogLocked(LogLevel::kWarn, "ps job regrouping after the restart",
               {{"job", j->id},
@@ -283,6 +281,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
         // A stored check means every rank reported a step: it started.
         rank.acknowledged = x.acknowledged() || rs.step() > 0 || stored.stored_last_step >= 0;
         rank.done = x.done();
+        rank.done_generation = x.done_generation();
         rank.done_hash = x.done_hash();
         rank.done_test_accuracy = x.done_test_accuracy();
         rank.done_test_loss = x.done_test_loss();
@@ -443,6 +442,7 @@ void Coordinator::PersistJobLocked(const Job& job) {
     v1::StoredRankState* x = extra.add_ranks();
     x->set_acknowledged(r.acknowledged);
     x->set_done(r.done);
+    x->set_done_generation(r.done_generation);
     x->set_done_hash(r.done_hash);
     x->set_done_test_accuracy(r.done_test_accuracy);
     x->set_done_test_loss(r.done_test_loss);

@@ -77,6 +77,7 @@ class CoordinatorStateTest : public ::testing::Test {
     CoordinatorOptions o;
     o.advertise_address = "coord:7070";
     o.ps_addresses = std::move(ps_addresses);
+    o.forget_ps_group = [this](uint64_t group) { forgotten_.push_back(group); };
     inc.coord = std::make_unique<Coordinator>(o, &clock_);
     if (inc.db != nullptr) {
       absl::Status s = inc.coord->AttachStateDb(inc.db.get());
@@ -189,6 +190,7 @@ class CoordinatorStateTest : public ::testing::Test {
 
   FakeClock clock_;
   uint64_t group_key_ = 0;  // StartAndStep's job's
+  std::vector<uint64_t> forgotten_;  // CoordinatorOptions::forget_ps_group's calls
 };
 
 TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobContinues) {
@@ -776,12 +778,17 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
   ASSERT_EQ(r.assignment().ps_addresses_size(), 1);
   EXPECT_EQ(r.assignment().ps_addresses(0), "coord:7070");
   EXPECT_FALSE(Hold(c, "w-1", 1, 1, 11).has_assignment());
+  forgotten_.clear();
   r = Hold(c, "w-2", 1, 1, 10);
   ASSERT_TRUE(r.has_assignment());
   EXPECT_TRUE(r.assignment().start_ready());
   EXPECT_EQ(r.assignment().start_step(), 11);
   EXPECT_EQ(r.assignment().state_source_rank(), 0);
   EXPECT_EQ(r.assignment().group_key(), GenerationKey(gen0_key, 1));
+  // Generation 1 started: the shard drops generation 0's group (what its
+  // runners pushed after the restart) and its shape round, not the new one.
+  const uint64_t kShape = uint64_t{1} << 63;
+  EXPECT_EQ(forgotten_, (std::vector<uint64_t>{gen0_key, gen0_key | kShape}));
   j = *c->GetJob(1);
   EXPECT_FALSE(j.regrouping());
   EXPECT_EQ(j.membership_events(0).step(), 11);
@@ -790,11 +797,16 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
     Step(c, 1, 1, "w-2", s, 1);
   }
   Done(c, 1, 0, "w-1", Hash(99), 1);
+  forgotten_.clear();
   Done(c, 1, 1, "w-2", Hash(99), 1);
   j = *c->GetJob(1);
   EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
   EXPECT_EQ(j.final_hash(), Hash(99));
   EXPECT_EQ(j.mismatched_steps(), 0);
+  // The job ended: every generation's groups go.
+  const uint64_t gen1_key = GenerationKey(gen0_key, 1);
+  EXPECT_EQ(forgotten_, (std::vector<uint64_t>{gen0_key, gen0_key | kShape, gen1_key,
+                                               gen1_key | kShape}));
 }
 
 // Issue 10: a ps job on the coordinator's shard killed before any rank
@@ -854,32 +866,68 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardKilledBeforeAnyStepStart
   }
 }
 
-// A ps job on the coordinator's shard whose rank had finished (its done
-// committed) is not regrouped (a finished rank has no runner to regroup):
-// it is at its end, the other rank's done report comes again.
-TEST_F(CoordinatorStateTest, PsJobWithAFinishedRankIsNotRegroupedAndEnds) {
+// Issue 10: a ps job on the coordinator's shard whose rank 0 had finished
+// (its done committed) while rank 1 was still pulling the last sum, which
+// the restart lost: the job regroups, rank 0 holding the final state (step
+// 10, offered under generation 0's key, which the assignment names); rank
+// 1 copies it and finishes with the same hash. Variant 1: rank 1 had
+// finished too (its done was not committed): asked again, it ends the job.
+// Variant 2: no done was committed; rank 0's, sent again while rank 1
+// holds step 9, decides the same start.
+TEST_F(CoordinatorStateTest, PsJobWithAFinishedRankRegroupsTheOthersOntoItsFinalState) {
   const std::string dir = TempDir();
   v1::JobSpec spec = Spec(2, 10);
   spec.set_sync_mode(v1::PS);
+  uint64_t gen0_key = 0;
   {
     Incarnation first = Start(dir);
     Coordinator* c = first.coord.get();
     StartAndStep(c, spec, 10);
+    gen0_key = group_key_;
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    ASSERT_EQ(system(absl::StrCat("cp -r ", dir, " ", dir, "_no_done").c_str()), 0);
     clock_.Advance(absl::Seconds(2));  // past kPersistProgressEvery: the row is written
     Done(c, 1, 0, "w-1", Hash(9));
     ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
-  Incarnation second = Start(dir);
-  Coordinator* c = second.coord.get();
-  v1::JobStatus j = *c->GetJob(1);
-  EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
-  EXPECT_EQ(j.generation(), 0);
-  EXPECT_EQ(Beat(c, "w-1").resend_done_job_id(), 0u);  // its done is stored
-  EXPECT_EQ(Beat(c, "w-2").resend_done_job_id(), 1u);
-  Done(c, 1, 1, "w-2", Hash(9));
-  j = *c->GetJob(1);
-  EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
-  EXPECT_EQ(j.final_hash(), Hash(9));
+  auto expect_start_at_the_end = [&](const v1::HeartbeatReply& r) {
+    ASSERT_TRUE(r.has_assignment());
+    EXPECT_TRUE(r.assignment().start_ready());
+    EXPECT_EQ(r.assignment().start_step(), 10);
+    EXPECT_EQ(r.assignment().state_source_rank(), 0);
+    EXPECT_EQ(r.assignment().state_source_group_key(), gen0_key);
+    EXPECT_EQ(r.assignment().group_key(), GenerationKey(gen0_key, 1));
+  };
+  for (int variant = 0; variant < 3; ++variant) {
+    Incarnation second = Start(CopyOf(variant == 2 ? dir + "_no_done" : dir,
+                                      absl::StrCat(variant)));
+    Coordinator* c = second.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    EXPECT_EQ(j.generation(), 1);
+    EXPECT_TRUE(j.regrouping());
+    if (variant == 0) {
+      EXPECT_EQ(Beat(c, "w-1").resend_done_job_id(), 0u);  // its done is stored
+      v1::HeartbeatReply r = Beat(c, "w-2", 1);  // its generation-0 runner
+      ASSERT_TRUE(r.has_assignment());
+      EXPECT_FALSE(r.assignment().start_ready());
+      expect_start_at_the_end(Hold(c, "w-2", 1, 1, 9));
+      Done(c, 1, 1, "w-2", Hash(9), /*generation=*/1);
+    } else if (variant == 1) {
+      EXPECT_EQ(Beat(c, "w-2").resend_done_job_id(), 1u);
+      Done(c, 1, 1, "w-2", Hash(9), /*generation=*/0);
+    } else {
+      EXPECT_FALSE(Hold(c, "w-2", 1, 1, 9).has_assignment());
+      EXPECT_EQ(Beat(c, "w-1").resend_done_job_id(), 1u);
+      Done(c, 1, 0, "w-1", Hash(9), /*generation=*/0);
+      EXPECT_FALSE(c->GetJob(1)->regrouping());
+      expect_start_at_the_end(Hold(c, "w-2", 1, 1, 9));
+      Done(c, 1, 1, "w-2", Hash(9), /*generation=*/1);
+    }
+    j = *c->GetJob(1);
+    EXPECT_EQ(j.state(), v1::SUCCEEDED) << variant << ": " << j.reason();
+    EXPECT_EQ(j.final_hash(), Hash(9));
+  }
 }
 
 // Issue 10 review: a ps job that ran on --ps_addresses keeps them across a

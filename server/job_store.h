@@ -57,6 +57,7 @@ struct RankRecord {
   absl::Time last_heartbeat;
   bool acknowledged = false;  // the worker started the job
   bool done = false;          // ReportDone ok
+  int64_t done_generation = 0;  // the generation of that ReportDone
   std::string done_hash;
   double done_test_accuracy = 0, done_test_loss = 0;
   RankTiming timing;          // the last RankTiming::kSize reports' timing

@@ -142,11 +142,15 @@ bool VacateRank(JobRecord* job, int lost_rank, absl::Time now, const std::string
   return true;
 }
 
+int64_t FinalStep(const JobRecord& job) {
+  return job.spec.steps() > 0 ? job.spec.steps() : job.total_steps;
+}
+
 bool RegroupAfterRestart(JobRecord* job, absl::Time now, const std::string& reason) {
   if (job->ranks.empty()) return false;
-  for (const RankRecord& r : job->ranks) {
-    if (r.done) return false;  // the job is at its end: nothing to regroup
-  }
+  bool all_done = true;
+  for (const RankRecord& r : job->ranks) all_done = all_done && r.done;
+  if (all_done) return false;  // the job is at its end: nothing to regroup
   MembershipState& m = job->membership;
   const int world = job->k - static_cast<int>(m.vacant.size());
   v1::MembershipEvent e;
@@ -160,7 +164,17 @@ bool RegroupAfterRestart(JobRecord* job, absl::Time now, const std::string& reas
   e.set_reason(reason);
   AddEvent(&m, std::move(e));
   NewGeneration(job);
+  for (size_t r = 0; r < job->ranks.size(); ++r) {
+    if (job->ranks[r].done) RecordFinishedRank(job, static_cast<int>(r));
+  }
   return true;
+}
+
+bool RecordFinishedRank(JobRecord* job, int rank) {
+  if (rank < 0 || rank >= static_cast<int>(job->ranks.size()) || !job->ranks[rank].done) {
+    return false;
+  }
+  return RecordHeldStep(job, rank, job->membership.generation, FinalStep(*job));
 }
 
 bool OnlyRestartsSince(const JobRecord& job, int64_t generation) {

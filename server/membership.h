@@ -142,9 +142,21 @@ bool AddRank(JobRecord* job, int rank, RankRecordLite joiner, absl::Time now);
 // naming `reason`. The ranks stop, hold their replicas and the start is
 // decided as after a shrink: some ranks may have pulled the interrupted
 // step's sum and applied it, others not; they continue at the largest held
-// step, the others copying that rank's state. False (nothing changed) when
-// a rank already finished (nothing to regroup).
+// step, the others copying that rank's state. A rank that had finished
+// (its ReportDone counted) holds the job's final state (RecordFinishedRank):
+// a rank that was still pulling the last sum, lost with the shard, copies
+// it at the final step and finishes with the same hash (its worker offers
+// it under the group key of the generation it finished in:
+// Assignment.state_source_group_key). False (nothing changed) when every
+// rank had finished (nothing to regroup).
 bool RegroupAfterRestart(JobRecord* job, absl::Time now, const std::string& reason);
+// The job's last step + 1 (spec.steps, else the total the ranks reported).
+int64_t FinalStep(const JobRecord& job);
+// While regrouping: rank `rank`, which finished the job (done), holds the
+// final state at FinalStep (RecordHeldStep; true when that decided the
+// start). For the finished ranks of a restart regroup, and for a done
+// report that comes in while it regroups (sent again after the restart).
+bool RecordFinishedRank(JobRecord* job, int rank);
 // True when every generation after `generation` came from
 // RegroupAfterRestart (same group, same ranks): a rank that finished in
 // `generation` finished the job itself, so its ReportDone still counts.

@@ -17,6 +17,13 @@
 # while the coordinator is down, or asked again by the restarted one when
 # its row was not committed), restarted at once: the job ends SUCCEEDED
 # with the reference hash.
+# Last (grpc), before the job's first step: the coordinator, restarted with
+# --lost_after_ms=30000, starts a job while both workers are SIGSTOPped (so
+# they never receive it and no step can complete), is SIGKILLed once the
+# job's RUNNING row is committed (polled in the database), the workers are
+# continued and the coordinator restarted at once: nobody holds a step, the
+# group starts at step 0 (each rank building the initial replica) and the
+# job ends SUCCEEDED with the reference hash.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -29,9 +36,9 @@ write_blobs "$T" 11 240 60
 DATA='csv:train.csv;test.csv'
 S="$T/state"
 
-start_coordinator() {  # start_coordinator LISTEN LOG
+start_coordinator() {  # start_coordinator LISTEN LOG [FLAGS...]
   "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
-    2>>"$T/$2" & pids+=($!)
+    "${@:3}" 2>>"$T/$2" & pids+=($!)
   cpid=$!
 }
 start_coordinator 127.0.0.1:0 coord.log
@@ -40,10 +47,10 @@ PORT=$(cat "$T/coord.port")
 C="127.0.0.1:$PORT"
 field() { cli status "$1" --json | json "d.get('$2', '')"; }
 restarts=0
-restart_coordinator() {
+restart_coordinator() {  # restart_coordinator [FLAGS...]
   restarts=$((restarts + 1))
   rm -f "$T/coord.port"
-  start_coordinator "$C" "coord$((restarts + 1)).log"
+  start_coordinator "$C" "coord$((restarts + 1)).log" "$@"
   wait_file "$T/coord.port"
   [ "$(cat "$T/coord.port")" = "$PORT" ] || fail "restarted on port $(cat "$T/coord.port"), not $PORT"
 }
@@ -82,7 +89,7 @@ for transport in grpc tcp; do
   H2=$(field "$J2" final_hash)
   [ "$H2" = "$H1" ] || fail "job $J2 final hash $H2 != uninterrupted $H1"
   ST=$(cli status "$J2") || fail "status $J2: $ST"
-  grep -q "restart: 2 -> 2 workers (generation 1), continued at step" <<<"$ST" \
+  grep -q "restart: coordinator restarted, regrouped 2 ranks at step [0-9]* (generation 1)" <<<"$ST" \
     || fail "job $J2: no restart regroup in its status: $ST"
   echo "job $J2 SUCCEEDED $(( t1 - t0 )) ms after the kill ($(( td - t0 )) ms down), final hash = job $J1's; $(grep 'restart:' <<<"$ST" | sed 's/;.*//')"
   grep -q "registering again" "$T"/w*.log && fail "a worker re-registered"
@@ -107,4 +114,33 @@ H3=$(field "$J3" final_hash)
 how="its ReportDone retried"
 grep -q "ReportDone sent again" "$T"/w*.log && how="asked again by the restarted coordinator"
 echo "job $J3 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill ($how), final hash = job $J1's"
+
+echo "== ps/grpc: coordinator SIGKILLed before the job's first step, restarted at once"
+# The job row's state in the database (2 = RUNNING), read-only.
+db_state() {
+  python3 -c "import sqlite3,sys; c=sqlite3.connect('file:$S/coordinator.db?mode=ro', uri=True); r=c.execute('select state from jobs where id=?', (int(sys.argv[1]),)).fetchone(); print(r[0] if r else '')" "$1"
+}
+wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
+kill -9 "$cpid"
+wait "$cpid" 2>/dev/null
+# Long enough that the stopped workers are not declared lost meanwhile.
+restart_coordinator --lost_after_ms=30000
+wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
+kill -STOP "${wpid[1]}" "${wpid[2]}"
+J4=$(cli submit "${SPEC[@]}") || fail "submit: $J4"
+wait_until $(( $(now_ms) + 10000 )) eval '[ "$(db_state "$J4")" = 2 ]' \
+  || { kill -CONT "${wpid[1]}" "${wpid[2]}"; fail "job $J4's RUNNING row was not committed: $(cli status "$J4")"; }
+kill -9 "$cpid"
+wait "$cpid" 2>/dev/null
+kill -CONT "${wpid[1]}" "${wpid[2]}"
+t0=$(now_ms)
+restart_coordinator --lost_after_ms=30000
+wait_until $(( t0 + BOUND_S * 1000 )) finished "$J4" || fail "job $J4 did not end: $(cli status "$J4")"
+[ "$(field "$J4" state)" = SUCCEEDED ] || fail "job $J4 after the restart: $(cli status "$J4")"
+H4=$(field "$J4" final_hash)
+[ "$H4" = "$H1" ] || fail "job $J4 final hash $H4 != uninterrupted $H1"
+ST=$(cli status "$J4") || fail "status $J4: $ST"
+grep -q "restart: coordinator restarted, regrouped 2 ranks at step 0 (generation 1)" <<<"$ST" \
+  || fail "job $J4: no restart regroup at step 0 in its status: $ST"
+echo "job $J4 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill (no step completed before it), final hash = job $J1's"
 echo PASS

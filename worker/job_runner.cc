@@ -291,7 +291,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     spec->lr.total_steps = TotalSteps(*spec, train.num_examples);
   }
   if (absl::Status s = ValidateTrainSpec(*spec, options_.world); !s.ok()) return s;
-  if (options_.world > 1) {
+  if (options_.world > 1 && !options_.initial_state_is_final) {
     if (absl::Status s = AgreeOnShape(train); !s.ok()) {
       if (stop_.load()) return absl::CancelledError(absl::StrCat("job ", job, " stopped"));
       return s;
@@ -365,6 +365,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                        ": regroup state: ", next.status().message()));
     }
     first_step = *next;
+    if (options_.initial_state_is_final && first_step < total) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", options_.worker_id, ": the final state copied from a finished rank is at "
+          "step ", first_step, ", the job ends at step ", total));
+    }
   } else if (options_.initial_state_source >= 0) {  // a joiner (membership)
     const int source = options_.initial_state_source;
     const int64_t at = options_.initial_state_step;

@@ -98,6 +98,11 @@ struct JobRunnerOptions {
   // step; "" = start as usual: step 0 or spec.resume_from).
   int64_t generation = 0;
   std::string initial_state;
+  // initial_state is a finished peer's final state (a coordinator restart
+  // regrouped the job after that peer finished: server/membership.h
+  // RegroupAfterRestart): the runner runs no step and skips the dataset
+  // agreement, which the finished peers never join.
+  bool initial_state_is_final = false;
   // A rank that joins a running job (membership: a replacement or a late
   // joiner) holds no state: with initial_state empty and this >= 0 it
   // fetches rank initial_state_source's state published at boundary

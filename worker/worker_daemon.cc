@@ -793,6 +793,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.nan_at_step = options_.nan_at_step;
     o.generation = a.generation();
     if (a.generation() > 0) o.initial_state = held;
+    o.initial_state_is_final = a.generation() > 0 && a.state_source_group_key() != 0;
     if (held.empty() && join_source >= 0) {
       o.initial_state_source = join_source;
       o.initial_state_step = join_step;
@@ -825,6 +826,14 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     }
     if (job->stop.load()) runner.RequestStop();
     auto out = runner.Run();
+    if (out.ok() && a.coordinator_ps_shard() && options_.state_board != nullptr &&
+        runner.replica() != nullptr) {
+      // Offered until the job ends: if the coordinator (its shard) restarts
+      // now, a rank still pulling the last sum copies this final state
+      // (server/membership.h RegroupAfterRestart). One copy per job.
+      options_.state_board->Publish(WireKey(a), runner.next_step(),
+                                    EncodeReplicaState(*runner.replica(), runner.next_step()));
+    }
     if (!out.ok() && regroups && runner.replica() != nullptr) {
       // Kept for a regroup (a lost peer): the replica at its step boundary.
       held_step = runner.next_step();
@@ -918,7 +927,9 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       }
       FetchStateOptions f;
       f.credentials = ChannelCredentials();
-      f.group = WireKey(a);
+      // A source that finished offers its final state under its own
+      // generation's key (Assignment.state_source_group_key).
+      f.group = a.state_source_group_key() != 0 ? a.state_source_group_key() : WireKey(a);
       f.step = s;
       f.expected_bytes = static_cast<int64_t>(held.size());
       f.deadline = absl::Now() + options_.combine_timeout;

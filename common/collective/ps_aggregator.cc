@@ -353,6 +353,19 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
   return s;
 }
 
+bool PsShardRegistry::Forget(uint64_t job) {
+  std::map<int, std::shared_ptr<PsShard>> shards;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return false;
+    shards.swap(it->second.shards);
+    EraseLocked(it);
+  }
+  for (auto& [index, shard] : shards) shard->ForgetJob(job);  // outside the registry's lock
+  return true;
+}
+
 int PsShardRegistry::num_jobs() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(jobs_.size());

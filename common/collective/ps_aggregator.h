@@ -245,6 +245,13 @@ class PsShardRegistry {
   absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard,
                                                     int num_workers,
                                                     int64_t shard_len);
+  // Drops job key `job` at once (its shards' steps are released; the bytes
+  // count no more against max_bytes), instead of waiting for idle eviction:
+  // for a key nobody uses any more (an older generation's group, a job that
+  // ended). A front end still holding one of its shards (a TCP connection)
+  // keeps that object alive but no longer in the registry. False when the
+  // key is not held.
+  bool Forget(uint64_t job);
   int num_jobs() const;
   int64_t max_shard_floats() const { return limits_.max_shard_floats; }
   const PsRegistryLimits& limits() const { return limits_; }

@@ -250,6 +250,31 @@ TEST(PsBoundsTest, IdleKeysGiveBackTheirBytes) {
   EXPECT_EQ(registry.num_jobs(), 2);
 }
 
+// Issue 10: a key nobody uses any more (an older generation's group after a
+// regroup, an ended job) is forgotten at once, not left to idle eviction:
+// its bytes and its slot are free for the next job even while every other
+// held key is active, and the next request of that key starts afresh.
+TEST(PsBoundsTest, AForgottenKeyGivesBackItsSlotAndBytesAtOnce) {
+  PsRegistryLimits limits;
+  limits.max_jobs = 2;
+  limits.max_bytes = 2 * PsShardWorstCaseBytes(2, 1000);
+  PsShardRegistry registry(limits);
+  auto old_generation = registry.GetShard(1, 0, 2, 1000);
+  ASSERT_TRUE(old_generation.ok()) << old_generation.status();
+  ASSERT_TRUE((*old_generation)->Push(1, 7, 0, std::vector<float>(1000, 1.0f), 1).ok());
+  ASSERT_TRUE(registry.GetShard(2, 0, 2, 1000).ok());
+  // Both active: a third key is refused.
+  EXPECT_EQ(registry.GetShard(3, 0, 2, 1000).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(registry.Forget(1));
+  EXPECT_FALSE(registry.Forget(1));  // not held any more
+  EXPECT_EQ(registry.num_jobs(), 1);
+  EXPECT_EQ(registry.held_bytes(), PsShardWorstCaseBytes(2, 1000));
+  EXPECT_TRUE((*old_generation)->RetainedSteps(1).empty());  // its sums are gone
+  ASSERT_TRUE(registry.GetShard(3, 0, 2, 1000).ok());
+  EXPECT_EQ(registry.num_jobs(), 2);
+}
+
 // Pushes count as traffic on the registry's clock, not wall time (review
 // finding: a shard stamped its last push with absl::Now, so under a test
 // clock set in the past a pushed job never looked idle, and one set in the
