@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpcutil/rpc_errors.h"
 
 namespace lockstep {
@@ -18,12 +19,26 @@ class RefusalInterceptor : public grpc::experimental::Interceptor {
   RefusalInterceptor(grpc::experimental::ServerRpcInfo* info, RefusalLog* log)
       : info_(info), log_(log) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() == nullptr) {
+      unparsed_ = true;  // gRPC could not deserialize the request
+    }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      const grpc::Status s = methods->GetSendStatus();
+      grpc::Status s = methods->GetSendStatus();
       if (RefusalLog::IsRefusal(s.error_code())) {
+        const std::string method =
+            info_->method() != nullptr ? std::string(ShortMethodName(info_->method())) : "";
+        if (s.error_message().empty() && s.error_code() == grpc::StatusCode::INTERNAL) {
+          // gRPC answers a request it cannot parse with INTERNAL and an
+          // empty message (proto3's InitializationErrorString()); say so,
+          // to the caller and in the log.
+          s = grpc::Status(s.error_code(),
+                           absl::StrCat(method, ": malformed request: not a valid ", method,
+                                        " request message", unparsed_ ? "" : " (or no message)"));
+          methods->ModifySendStatus(s);
+        }
         grpc::ServerContextBase* ctx = info_->server_context();
-        log_->Refused(info_->method() != nullptr ? ShortMethodName(info_->method()) : "",
-                      s.error_code(), ctx != nullptr ? ctx->peer() : std::string("?"),
+        log_->Refused(method, s.error_code(), ctx != nullptr ? ctx->peer() : std::string("?"),
                       s.error_message());
       }
     }
@@ -33,6 +48,7 @@ class RefusalInterceptor : public grpc::experimental::Interceptor {
  private:
   grpc::experimental::ServerRpcInfo* const info_;
   RefusalLog* const log_;
+  bool unparsed_ = false;
 };
 
 class RefusalFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
