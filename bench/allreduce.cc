@@ -65,6 +65,7 @@
 #include "worker/net/peer_service.h"
 #include "common/net/data_auth.h"
 #include "worker/net/tcp_transport.h"
+#include "common/net/data_conn.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,16777216,67108864",
           "buffer sizes in bytes (float32 elements = size / 4)");
@@ -95,10 +96,13 @@ ABSL_FLAG(std::string, grpc_args, "",
 ABSL_FLAG(std::string, mpi_source, "",
           "path of mpi_allreduce.c (default: from runfiles or the workspace)");
 // Internal modes.
-ABSL_FLAG(std::string, transports, "tcp,grpc",
-          "lockstep peer transports to measure, in table order: tcp (raw "
+ABSL_FLAG(std::string, transports, "tcp,tcp_tls,grpc",
+          "lockstep peer transports to measure, in table order: tcp_tls (raw TCP "
+          "with --data_plane_tls: mutual TLS 1.3, certificates from deploy/certs.sh), tcp (raw "
           "sockets, worker/net/tcp_transport.h) and/or grpc "
           "(worker/net/grpc_transport.h); targets are judged for each");
+ABSL_FLAG(std::string, certs_dir, "",
+          "certificates for tcp_tls (deploy/certs.sh --out=DIR); empty: made in the temp dir");
 ABSL_FLAG(bool, worker, false, "internal: run as one lockstep rank");
 ABSL_FLAG(std::string, transport, "tcp", "internal: this worker's transport");
 ABSL_FLAG(int, rank, 0, "internal: worker rank");
@@ -267,15 +271,29 @@ int RunWorker() {
   const std::vector<int64_t> sizes = ParseInts(absl::GetFlag(FLAGS_sizes));
   const auto grpc_args = ParseGrpcArgs(absl::GetFlag(FLAGS_grpc_args));
 
-  const bool use_tcp = absl::GetFlag(FLAGS_transport) == "tcp";
+  const bool use_tls = absl::GetFlag(FLAGS_transport) == "tcp_tls";
+  const bool use_tcp = absl::GetFlag(FLAGS_transport) == "tcp" || use_tls;
   // gRPC: the worker's PeerService on its own server. TCP: a peer hub.
   PeerServiceImpl service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<TcpPeerHub> hub;
   int port = 0;
   if (use_tcp) {
+    TcpHubOptions hub_options;
+    if (use_tls) {
+      // As lockstep-worker --data_plane_tls does, with the worker's files.
+      const std::string c = absl::GetFlag(FLAGS_certs_dir);
+      auto tls = dataconn::DataTls::Create(absl::StrCat(c, "/worker.pem"),
+                                           absl::StrCat(c, "/worker.key"),
+                                           absl::StrCat(c, "/ca.pem"), {"worker"});
+      if (!tls.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, tls.status().ToString().c_str());
+        return 1;
+      }
+      hub_options.tls = *tls;
+    }
     absl::StatusOr<std::unique_ptr<TcpPeerHub>> h =
-        TcpPeerHub::Start("127.0.0.1", 0);
+        TcpPeerHub::Start("127.0.0.1", 0, hub_options);
     if (!h.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, h.status().ToString().c_str());
       return 1;
@@ -621,7 +639,8 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir,
         absl::StrCat("--progress_in_recv=", absl::GetFlag(FLAGS_progress_in_recv) ? "true" : "false"),
         absl::StrCat("--first_step_window_bytes=",
                      absl::GetFlag(FLAGS_first_step_window_bytes)),
-        absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false")};
+        absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false"),
+        absl::StrCat("--certs_dir=", absl::GetFlag(FLAGS_certs_dir))};
     pids.push_back(Spawn(argv, {}, r == 0 ? run_dir + "/out.0" : ""));
   }
   if (!WaitAll(pids, absl::Minutes(5), absl::StrCat("lockstep K=", k))) return {};
@@ -662,8 +681,8 @@ int RunParent(const std::string& self) {
   const std::vector<std::string> transports =
       absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
   for (const std::string& tr : transports) {
-    if (tr != "tcp" && tr != "grpc") {
-      std::fprintf(stderr, "--transports: '%s' is not tcp or grpc\n", tr.c_str());
+    if (tr != "tcp" && tr != "tcp_tls" && tr != "grpc") {
+      std::fprintf(stderr, "--transports: '%s' is not tcp, tcp_tls or grpc\n", tr.c_str());
       return 2;
     }
   }
@@ -674,6 +693,19 @@ int RunParent(const std::string& self) {
     return 1;
   }
   const std::string dir = tmp;
+  if (std::find(transports.begin(), transports.end(), "tcp_tls") != transports.end() &&
+      absl::GetFlag(FLAGS_certs_dir).empty()) {
+    // deploy/certs.sh from this binary's runfiles (bazel run).
+    const std::string pki = absl::StrCat(dir, "/pki");
+    const std::string cmd = absl::StrCat("bash '", self, ".runfiles/lockstep/deploy/certs.sh' --out='",
+                                         pki, "' 2>/dev/null");
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "cannot make certificates for tcp_tls: %s failed (pass --certs_dir)\n",
+                   cmd.c_str());
+      return 1;
+    }
+    absl::SetFlag(&FLAGS_certs_dir, pki);
+  }
   std::printf("lockstep all-reduce benchmark (temp dir %s, %d repeat(s), %u cores)\n",
               dir.c_str(), repeats, std::thread::hardware_concurrency());
 
@@ -852,6 +884,23 @@ int RunParent(const std::string& self) {
                   100 * BusBw(16 << 20, 2, l) / raw_bw, raw_bw / 1e9);
     }
     std::printf("\n");
+  }
+  if (std::find(transports.begin(), transports.end(), "tcp_tls") != transports.end() &&
+      std::find(transports.begin(), transports.end(), "tcp") != transports.end()) {
+    // --data_plane_tls's cost: the same run's medians side by side.
+    std::printf("\nTLS cost (--data_plane_tls; same run, medians): tcp_tls latency / tcp latency\n");
+    for (int64_t k64 : worlds) {
+      const int k = static_cast<int>(k64);
+      for (int64_t b : sizes) {
+        const double plain = med("lockstep_tcp", k, b);
+        const double tls = med("lockstep_tcp_tls", k, b);
+        if (plain <= 0 || tls <= 0) continue;
+        std::printf("  K=%d %8s: tcp %9.1f us (busbw %.3f GB/s)  tcp_tls %9.1f us (busbw %.3f "
+                    "GB/s)  = %.2fx the time\n",
+                    k, HumanBytes(b).c_str(), plain, BusBw(b, k, plain) / 1e9, tls,
+                    BusBw(b, k, tls) / 1e9, tls / plain);
+      }
+    }
   }
   if (!targets.empty()) {
     std::string summary;

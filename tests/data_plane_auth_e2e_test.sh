@@ -39,7 +39,9 @@ for i in 1 2; do
   wait_until $(( $(now_ms) + 10000 )) idle "w-$i" || fail "w-$i not IDLE: $(cli workers)"
 done
 peers=()
-while read -r id addr data _; do peers+=("peer@$data"); done < <(cli workers | grep -E '^w-[12] ')
+declare -A peer_of  # worker id (w-1: logs to w1.log) -> its data port target
+while read -r id addr data _; do peers+=("peer@$data"); peer_of[$id]="peer@$data"; done \
+  < <(cli workers | grep -E '^w-[12] ')
 [ "${#peers[@]}" = 2 ] || fail "expected 2 workers with data addresses: $(cli workers)"
 ps_data=$(grep -o 'data_port=[0-9]*' "$T/ps.log" | head -1 | cut -d= -f2)
 [ -n "$ps_data" ] && [ "$ps_data" -gt 0 ] || fail "no data_port in ps.log"
@@ -74,11 +76,21 @@ PSJOB=(--workers=2 --sync=ps --ps_transport=tcp --model=mlp:256,256 --dataset="$
 same_hash_with_and_without ring-tcp run_job "" "${peers[*]}" "${RING[@]}"
 same_hash_with_and_without ps-tcp run_job "" "ps@127.0.0.1:$ps_data" "${PSJOB[@]}"
 
-for f in w1 w2 ps; do
-  n=$(grep -c 'connection refused.*connection from 127\.0\.0\.1:[0-9]*: .*wrong mac' "$T/$f.log")
-  [ "$n" -gt 0 ] || fail "$f.log has no refusal naming the stranger's address and the wrong mac"
-  echo "$f.log: $n refusals naming the stranger's address; e.g.:"
-  grep -m1 'connection refused.*wrong mac' "$T/$f.log" | cut -c1-260
+# Each forged attempt is logged by its target naming the stranger's own
+# address (its source port, printed by the stranger), not just any port.
+targets=("${peer_of[w-1]}" "${peer_of[w-2]}" "ps@127.0.0.1:$ps_data")
+logs=(w1 w2 ps)
+for i in 0 1 2; do
+  f=${logs[$i]}
+  froms=$(cat "$T"/*.stranger.out | grep -F "${targets[$i]} forged from " \
+          | sed -E 's/.* forged from ([0-9.]+:[0-9]+): .*/\1/')
+  [ -n "$froms" ] || fail "no forged attempt at ${targets[$i]} in the stranger's output"
+  for from in $froms; do
+    grep -F "connection from $from: " "$T/$f.log" | grep -q 'connection refused.*wrong mac' \
+      || fail "$f.log has no refusal naming the stranger's address $from and the wrong mac"
+  done
+  echo "$f.log: the forged hellos from $(echo $froms) refused and logged with their address; e.g.:"
+  grep -F "connection from $(echo "$froms" | head -1): " "$T/$f.log" | head -1 | cut -c1-260
 done
 echo "total $(( $(now_ms) - t_start )) ms"
 echo PASS

@@ -65,6 +65,7 @@ def refused(s, ps):
 def attempt(kind, host, port, group, how):
     ps = kind == "ps"
     s = socket.create_connection((host, port), timeout=TIMEOUT)
+    me = "%s:%d" % s.getsockname()[:2]  # printed: the logs must name this port
     try:
         if ps:
             fields = struct.pack("<IIQiiqQ", 0x48504B4C, 2, group, 0, 2, 10, 0)
@@ -83,7 +84,8 @@ def attempt(kind, host, port, group, how):
             elif how == "cut":
                 s.sendall(fields)
                 s.shutdown(socket.SHUT_WR)
-        return refused(s, ps)
+        ok, what = refused(s, ps)
+        return ok, what, me
     finally:
         s.close()
 
@@ -98,8 +100,8 @@ def main():
         kind, addr = t.split("@", 1)
         host, port = addr.rsplit(":", 1)
         for how in ("forged", "v1", "cut"):
-            ok, what = attempt(kind, host, int(port), a.group, how)
-            print(f"{t} {how}: {'refused' if ok else 'NOT REFUSED'} ({what})")
+            ok, what, me = attempt(kind, host, int(port), a.group, how)
+            print(f"{t} {how} from {me}: {'refused' if ok else 'NOT REFUSED'} ({what})")
             bad += 0 if ok else 1
     sys.exit(1 if bad else 0)
 
