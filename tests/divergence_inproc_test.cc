@@ -31,6 +31,7 @@
 #include "common/collective/inproc_transport.h"
 #include "common/collective/ps_aggregator.h"
 #include "common/data/sampler.h"
+#include "common/train/checkpoint.h"
 #include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "server/sync_checker.h"
@@ -180,6 +181,7 @@ struct Outcome {
   std::vector<absl::Status> status;
   std::vector<std::string> final_hash;  // per rank ("" when it failed)
   std::vector<int64_t> skipped;         // per rank: JobOutcome.skipped_steps
+  std::string checkpoint_dir;           // the job's spec.checkpoint_dir ("" = none)
   absl::Duration took;
 };
 
@@ -266,6 +268,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
     }
   });
   Outcome run;
+  run.checkpoint_dir = spec.checkpoint_dir();
   run.status.resize(k);
   run.final_hash.resize(k);
   run.skipped.resize(k, -1);
@@ -382,6 +385,35 @@ TEST(DivergenceTest, HaltEndsTheJobNamingStepRankAndBlock) {
     EXPECT_LE(coord.hashes().rbegin()->first, 3 + kReportLag + 1);
     EXPECT_LT(run.took, absl::Seconds(30));
   }
+}
+
+// A checkpoint is written only after every rank was seen holding its state
+// (the identities in the next step's combine). Rank 0 flips a bit after
+// step 3 under halt with a checkpoint every step: the checkpoint of step 4
+// (rank 0's state after step 3, the drifted one) would be written as soon
+// as step 3 was applied; now the combine of step 4 shows the ranks differ
+// and it is never written. Closed form: the newest checkpoint on disk is
+// step 3's (the state after step 2), whose weights every rank shared.
+TEST(DivergenceTest, ACheckpointIsWrittenOnlyOnceTheRanksAgreeOnItsState) {
+  FakeCoordinator coord(2, DivergencePolicy::kHalt, kSteps);
+  RunSetup setup;
+  setup.checkpoint_every = 1;
+  Fault fault;
+  fault.rank = 0;
+  Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
+  EXPECT_NE(coord.failed(), "");
+  auto files = ListCheckpoints(JobCheckpointDir(run.checkpoint_dir, 7));
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_FALSE(files->empty());
+  int64_t newest = -1;
+  for (const auto& [step, path] : *files) newest = std::max(newest, step);
+  EXPECT_EQ(newest, 3);
+  // ... and that one holds the state both ranks reported for step 2.
+  auto loaded = LoadCheckpoint(JobCheckpointDir(run.checkpoint_dir, 7), 3, CheckpointLimits());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const auto hashes = coord.hashes();
+  EXPECT_EQ(loaded->state.weights_hash.ToHex(), hashes.at(2).at(0));
+  EXPECT_EQ(hashes.at(2).at(0), hashes.at(2).at(1));
 }
 
 TEST(DivergenceTest, TwoRanksWithoutCheckpointsFailWithNoMajority) {

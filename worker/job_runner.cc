@@ -314,8 +314,13 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   const bool inband = options_.check_in_combine && options_.world > 1 &&
                       options_.spec.on_divergence() != "halt" &&
                       options_.state_board != nullptr && options_.fetch_state != nullptr;
+  // A job that writes checkpoints (K > 1) sends the identities too: rank 0
+  // writes a checkpoint only once every rank was seen holding the same
+  // state at its step, in the next step's combine (see the loop).
+  const bool ids_in_combine =
+      inband || (options_.world > 1 && !options_.spec.checkpoint_dir().empty());
   auto replica = Replica::Create(*spec, train.dim, train.num_classes, options_.world,
-                                 inband ? 8 * options_.world : 0);
+                                 ids_in_combine ? 8 * options_.world : 0);
   if (!replica.ok()) {
     return absl::Status(replica.status().code(),
                         absl::StrCat("worker ", options_.worker_id, " (dataset ", train.name,
@@ -447,7 +452,23 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   uint64_t id_override = 0;
   bool use_override = false;
   absl::Status id_status;
-  if (inband) {
+  // A checkpoint's "written" / "failed" log line (on the writer thread).
+  auto checkpoint_done = [this](int64_t step) -> JobCheckpointer::WriteDone {
+    return [this, step](const absl::StatusOr<std::string>& path, double capture,
+                        double seconds) {
+      if (path.ok()) {
+        log_.Info("checkpoint written", {{"step", step},
+                                         {"path", *path},
+                                         {"capture_seconds", capture},
+                                         {"write_seconds", seconds}});
+      } else {
+        // Training goes on: a failed checkpoint loses no step. The
+        // directory was checked before step 0.
+        log_.Warn("checkpoint failed", {{"step", step}, {"error", path.status().ToString()}});
+      }
+    };
+  };
+  if (ids_in_combine) {
     step_combiner.SetIdWriter([&](absl::Span<float> slots) {
       uint64_t id = id_override;
       if (!use_override) {
@@ -489,7 +510,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       return UserFacing(s);
     }
     use_override = false;  // (set for the first step after a rollback)
-    if (inband) {
+    if (ids_in_combine) {
       if (!id_status.ok()) return id_status;
       const absl::Span<float> slots = r.ids();
       bool same = true;
@@ -497,7 +518,18 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
         ids[q] = GetBytes(&slots[static_cast<size_t>(8 * q)]);
         same = same && ids[q] == ids[0];
       }
-      if (!same) {
+      // The checkpoint captured at this boundary holds the state these
+      // identities name: written only when every rank holds the same one.
+      if (checkpointer.captured_step() == step) {
+        if (same) {
+          checkpointer.CommitCaptured(checkpoint_done(step - 1));
+        } else {
+          checkpointer.DropCaptured();
+          log_.Warn("checkpoint not written: the replicas differed at its step",
+                    {{"step", step - 1}});
+        }
+      }
+      if (!same && inband) {
         int best = 0, source = 0;
         for (int q = 0; q < options_.world; ++q) {
           const int votes = static_cast<int>(std::count(ids.begin(), ids.end(), ids[q]));
@@ -635,22 +667,13 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       // The state is copied here; the file is written, fsync'd and renamed
       // on a writer thread while training goes on (one write in flight).
       if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
-      checkpointer.WriteInBackground(
-          r, step + 1, total, position, reporter.last_hash(), now,
-          [this, step](const absl::StatusOr<std::string>& path, double capture,
-                       double seconds) {
-            if (path.ok()) {
-              log_.Info("checkpoint written", {{"step", step},
-                                               {"path", *path},
-                                               {"capture_seconds", capture},
-                                               {"write_seconds", seconds}});
-            } else {
-              // Training goes on: a failed checkpoint loses no step. The
-              // directory was checked before step 0.
-              log_.Warn("checkpoint failed",
-                        {{"step", step}, {"error", path.status().ToString()}});
-            }
-          });
+      checkpointer.Capture(r, step + 1, total, position, reporter.last_hash(), now);
+      // Written once the next combine showed every rank with this state
+      // (above); at once when there is no such combine (K = 1, the end:
+      // the coordinator's final-hash check covers the last step).
+      if (!ids_in_combine || step + 1 == total) {
+        checkpointer.CommitCaptured(checkpoint_done(step));
+      }
     }
     const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end && !replay &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);

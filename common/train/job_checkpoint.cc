@@ -72,7 +72,7 @@ bool JobCheckpointer::Due(int64_t next_step, int64_t total_steps, absl::Time now
   return every_ != absl::InfiniteDuration() && now - last_ >= every_;
 }
 
-TrainingState JobCheckpointer::Capture(const Replica& replica, int64_t next_step,
+TrainingState JobCheckpointer::CaptureState(const Replica& replica, int64_t next_step,
                                        int64_t total_steps, const SamplerPosition& sampler,
                                        const WeightHash& hash) const {
   TrainingState state;
@@ -94,26 +94,39 @@ absl::StatusOr<std::string> JobCheckpointer::Write(const Replica& replica, int64
                                                    const WeightHash& hash, absl::Time now) {
   Wait();
   last_ = now;
-  return WriteCheckpoint(dir_, Capture(replica, next_step, total_steps, sampler, hash), keep_);
+  return WriteCheckpoint(dir_, CaptureState(replica, next_step, total_steps, sampler, hash),
+                         keep_);
 }
 
 void JobCheckpointer::WriteInBackground(const Replica& replica, int64_t next_step,
                                         int64_t total_steps, const SamplerPosition& sampler,
                                         const WeightHash& hash, absl::Time now,
                                         WriteDone done) {
-  Wait();
+  Capture(replica, next_step, total_steps, sampler, hash, now);
+  CommitCaptured(std::move(done));
+}
+
+void JobCheckpointer::Capture(const Replica& replica, int64_t next_step, int64_t total_steps,
+                              const SamplerPosition& sampler, const WeightHash& hash,
+                              absl::Time now) {
   last_ = now;
-  auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   const auto t0 = std::chrono::steady_clock::now();
-  TrainingState state = Capture(replica, next_step, total_steps, sampler, hash);
-  const double capture = seconds_since(t0);
-  writer_ = std::thread([this, state = std::move(state), done = std::move(done), capture,
-                         seconds_since]() {
+  captured_state_ = CaptureState(replica, next_step, total_steps, sampler, hash);
+  captured_ = true;
+  capture_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void JobCheckpointer::CommitCaptured(WriteDone done) {
+  if (!captured_) return;
+  Wait();
+  captured_ = false;
+  writer_ = std::thread([this, state = std::move(captured_state_), done = std::move(done),
+                         capture = capture_seconds_]() {
     const auto t1 = std::chrono::steady_clock::now();
     absl::StatusOr<std::string> path = WriteCheckpoint(dir_, state, keep_);
-    done(path, capture, seconds_since(t1));
+    done(path, capture,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   });
 }
 

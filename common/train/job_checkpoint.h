@@ -79,6 +79,20 @@ class JobCheckpointer {
   void WriteInBackground(const Replica& replica, int64_t next_step, int64_t total_steps,
                          const SamplerPosition& sampler, const WeightHash& hash, absl::Time now,
                          WriteDone done);
+
+  // WriteInBackground in two halves, so a checkpoint is written only once
+  // the ranks agree on the state it holds (worker/job_runner.cc: the state
+  // identities every rank sends in the next step's combine). Capture copies
+  // the state now (replacing an earlier capture not yet committed) and
+  // restarts the time interval; CommitCaptured writes it as
+  // WriteInBackground does; DropCaptured forgets it (never written).
+  void Capture(const Replica& replica, int64_t next_step, int64_t total_steps,
+               const SamplerPosition& sampler, const WeightHash& hash, absl::Time now);
+  // The next step of the captured state (-1 = none).
+  int64_t captured_step() const { return captured_ ? captured_state_.next_step : -1; }
+  void CommitCaptured(WriteDone done);
+  void DropCaptured() { captured_ = false; }
+
   // Waits for the write in flight, if any (the destructor does too).
   void Wait();
   ~JobCheckpointer();
@@ -95,7 +109,10 @@ class JobCheckpointer {
   const int keep_;
   absl::Time last_ = absl::InfinitePast();
   std::thread writer_;  // the write in flight (joinable) or none
-  TrainingState Capture(const Replica& replica, int64_t next_step, int64_t total_steps,
+  bool captured_ = false;
+  TrainingState captured_state_;
+  double capture_seconds_ = 0;
+  TrainingState CaptureState(const Replica& replica, int64_t next_step, int64_t total_steps,
                         const SamplerPosition& sampler, const WeightHash& hash) const;
 };
 
