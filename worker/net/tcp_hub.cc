@@ -58,6 +58,12 @@ using tcpio::Unbracketed;
 using tcpwire::kHeaderBytes;
 using tcpwire::kHelloBytes;
 
+// "host" of a "host:port" (IPv6 hosts keep their brackets).
+static std::string SourceHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
 absl::StatusOr<std::unique_ptr<TcpPeerHub>> TcpPeerHub::Start(
     const std::string& host, int port, TcpHubOptions options) {
   addrinfo hints{};
@@ -405,6 +411,17 @@ void TcpPeerHub::HandleHello(PendingHello& p) {
         mac_checked = true;
         continue;  // (group, to) may have attached meanwhile
       }
+    }
+    const std::string source = SourceHost(p.peer);
+    const int from_source = static_cast<int>(std::count_if(
+        parked_.begin(), parked_.end(), [&](const Parked& q) { return SourceHost(q.peer) == source; }));
+    if (from_source >= options_.max_parked_per_source) {
+      l.Release();
+      Reject(fd, p.peer,
+             absl::StrFormat("hello from rank %d for group %d rank %d, which is not attached: "
+                             "%d connections from %s are parked (max_parked_per_source)",
+                             from, group, to, from_source, source));
+      return;
     }
     if (static_cast<int>(parked_.size()) >= options_.max_parked) {
       const size_t parked = parked_.size();

@@ -73,6 +73,12 @@ struct TcpHubOptions {
   // Parked connections at once; one more is closed at once (counted,
   // named). A job of K ranks parks at most K-1 per rank that starts late.
   int max_parked = 1024;
+  // Parked connections from one source address (host, any port) at once;
+  // one more is closed at once (counted, named). A stranger who can reach
+  // the port cannot take every park slot with hellos for made-up groups: a
+  // peer worker parks at most one connection per rank of its that calls a
+  // rank here not attached yet.
+  int max_parked_per_source = 64;
   // Called with the reason of every refused connection ("connection from
   // 10.0.0.7:51234: ..."), outside the hub's locks, from the accept thread
   // or a transport's Create. Empty: not reported (still counted).
