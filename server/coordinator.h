@@ -340,6 +340,13 @@ class Coordinator {
       const lockstep::v1::HeartbeatRequest& request);
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStep(
       const lockstep::v1::ReportStepRequest& request);
+  // Several reports (StepReports, at most kMaxStepReports, else
+  // INVALID_ARGUMENT naming `reports`), in order, under one lock: as many
+  // ReportStep calls. Returns the first reply that says stop or the first
+  // error (the reports after it are not looked at), else the last reply.
+  static constexpr int kMaxStepReports = 8;
+  absl::StatusOr<lockstep::v1::ReportStepReply> ReportSteps(
+      const lockstep::v1::StepReports& request);
   absl::Status ReportEval(const lockstep::v1::ReportEvalRequest& request);
   absl::Status ReportDone(const lockstep::v1::ReportDoneRequest& request);
   // One chunk of an upload. NOT_FOUND (job), FAILED_PRECONDITION (not rank
@@ -460,6 +467,9 @@ class Coordinator {
   std::vector<std::string> PsAddressesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts PENDING jobs in FIFO order while they can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportStep's work, mu_ held (log lines queued for the Locked holder).
+  absl::StatusOr<lockstep::v1::ReportStepReply> ReportStepLocked(
+      const lockstep::v1::ReportStepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Progress, curves and the mismatch verdict of a checked step.
   void ApplyCompletedStepLocked(Job* job, const CompletedStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -28,6 +28,31 @@ bool IsHex32(const std::string& s) {
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
     const v1::ReportStepRequest& request) {
   Locked lock(this);  // writes this call's log lines after unlocking
+  return ReportStepLocked(request);
+}
+
+absl::StatusOr<v1::ReportStepReply> Coordinator::ReportSteps(const v1::StepReports& request) {
+  if (request.reports_size() == 0 || request.reports_size() > kMaxStepReports) {
+    return absl::InvalidArgumentError(absl::StrCat("reports: expected 1 to ", kMaxStepReports,
+                                                   " step reports, got ",
+                                                   request.reports_size()));
+  }
+  Locked lock(this);  // one lock for the batch; log lines after unlocking
+  absl::StatusOr<v1::ReportStepReply> reply;
+  for (const v1::ReportStepRequest& report : request.reports()) {
+    reply = ReportStepLocked(report);
+    if (!reply.ok()) {
+      return absl::Status(reply.status().code(),
+                          absl::StrCat("report of step ", report.step(), ": ",
+                                       reply.status().message()));
+    }
+    if (reply->stop()) break;
+  }
+  return reply;
+}
+
+absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
+    const v1::ReportStepRequest& request) {
   // A report of an older generation (membership.h: the job regrouped since;
   // its sender's rank may have changed) is stale: dropped.
   if (const Job* j = jobs_.Find(request.job_id());

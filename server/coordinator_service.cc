@@ -79,6 +79,13 @@ grpc::Status CoordinatorService::ReportStep(grpc::ServerContext*,
   return Reply(coordinator_->ReportStep(*request), reply);
 }
 
+grpc::Status CoordinatorService::ReportSteps(grpc::ServerContext*,
+                                             const v1::StepReports* request,
+                                             v1::ReportStepReply* reply) {
+  if (grpc::Status s = CheckSize("ReportSteps", *request); !s.ok()) return s;
+  return Reply(coordinator_->ReportSteps(*request), reply);
+}
+
 grpc::Status CoordinatorService::ReportEval(grpc::ServerContext*,
                                             const v1::ReportEvalRequest* request,
                                             v1::ReportEvalReply*) {

@@ -60,6 +60,9 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
   grpc::Status ReportStep(grpc::ServerContext* context,
                           const lockstep::v1::ReportStepRequest* request,
                           lockstep::v1::ReportStepReply* reply) override;
+  grpc::Status ReportSteps(grpc::ServerContext* context,
+                           const lockstep::v1::StepReports* request,
+                           lockstep::v1::ReportStepReply* reply) override;
   grpc::Status ReportEval(grpc::ServerContext* context,
                           const lockstep::v1::ReportEvalRequest* request,
                           lockstep::v1::ReportEvalReply* reply) override;

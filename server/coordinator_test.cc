@@ -523,6 +523,76 @@ TEST_F(CoordinatorTest, StepsWithMatchingHashesAreChecked) {
   EXPECT_DOUBLE_EQ(st.examples_per_second(), 12.0 / 2.0);
 }
 
+// ReportSteps (issue 9: a worker sends two steps' reports per call): the
+// reports count as that many ReportStep calls, in order; a mismatch in the
+// batch's first step fails the job naming that step and stops the batch
+// there; a batch that is empty or too long is refused naming `reports`.
+TEST_F(CoordinatorTest, StepReportBatchesActAsReportsInOrder) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w, "halt");
+  auto report = [&](int rank, int64_t step, const std::string& hash) {
+    v1::ReportStepRequest req;
+    req.set_worker_id(w[rank]);
+    req.set_job_id(job);
+    req.set_rank(rank);
+    req.set_step(step);
+    req.set_weights_hash(hash);
+    req.set_loss(1.0);
+    req.set_examples(8);
+    return req;
+  };
+  v1::StepReports batch;
+  *batch.add_reports() = report(0, 0, Hash(1));
+  *batch.add_reports() = report(0, 1, Hash(2));
+  absl::StatusOr<v1::ReportStepReply> r = coord_->ReportSteps(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->stop());
+  EXPECT_EQ(Job(job).ranks(0).step(), 2);  // steps 0 and 1 reported
+  // Rank 1: step 0 matches, step 1 is checked next.
+  batch.Clear();
+  *batch.add_reports() = report(1, 0, Hash(1));
+  *batch.add_reports() = report(1, 1, Hash(2));
+  r = coord_->ReportSteps(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->stop());
+  v1::JobStatus st = Job(job);
+  EXPECT_EQ(st.checked_steps(), 2);
+  EXPECT_EQ(st.step(), 2);
+  EXPECT_EQ(st.mismatched_steps(), 0);
+  // A bad report names its step (and changes nothing).
+  batch.Clear();
+  *batch.add_reports() = report(0, 2, "xyz");
+  r = coord_->ReportSteps(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("report of step 2: weights_hash: expected 32 hex"),
+            std::string::npos)
+      << r.status();
+  // Steps 2 and 3: rank 1 differs at step 2; its batch stops there.
+  batch.Clear();
+  *batch.add_reports() = report(0, 2, Hash(3));
+  *batch.add_reports() = report(0, 3, Hash(4));
+  ASSERT_TRUE(coord_->ReportSteps(batch).ok());
+  batch.Clear();
+  *batch.add_reports() = report(1, 2, Hash(9));
+  *batch.add_reports() = report(1, 3, Hash(4));
+  r = coord_->ReportSteps(batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stop());
+  st = Job(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("replicas diverged at step 2: "), std::string::npos) << st.reason();
+  EXPECT_EQ(st.ranks(1).step(), 3);  // step 3's report was not looked at
+  // Bounds.
+  batch.Clear();
+  r = coord_->ReportSteps(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("reports: expected 1 to 8 step reports, got 0"),
+            std::string::npos)
+      << r.status();
+  for (int i = 0; i < 9; ++i) *batch.add_reports() = report(0, 10 + i, Hash(1));
+  EXPECT_EQ(coord_->ReportSteps(batch).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CoordinatorTest, DivergedRankFailsJobAndIsNamed) {
   std::vector<std::string> w;
   const uint64_t job = StartJob(3, &w, "halt");

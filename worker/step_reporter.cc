@@ -44,6 +44,7 @@ StepReporter::StepReporter(JobReporter* reporter, StepReporterOptions options)
     }
     repair_.ranks.reserve(64);
   }
+  batch_.reserve(static_cast<size_t>(std::max(0, options_.lag)) + 1);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -63,12 +64,27 @@ bool StepReporter::HasRoom() const {
 
 bool StepReporter::AllAnswered() const { return Ended() || answered_ == submitted_; }
 
+int64_t StepReporter::Sendable(int64_t next) const {
+  const int64_t queued = submitted_ - next;
+  if (queued <= 0) return 0;
+  // At most lag + 1 reports are ever queued: a batch of that size is full
+  // whenever the job thread waits for room, so it never waits for a report
+  // that was not sent.
+  const int64_t batch = std::max(1, std::min(options_.batch, std::max(0, options_.lag) + 1));
+  // A full batch, or what is queued once the job thread flushes (or nothing
+  // more will come: the job ended).
+  if (queued >= batch) return batch;
+  return flushing_ || Ended() ? queued : 0;
+}
+
 absl::Status StepReporter::StateLocked() const {
   if (!error_.ok()) return error_;
   if (stop_step_ >= 0) {
-    return absl::CancelledError(absl::StrCat("job ", options_.job_id,
-                                             " stopped by the coordinator (its reply to step ",
-                                             stop_step_, "'s report said stop)"));
+    return absl::CancelledError(absl::StrCat(
+        "job ", options_.job_id, " stopped by the coordinator (its reply to ",
+        stop_first_ < stop_step_ ? absl::StrCat("the reports of steps ", stop_first_, "-")
+                                 : "step ",
+        stop_step_, stop_first_ < stop_step_ ? "" : "'s report", " said stop)"));
   }
   return absl::OkStatus();
 }
@@ -129,6 +145,7 @@ void StepReporter::Submit(v1::ReportStepRequest* report, absl::Span<const float>
 
 absl::Status StepReporter::Flush() {
   absl::MutexLock l(&mu_);
+  flushing_ = true;  // the reporter sends what is queued without a full batch
   if (absl::Status s = Await(&StepReporter::AllAnswered, "the reply to the last step report");
       !s.ok()) {
     return s;
@@ -188,31 +205,34 @@ int64_t StepReporter::answered() {
 
 void StepReporter::Loop() {
   pthread_setname_np(pthread_self(), "lk-reporter");
-  for (int64_t next = 0;; ++next) {
-    Slot* slot = nullptr;
+  for (int64_t next = 0;;) {
     bool send = false;
+    int64_t n = 0;
     {
       absl::MutexLock l(&mu_);
       auto work = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return quit_ || next < submitted_;
+        return quit_ || Sendable(next) > 0;
       };
       mu_.Await(absl::Condition(&work));
       if (quit_) return;  // reports not sent yet are dropped
-      // The slot's report (hashed by Submit) is this thread's until
-      // answered_ passes it (Submit reuses a slot only then).
-      slot = &SlotOf(next);
+      // The slots' reports (hashed by Submit) are this thread's until
+      // answered_ passes them (Submit reuses a slot only then).
+      n = Sendable(next);
+      batch_.clear();  // keeps its capacity (lag + 1 >= n)
+      for (int64_t i = 0; i < n; ++i) batch_.push_back(&SlotOf(next + i).report);
       send = !Ended();
     }
     absl::StatusOr<bool> stop = false;
     if (send) {
-      stop = reporter_->ReportStepWithReply(slot->report, &reply_);
+      stop = reporter_->ReportStepsWithReply(batch_, &reply_);
     }
     absl::MutexLock l(&mu_);
     if (send && !Ended()) {
       if (!stop.ok()) {
         error_ = stop.status();
       } else if (*stop) {
-        stop_step_ = slot->report.step();
+        stop_first_ = batch_.front()->step();
+        stop_step_ = batch_.back()->step();
       } else if (reply_.repair_step() != repair_step_.load(std::memory_order_relaxed)) {
         // A repair announced (or, 0, done): rare, may allocate.
         repair_.step = reply_.repair_step();
@@ -221,7 +241,8 @@ void StepReporter::Loop() {
         repair_step_.store(repair_.step, std::memory_order_release);
       }
     }
-    answered_ = next + 1;
+    next += n;
+    answered_ = next;
   }
 }
 

@@ -115,6 +115,7 @@ TEST(StepReporter, RunsAtMostLagStepsAheadOfTheReplies) {
     GatedReporter coordinator;
     StepReporterOptions o;
     o.lag = lag;
+    o.batch = 1;  // one report per call (batches: below)
     o.job_id = 3;
     StepReporter reporter(&coordinator, o);
     const std::vector<float> weights = {1.0f, 2.0f, 3.0f};
@@ -154,6 +155,7 @@ TEST(StepReporter, AStopIsSeenAtTheNextBoundaryAndNothingIsSentAfterIt) {
   coordinator.set_stop_at(4);  // the reply to step 4 says stop
   StepReporterOptions o;
   o.lag = 2;
+  o.batch = 1;
   o.job_id = 3;
   StepReporter reporter(&coordinator, o);
   const std::vector<float> weights = {1.0f};
@@ -179,6 +181,7 @@ TEST(StepReporter, StopAndErrorsComeBackNamingTheStep) {
     coordinator.Release(100);
     StepReporterOptions o;
     o.job_id = 3;
+    o.batch = 1;
     StepReporter reporter(&coordinator, o);
     const std::vector<float> weights = {1.0f};
     Job job(&reporter, 100, &weights);
@@ -231,6 +234,7 @@ TEST(StepReporter, SubmitHashesOnTheCallingThreadWhileTheReporterWaitsForAReply)
   GatedReporter coordinator;
   StepReporterOptions o;
   o.lag = 2;
+  o.batch = 1;
   o.block_starts = {0, 1};  // two blocks: {1.0} and {2.0} of a
   StepReporter reporter(&coordinator, o);
   const std::vector<float> a = {1.0f, 2.0f}, b = {3.0f, 4.0f};
@@ -256,6 +260,146 @@ TEST(StepReporter, SubmitHashesOnTheCallingThreadWhileTheReporterWaitsForAReply)
   ASSERT_EQ(coordinator.reports()[1].block_hashes_size(), 2);
   EXPECT_EQ(coordinator.reports()[1].block_hashes(0), HashBlock(bs.subspan(0, 1)));
   EXPECT_EQ(coordinator.reports()[1].block_hashes(1), HashBlock(bs.subspan(1, 1)));
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Records every ReportSteps batch (the steps it carried) and answers it when
+// the test released that many calls; stops the job at stop_at.
+class BatchReporter : public JobReporter {
+ public:
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest&) override {
+    return absl::InternalError("the StepReporter sends batches");
+  }
+  absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
+                                            v1::ReportStepReply* reply) override {
+    reply->Clear();
+    absl::MutexLock l(&mu_);
+    std::vector<int64_t> steps;
+    bool stop = false;
+    for (const v1::ReportStepRequest* r : reports) {
+      steps.push_back(r->step());
+      stop = stop || (stop_at_ >= 0 && r->step() >= stop_at_);
+    }
+    calls_.push_back(steps);
+    const int64_t i = static_cast<int64_t>(calls_.size()) - 1;
+    auto open = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return released_ > i; };
+    mu_.Await(absl::Condition(&open));
+    return stop;
+  }
+  absl::Status ReportEval(const v1::ReportEvalRequest&) override { return absl::OkStatus(); }
+  absl::Status UploadWeights(uint64_t, const Replica&) override { return absl::OkStatus(); }
+
+  void Release(int64_t calls) {
+    absl::MutexLock l(&mu_);
+    released_ = calls;
+  }
+  std::vector<std::vector<int64_t>> calls() {
+    absl::MutexLock l(&mu_);
+    return calls_;
+  }
+  void set_stop_at(int64_t s) {
+    absl::MutexLock l(&mu_);
+    stop_at_ = s;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::vector<int64_t>> calls_ ABSL_GUARDED_BY(mu_);
+  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stop_at_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+TEST(StepReporterBatches, TwoStepsPerCallAndTheLagBoundHolds) {
+  BatchReporter coordinator;
+  StepReporterOptions o;  // lag 2, batch 2
+  ASSERT_EQ(o.lag, 2);
+  ASSERT_EQ(o.batch, 2);
+  o.job_id = 3;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> weights = {1.0f, 2.0f};
+  {
+    Job job(&reporter, 9, &weights);
+    // Nothing answered: steps 0..2 run (step 3 needs step 0's reply), and
+    // the pair (0, 1) went out as soon as step 1 was submitted.
+    ASSERT_TRUE(Eventually([&] { return job.submitted.load() == 3; }));
+    ASSERT_TRUE(Eventually([&] { return coordinator.calls().size() == 1u; }));
+    EXPECT_EQ(coordinator.calls()[0], (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ(job.submitted.load(), 3);
+    // Its reply lets steps 3 and 4 run (step 5 needs step 2's reply); the
+    // pair (2, 3) went out.
+    coordinator.Release(1);
+    ASSERT_TRUE(Eventually([&] { return job.submitted.load() == 5; }));
+    ASSERT_TRUE(Eventually([&] { return coordinator.calls().size() == 2u; }));
+    EXPECT_EQ(coordinator.calls()[1], (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(job.submitted.load(), 5);
+    EXPECT_EQ(reporter.answered(), 2);
+    coordinator.Release(100);
+    job.Join();
+    EXPECT_TRUE(job.result.ok()) << job.result;
+  }
+  // Nine reports in step order; the last one alone (Flush sends what is
+  // queued without waiting for a pair).
+  EXPECT_EQ(coordinator.calls(), (std::vector<std::vector<int64_t>>{
+                                     {0, 1}, {2, 3}, {4, 5}, {6, 7}, {8}}));
+  EXPECT_EQ(reporter.answered(), 9);
+}
+
+TEST(StepReporterBatches, ABatchIsAtMostLagPlusOneReports) {
+  // lag 0 (synchronous): every step waits for its own reply, so each call
+  // carries one report although the batch is 2.
+  BatchReporter coordinator;
+  coordinator.Release(100);
+  StepReporterOptions o;
+  o.lag = 0;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> weights = {1.0f};
+  Job job(&reporter, 4, &weights);
+  job.Join();
+  EXPECT_TRUE(job.result.ok()) << job.result;
+  EXPECT_EQ(coordinator.calls(),
+            (std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}}));
+}
+
+TEST(StepReporterBatches, AStopInABatchNamesItsStepsAndNothingIsSentAfterIt) {
+  BatchReporter coordinator;
+  coordinator.set_stop_at(3);  // the reply to the pair (2, 3) says stop
+  StepReporterOptions o;
+  o.job_id = 3;
+  StepReporter reporter(&coordinator, o);
+  const std::vector<float> weights = {1.0f};
+  Job job(&reporter, 100, &weights);
+  coordinator.Release(1);  // (0, 1) answered: steps 0..4 run
+  ASSERT_TRUE(Eventually([&] { return job.submitted.load() == 5; }));
+  coordinator.Release(100);
+  job.Join();
+  EXPECT_EQ(job.result.code(), absl::StatusCode::kCancelled) << job.result;
+  EXPECT_NE(job.result.message().find(
+                "job 3 stopped by the coordinator (its reply to the reports of steps 2-3 said "
+                "stop)"),
+            std::string::npos)
+      << job.result;
+  // The stop is seen before step 5 starts; report 4 (queued) is not sent.
+  EXPECT_EQ(job.submitted.load(), 5);
+  EXPECT_EQ(coordinator.calls(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+}
+
+TEST(StepReporterBatches, TheDefaultSendsABatchReportByReportUpToTheStop) {
+  GatedReporter one_by_one;  // implements ReportStep only
+  one_by_one.set_stop_at(1);
+  one_by_one.Release(100);
+  const v1::ReportStepRequest a = Report(0), b = Report(1), c = Report(2);
+  const std::vector<const v1::ReportStepRequest*> batch = {&a, &b, &c};
+  v1::ReportStepReply reply;
+  absl::StatusOr<bool> stop = one_by_one.ReportStepsWithReply(batch, &reply);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_TRUE(*stop);
+  ASSERT_EQ(one_by_one.reports().size(), 2u);  // report 2 is not sent after the stop
+  EXPECT_EQ(one_by_one.reports()[1].step(), 1);
 }
 
 }  // namespace

@@ -116,6 +116,40 @@ class GrpcReporter : public JobReporter {
     if (reply->stop() && on_stop_) on_stop_();
     return reply->stop();
   }
+  // One ReportSteps call for the batch (step_reporter.h, "Batches"); one
+  // report, or a coordinator without ReportSteps (UNIMPLEMENTED, or refused
+  // by an older call policy), goes report by report.
+  absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
+                                            v1::ReportStepReply* reply) override {
+    if (reports.size() <= 1 || no_batches_) {
+      return JobReporter::ReportStepsWithReply(reports, reply);
+    }
+    // The batch message is reused: copying into its kept elements does not
+    // allocate once they have grown.
+    auto* out = batch_.mutable_reports();
+    while (out->size() > static_cast<int>(reports.size())) out->RemoveLast();
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (static_cast<int>(i) == out->size()) out->Add();
+      out->Mutable(static_cast<int>(i))->CopyFrom(*reports[i]);
+    }
+    absl::Status s = RetryWhileCoordinatorDown(
+        [&] {
+          reply->Clear();
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          return FromGrpcStatus(stub_->ReportSteps(&ctx, batch_, reply));
+        },
+        stop_, restart_grace_);
+    if (s.code() == absl::StatusCode::kUnimplemented ||
+        (s.code() == absl::StatusCode::kPermissionDenied &&
+         absl::StrContains(s.message(), "ReportSteps"))) {
+      no_batches_ = true;
+      return JobReporter::ReportStepsWithReply(reports, reply);
+    }
+    if (!s.ok()) return Named(s);
+    if (reply->stop() && on_stop_) on_stop_();
+    return reply->stop();
+  }
   absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
     return Named(RetryWhileCoordinatorDown(
         [&] {
@@ -172,6 +206,9 @@ class GrpcReporter : public JobReporter {
   std::function<void()> on_stop_;
   const std::atomic<bool>* stop_;
   absl::Duration restart_grace_;
+  // The reporter thread's (ReportStepsWithReply runs on it only).
+  v1::StepReports batch_;
+  bool no_batches_ = false;  // the coordinator has no ReportSteps
 };
 
 }  // namespace

@@ -41,7 +41,8 @@ TEST(CallPolicyTest, WorkerCannotCallUserFacingRpcs) {
 TEST(CallPolicyTest, ClientCannotCallWorkerRpcs) {
   for (const char* m :
        {"/lockstep.v1.Coordinator/RegisterWorker", "/lockstep.v1.Coordinator/Heartbeat",
-        "/lockstep.v1.Coordinator/ReportStep", "/lockstep.v1.Coordinator/ReportDone",
+        "/lockstep.v1.Coordinator/ReportStep", "/lockstep.v1.Coordinator/ReportSteps",
+        "/lockstep.v1.Coordinator/ReportDone",
         "/lockstep.v1.Coordinator/UploadWeights", "/lockstep.v1.ParameterServer/Push",
         "/lockstep.v1.ParameterServer/Pull", "/lockstep.v1.PeerService/Stream",
         "/lockstep.v1.ReplicaState/FetchState"}) {
