@@ -90,8 +90,10 @@ inline ssize_t Send(const Conn& c, const void* p, size_t n) {
   iovec v{const_cast<void*>(p), n};
   return Sendv(c, &v, 1);
 }
-// True when a TLS session holds decrypted bytes not read yet (poll on the
-// descriptor would not show them).
+// True when a TLS session holds bytes not read yet, decrypted or read ahead
+// (poll on the descriptor would not show them). Recv returns EAGAIN only
+// when they do not complete a record, so a caller that reads until EAGAIN
+// before it polls never waits on bytes already here.
 bool Pending(const Conn& c);
 // Frees the session (no close_notify: the planes' framing knows where its
 // streams end) and closes the socket. c becomes invalid.
