@@ -26,10 +26,12 @@
 #   idle W...       every worker id named is IDLE
 #   stepped JOB N   JOB's step >= N
 #   finished JOB    JOB is SUCCEEDED, FAILED or CANCELLED;  state_of JOB
-#   spawn_worker    starts worker w-N (N = ++n_workers; registration order
-#                   gives the ids) with --data_dir=$T, records wpid[N] and
-#                   live+=(w-N); returns once its port file is there
-#   start_worker    spawn_worker, then waits (10 s) until it is IDLE
+#   spawn_worker [FLAGS...]
+#                   starts worker w-N (N = ++n_workers; registration order
+#                   gives the ids) with --data_dir=$T and FLAGS, records
+#                   wpid[N] and live+=(w-N); returns once its port file is there
+#   start_worker [FLAGS...]
+#                   spawn_worker, then waits (10 s) until it is IDLE
 #   kill_worker N   SIGKILLs w-N (spawn_worker's) and drops it from live
 #   regrouped_to JOB GEN KIND WORLD
 #                   JOB's membership generation GEN has started (not
@@ -105,13 +107,13 @@ live=()   # the ids of the workers alive
 spawn_worker() {
   n_workers=$((n_workers + 1))
   local i=$n_workers
-  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" "$@" 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   live+=("w-$i")
   wait_file "$T/w$i.port"
 }
 start_worker() {
-  spawn_worker
+  spawn_worker "$@"
   wait_until $(( $(now_ms) + 10000 )) idle "w-$n_workers" || fail "w-$n_workers not IDLE: $(cli workers)"
 }
 kill_worker() {

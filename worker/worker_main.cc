@@ -38,6 +38,7 @@
 #include "worker/net/peer_service.h"
 #include "worker/net/state_service.h"
 #include "worker/net/tcp_transport.h"
+#include "worker/fault_ps_client.h"
 #include "worker/worker_daemon.h"
 #include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/rpc_errors.h"
@@ -83,6 +84,11 @@ ABSL_FLAG(std::string, fault_flip_target, "weights",
           "Testing only: what --fault_flip_step flips: weights or optimizer (its state slots)");
 ABSL_FLAG(int64_t, fault_flip_index, 0,
           "Testing only: which parameter (or optimizer slot) --fault_flip_step flips");
+ABSL_FLAG(int64_t, fault_hold_pull_step, -1,
+          "Testing only: hold this worker's ps pull of this step (its push goes out) until "
+          "--fault_hold_pull_file exists");
+ABSL_FLAG(std::string, fault_hold_pull_file, "",
+          "Testing only: the file --fault_hold_pull_step waits for");
 ABSL_FLAG(int64_t, fault_nan_step, -1,
           "Testing only: at this step of every job, put a NaN in this worker's local gradient "
           "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
@@ -321,8 +327,12 @@ int main(int argc, char** argv) {
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;
-  options.wrap_ps_client = [&worker_metrics](lockstep::PsClient* inner) {
-    return worker_metrics.CountPs(inner);
+  options.wrap_ps_client = [&worker_metrics, hold_step = absl::GetFlag(FLAGS_fault_hold_pull_step),
+                            hold_file = absl::GetFlag(FLAGS_fault_hold_pull_file)](
+                               lockstep::PsClient* inner) -> std::unique_ptr<lockstep::PsClient> {
+    std::unique_ptr<lockstep::PsClient> counted = worker_metrics.CountPs(inner);
+    if (hold_step < 0) return counted;
+    return std::make_unique<lockstep::HoldPullPsClient>(std::move(counted), hold_step, hold_file);
   };
   // A restarted coordinator is found within a second: gRPC's reconnect
   // backoff would otherwise grow to minutes while it is down.
