@@ -24,16 +24,7 @@ DATA='csv:train.csv;test.csv'
 S="$T/state"
 GO="$T/go"
 
-start_coordinator() {  # start_coordinator LISTEN LOG
-  "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
-    2>>"$T/$2" & pids+=($!)
-  cpid=$!
-}
-start_coordinator 127.0.0.1:0 coord.log
-wait_file "$T/coord.port"
-PORT=$(cat "$T/coord.port")
-C="127.0.0.1:$PORT"
-field() { cli status "$1" --json | json "d.get('$2', '')"; }
+start_coordinator
 done_logged() { tail -c +"$2" "$1" | grep -q "job done job=$3 "; }
 
 start_worker
@@ -57,14 +48,10 @@ J2=$(cli submit "${SPEC[@]}") || fail "submit: $J2"
 wait_until $(( $(now_ms) + BOUND_S * 1000 )) done_logged "$T/w1.log" $((o1 + 1)) "$J2" \
   || fail "job $J2: w-1 did not finish: $(cli status "$J2")"
 done_logged "$T/w2.log" $((o2 + 1)) "$J2" && fail "w-2 finished job $J2 with its pull held"
-kill -9 "$cpid"
-wait "$cpid" 2>/dev/null
+kill_coordinator
 t0=$(now_ms)
 touch "$GO"
-rm -f "$T/coord.port"
-start_coordinator "$C" coord2.log
-wait_file "$T/coord.port"
-[ "$(cat "$T/coord.port")" = "$PORT" ] || fail "restarted on port $(cat "$T/coord.port"), not $PORT"
+start_coordinator
 wait_until $(( t0 + BOUND_S * 1000 )) finished "$J2" \
   || fail "job $J2 did not end within ${BOUND_S}s of the kill: $(cli status "$J2")"
 t1=$(now_ms)

@@ -36,24 +36,7 @@ write_blobs "$T" 11 240 60
 DATA='csv:train.csv;test.csv'
 S="$T/state"
 
-start_coordinator() {  # start_coordinator LISTEN LOG [FLAGS...]
-  "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
-    "${@:3}" 2>>"$T/$2" & pids+=($!)
-  cpid=$!
-}
-start_coordinator 127.0.0.1:0 coord.log
-wait_file "$T/coord.port"
-PORT=$(cat "$T/coord.port")
-C="127.0.0.1:$PORT"
-field() { cli status "$1" --json | json "d.get('$2', '')"; }
-restarts=0
-restart_coordinator() {  # restart_coordinator [FLAGS...]
-  restarts=$((restarts + 1))
-  rm -f "$T/coord.port"
-  start_coordinator "$C" "coord$((restarts + 1)).log" "$@"
-  wait_file "$T/coord.port"
-  [ "$(cat "$T/coord.port")" = "$PORT" ] || fail "restarted on port $(cat "$T/coord.port"), not $PORT"
-}
+start_coordinator
 done_logged() { [ "$(tail -c +"$2" "$1" | grep -c '"job done"\|job done')" -ge 1 ]; }
 
 start_worker
@@ -75,13 +58,12 @@ for transport in grpc tcp; do
   J2=$(cli submit "${SPEC[@]}") || fail "submit: $J2"
   wait_until $(( $(now_ms) + 30000 )) stepped "$J2" 200 || fail "job $J2 made no progress: $(cli status "$J2")"
   o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
-  kill -9 "$cpid"
-  wait "$cpid" 2>/dev/null
+  kill_coordinator
   t0=$(now_ms)
   wait_until $(( t0 + 10000 )) down_for 1500 "$T/w1.log:$o1" "$T/w2.log:$o2" \
     || fail "the workers did not see the coordinator down for 1500 ms within 10 s"
   td=$(now_ms)
-  restart_coordinator
+  start_coordinator
   wait_until $(( t0 + BOUND_S * 1000 )) finished "$J2" \
     || fail "job $J2 did not end within ${BOUND_S}s of the kill: $(cli status "$J2")"
   t1=$(now_ms)
@@ -103,10 +85,9 @@ J3=$(cli submit "${SPEC[@]}") || fail "submit: $J3"
 wait_until $(( $(now_ms) + BOUND_S * 1000 )) \
   eval 'done_logged "$T/w1.log" $((o1 + 1)) && done_logged "$T/w2.log" $((o2 + 1))' \
   || fail "job $J3: the workers did not log job done: $(cli status "$J3")"
-kill -9 "$cpid"
-wait "$cpid" 2>/dev/null
+kill_coordinator
 t0=$(now_ms)
-restart_coordinator
+start_coordinator
 wait_until $(( t0 + 30000 )) finished "$J3" || fail "job $J3 did not end: $(cli status "$J3")"
 [ "$(field "$J3" state)" = SUCCEEDED ] || fail "job $J3 after the restart: $(cli status "$J3")"
 H3=$(field "$J3" final_hash)
@@ -121,20 +102,18 @@ db_state() {
   python3 -c "import sqlite3,sys; c=sqlite3.connect('file:$S/coordinator.db?mode=ro', uri=True); r=c.execute('select state from jobs where id=?', (int(sys.argv[1]),)).fetchone(); print(r[0] if r else '')" "$1"
 }
 wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
-kill -9 "$cpid"
-wait "$cpid" 2>/dev/null
+kill_coordinator
 # Long enough that the stopped workers are not declared lost meanwhile.
-restart_coordinator --lost_after_ms=30000
+start_coordinator --lost_after_ms=30000
 wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
 kill -STOP "${wpid[1]}" "${wpid[2]}"
 J4=$(cli submit "${SPEC[@]}") || fail "submit: $J4"
 wait_until $(( $(now_ms) + 10000 )) eval '[ "$(db_state "$J4")" = 2 ]' \
   || { kill -CONT "${wpid[1]}" "${wpid[2]}"; fail "job $J4's RUNNING row was not committed: $(cli status "$J4")"; }
-kill -9 "$cpid"
-wait "$cpid" 2>/dev/null
+kill_coordinator
 kill -CONT "${wpid[1]}" "${wpid[2]}"
 t0=$(now_ms)
-restart_coordinator --lost_after_ms=30000
+start_coordinator --lost_after_ms=30000
 wait_until $(( t0 + BOUND_S * 1000 )) finished "$J4" || fail "job $J4 did not end: $(cli status "$J4")"
 [ "$(field "$J4" state)" = SUCCEEDED ] || fail "job $J4 after the restart: $(cli status "$J4")"
 H4=$(field "$J4" final_hash)

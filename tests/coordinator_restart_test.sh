@@ -24,24 +24,7 @@ write_blobs "$T" 11 240 60
 DATA='csv:train.csv;test.csv'
 S="$T/state"
 
-start_coordinator() {  # start_coordinator LISTEN LOG
-  "$COORD" --insecure --listen="$1" --state_dir="$S" --metrics_port=-1 --port_file="$T/coord.port" \
-    2>>"$T/$2" & pids+=($!)
-  cpid=$!
-}
-start_coordinator 127.0.0.1:0 coord.log
-wait_file "$T/coord.port"
-PORT=$(cat "$T/coord.port")
-C="127.0.0.1:$PORT"
-cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
-now_ms() { date +%s%3N; }
-wait_until() {
-  local deadline=$1; shift
-  while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
-  "$@"
-}
-field() { cli status "$1" --json | json "d.get('$2', '')"; }
+start_coordinator
 stepped() { [ "$(cli status "$1" --json 2>/dev/null | json "int(d.get('step', 0))" 2>/dev/null)" -ge "$2" ] 2>/dev/null; }
 ended() { case "$(field "$1" state 2>/dev/null)" in SUCCEEDED|FAILED|CANCELLED) return 0;; esac; return 1; }
 
@@ -66,8 +49,7 @@ echo "== job 2, coordinator SIGKILLed mid-job and restarted"
 J2=$(cli submit "${SPEC[@]}") || fail "submit 2: $J2"
 wait_until $(( $(now_ms) + 30000 )) stepped "$J2" 200 || fail "job $J2 made no progress: $(cli status "$J2")"
 o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
-kill -9 "$cpid"
-wait "$cpid" 2>/dev/null
+kill_coordinator
 t0=$(now_ms)
 # An outage longer than lost_after (3 s): the workers keep the job while the
 # coordinator refuses connections. Restarted once both workers logged failed
@@ -79,10 +61,7 @@ wait_until $(( t0 + DOWN_BOUND_S * 1000 )) down_for $OUTAGE_MS "$T/w1.log:$o1" "
   || fail "the workers did not see the coordinator down for ${OUTAGE_MS} ms within ${DOWN_BOUND_S}s"
 td=$(now_ms)
 echo "both workers saw the coordinator down for >= ${OUTAGE_MS} ms; restarting on port $PORT $(( td - t0 )) ms after the kill"
-rm -f "$T/coord.port"
-start_coordinator "$C" coord2.log
-wait_file "$T/coord.port"
-[ "$(cat "$T/coord.port")" = "$PORT" ] || fail "restarted on port $(cat "$T/coord.port"), not $PORT"
+start_coordinator
 wait_until $(( t0 + BOUND_S * 1000 )) ended "$J2" || fail "job $J2 did not end within ${BOUND_S}s of the kill: $(cli status "$J2")"
 t1=$(now_ms)
 [ "$(field "$J2" state)" = SUCCEEDED ] || fail "job $J2 after the restart: $(cli status "$J2")"

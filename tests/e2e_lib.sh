@@ -37,6 +37,16 @@
 #                   JOB's membership generation GEN has started (not
 #                   regrouping) with WORLD ranks, its newest membership
 #                   event of KIND (shrink, wait, replace, join) decided
+# Coordinator restarts (the coordinator_restart* tests; they set S, the
+# --state_dir):
+#   start_coordinator [FLAGS...]
+#                   starts $COORD with --state_dir=$S and FLAGS, logging to
+#                   $T/coord.log the first time (on 127.0.0.1:0; sets PORT and
+#                   C), to $T/coordN.log (N = 2, 3, ...) later, on $C (FAIL
+#                   unless it got PORT again); cpid = its pid; returns once it
+#                   listens
+#   kill_coordinator  SIGKILLs $cpid and reaps it
+#   field JOB KEY   JOB's `status --json` field KEY ('' when absent)
 #   poll_rank_at JOB N WORKER
 #                   once JOB runs and has done N steps, prints WORKER's
 #                   rank (one status call per poll; 30 s deadline)
@@ -166,3 +176,25 @@ same_hash_with_and_without() {
     || fail "$label: final hash $h2 when disturbed differs from the quiet run's $h1"
   echo "$label: same final hash with and without the disturbance ($h1)"
 }
+coord_starts=0
+start_coordinator() {
+  coord_starts=$((coord_starts + 1))
+  local log=coord.log
+  [ "$coord_starts" -gt 1 ] && log="coord$coord_starts.log"
+  rm -f "$T/coord.port"
+  "$COORD" --insecure --listen="${C:-127.0.0.1:0}" --state_dir="$S" --metrics_port=-1 \
+    --port_file="$T/coord.port" "$@" 2>>"$T/$log" & pids+=($!)
+  cpid=$!
+  wait_file "$T/coord.port"
+  if [ -z "${C:-}" ]; then
+    PORT=$(cat "$T/coord.port")
+    C="127.0.0.1:$PORT"
+  elif [ "$(cat "$T/coord.port")" != "$PORT" ]; then
+    fail "restarted on port $(cat "$T/coord.port"), not $PORT"
+  fi
+}
+kill_coordinator() {
+  kill -9 "$cpid"
+  wait "$cpid" 2>/dev/null
+}
+field() { cli status "$1" --json | json "d.get('$2', '')"; }
