@@ -14,6 +14,8 @@
 #      RegisterWorker/Heartbeat/ReportStep/UploadWeights, ps Push/Pull (on
 #      lockstep-server and on the coordinator's shard), a worker's
 #      PeerService/Stream and ReplicaState/FetchState -> PERMISSION_DENIED;
+#      a worker pointed at another worker's port (a worker certificate
+#      posing as the coordinator) fails the handshake, never registers;
 #   D  bad flags exit 2 naming the flag and file; neither --tls_* nor
 #      --insecure, or both, exit 2 (every daemon and the CLI); --insecure
 #      warns.
@@ -185,6 +187,21 @@ for bad, what in [(dict(tls_ca=f"{pki}/ca.pem"), "tls_cert: missing"),
 print("ok   python client: jobs over mTLS; UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE; "
       "bad options name the option")
 PY
+# A worker's channels check the role they mean to reach: a worker pointed at
+# worker 1's port (a worker certificate posing as the coordinator, as a
+# stolen worker key would) fails the handshake and never calls it (before,
+# the handshake passed and RegisterWorker reached worker 1: UNIMPLEMENTED).
+"$WORKER" --coordinator="$W1" --data_dir="$T/data" --port_file="$T/fake.w.port" \
+  --metrics_port=-1 $(tls "$PKI" worker) 2>"$T/fake.w.log" & pids+=($!); fake_pid=$!
+wait_until $(( $(now_ms) + 20000 )) \
+  eval '[ "$(grep -c "cannot register" "$T/fake.w.log")" -ge 3 ]' \
+  || fail "the worker pointed at a worker's port did not report 3 failed registrations"
+grep -qi "unimplemented" "$T/fake.w.log" \
+  && fail "a worker certificate was accepted as the coordinator's: $(grep -m1 "cannot register" "$T/fake.w.log")"
+grep -q "cannot register.*has role worker, expected coordinator" "$T/fake.w.log" \
+  || fail "no role refusal in the handshake: $(grep -m1 "cannot register" "$T/fake.w.log")"
+kill "$fake_pid" 2>/dev/null
+echo "ok   worker certificate posing as the coordinator: handshake refused ($(grep -m1 -o 'has role worker, expected coordinator[^"]*' "$T/fake.w.log"))"
 jobs_after=$(jobs_view) || fail "jobs"
 workers_after=$(cli workers --json | json "sorted((w['worker_id'], w['address']) for w in d['workers'])")
 [ "$jobs_after" = "$jobs_before" ] || fail "jobs changed: before $jobs_before after $jobs_after"
