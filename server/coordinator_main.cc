@@ -387,10 +387,10 @@ int Run(int argc, char** argv) {
   std::unique_ptr<PsTcpServer> ps_data_plane;
   if (absl::GetFlag(FLAGS_ps_data_port) >= 0) {
     PsTcpServerOptions ps_tcp_options;
+    ps_tcp_options.tls = *data_tls;
     // A refused data-plane connection is logged naming its address and why,
     // within a line budget (common/log_budget.h).
     ps_tcp_options.on_reject = [&data_refusals](const std::string& why) {
-    ps_tcp_options.tls = *data_tls;
       data_refusals.Refused(why);
     };
     auto started = PsTcpServer::Start(&ps_registry, listen_host,
