@@ -39,9 +39,12 @@ inline TcpTransportOptions WithSecret(TcpTransportOptions o) {
 // One hub per rank, as if each rank were its own process, on OS-chosen
 // loopback ports.
 struct Hubs {
-  explicit Hubs(int k, TcpHubOptions options = {}) {
-    for (int r = 0; r < k; ++r) {
-      auto h = TcpPeerHub::Start("127.0.0.1", 0, options);
+  explicit Hubs(int k, TcpHubOptions options = {})
+      : Hubs(std::vector<TcpHubOptions>(k, options)) {}
+  // Rank r's hub with options[r].
+  explicit Hubs(const std::vector<TcpHubOptions>& options) {
+    for (const TcpHubOptions& o : options) {
+      auto h = TcpPeerHub::Start("127.0.0.1", 0, o);
       ABSL_RAW_CHECK(h.ok(), "TcpPeerHub::Start failed");
       hubs.push_back(*std::move(h));
     }

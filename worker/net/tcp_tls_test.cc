@@ -17,6 +17,7 @@
 #include "common/net/test_certs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/net/tcp_test_util.h"
 #include "worker/net/tcp_transport.h"
 
 namespace lockstep {
@@ -24,37 +25,13 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-const std::string kSecret(dataauth::kSecretBytes, 't');
-const absl::Duration kLong = absl::Seconds(30);
+using tcptest::Hubs;
+using tcptest::kLong;
 
 std::shared_ptr<const dataconn::DataTls> WorkerTls(const std::string& pki = "pki",
                                                    const std::string& role = "worker") {
   return testcerts::Tls(pki, role, {"worker"});
 }
-
-// One hub per rank (as if each were its own process); options per rank.
-struct Hubs {
-  explicit Hubs(std::vector<TcpHubOptions> options) {
-    for (const TcpHubOptions& o : options) {
-      auto h = TcpPeerHub::Start("127.0.0.1", 0, o);
-      ABSL_RAW_CHECK(h.ok(), "TcpPeerHub::Start failed");
-      hubs.push_back(*std::move(h));
-    }
-  }
-  std::vector<std::string> Addresses() const {
-    std::vector<std::string> a;
-    for (const auto& h : hubs) a.push_back(absl::StrCat("127.0.0.1:", h->port()));
-    return a;
-  }
-  std::unique_ptr<TcpTransport> Make(uint64_t group, int r, TcpTransportOptions o = {}) {
-    o.secret = kSecret;
-    auto t = TcpTransport::Create(hubs[r].get(), group, r, Addresses(), o);
-    ABSL_RAW_CHECK(t.ok(), "TcpTransport::Create failed");
-    return *std::move(t);
-  }
-  std::vector<std::unique_ptr<TcpPeerHub>> hubs;
-};
 
 std::vector<TcpHubOptions> Same(int k, std::shared_ptr<const dataconn::DataTls> tls) {
   TcpHubOptions o;
