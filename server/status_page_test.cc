@@ -1,3 +1,6 @@
+// First: google.protobuf.Struct below has a map field (see the header).
+#include "tests/tsan/protobuf_map_abi.h"
+
 #include "server/status_page.h"
 
 #include <cstdint>
