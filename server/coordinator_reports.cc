@@ -81,7 +81,17 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   }
   Rank& rank = job->ranks[request.rank()];
   rank.acknowledged = true;
-  if (request.step() <= rank.last_step) return reply;  // duplicate or stale
+  // A pending repair goes with every answer, a duplicate's too: the worker
+  // reads a reply without one as "no repair pending" (step_reporter.cc).
+  auto with_repair = [&]() {
+    if (const auto& repair = job->sync.pending_repair(); repair.has_value()) {
+      reply.set_repair_step(repair->step);
+      reply.set_repair_source(repair->source);
+      for (int32_t r : repair->ranks) reply.add_repair_ranks(r);
+    }
+    return reply;
+  };
+  if (request.step() <= rank.last_step) return with_repair();  // duplicate or stale
   rank.last_step = request.step();
   rank.holds_replica = true;  // it trained a step of this generation (membership.h)
   if (request.update_skipped() && request.rank() == 0) {
@@ -133,12 +143,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   for (const Rank& r : job->ranks) min_last = std::min(min_last, r.last_step);
   job->sync.DropSettled(min_last);
   if (job->state != v1::RUNNING) return stop_reply();
-  if (const auto& repair = job->sync.pending_repair(); repair.has_value()) {
-    reply.set_repair_step(repair->step);
-    reply.set_repair_source(repair->source);
-    for (int32_t r : repair->ranks) reply.add_repair_ranks(r);
-  }
-  return reply;
+  return with_repair();
 }
 
 void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {

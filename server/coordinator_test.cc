@@ -745,6 +745,12 @@ TEST_F(CoordinatorTest, ADriftedRankIsRepairedFromTheMajority) {
       EXPECT_EQ(r->repair_step(), 7);
     }
   }
+  // A retried report (a duplicate) still announces the pending repair: the
+  // worker reads a reply without one as "no repair pending".
+  r = Step(job, 1, w[1], 6, Hash(106));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->repair_step(), 7);
+  EXPECT_EQ(r->repair_source(), 0);
   for (int rank = 0; rank < 3; ++rank) ASSERT_TRUE(Step(job, rank, w[rank], 7, Hash(17)).ok());
   v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::RUNNING);

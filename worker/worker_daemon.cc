@@ -837,8 +837,23 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     }
     o.state_board = options_.state_board;
     if (options_.state_board != nullptr) {
+      // A new job starts: the previous job's final state is no longer
+      // offered (at most one finished job's state is held).
+      uint64_t stale_final = 0;
+      {
+        absl::MutexLock l(&mu_);
+        stale_final = offered_final_key_;
+        offered_final_key_ = 0;
+      }
+      if (stale_final != 0) options_.state_board->Remove(stale_final);
+    }
+    if (options_.state_board != nullptr) {
       // Peers' states come from their gRPC servers (the peer addresses).
-      o.fetch_state = [peers = o.peer_names, group = o.group_key, wid,
+      // A rank that copies a finished rank's final state fetches it under
+      // the generation it is offered under (Assignment.state_source_group_key).
+      const uint64_t fetch_group =
+          o.initial_state_is_final ? a.state_source_group_key() : o.group_key;
+      o.fetch_state = [peers = o.peer_names, group = fetch_group, wid,
                        credentials = ChannelCredentials()](
                           int peer, int64_t step, int64_t expected_bytes,
                           absl::Time deadline) -> absl::StatusOr<std::string> {
@@ -870,6 +885,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       // (server/membership.h RegroupAfterRestart). One copy per job.
       options_.state_board->Publish(WireKey(a), runner.next_step(),
                                     EncodeReplicaState(*runner.replica(), runner.next_step()));
+      absl::MutexLock l(&mu_);
+      offered_final_key_ = WireKey(a);
     }
     if (!out.ok() && regroups && runner.replica() != nullptr) {
       // Kept for a regroup (a lost peer): the replica at its step boundary.

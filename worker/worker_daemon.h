@@ -259,6 +259,10 @@ class WorkerDaemon {
   // The last job's ReportDone (job_id 0: none yet), sent again when a
   // restarted coordinator asks (HeartbeatReply.resend_done_job_id).
   v1::ReportDoneRequest last_done_ ABSL_GUARDED_BY(mu_);
+  // The state-board key of the last job's final state, offered for a
+  // restarted coordinator's regroup (0: none). Removed when the next job
+  // starts, so an idle worker holds at most one finished job's state.
+  uint64_t offered_final_key_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
   // Drain() was called: no new assignments, deregister before Run() returns.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
