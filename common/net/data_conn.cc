@@ -95,6 +95,7 @@ DataTls::~DataTls() { SSL_CTX_free(ctx_); }
 ssize_t Recv(const Conn& c, void* p, size_t n) {
   if (c.ssl == nullptr) return recv(c.fd, p, n, MSG_DONTWAIT);
   ERR_clear_error();
+  errno = 0;  // SSL_ERROR_SYSCALL below must not see a stale errno (EAGAIN)
   const int r = SSL_read(c.ssl, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
   if (r > 0) return r;
   switch (SSL_get_error(c.ssl, r)) {

@@ -203,10 +203,17 @@ std::string PsTcpServer::SecretOf(uint64_t job) const {
 void PsTcpServer::Reap(bool all) {
   std::vector<std::unique_ptr<Conn>> finished;
   {
+    const absl::Time now = Now();
     absl::MutexLock l(&mu_);
     auto keep = conns_.begin();
     for (auto& c : conns_) {
       if (all || c->done.load()) {
+        // A job's secret counts as active until its last connection ends,
+        // not only at its hello (a long connection keeps it alive).
+        if (c->has_job) {
+          auto it = secrets_.find(c->job);
+          if (it != secrets_.end()) it->second.last_active = std::max(it->second.last_active, now);
+        }
         finished.push_back(std::move(c));
       } else {
         *keep++ = std::move(c);

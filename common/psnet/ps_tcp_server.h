@@ -126,7 +126,7 @@ class PsTcpServer {
   };
   struct Secret {
     std::string secret;
-    absl::Time last_active;  // registration or authenticated hello
+    absl::Time last_active;  // registration, authenticated hello, or a connection ending
   };
 
   PsTcpServer(PsShardRegistry* registry, int listen_fd, int wake_fd, int port,
