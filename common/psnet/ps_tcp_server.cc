@@ -342,6 +342,17 @@ void PsTcpServer::Serve(Conn* conn) {
       st = s.status();
     }
   }
+  if (st.ok()) {
+    // An authenticated connection keeps its job's secret (RegisterSecret).
+    // Recorded before the reply goes out: a client that read the reply can
+    // count on it.
+    const absl::Time now = Now();
+    absl::MutexLock l(&mu_);
+    conn->has_job = true;
+    conn->job = hello.job;
+    auto it = secrets_.find(hello.job);
+    if (it != secrets_.end()) it->second.last_active = std::max(it->second.last_active, now);
+  }
   {
     const std::string text(st.message().substr(0, psnet::kMaxErrorBytes));
     uint8_t r[psnet::kHelloReplyBytes];
@@ -353,15 +364,6 @@ void PsTcpServer::Serve(Conn* conn) {
     const absl::Status sent = psnet::WriteFully(fd, iov, text.empty() ? 1 : 2,
                                                 absl::Now() + options_.hello_timeout);
     if (!st.ok() || !sent.ok()) return;
-  }
-  {
-    // An authenticated connection keeps its job's secret (RegisterSecret).
-    const absl::Time now = Now();
-    absl::MutexLock l(&mu_);
-    conn->has_job = true;
-    conn->job = hello.job;
-    auto it = secrets_.find(hello.job);
-    if (it != secrets_.end()) it->second.last_active = std::max(it->second.last_active, now);
   }
   const std::string where = absl::StrFormat("ps data plane: job %d shard %d (K=%d, %d floats)",
                                             hello.job, hello.shard, hello.num_workers,
