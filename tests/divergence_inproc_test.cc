@@ -168,6 +168,9 @@ struct RunSetup {
   int64_t checkpoint_every = 0;    // > 0: rank 0 writes a checkpoint every N steps
   bool eval_each_epoch = false;
   std::string on_nonfinite;
+  // Ranks other than 0 see their own, empty checkpoint directory (as on
+  // hosts that share none).
+  bool private_checkpoint_dirs = false;
 };
 
 // A fresh checkpoint directory per job (the job id is always 7).
@@ -225,6 +228,7 @@ Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
     JobRunnerOptions o;
     o.job_id = 7;
     o.spec = spec;
+    if (setup.private_checkpoint_dirs && r != 0) o.spec.set_checkpoint_dir(NewCheckpointDir());
     o.rank = r;
     o.world = k;
     o.worker_id = absl::StrCat("w-", r + 1);
@@ -490,6 +494,34 @@ INSTANTIATE_TEST_SUITE_P(K2, RollbackTest,
                                                info.param.optimizer ? "_optimizer" : "_weights",
                                                info.param.ps_shards > 0 ? "_ps" : "_ring");
                          });
+
+// Ranks other than 0 take the state rank 0 restored from its peer, so a
+// rollback works when every host has its own checkpoint directory: rank
+// 1's stays empty, and the job still ends with the fault-free hash.
+TEST(DivergenceTest, ARollbackNeedsNoSharedCheckpointDirectory) {
+  RunSetup setup;
+  setup.checkpoint_every = 2;
+  setup.private_checkpoint_dirs = true;
+  FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
+  coord.set_checkpoint_rollback(true);
+  Fault fault;
+  fault.rank = 1;
+  Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
+  EXPECT_EQ(coord.failed(), "");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r];
+  }
+  EXPECT_EQ(run.final_hash[1], run.final_hash[0]);
+  RunSetup plain;
+  plain.checkpoint_every = 2;
+  EXPECT_EQ(run.final_hash[0], FaultFreeHash(2, plain));
+  const v1::SyncHistory h = coord.history();
+  ASSERT_EQ(h.checks_size(), kSteps);
+  EXPECT_TRUE(h.checks(3).no_majority());
+  EXPECT_EQ(h.checks(4).note(),
+            "rolled back in the combine of step 4: no majority, every rank reloaded the "
+            "checkpoint of step 2 and computed steps 2 to 3 again");
+}
 
 // A rollback replays steps: they count once. Rank 1 flips a bit after step
 // 6 (K = 2: no majority), found in the combine of step 7; every rank

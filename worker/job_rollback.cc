@@ -4,8 +4,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/optim/hash.h"
 #include "common/train/checkpoint.h"
 #include "common/train/job_checkpoint.h"
+#include "common/train/replica_state.h"
 #include "worker/job_runner.h"
 
 namespace lockstep {
@@ -35,6 +38,44 @@ v1::JobSpec AtCheckpoint(const v1::JobSpec& spec, uint64_t job_id, int64_t step)
 }
 
 }  // namespace
+
+absl::Status JobRunner::LoadChosenCheckpoint(const std::string& what, const Rollback& back,
+                                              Replica* r) {
+  // Rank 0's restored state, offered on its state board: no rank but rank 0
+  // needs the checkpoint directory (hosts need not share one). (RollBack
+  // runs only in the in-combine check, which requires fetch_state.)
+  if (!options_.fetch_state) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "; worker ", options_.worker_id, " cannot fetch a peer's state"));
+  }
+  const absl::Time t0 = absl::Now();
+  auto bytes = options_.fetch_state(0, back.next_step, ExpectedStateBytes(*r),
+                                    t0 + options_.combine_timeout);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat(what, "; worker ", options_.worker_id,
+                                     ": fetching the checkpoint's state from ", PeerName(0), ": ",
+                                     bytes.status().message()));
+  }
+  auto next = RestoreReplicaState(*bytes, r);
+  if (!next.ok() || *next != back.next_step) {
+    return absl::DataLossError(absl::StrCat(
+        what, "; worker ", options_.worker_id, ": the state fetched from ", PeerName(0), " ",
+        next.ok() ? absl::StrCat("is for step ", *next, ", rank 0 announced ", back.next_step)
+                  : next.status().message()));
+  }
+  const WeightHash got = HashWeights(r->params());
+  if (got != back.hash) {
+    return absl::DataLossError(absl::StrCat(what, "; worker ", options_.worker_id,
+                                            ": the state fetched from ", PeerName(0),
+                                            " holds weights hash ", got.ToHex(),
+                                            ", rank 0 loaded ", back.hash.ToHex()));
+  }
+  log_.Info("rollback: copied rank 0's restored checkpoint state",
+            {{"next_step", back.next_step},
+             {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
+  return absl::OkStatus();
+}
 
 absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
                                                         JobCheckpointer* checkpointer,
@@ -74,6 +115,13 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
         values[1] = static_cast<uint64_t>(point->next_step);
         values[2] = point->weights_hash.hi;
         values[3] = point->weights_hash.lo;
+        // Offered before the agreement below, so a peer that fetches after
+        // it finds this state, not an older one under the same key.
+        // (RollBack runs only in the in-combine check: a board is set.)
+        if (options_.state_board != nullptr) {
+          options_.state_board->Publish(WireKey(), point->next_step,
+                                        EncodeReplicaState(*r, point->next_step));
+        }
         break;
       }
     }
@@ -103,18 +151,8 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
   back.next_step = static_cast<int64_t>(values[1]);
   back.hash = WeightHash{values[2], values[3]};
   if (options_.rank != 0) {
-    auto point = ResumeReplica(AtCheckpoint(options_.spec, options_.job_id, back.next_step),
-                               position, total, r);
-    if (!point.ok()) {
-      return absl::Status(point.status().code(),
-                          absl::StrCat(what, "; worker ", options_.worker_id,
-                                       " cannot load the checkpoint rank 0 chose: ",
-                                       point.status().message()));
-    }
-    if (point->weights_hash != back.hash) {
-      return absl::DataLossError(absl::StrCat(
-          what, "; worker ", options_.worker_id, ": ", point->path, " holds weights hash ",
-          point->weights_hash.ToHex(), ", rank 0 loaded ", back.hash.ToHex()));
+    if (absl::Status s = LoadChosenCheckpoint(what, back, r); !s.ok()) {
+      return s;
     }
   }
   log_.Warn("divergence without a majority: rolled back to a checkpoint",

@@ -220,9 +220,10 @@ class JobRunner {
   // (worker/job_rollback.cc): rank 0 waits for its checkpoint write in
   // flight, takes the newest checkpoint of a step before `step` that loads
   // (checksum and weights hash verified; the checkpoints of `step` and
-  // later hold unverified state and are removed), restores it and
-  // announces (step, weights hash) in a small combine keyed like the
-  // dataset agreement; every other rank loads the same file and checks its
+  // later hold unverified state and are removed), restores it, offers it on
+  // its state board and announces (step, weights hash) in a small combine
+  // keyed like the dataset agreement; every other rank fetches that state
+  // from rank 0 (only rank 0 reads the checkpoint directory) and checks its
   // hash. Returns the step to continue from and the restored weights' hash.
   // FailedPrecondition (the same on every rank) when there is none, or
   // after kMaxRollbacks.
@@ -232,6 +233,10 @@ class JobRunner {
   };
   absl::StatusOr<Rollback> RollBack(int64_t step, JobCheckpointer* checkpointer,
                                     const SamplerPosition& position, int64_t total, Replica* r);
+  // A rank other than 0 takes the state rank 0 restored, fetched from rank
+  // 0's state board (published before the agreement), and checks its step
+  // and the weights hash rank 0 announced.
+  absl::Status LoadChosenCheckpoint(const std::string& what, const Rollback& back, Replica* r);
   int rollbacks_ = 0;
   // The last rollback (-1 = none): reported with every step up to `at`.
   int64_t rolled_back_to_ = -1, rolled_back_at_ = -1;
