@@ -1,0 +1,190 @@
+// The worker daemon's JobReporter over the coordinator's gRPC service
+// (GrpcReporter), and the retry of a call while the coordinator restarts.
+// Private to the worker_daemon target.
+//
+// Threading: a GrpcReporter's ReportStep* calls come from one thread (the
+// StepReporter's), ReportEval and UploadWeights from the job thread.
+#ifndef LOCKSTEP_WORKER_COORDINATOR_REPORTER_H_
+#define LOCKSTEP_WORKER_COORDINATOR_REPORTER_H_
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/grpcutil/grpc_status.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/job_runner.h"
+
+namespace lockstep {
+
+// The coordinator is down rather than unreachable: its host refused the
+// connection (nothing listens on the port: the process died, e.g. it is
+// being restarted) or closed it under a call. A partition shows up as a
+// timeout or an unreachable network instead.
+bool CoordinatorDown(const absl::Status& s);
+
+// Calls `call` until it succeeds, fails other than CoordinatorDown, `stop`
+// becomes true or `grace` has passed since the first failure; waits 100 ms
+// doubling to 1 s between calls (polling `stop` every 50 ms).
+template <typename Call>
+absl::Status RetryWhileCoordinatorDown(const Call& call, const std::atomic<bool>* stop,
+                                       absl::Duration grace) {
+  const absl::Time give_up = absl::Now() + grace;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    absl::Status s = call();
+    if (s.ok() || !CoordinatorDown(s) || (stop != nullptr && stop->load())) return s;
+    const absl::Time retry_at = absl::Now() + backoff;
+    if (retry_at > give_up) return s;
+    while (absl::Now() < retry_at) {
+      if (stop != nullptr && stop->load()) return s;
+      absl::SleepFor(std::min(absl::Milliseconds(50), retry_at - absl::Now()));
+    }
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+// JobReporter over the coordinator's gRPC service.
+// Floats per UploadWeights message (1 MiB).
+inline constexpr int64_t kWeightsChunkFloats = 256 * 1024;
+
+class GrpcReporter : public JobReporter {
+ public:
+  // `on_stop` runs (on the reporter thread) when a ReportStep reply says
+  // stop: the job's combine may be waiting on a peer that stopped already.
+  // Calls are retried while the coordinator is down (restarting), for up
+  // to `restart_grace` or until *stop.
+  GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id,
+               std::function<void()> on_stop, const std::atomic<bool>* stop,
+               absl::Duration restart_grace)
+      : stub_(stub),
+        timeout_(timeout),
+        worker_id_(std::move(worker_id)),
+        on_stop_(std::move(on_stop)),
+        stop_(stop),
+        restart_grace_(restart_grace) {}
+
+  absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
+    v1::ReportStepReply reply;
+    return ReportStepWithReply(report, &reply);
+  }
+  absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& report,
+                                           v1::ReportStepReply* reply) override {
+    absl::Status s = RetryWhileCoordinatorDown(
+        [&] {
+          reply->Clear();
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          return FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
+        },
+        stop_, restart_grace_);
+    if (!s.ok()) return Named(s);
+    if (reply->stop() && on_stop_) on_stop_();
+    return reply->stop();
+  }
+  // One ReportSteps call for the batch (step_reporter.h, "Batches"); one
+  // report, or a coordinator without ReportSteps (UNIMPLEMENTED, or refused
+  // by an older call policy), goes report by report.
+  absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
+                                            v1::ReportStepReply* reply) override {
+    if (reports.size() <= 1 || no_batches_) {
+      return JobReporter::ReportStepsWithReply(reports, reply);
+    }
+    // The batch message is reused: copying into its kept elements does not
+    // allocate once they have grown.
+    auto* out = batch_.mutable_reports();
+    while (out->size() > static_cast<int>(reports.size())) out->RemoveLast();
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (static_cast<int>(i) == out->size()) out->Add();
+      out->Mutable(static_cast<int>(i))->CopyFrom(*reports[i]);
+    }
+    absl::Status s = RetryWhileCoordinatorDown(
+        [&] {
+          reply->Clear();
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          return FromGrpcStatus(stub_->ReportSteps(&ctx, batch_, reply));
+        },
+        stop_, restart_grace_);
+    if (s.code() == absl::StatusCode::kUnimplemented ||
+        (s.code() == absl::StatusCode::kPermissionDenied &&
+         absl::StrContains(s.message(), "ReportSteps"))) {
+      no_batches_ = true;
+      return JobReporter::ReportStepsWithReply(reports, reply);
+    }
+    if (!s.ok()) return Named(s);
+    if (reply->stop() && on_stop_) on_stop_();
+    return reply->stop();
+  }
+  absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
+    return Named(RetryWhileCoordinatorDown(
+        [&] {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+          v1::ReportEvalReply reply;
+          return FromGrpcStatus(stub_->ReportEval(&ctx, report, &reply));
+        },
+        stop_, restart_grace_));
+  }
+  absl::Status UploadWeights(uint64_t job, const Replica& replica) override {
+    return Named(RetryWhileCoordinatorDown([&] { return UploadOnce(job, replica); }, stop_,
+                                           restart_grace_));
+  }
+
+ private:
+  absl::Status UploadOnce(uint64_t job, const Replica& replica) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + 4 * timeout_));
+    v1::UploadWeightsReply reply;
+    auto writer = stub_->UploadWeights(&ctx, &reply);
+    absl::Span<const float> p = replica.params();
+    const int64_t total = static_cast<int64_t>(p.size());
+    for (int64_t off = 0; off == 0 || off < total; off += kWeightsChunkFloats) {
+      v1::WeightsChunk chunk;
+      chunk.set_worker_id(worker_id_);
+      chunk.set_job_id(job);
+      chunk.set_offset(off);
+      chunk.set_total(total);
+      const int64_t len = std::min(kWeightsChunkFloats, total - off);
+      chunk.set_data(reinterpret_cast<const char*>(p.data() + off), len * sizeof(float));
+      if (off == 0) {
+        for (const ParamBlock& b : replica.model().layout()) {
+          chunk.add_block_names(b.name);
+          for (int64_t d : b.shape.dims()) chunk.add_block_shapes(d);
+          chunk.add_block_shapes(-1);
+        }
+      }
+      if (!writer->Write(chunk)) break;
+      if (total == 0) break;
+    }
+    writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  absl::Status Named(const absl::Status& s) const {
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("coordinator: ", s.message()));
+  }
+
+  v1::Coordinator::Stub* stub_;
+  absl::Duration timeout_;
+  std::string worker_id_;
+  std::function<void()> on_stop_;
+  const std::atomic<bool>* stop_;
+  absl::Duration restart_grace_;
+  // The reporter thread's (ReportStepsWithReply runs on it only).
+  v1::StepReports batch_;
+  bool no_batches_ = false;  // the coordinator has no ReportSteps
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_COORDINATOR_REPORTER_H_
