@@ -116,6 +116,11 @@ void Coordinator::ScheduleLocked() {
       continue;
     }
     std::vector<Worker*> idle = workers_.Idle();
+    if (!job->spec.resume_from().checkpoint_dir().empty()) {
+      // The worker that wrote the checkpoint reads it (scheduler.h).
+      const Job* from = jobs_.Find(job->spec.resume_from().job_id());
+      if (from != nullptr && !from->ranks.empty()) PreferAsRankZero(from->ranks[0].worker_id, &idle);
+    }
     StartPlan plan = PlanStart(*job, idle, PsAddressesLocked());
     if (plan.kind == StartPlan::kWait) return;  // strict FIFO
     if (plan.kind == StartPlan::kFail) {

@@ -1,5 +1,7 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +78,13 @@ StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle
   }
   plan.kind = StartPlan::kStart;
   return plan;
+}
+
+void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idle) {
+  if (writer.empty()) return;
+  auto it = std::find_if(idle->begin(), idle->end(),
+                         [&](const WorkerRecord* w) { return w->id == writer; });
+  if (it != idle->end()) std::rotate(idle->begin(), it, it + 1);
 }
 
 void BindRanks(JobRecord* job, const std::vector<WorkerRecord*>& idle,

@@ -14,6 +14,10 @@
 //     job FAILS ("spec.ps_shards: ..."), and at submit FAILED_PRECONDITION.
 //   * Ring over TCP (spec.peer_transport TCP): every chosen worker needs a
 //     data address; otherwise the job FAILS naming the workers without one.
+//   * A resumed job (spec.resume_from): its rank 0 alone reads the
+//     checkpoint (worker/job_runner.h ResumeFromRankZero), so the worker
+//     that was rank 0 of the job it resumes (the one that wrote it), when
+//     idle, goes first (PreferAsRankZero); the others keep their order.
 //   * no_wait submit: RESOURCE_EXHAUSTED naming the idle workers when the
 //     job cannot start at once (too few idle, or earlier jobs pending).
 //
@@ -58,6 +62,11 @@ struct StartPlan {
 // above does not hold; else kStart on idle[0..k).
 StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle,
                     const std::vector<std::string>& ps);
+
+// Moves the idle worker with id `writer` (if any; "" = none) to idle[0],
+// keeping the others' order: it becomes rank 0 of the job started on
+// idle[0..k).
+void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idle);
 
 // Binds idle[r] as rank r (r < job->k): the worker is BUSY with the job, the
 // rank records its addresses; the job is RUNNING since `now` with

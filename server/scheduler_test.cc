@@ -99,6 +99,26 @@ TEST(SchedulerTest, BindRanksTakesIdleWorkersInOrder) {
   EXPECT_EQ(f.workers[2].state, v1::IDLE);
 }
 
+TEST(SchedulerTest, AResumedJobsCheckpointWriterBecomesRankZero) {
+  Fixture f(4);
+  PreferAsRankZero("w-3", &f.idle);
+  JobRecord job = Job(2);
+  BindRanks(&job, f.idle, {}, absl::FromUnixSeconds(1));
+  ASSERT_EQ(job.ranks.size(), 2u);
+  EXPECT_EQ(job.ranks[0].worker_id, "w-3");
+  EXPECT_EQ(job.ranks[1].worker_id, "w-1");
+  ASSERT_EQ(f.idle.size(), 4u);
+  EXPECT_EQ(f.idle[2]->id, "w-2");
+  EXPECT_EQ(f.idle[3]->id, "w-4");
+  // Not idle (or unknown): the order stays.
+  Fixture g(3);
+  PreferAsRankZero("w-9", &g.idle);
+  PreferAsRankZero("", &g.idle);
+  EXPECT_EQ(g.idle[0]->id, "w-1");
+  EXPECT_EQ(g.idle[1]->id, "w-2");
+  EXPECT_EQ(g.idle[2]->id, "w-3");
+}
+
 TEST(SchedulerTest, NoWaitNamesTheIdleWorkersAndPendingJobs) {
   Fixture f(2);
   EXPECT_TRUE(CheckCanStartNow(2, f.idle, 0).ok());

@@ -23,6 +23,13 @@
 #   now_ms          milliseconds since the epoch
 #   wait_until DEADLINE_MS CMD...   polls CMD every 50 ms until it succeeds
 #                   or the deadline passes (then runs it once more)
+#   succeeded_hash ARGS...
+#                   submit ARGS --follow --json; fails unless SUCCEEDED;
+#                   prints the job's final weights hash
+#   cancelled_at STEP ARGS...
+#                   submit ARGS, wait (up to ~2 min: CI also runs under
+#                   AddressSanitizer) until the job's step >= STEP, cancel
+#                   it; fails unless it ends CANCELLED; prints the job id
 #   idle W...       every worker id named is IDLE
 #   stepped JOB N   JOB's step >= N
 #   finished JOB    JOB is SUCCEEDED, FAILED or CANCELLED;  state_of JOB
@@ -103,6 +110,23 @@ wait_until() {
   local deadline=$1; shift
   while [ "$(now_ms)" -lt "$deadline" ]; do "$@" && return 0; sleep 0.05; done
   "$@"
+}
+succeeded_hash() {
+  local out
+  out=$(cli submit "$@" --follow --json) || fail "submit exit $?: $out"
+  [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "not SUCCEEDED: $out"
+  json "d['final_hash']" <<<"$out"
+}
+cancelled_at() {
+  local at=$1 id step; shift
+  id=$(cli submit "$@") || fail "submit: $id"
+  for _ in $(seq 2400); do
+    step=$(cli status "$id" --json | json "int(d.get('step', 0))")
+    [ "$step" -ge "$at" ] && break; sleep 0.05
+  done
+  [ "$(cli cancel "$id" --json | json "d['state']")" = CANCELLED ] \
+    || fail "cancel job $id (finished before the cancel?)"
+  echo "$id"
 }
 idle() {
   local list; list=$(cli workers) || return 1

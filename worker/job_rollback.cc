@@ -1,5 +1,12 @@
-// JobRunner::RollBack: a divergence without a majority (K = 2, a tie),
-// resolved from the job's last checkpoint before it. See job_runner.h.
+// Checkpoints restored by rank 0 and shared with the other ranks (only rank
+// 0's host needs the checkpoint directory): JobRunner::RollBack, a
+// divergence without a majority (K = 2, a tie) resolved from the job's last
+// checkpoint before it, and JobRunner::ResumeFromRankZero, a job resumed
+// from spec.resume_from. See job_runner.h.
+//
+// Both announce rank 0's (found, next step, weights hash) in a small combine
+// under the shape-agreement key (ShapeAgreementJob), whose steps only ever
+// increase: 0 the dataset agreement, 1 the resume, 1 + n the n-th rollback.
 #include <cstdio>
 #include <vector>
 
@@ -13,6 +20,9 @@
 
 namespace lockstep {
 namespace {
+
+constexpr int64_t kResumeRound = 1;
+constexpr int64_t kFirstRollbackRound = 2;
 
 // As the dataset agreement (job_runner.cc): every number travels one byte
 // per float, so the sums are exact whatever the wire format.
@@ -39,40 +49,38 @@ v1::JobSpec AtCheckpoint(const v1::JobSpec& spec, uint64_t job_id, int64_t step)
 
 }  // namespace
 
-absl::Status JobRunner::LoadChosenCheckpoint(const std::string& what, const Rollback& back,
-                                              Replica* r) {
+absl::Status JobRunner::FetchRankZeroState(const std::string& what, int64_t next_step,
+                                            const WeightHash& hash, Replica* r) {
   // Rank 0's restored state, offered on its state board: no rank but rank 0
-  // needs the checkpoint directory (hosts need not share one). (RollBack
-  // runs only in the in-combine check, which requires fetch_state.)
+  // needs the checkpoint directory (hosts need not share one). (Callers
+  // run only when fetch_state is set.)
   if (!options_.fetch_state) {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, "; worker ", options_.worker_id, " cannot fetch a peer's state"));
+        absl::StrCat(what, ": cannot fetch a peer's state"));
   }
   const absl::Time t0 = absl::Now();
-  auto bytes = options_.fetch_state(0, back.next_step, ExpectedStateBytes(*r),
+  auto bytes = options_.fetch_state(0, next_step, ExpectedStateBytes(*r),
                                     t0 + options_.combine_timeout);
   if (!bytes.ok()) {
     return absl::Status(bytes.status().code(),
-                        absl::StrCat(what, "; worker ", options_.worker_id,
-                                     ": fetching the checkpoint's state from ", PeerName(0), ": ",
+                        absl::StrCat(what, ": fetching the checkpoint's state from ", PeerName(0), ": ",
                                      bytes.status().message()));
   }
   auto next = RestoreReplicaState(*bytes, r);
-  if (!next.ok() || *next != back.next_step) {
+  if (!next.ok() || *next != next_step) {
     return absl::DataLossError(absl::StrCat(
-        what, "; worker ", options_.worker_id, ": the state fetched from ", PeerName(0), " ",
-        next.ok() ? absl::StrCat("is for step ", *next, ", rank 0 announced ", back.next_step)
+        what, ": the state fetched from ", PeerName(0), " ",
+        next.ok() ? absl::StrCat("is for step ", *next, ", rank 0 announced ", next_step)
                   : next.status().message()));
   }
   const WeightHash got = HashWeights(r->params());
-  if (got != back.hash) {
-    return absl::DataLossError(absl::StrCat(what, "; worker ", options_.worker_id,
-                                            ": the state fetched from ", PeerName(0),
+  if (got != hash) {
+    return absl::DataLossError(absl::StrCat(what, ": the state fetched from ", PeerName(0),
                                             " holds weights hash ", got.ToHex(),
-                                            ", rank 0 loaded ", back.hash.ToHex()));
+                                            ", rank 0 loaded ", hash.ToHex()));
   }
-  log_.Info("rollback: copied rank 0's restored checkpoint state",
-            {{"next_step", back.next_step},
+  log_.Info("copied rank 0's restored checkpoint state",
+            {{"next_step", next_step},
              {"seconds", absl::ToDoubleSeconds(absl::Now() - t0)}});
   return absl::OkStatus();
 }
@@ -132,10 +140,10 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
     for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
   }
   int64_t count = 1;
-  ++rollbacks_;
-  if (absl::Status s =
-          combiner_->Combine(ShapeAgreementJob(WireKey()), rollbacks_, absl::MakeSpan(slots),
-                             &count, options_.combine_timeout);
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()),
+                                          kFirstRollbackRound + rollbacks_++,
+                                          absl::MakeSpan(slots), &count,
+                                          options_.combine_timeout);
       !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, "; agreeing on a checkpoint: ",
                                                UserFacing(s).message()));
@@ -151,13 +159,88 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
   back.next_step = static_cast<int64_t>(values[1]);
   back.hash = WeightHash{values[2], values[3]};
   if (options_.rank != 0) {
-    if (absl::Status s = LoadChosenCheckpoint(what, back, r); !s.ok()) {
+    if (absl::Status s = FetchRankZeroState(absl::StrCat(what, "; worker ", options_.worker_id), back.next_step,
+                                           back.hash, r); !s.ok()) {
       return s;
     }
   }
   log_.Warn("divergence without a majority: rolled back to a checkpoint",
             {{"step", step}, {"next_step", back.next_step}, {"weights_hash", back.hash.ToHex()}});
   return back;
+}
+
+absl::StatusOr<ResumePoint> JobRunner::ResumeHere(const SamplerPosition& position,
+                                                  int64_t total, Replica* r) {
+  auto point = ResumeReplica(options_.spec, position, total, r);
+  if (!point.ok()) {
+    return absl::Status(point.status().code(), absl::StrCat("worker ", options_.worker_id, ": ",
+                                                            point.status().message()));
+  }
+  for (const std::string& why : point->skipped) {
+    log_.Warn("checkpoint skipped (corrupt or unreadable); using an older one",
+              {{"problem", why}});
+  }
+  log_.Info("resumed from checkpoint", {{"checkpoint", point->path},
+                                        {"next_step", point->next_step},
+                                        {"weights_hash", point->weights_hash.ToHex()}});
+  return point;
+}
+
+absl::StatusOr<int64_t> JobRunner::ResumeFromRankZero(const SamplerPosition& position,
+                                                      int64_t total, Replica* r) {
+  const std::string what = absl::StrCat("worker ", options_.worker_id, ": resuming from ",
+                                        options_.spec.resume_from().checkpoint_dir());
+  uint64_t values[kValues] = {0, 0, 0, 0, 0};
+  absl::Status mine;
+  if (options_.rank == 0) {
+    auto point = ResumeHere(position, total, r);
+    if (point.ok()) {
+      values[0] = 1;
+      values[1] = static_cast<uint64_t>(point->next_step);
+      values[2] = point->weights_hash.hi;
+      values[3] = point->weights_hash.lo;
+      // Offered before the announcement, as in RollBack.
+      options_.state_board->Publish(WireKey(), point->next_step,
+                                    EncodeReplicaState(*r, point->next_step));
+    } else {
+      mine = point.status();
+    }
+  }
+  std::vector<float> slots(static_cast<size_t>(kFloatsPerRank) * options_.world, 0.0f);
+  if (options_.rank == 0) {
+    for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
+  }
+  int64_t count = 1;
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), kResumeRound,
+                                          absl::MakeSpan(slots), &count,
+                                          options_.combine_timeout);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(what, ": agreeing on the checkpoint: ",
+                                               UserFacing(s).message()));
+  }
+  if (!mine.ok()) return mine;
+  for (int i = 0; i < kValues; ++i) values[i] = Get(&slots[static_cast<size_t>(8 * i)]);
+  if (values[0] != 1) {
+    // Rank 0's report names the file and the problem: the job should fail
+    // with that one, not this. Wait (up to the combine timeout) for the
+    // coordinator to stop the job on rank 0's report.
+    const absl::Time until = absl::Now() + options_.combine_timeout;
+    while (!stop_.load() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    if (stop_.load()) {
+      return absl::CancelledError(absl::StrCat("job ", options_.job_id, " stopped"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": ", PeerName(0), ", which reads the checkpoint for every rank, "
+                     "could not load it (its own error names the file)"));
+  }
+  const int64_t next_step = static_cast<int64_t>(values[1]);
+  if (options_.rank != 0) {
+    if (absl::Status s = FetchRankZeroState(what, next_step, WeightHash{values[2], values[3]}, r);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return next_step;
 }
 
 }  // namespace lockstep

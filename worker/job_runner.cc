@@ -341,25 +341,28 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   GlobalBatchSampler sampler(train.num_examples, spec->global_batch, spec->seed);
   const int64_t total = TotalSteps(*spec, train.num_examples);
   const int64_t per_epoch = sampler.steps_per_epoch();
-  // Checkpoints (rank 0 writes them) and resume (every rank reads the
-  // checkpoint itself: the directory must be readable by every worker).
+  // Checkpoints (rank 0 writes them) and resume: with peers' states
+  // fetchable (a worker daemon's job) rank 0 reads the checkpoint and the
+  // others copy its restored state (ResumeFromRankZero); else every rank
+  // reads the checkpoint itself. A regrouped generation takes its state
+  // from its peers instead.
   const SamplerPosition position{train.num_examples, spec->global_batch, false};
   JobCheckpointer checkpointer(options_.spec, job);
   const bool writes_checkpoints = options_.rank == 0 && checkpointer.enabled();
   int64_t first_step = 0;
-  if (!options_.spec.resume_from().checkpoint_dir().empty()) {
-    auto point = ResumeReplica(options_.spec, position, total, &r);
-    if (!point.ok()) {
-      return absl::Status(point.status().code(), absl::StrCat("worker ", options_.worker_id,
-                                                              ": ", point.status().message()));
+  const bool regroup_state = !options_.initial_state.empty() || options_.initial_state_source >= 0;
+  const bool resume = !options_.spec.resume_from().checkpoint_dir().empty() && !regroup_state;
+  if (resume && options_.world > 1 && options_.generation == 0 &&
+      options_.state_board != nullptr && options_.fetch_state) {
+    auto next = ResumeFromRankZero(position, total, &r);
+    if (!next.ok()) {
+      if (stop_.load()) return absl::CancelledError(absl::StrCat("job ", job, " stopped"));
+      return next.status();
     }
-    for (const std::string& why : point->skipped) {
-      log_.Warn("checkpoint skipped (corrupt or unreadable); using an older one",
-                {{"problem", why}});
-    }
-    log_.Info("resumed from checkpoint", {{"checkpoint", point->path},
-                                          {"next_step", point->next_step},
-                                          {"weights_hash", point->weights_hash.ToHex()}});
+    first_step = *next;
+  } else if (resume) {
+    auto point = ResumeHere(position, total, &r);
+    if (!point.ok()) return point.status();
     first_step = point->next_step;
   }
   if (!options_.initial_state.empty()) {  // a regrouped job (membership)

@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/data/fashion_mnist.h"
 #include "common/log.h"
+#include "common/train/job_checkpoint.h"
 #include "common/train/replica.h"
 #include "common/train/state_board.h"
 #include "proto/coordinator.pb.h"
@@ -233,10 +234,26 @@ class JobRunner {
   };
   absl::StatusOr<Rollback> RollBack(int64_t step, JobCheckpointer* checkpointer,
                                     const SamplerPosition& position, int64_t total, Replica* r);
-  // A rank other than 0 takes the state rank 0 restored, fetched from rank
-  // 0's state board (published before the agreement), and checks its step
-  // and the weights hash rank 0 announced.
-  absl::Status LoadChosenCheckpoint(const std::string& what, const Rollback& back, Replica* r);
+  // A rank other than 0 takes the state rank 0 restored from a checkpoint,
+  // fetched from rank 0's state board (published before the announcing
+  // combine), and checks it is for `next_step` with weights hash `hash`.
+  // Errors start with `what`.
+  absl::Status FetchRankZeroState(const std::string& what, int64_t next_step,
+                                  const WeightHash& hash, Replica* r);
+  // A job resumed from spec.resume_from (K > 1, first generation, peers'
+  // states fetchable; worker/job_rollback.cc): rank 0 alone reads the
+  // checkpoint (ResumeReplica), offers the restored state and announces
+  // (next step, weights hash) in a small combine; the other ranks fetch it
+  // (FetchRankZeroState). Returns the step to start at. When rank 0 cannot
+  // load one, rank 0 returns its error; the others wait up to the combine
+  // timeout for the job to be stopped (CANCELLED; the coordinator fails the
+  // job with rank 0's reason), else FailedPrecondition naming rank 0.
+  absl::StatusOr<int64_t> ResumeFromRankZero(const SamplerPosition& position, int64_t total,
+                                             Replica* r);
+  // This rank loads the checkpoint spec.resume_from names (ResumeReplica)
+  // and logs it (and the newer files it skipped); errors name the worker.
+  absl::StatusOr<ResumePoint> ResumeHere(const SamplerPosition& position, int64_t total,
+                                         Replica* r);
   int rollbacks_ = 0;
   // The last rollback (-1 = none): reported with every step up to `at`.
   int64_t rolled_back_to_ = -1, rolled_back_at_ = -1;

@@ -3,7 +3,10 @@
 // (as the coordinator stops a job); a second job resumes from the newest
 // valid checkpoint and must end with EXACTLY the weights hash of the same
 // job run uninterrupted. Ring over in-process transports and over raw TCP
-// on loopback, and ps over in-process shards.
+// on loopback, and ps over in-process shards; with peers' states fetchable
+// (as in a worker daemon) rank 0 alone reads the checkpoint and the other
+// ranks, whose checkpoint directories are empty (as on hosts that share
+// none), copy its restored state.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include "common/collective/inproc_transport.h"
 #include "common/collective/ps_aggregator.h"
 #include "common/train/checkpoint.h"
+#include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "worker/blobs_for_test.h"
 #include "worker/job_runner.h"
@@ -62,9 +66,31 @@ struct JobResult {
   int64_t first_step = 0;
 };
 
+std::string FreshDir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
+  std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
+  return dir;
+}
+
+// How the ranks reach a checkpoint to resume from.
+struct Peers {
+  // Each rank has a state board and fetches its peers' states from theirs.
+  bool fetch = false;
+  // Ranks other than 0 resume from (and write to) their own empty
+  // directory.
+  bool private_dirs = false;
+};
+
 JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const TrainTest& data,
-                 int64_t stop_after) {
+                 int64_t stop_after, Peers peers = {}) {
   const int k = spec.num_workers();
+  std::vector<std::unique_ptr<StateBoard>> boards;
+  for (int r = 0; r < k; ++r) boards.push_back(std::make_unique<StateBoard>());
+  std::vector<std::string> dirs(k);
+  for (int r = 1; r < k && peers.private_dirs; ++r) {
+    dirs[r] = FreshDir(absl::StrCat("private_", job_id, "_", r));
+  }
   InProcessHub inproc(k);
   std::unique_ptr<TcpPeerHub> tcp_hub;
   std::string tcp_addr;
@@ -85,6 +111,9 @@ JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const Trai
     return ptrs;
   };
   StopAfterReporter reporter(stop_after);
+  // As the coordinator: a rank that fails stops the others' runners.
+  absl::Mutex runners_mu;
+  std::vector<JobRunner*> runners(k, nullptr);
   JobResult result;
   result.status.resize(k);
   result.hash.resize(k);
@@ -108,6 +137,27 @@ JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const Trai
       JobRunnerOptions o;
       o.job_id = job_id;
       o.spec = spec;
+      if (!dirs[r].empty()) {
+        o.spec.set_checkpoint_dir(dirs[r]);
+        o.spec.mutable_resume_from()->set_checkpoint_dir(dirs[r]);
+      }
+      if (peers.fetch) {
+        o.state_board = boards[r].get();
+        // A peer's state, as FetchReplicaState gets it: polled until published.
+        o.fetch_state = [&boards, job_id](int peer, int64_t step, int64_t expected,
+                                  absl::Time deadline) -> absl::StatusOr<std::string> {
+          while (absl::Now() < deadline) {
+            if (auto st = boards[peer]->Find(job_id, step); st != nullptr) {
+              if (static_cast<int64_t>(st->size()) != expected) {
+                return absl::FailedPreconditionError("size");
+              }
+              return *st;
+            }
+            absl::SleepFor(absl::Milliseconds(1));
+          }
+          return absl::DeadlineExceededError("not published");
+        };
+      }
       o.rank = r;
       o.world = k;
       o.worker_id = absl::StrCat("w-", r + 1);
@@ -118,7 +168,20 @@ JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const Trai
       GradientCombiner* combiner = mode == Mode::kPs ? static_cast<GradientCombiner*>(&ps)
                                                      : static_cast<GradientCombiner*>(&ring);
       JobRunner runner(o, &data, combiner, &reporter);
+      {
+        absl::MutexLock l(&runners_mu);
+        runners[r] = &runner;
+      }
       auto out = runner.Run();
+      {
+        absl::MutexLock l(&runners_mu);
+        runners[r] = nullptr;
+        if (!out.ok() && out.status().code() != absl::StatusCode::kCancelled) {
+          for (JobRunner* other : runners) {
+            if (other != nullptr) other->RequestStop();
+          }
+        }
+      }
       result.status[r] = out.status();
       if (out.ok()) result.hash[r] = out->weights_hash;
     });
@@ -128,12 +191,6 @@ JobResult RunJob(const v1::JobSpec& spec, uint64_t job_id, Mode mode, const Trai
   return result;
 }
 
-std::string FreshDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
-  std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
-  return dir;
-}
 
 v1::JobSpec Spec(int k, Mode mode, const std::string& optimizer) {
   v1::JobSpec spec;
@@ -160,6 +217,7 @@ struct Case {
   Mode mode;
   const char* optimizer;
   bool corrupt_newest;
+  Peers peers;  // of the resumed job
 };
 
 class ResumeJobTest : public ::testing::TestWithParam<Case> {};
@@ -201,7 +259,7 @@ TEST_P(ResumeJobTest, ResumedJobEndsWithTheUninterruptedRunsHash) {
   v1::JobSpec resume = spec;
   resume.mutable_resume_from()->set_checkpoint_dir(root);
   resume.mutable_resume_from()->set_job_id(12);
-  JobResult second = RunJob(resume, 13, c.mode, data, -1);
+  JobResult second = RunJob(resume, 13, c.mode, data, -1, c.peers);
   for (int r = 0; r < c.k; ++r) ASSERT_TRUE(second.status[r].ok()) << r << second.status[r];
   EXPECT_EQ(second.first_step, want_first);
   for (int r = 0; r < c.k; ++r) EXPECT_EQ(second.hash[r], whole.hash[0]) << "rank " << r;
@@ -218,7 +276,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"inproc_K3_adam", 3, Mode::kInproc, "adam", false},
                       Case{"inproc_K2_corrupt_newest", 2, Mode::kInproc, "sgd", true},
                       Case{"tcp_K2_sgd", 2, Mode::kTcp, "sgd", false},
-                      Case{"ps_K2_adamw", 2, Mode::kPs, "adamw", false}),
+                      Case{"ps_K2_adamw", 2, Mode::kPs, "adamw", false},
+                      Case{"inproc_K3_adam_from_rank0", 3, Mode::kInproc, "adam", false,
+                           Peers{true, true}},
+                      Case{"inproc_K2_corrupt_newest_from_rank0", 2, Mode::kInproc, "sgd", true,
+                           Peers{true, true}},
+                      Case{"tcp_K2_sgd_from_rank0", 2, Mode::kTcp, "sgd", false,
+                           Peers{true, true}},
+                      Case{"ps_K2_adamw_from_rank0", 2, Mode::kPs, "adamw", false,
+                           Peers{true, true}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ResumeJobTest, AMissingCheckpointFailsEveryRankNamingTheDirectory) {
@@ -233,6 +299,26 @@ TEST(ResumeJobTest, AMissingCheckpointFailsEveryRankNamingTheDirectory) {
     EXPECT_EQ(r.status[rank].message(),
               absl::StrCat("worker w-", rank + 1, ": spec.resume_from: ", root,
                            "/job-4: no such checkpoint directory"));
+  }
+}
+
+// With peers' states fetchable only rank 0 reads the checkpoint: when it
+// cannot, rank 0's error names the directory and the others stop when the
+// job does (the coordinator fails it with rank 0's reason).
+TEST(ResumeJobTest, AMissingCheckpointOnRankZeroFailsEveryRankNamingIt) {
+  const TrainTest data = Blobs(200, 50);
+  v1::JobSpec spec = Spec(3, Mode::kInproc, "sgd");
+  const std::string root = FreshDir("resume_missing_rank0");
+  spec.mutable_resume_from()->set_checkpoint_dir(root);
+  spec.mutable_resume_from()->set_job_id(4);
+  JobResult r = RunJob(spec, 5, Mode::kInproc, data, -1, Peers{true, false});
+  EXPECT_EQ(r.status[0].code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.status[0].message(), absl::StrCat("worker w-1: spec.resume_from: ", root,
+                                                "/job-4: no such checkpoint directory"));
+  // The others wait for the job to be stopped on rank 0's report.
+  for (int rank = 1; rank < 3; ++rank) {
+    EXPECT_EQ(r.status[rank].code(), absl::StatusCode::kCancelled);
+    EXPECT_EQ(r.status[rank].message(), "job 5 stopped");
   }
 }
 
