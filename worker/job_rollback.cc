@@ -159,8 +159,9 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
   back.next_step = static_cast<int64_t>(values[1]);
   back.hash = WeightHash{values[2], values[3]};
   if (options_.rank != 0) {
-    if (absl::Status s = FetchRankZeroState(absl::StrCat(what, "; worker ", options_.worker_id), back.next_step,
-                                           back.hash, r); !s.ok()) {
+    if (absl::Status s = FetchRankZeroState(absl::StrCat(what, "; worker ", options_.worker_id),
+                                            back.next_step, back.hash, r);
+        !s.ok()) {
       return s;
     }
   }

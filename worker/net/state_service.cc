@@ -90,6 +90,7 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
       args);
   auto stub = v1::ReplicaState::NewStub(channel);
   absl::Status last = absl::DeadlineExceededError("no attempt");
+  bool answered = false;  // `last` holds a peer's answer
   while (true) {
     if (absl::Now() >= options.deadline) {
       return absl::DeadlineExceededError(
@@ -140,7 +141,15 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
       }
       return out;
     }
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && out.empty() && answered) {
+      // The deadline passed during a call that had received nothing: the
+      // previous call's answer says why (e.g. the boundaries the peer offers).
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": not received by the deadline (last answer: ", last.message(),
+                       ")"));
+    }
     last = absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+    answered = true;
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       return absl::DeadlineExceededError(absl::StrCat(
           what, ": not complete by the deadline (", out.size(), " of ", options.expected_bytes,
