@@ -85,6 +85,17 @@ NFT
   esac
   awk -v n="$name" -v j="$job" -v v="$survivors" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
     'BEGIN { printf "%s: job %s FAILED %.2f s after the cut, survivors (%s) idle after %.2f s; reason: %s\n", n, j, a / 1000, v, b / 1000, r }'
+  # The cut-off worker stops its job by itself once its heartbeats go
+  # unanswered for lost_after (3 s): wait for that before healing, or a
+  # heartbeat in flight at the heal is answered and the coordinator's
+  # verdict reaches it first (bound: lost_after + one heartbeat deadline
+  # (up to 5 s) + an interval).
+  local wlog="$T/w${vid#w-}.log"
+  wait_until $(( t0 + 10000 )) grep -q "this worker is lost to its job, stopping it" "$wlog" \
+    || fail "$name: $vid did not stop its job within 10 s of the cut"
+  local t3; t3=$(now_ms)
+  awk -v n="$name" -v v="$vid" -v c="$((t3 - t0))" \
+    'BEGIN { printf "%s: %s stopped its own job %.2f s after the cut\n", n, v, c / 1000 }'
   # Heal; the cut-off worker comes back by itself.
   if [ "$how" = link ]; then
     on "$i" ip link set "${TAG}p$i" up
@@ -92,8 +103,6 @@ NFT
     on "$i" nft delete table inet lockstep_cut
   fi
   wait_until $(( $(now_ms) + 15000 )) idle "$vid" || fail "$name: $vid not IDLE after the network came back: $(cli workers)"
-  grep -q "this worker is lost to its job, stopping it" "$T/w${vid#w-}.log" \
-    || fail "$name: $vid did not stop its job when cut off"
 }
 
 cut_case "A link down, ring/tcp" link w-3 2 "w-1 w-2" -- --workers=3 --sync=ring --peer_transport=tcp

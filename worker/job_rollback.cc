@@ -49,6 +49,41 @@ v1::JobSpec AtCheckpoint(const v1::JobSpec& spec, uint64_t job_id, int64_t step)
 
 }  // namespace
 
+bool JobRunner::WaitForStop(absl::Time deadline) {
+  auto stopped = [](std::atomic<bool>* stop) { return stop->load(); };
+  const bool woke = stop_mu_.LockWhenWithDeadline(
+      absl::Condition(+stopped, &stop_), deadline);
+  stop_mu_.Unlock();
+  return woke;
+}
+
+absl::Status JobRunner::AnnounceFromRankZero(int64_t round, Announcement* a) {
+  uint64_t values[kValues] = {0, 0, 0, 0, 0};
+  if (options_.rank == 0 && a->found) {
+    values[0] = 1;
+    values[1] = static_cast<uint64_t>(a->next_step);
+    values[2] = a->hash.hi;
+    values[3] = a->hash.lo;
+  }
+  // Only rank 0's slots are non-zero, so the sum is rank 0's values.
+  std::vector<float> slots(static_cast<size_t>(kFloatsPerRank) * options_.world, 0.0f);
+  if (options_.rank == 0) {
+    for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
+  }
+  int64_t count = 1;
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), round,
+                                          absl::MakeSpan(slots), &count,
+                                          options_.combine_timeout);
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < kValues; ++i) values[i] = Get(&slots[static_cast<size_t>(8 * i)]);
+  a->found = values[0] == 1;
+  a->next_step = static_cast<int64_t>(values[1]);
+  a->hash = WeightHash{values[2], values[3]};
+  return absl::OkStatus();
+}
+
 absl::Status JobRunner::FetchRankZeroState(const std::string& what, int64_t next_step,
                                             const WeightHash& hash, Replica* r) {
   // Rank 0's restored state, offered on its state board: no rank but rank 0
@@ -63,8 +98,8 @@ absl::Status JobRunner::FetchRankZeroState(const std::string& what, int64_t next
                                     t0 + options_.combine_timeout);
   if (!bytes.ok()) {
     return absl::Status(bytes.status().code(),
-                        absl::StrCat(what, ": fetching the checkpoint's state from ", PeerName(0), ": ",
-                                     bytes.status().message()));
+                        absl::StrCat(what, ": fetching the checkpoint's state from ",
+                                     PeerName(0), ": ", bytes.status().message()));
   }
   auto next = RestoreReplicaState(*bytes, r);
   if (!next.ok() || *next != next_step) {
@@ -97,7 +132,7 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
         absl::StrCat(what, "; the job already rolled back to a checkpoint ", rollbacks_,
                      " times (at most ", kMaxRollbacks, ")"));
   }
-  uint64_t values[kValues] = {0, 0, 0, 0, 0};
+  Announcement a;
   if (options_.rank == 0 && checkpointer->enabled()) {
     checkpointer->Wait();  // the write in flight, if any, is on disk
     auto files = ListCheckpoints(checkpointer->dir());
@@ -119,10 +154,7 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
                     {{"problem", point.status().ToString()}});
           continue;
         }
-        values[0] = 1;
-        values[1] = static_cast<uint64_t>(point->next_step);
-        values[2] = point->weights_hash.hi;
-        values[3] = point->weights_hash.lo;
+        a = {true, point->next_step, point->weights_hash};
         // Offered before the agreement below, so a peer that fetches after
         // it finds this state, not an older one under the same key.
         // (RollBack runs only in the in-combine check: a board is set.)
@@ -134,30 +166,20 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
       }
     }
   }
-  // Rank 0 tells every rank which checkpoint (the only non-zero slot).
-  std::vector<float> slots(static_cast<size_t>(kFloatsPerRank) * options_.world, 0.0f);
-  if (options_.rank == 0) {
-    for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
-  }
-  int64_t count = 1;
-  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()),
-                                          kFirstRollbackRound + rollbacks_++,
-                                          absl::MakeSpan(slots), &count,
-                                          options_.combine_timeout);
-      !s.ok()) {
+  // Rank 0 tells every rank which checkpoint.
+  if (absl::Status s = AnnounceFromRankZero(kFirstRollbackRound + rollbacks_++, &a); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, "; agreeing on a checkpoint: ",
                                                UserFacing(s).message()));
   }
-  for (int i = 0; i < kValues; ++i) values[i] = Get(&slots[static_cast<size_t>(8 * i)]);
-  if (values[0] != 1) {
+  if (!a.found) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, " and there is no checkpoint before step ", step,
         " to resolve it from (on_divergence=repair: write checkpoints more often with "
         "--checkpoint_every_steps)"));
   }
   Rollback back;
-  back.next_step = static_cast<int64_t>(values[1]);
-  back.hash = WeightHash{values[2], values[3]};
+  back.next_step = a.next_step;
+  back.hash = a.hash;
   if (options_.rank != 0) {
     if (absl::Status s = FetchRankZeroState(absl::StrCat(what, "; worker ", options_.worker_id),
                                             back.next_step, back.hash, r);
@@ -191,15 +213,12 @@ absl::StatusOr<int64_t> JobRunner::ResumeFromRankZero(const SamplerPosition& pos
                                                       int64_t total, Replica* r) {
   const std::string what = absl::StrCat("worker ", options_.worker_id, ": resuming from ",
                                         options_.spec.resume_from().checkpoint_dir());
-  uint64_t values[kValues] = {0, 0, 0, 0, 0};
+  Announcement a;
   absl::Status mine;
   if (options_.rank == 0) {
     auto point = ResumeHere(position, total, r);
     if (point.ok()) {
-      values[0] = 1;
-      values[1] = static_cast<uint64_t>(point->next_step);
-      values[2] = point->weights_hash.hi;
-      values[3] = point->weights_hash.lo;
+      a = {true, point->next_step, point->weights_hash};
       // Offered before the announcement, as in RollBack.
       options_.state_board->Publish(WireKey(), point->next_step,
                                     EncodeReplicaState(*r, point->next_step));
@@ -207,41 +226,26 @@ absl::StatusOr<int64_t> JobRunner::ResumeFromRankZero(const SamplerPosition& pos
       mine = point.status();
     }
   }
-  std::vector<float> slots(static_cast<size_t>(kFloatsPerRank) * options_.world, 0.0f);
-  if (options_.rank == 0) {
-    for (int i = 0; i < kValues; ++i) Put(values[i], &slots[static_cast<size_t>(8 * i)]);
-  }
-  int64_t count = 1;
-  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), kResumeRound,
-                                          absl::MakeSpan(slots), &count,
-                                          options_.combine_timeout);
-      !s.ok()) {
+  if (absl::Status s = AnnounceFromRankZero(kResumeRound, &a); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": agreeing on the checkpoint: ",
                                                UserFacing(s).message()));
   }
   if (!mine.ok()) return mine;
-  for (int i = 0; i < kValues; ++i) values[i] = Get(&slots[static_cast<size_t>(8 * i)]);
-  if (values[0] != 1) {
+  if (!a.found) {
     // Rank 0's report names the file and the problem: the job should fail
     // with that one, not this. Wait (up to the combine timeout) for the
     // coordinator to stop the job on rank 0's report.
-    const absl::Time until = absl::Now() + options_.combine_timeout;
-    while (!stop_.load() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
-    if (stop_.load()) {
+    if (WaitForStop(absl::Now() + options_.combine_timeout)) {
       return absl::CancelledError(absl::StrCat("job ", options_.job_id, " stopped"));
     }
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": ", PeerName(0), ", which reads the checkpoint for every rank, "
                      "could not load it (its own error names the file)"));
   }
-  const int64_t next_step = static_cast<int64_t>(values[1]);
   if (options_.rank != 0) {
-    if (absl::Status s = FetchRankZeroState(what, next_step, WeightHash{values[2], values[3]}, r);
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = FetchRankZeroState(what, a.next_step, a.hash, r); !s.ok()) return s;
   }
-  return next_step;
+  return a.next_step;
 }
 
 }  // namespace lockstep

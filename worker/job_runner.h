@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/data/fashion_mnist.h"
@@ -187,7 +188,10 @@ class JobRunner {
   // CANCELLED when stopped.
   absl::StatusOr<JobOutcome> Run();
 
-  void RequestStop() { stop_.store(true); }
+  void RequestStop() {
+    absl::MutexLock lock(&stop_mu_);
+    stop_.store(true);
+  }
 
   // The replica after Run() (null before).
   const Replica* replica() const { return replica_.get(); }
@@ -204,6 +208,10 @@ class JobRunner {
   Clock* const clock_;
   const Logger log_;
   std::atomic<bool> stop_{false};
+  // Held only to set stop_, so a waiter can wake on it (WaitForStop).
+  absl::Mutex stop_mu_;
+  // Until RequestStop() or `deadline`; true when stopped.
+  bool WaitForStop(absl::Time deadline);
   absl::Status AgreeOnShape(const Dataset& train);
   void FlipOneBit(Replica* r);
   // The divergence repair the coordinator scheduled at boundary `step`
@@ -232,6 +240,16 @@ class JobRunner {
     int64_t next_step = 0;
     WeightHash hash;
   };
+  // Rank 0's (found, next step, weights hash), told to every rank in a
+  // small combine under the shape-agreement key at `round` (rank 0's
+  // `*a` is sent; every rank's `*a` is set to it). Returns the combine's
+  // error as it is.
+  struct Announcement {
+    bool found = false;
+    int64_t next_step = 0;
+    WeightHash hash;
+  };
+  absl::Status AnnounceFromRankZero(int64_t round, Announcement* a);
   absl::StatusOr<Rollback> RollBack(int64_t step, JobCheckpointer* checkpointer,
                                     const SamplerPosition& position, int64_t total, Replica* r);
   // A rank other than 0 takes the state rank 0 restored from a checkpoint,

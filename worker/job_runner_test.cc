@@ -262,14 +262,18 @@ TEST_P(EquivalenceTest, MatchesReferenceAndReplicasStayBitIdentical) {
     ASSERT_EQ(std::memcmp(run.params[0].data(), want.data(), want.size() * sizeof(float)), 0);
   }
   // Per parameter, within a relative 1e-5 of the reference with float32 on
-  // the wire; with a 16-bit wire, within the stated tolerance: 2% of the
-  // parameter's magnitude (at least 1e-2) after these 40 steps (measured:
-  // see the README, "Compression").
+  // the wire (at least 1e-6: a parameter near zero is a sum of terms of
+  // unit scale, and the K slices' partial sums round differently from one
+  // sum; seen up to 3e-7 after these 40 steps, 2026-12-02, with OpenBLAS's
+  // Prescott and SkylakeX kernels alike, while a slice counted twice or
+  // not at all moves parameters by 1e-3 or more); with a 16-bit wire,
+  // within the stated tolerance: 2% of the parameter's magnitude (at least
+  // 1e-2) after these 40 steps (measured: see the README, "Compression").
   const float rel = c.compression.empty() ? 1e-5f : 2e-2f;
   int bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const float got = run.params[0][i];
-    const float floor = c.compression.empty() ? 1e-2f : 5e-1f;
+    const float floor = c.compression.empty() ? 1e-1f : 5e-1f;
     const float tol = rel * std::max(std::fabs(want[i]), floor);
     if (std::fabs(got - want[i]) > tol && ++bad < 5) {
       ADD_FAILURE() << "param " << i << ": distributed " << got << " vs reference " << want[i];

@@ -143,10 +143,9 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
     }
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && out.empty() && answered) {
       // The deadline passed during a call that had received nothing: the
-      // previous call's answer says why (e.g. the boundaries the peer offers).
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, ": not received by the deadline (last answer: ", last.message(),
-                       ")"));
+      // loop's top reports the previous call's answer, which says why (e.g.
+      // the boundaries the peer offers).
+      continue;
     }
     last = absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     answered = true;
