@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +49,8 @@
 #include "bench/bench_process.h"
 #include "bench/bench_util.h"
 #include "bench/local_cluster.h"
+#include "common/blas.h"
+#include "common/blas_core.h"
 
 ABSL_FLAG(int64_t, steps, 1500, "training steps of every run");
 ABSL_FLAG(int, repeats, 3, "repetitions of the whole matrix; medians are shown");
@@ -593,6 +596,15 @@ int ScalingBench::Main() {
               "%lld steps, no per-epoch eval; 1 OpenBLAS/torch thread per process; %d repeat(s)\n",
               absl::GetFlag(FLAGS_dataset).c_str(), absl::GetFlag(FLAGS_lr),
               static_cast<long long>(steps_), repeats_);
+  {
+    // Every process this bench starts inherits its environment, so this
+    // process's OpenBLAS kernel set is theirs (common/blas_core.h).
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const std::string env = forced != nullptr ? absl::StrCat("=", forced) : " not set";
+    const std::string advice = BlasCoreAdvice(BlasCoreName(), ThisCpu());
+    std::printf("OpenBLAS kernels: %s (OPENBLAS_CORETYPE%s)%s%s\n", BlasCoreName(), env.c_str(),
+                advice.empty() ? "" : "; ", advice.c_str());
+  }
   if (!absl::GetFlag(FLAGS_extra_job_flags).empty()) {
     std::printf("extra job flags: %s\n", absl::GetFlag(FLAGS_extra_job_flags).c_str());
   }

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -495,17 +496,26 @@ class Client {
       std::printf("%s\n", Json(list).c_str());
       return 0;
     }
-    std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %s\n", "worker", "address", "data address",
-                "host", "state", "job", "heartbeat");
+    std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %-10s %s\n", "worker", "address",
+                "data address", "host", "state", "job", "blas", "heartbeat");
+    std::vector<std::string> advice;  // one line per distinct advice
     for (const v1::WorkerInfo& w : list.workers()) {
-      std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %.1fs ago\n", w.worker_id().c_str(),
+      const std::string blas = w.blas_core().empty()          ? "-"
+                               : w.blas_advice().empty()      ? w.blas_core()
+                                                              : w.blas_core() + "*";
+      std::printf("%-6s %-22s %-22s %-14s %-6s %-5s %-10s %.1fs ago\n", w.worker_id().c_str(),
                   w.address().c_str(),
                   w.data_address().empty() ? "-" : w.data_address().c_str(),
                   w.hostname().c_str(),
                   v1::WorkerState_Name(w.state()).c_str(),
-                  w.job_id() ? absl::StrCat(w.job_id()).c_str() : "-",
+                  w.job_id() ? absl::StrCat(w.job_id()).c_str() : "-", blas.c_str(),
                   w.last_heartbeat_age_s());
+      if (!w.blas_advice().empty() &&
+          std::find(advice.begin(), advice.end(), w.blas_advice()) == advice.end()) {
+        advice.push_back(w.blas_advice());
+      }
     }
+    for (const std::string& a : advice) std::printf("* %s\n", a.c_str());
     return 0;
   }
 

@@ -119,7 +119,9 @@ void Coordinator::ScheduleLocked() {
     if (!job->spec.resume_from().checkpoint_dir().empty()) {
       // The worker that wrote the checkpoint reads it (scheduler.h).
       const Job* from = jobs_.Find(job->spec.resume_from().job_id());
-      if (from != nullptr && !from->ranks.empty()) PreferAsRankZero(from->ranks[0].worker_id, &idle);
+      if (from != nullptr && !from->ranks.empty()) {
+        PreferAsRankZero(from->ranks[0].worker_id, &idle);
+      }
     }
     StartPlan plan = PlanStart(*job, idle, PsAddressesLocked());
     if (plan.kind == StartPlan::kWait) return;  // strict FIFO
@@ -203,6 +205,13 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   if (!address.ok()) return address.status();
   absl::StatusOr<std::string> data_address = fill("data_address", request.data_address());
   if (!data_address.ok()) return data_address.status();
+  if (request.blas_core().size() > 64 || request.blas_advice().size() > 512) {
+    const bool core = request.blas_core().size() > 64;
+    return absl::InvalidArgumentError(absl::StrCat(
+        core ? "blas_core" : "blas_advice", ": ",
+        core ? request.blas_core().size() : request.blas_advice().size(),
+        " bytes, expected at most ", core ? 64 : 512));
+  }
 
   const absl::Time now = clock_->Now();
   Locked lock(this);  // writes this call's log lines after unlocking
@@ -232,6 +241,8 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   w.hostname = request.hostname();
   w.pid = request.pid();
   w.max_job_memory_bytes = std::max<int64_t>(0, request.max_job_memory_bytes());
+  w.blas_core = request.blas_core();
+  w.blas_advice = request.blas_advice();
   w.state = v1::IDLE;
   w.last_seen = now;
   PersistWorkerLocked(*workers_.Add(std::move(w)));
@@ -242,12 +253,13 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   reply.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
   reply.set_address(*address);
   reply.set_data_address(*data_address);
-  LogLocked(LogLevel::kInfo, "worker registered",
-            {{"worker", id},
-             {"address", *address},
-             {"data_address", *data_address},
-             {"hostname", request.hostname()},
-             {"pid", request.pid()}});
+  std::vector<LogField> fields = {{"worker", id},
+                                  {"address", *address},
+                                  {"data_address", *data_address},
+                                  {"hostname", request.hostname()},
+                                  {"pid", request.pid()}};
+  if (!request.blas_core().empty()) fields.push_back({"blas_core", request.blas_core()});
+  LogLocked(LogLevel::kInfo, "worker registered", std::move(fields));
   ScheduleLocked();
   return reply;
 }

@@ -90,6 +90,8 @@ v1::WorkerList Coordinator::ListWorkers() {
     info->set_address(w.address);
     info->set_data_address(w.data_address);
     info->set_hostname(w.hostname);
+    info->set_blas_core(w.blas_core);
+    info->set_blas_advice(w.blas_advice);
     info->set_state(w.state);
     info->set_job_id(w.job_id);
     info->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - w.last_seen));

@@ -171,6 +171,29 @@ TEST_F(CoordinatorTest, RegisterAssignsIdsInOrderAndHeartbeatInterval) {
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CoordinatorTest, AWorkersBlasKernelsAreListedAndOverlongOnesRefusedNamingTheField) {
+  v1::RegisterWorkerRequest req;
+  req.set_address(Addr(1));
+  req.set_blas_core("Prescott");
+  req.set_blas_advice("restart with OPENBLAS_CORETYPE=Cooperlake");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 1);
+  EXPECT_EQ(list.workers(0).blas_core(), "Prescott");
+  EXPECT_EQ(list.workers(0).blas_advice(), "restart with OPENBLAS_CORETYPE=Cooperlake");
+
+  req.set_address(Addr(2));
+  req.set_blas_core(std::string(65, 'x'));
+  absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "blas_core: 65 bytes, expected at most 64");
+  req.set_blas_core("Haswell");
+  req.set_blas_advice(std::string(513, 'x'));
+  r = coord_->RegisterWorker(req);
+  EXPECT_EQ(r.status().message(), "blas_advice: 513 bytes, expected at most 512");
+  EXPECT_EQ(coord_->ListWorkers().workers_size(), 1);  // nothing registered
+}
+
 TEST_F(CoordinatorTest, AddressWithoutHostGetsTheCallersIp) {
   v1::RegisterWorkerRequest req;
   req.set_address(":7071");

@@ -40,6 +40,7 @@ struct WorkerRecord {
   std::string data_address;  // raw-TCP peer hub ("" = none)
   int64_t pid = 0;
   int64_t max_job_memory_bytes = 0;  // advertised at registration (0 = none)
+  std::string blas_core, blas_advice;  // as registered (not persisted)
   lockstep::v1::WorkerState state = lockstep::v1::IDLE;
   uint64_t job_id = 0;  // bound job (0 = none)
   int rank = -1;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/train/job_flags.h"
 #include "common/blas.h"
+#include "common/blas_core.h"
 #include "common/flags_usage.h"
 #include "common/json.h"
 #include "common/train/reference_trainer.h"
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
       "  lockstep-train --model=mlp:256 --dataset=fashion-mnist --epochs=10 [--json]");
   lockstep::ParseFlagsOrExit(argc, argv);
   lockstep::SetBlasThreads(absl::GetFlag(FLAGS_blas_threads));
+  if (const std::string advice =
+          lockstep::BlasCoreAdvice(lockstep::BlasCoreName(), lockstep::ThisCpu());
+      !advice.empty()) {
+    std::fprintf(stderr, "lockstep-train: warning: %s\n", advice.c_str());
+  }
   auto job = lockstep::JobSpecFromFlags(lockstep::FlagsGivenOnCommandLine(argc, argv));
   if (!job.ok()) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(job.status().message()).c_str());

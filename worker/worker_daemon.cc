@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/blas.h"
+#include "common/blas_core.h"
 #include "common/daemon_util.h"
 #include "common/collective/chunking.h"
 #include "common/grpcutil/grpc_status.h"
@@ -127,6 +128,8 @@ absl::Status WorkerDaemon::Register() {
   req.set_hostname(options_.hostname);
   req.set_pid(getpid());
   req.set_max_job_memory_bytes(options_.max_job_memory_bytes);
+  req.set_blas_core(BlasCoreName());
+  req.set_blas_advice(BlasCoreAdvice(BlasCoreName(), ThisCpu()));
   v1::RegisterWorkerReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -145,7 +148,11 @@ absl::Status WorkerDaemon::Register() {
             {{"worker", worker_id_},
              {"coordinator", options_.coordinator},
              {"address", reply.address().empty() ? options_.advertise_address : reply.address()},
-             {"data_address", reply.data_address()}});
+             {"data_address", reply.data_address()},
+             {"blas_core", req.blas_core()}});
+  if (!req.blas_advice().empty()) {
+    later.Add(LogLevel::kWarn, "slow BLAS kernels", {{"advice", req.blas_advice()}});
+  }
   return absl::OkStatus();
 }
 

@@ -194,6 +194,8 @@ class WorkerInfo(_View):
     job_id: int
     last_heartbeat_age_s: float
     data_address: str
+    blas_core: str                 # OpenBLAS kernel set ("" = not said)
+    blas_advice: str               # what to set when it is too narrow
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
