@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -115,16 +116,25 @@ class OutboundStream final
   OutboundStream(std::string peer_name, int64_t max_queued_bytes)
       : peer_name_(std::move(peer_name)), max_queued_(max_queued_bytes) {}
 
-  static std::shared_ptr<OutboundStream> Start(grpc::GenericStub* stub,
+  // `channel` is the one `stub` calls on: the stream keeps a reference.
+  static std::shared_ptr<OutboundStream> Start(std::shared_ptr<grpc::Channel> channel,
+                                               grpc::GenericStub* stub,
                                                std::string peer_name,
                                                int64_t max_queued_bytes) {
     auto s = std::make_shared<OutboundStream>(std::move(peer_name),
                                               max_queued_bytes);
-    s->self_ = s;
+    s->channel_ = std::move(channel);
+    {
+      absl::MutexLock l(&s->mu_);
+      s->self_ = s;
+    }
     stub->PrepareBidiStreamingCall(&s->ctx_, kStreamMethod,
                                    grpc::StubOptions(), s.get());
     s->AddHold();
     s->StartRead(&s->reply_);
+    // Publishes what this thread wrote (the object, self_, channel_) to the
+    // gRPC threads that run the reactions (see HandedOff).
+    s->handed_off_.store(true, std::memory_order_release);
     s->StartCall();
     return s;
   }
@@ -224,6 +234,7 @@ class OutboundStream final
   }
 
   void OnWriteDone(bool ok) override {
+    HandedOff();
     auto keep = shared_from_this();
     bool start = false, writes_done = false, release = false;
     {
@@ -248,6 +259,7 @@ class OutboundStream final
   }
 
   void OnWritesDoneDone(bool ok) override {
+    HandedOff();
     auto keep = shared_from_this();
     bool release = false;
     {
@@ -260,6 +272,7 @@ class OutboundStream final
   }
 
   void OnReadDone(bool ok) override {
+    HandedOff();
     auto keep = shared_from_this();
     bool release = false;
     {
@@ -276,6 +289,7 @@ class OutboundStream final
   }
 
   void OnDone(const grpc::Status& s) override {
+    HandedOff();
     std::shared_ptr<OutboundStream> keep;
     absl::MutexLock l(&mu_);
     keep = std::move(self_);  // released after the lock (declared first)
@@ -333,7 +347,21 @@ class OutboundStream final
 
   const std::string peer_name_;
   const int64_t max_queued_;
+  // Declared before ctx_, so released after it: the call's ClientContext
+  // also holds the channel, but releases it inside libgrpc++, where the
+  // reference count's atomics are invisible to ThreadSanitizer; when this
+  // reference is the last, the channel is freed from code TSan sees
+  // ordered after every other holder's release (tests/tsan/run_tsan.sh:
+  // nonfinite_paths_test reported the free as a race with the transport's
+  // release of the same channel on another thread).
+  std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext ctx_;
+  // gRPC hands this object from Start's thread to the threads that run its
+  // reactions through its core's atomics, which ThreadSanitizer cannot see
+  // (Debian's gRPC is not instrumented): a release in Start and an acquire
+  // at the top of every reaction make that order visible to it.
+  std::atomic<bool> handed_off_{false};
+  void HandedOff() const { (void)handed_off_.load(std::memory_order_acquire); }
   grpc::ByteBuffer reply_;
 
   mutable absl::Mutex mu_;
@@ -456,7 +484,7 @@ absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
     if (channel->WaitForConnected(absl::ToChronoTime(slice))) break;
   }
   std::shared_ptr<OutboundStream> s = OutboundStream::Start(
-      link.stubs[index].get(), inbox_->PeerName(to), options_.max_queued_bytes);
+      channel, link.stubs[index].get(), inbox_->PeerName(to), options_.max_queued_bytes);
   {
     absl::MutexLock l(&mu_);
     if (shut_down_) {
