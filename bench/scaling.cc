@@ -153,6 +153,14 @@ class ScalingBench {
   void PrintMethod() const;
   // Each returns a sample or an error naming the run.
   absl::StatusOr<Sample> RunTrain(int64_t batch, const std::string& tag);
+  // lockstep-train started (StartTrain) and its figure read once it exited
+  // (FinishTrain), so that several can run at once (RunTrainTogether).
+  absl::StatusOr<pid_t> StartTrain(int64_t batch, const std::string& tag);
+  absl::StatusOr<Sample> FinishTrain(pid_t pid, int64_t batch, const std::string& tag);
+  // `k` lockstep-train processes at batch `batch` started together: the sum
+  // of their examples/s (the machine's ceiling for weak scaling at K = k:
+  // no communication, no service).
+  absl::StatusOr<Sample> RunTrainTogether(int k, int64_t batch, const std::string& tag);
   absl::StatusOr<Sample> RunTorch(const Run& r);
   void RunClusters(int rep);
   void Record(const Run& r, int rep, const absl::StatusOr<Sample>& s);
@@ -187,6 +195,12 @@ void ScalingBench::Plan() {
     runs_.push_back({"ddp1", "torch DDP gloo, 1 process", Run::kTorch, 1, batch_, "ddp", "", ""});
     runs_.push_back({"ddp2", absl::StrCat("torch DDP gloo, 2 processes (", batch_, " each)"),
                      Run::kTorch, 2, 2 * batch_, "ddp", "weak", ""});
+  }
+  for (int k : worlds_) {
+    if (k == 1) continue;
+    runs_.push_back({absl::StrCat("trainx", k),
+                     absl::StrCat(k, " lockstep-train at once (ceiling)"), Run::kTrain, k,
+                     batch_ * k, "", "weak", ""});
   }
   static const std::map<std::string, std::string> kModeName = {
       {"tcp", "ring tcp"},      {"grpc", "ring grpc"},    {"ps1", "ps S=1 grpc"},
@@ -225,7 +239,9 @@ void ScalingBench::PrintMethod() const {
       "connection are never counted):\n"
       "  lockstep-train   its own examples/s (--json): training examples / the summed time of\n"
       "                   its steps (sampling, forward, backward, update); dataset load and the\n"
-      "                   untimed end-of-epoch test evaluations excluded.\n"
+      "                   untimed end-of-epoch test evaluations excluded. 'K lockstep-train at\n"
+      "                   once': K of them started together, the sum of their figures (the\n"
+      "                   machine's weak-scaling ceiling: no communication, no service).\n"
       "  cluster ex/s     steps after warm-up, timed by this bench: it polls GetJob every %d ms\n"
       "                   while the job runs and divides the steps completed (by every rank,\n"
       "                   as the coordinator counts them) between the first poll that saw\n"
@@ -247,6 +263,37 @@ void ScalingBench::PrintMethod() const {
 }
 
 absl::StatusOr<Sample> ScalingBench::RunTrain(int64_t batch, const std::string& tag) {
+  absl::StatusOr<pid_t> pid = StartTrain(batch, tag);
+  if (!pid.ok()) return pid.status();
+  return FinishTrain(*pid, batch, tag);
+}
+
+absl::StatusOr<Sample> ScalingBench::RunTrainTogether(int k, int64_t batch,
+                                                     const std::string& tag) {
+  std::vector<pid_t> pids;
+  absl::Status failed;
+  for (int i = 0; i < k && failed.ok(); ++i) {
+    absl::StatusOr<pid_t> pid = StartTrain(batch, absl::StrCat(tag, "_", i));
+    if (pid.ok()) {
+      pids.push_back(*pid);
+    } else {
+      failed = pid.status();
+    }
+  }
+  Sample sum;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    absl::StatusOr<Sample> one = FinishTrain(pids[i], batch, absl::StrCat(tag, "_", i));
+    if (one.ok()) {
+      sum.eps += one->eps;
+    } else if (failed.ok()) {
+      failed = one.status();
+    }
+  }
+  if (!failed.ok()) return failed;
+  return sum;
+}
+
+absl::StatusOr<pid_t> ScalingBench::StartTrain(int64_t batch, const std::string& tag) {
   const std::string out = absl::StrCat(dir_, "/", tag, ".json");
   const std::string err = absl::StrCat(dir_, "/", tag, ".log");
   std::vector<std::string> argv = {
@@ -256,12 +303,17 @@ absl::StatusOr<Sample> ScalingBench::RunTrain(int64_t batch, const std::string& 
       absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--decay=cosine", "--seed=1",
       "--eval_each_epoch=false", "--blas_threads=1"};
   for (std::string& f : Words(absl::GetFlag(FLAGS_extra_train_flags))) argv.push_back(f);
-  absl::StatusOr<pid_t> pid = Spawn(argv, {{"OPENBLAS_NUM_THREADS", "1"}}, out, err);
-  if (!pid.ok()) return pid.status();
+  return Spawn(argv, {{"OPENBLAS_NUM_THREADS", "1"}}, out, err);
+}
+
+absl::StatusOr<Sample> ScalingBench::FinishTrain(pid_t pid, int64_t batch,
+                                                 const std::string& tag) {
+  const std::string out = absl::StrCat(dir_, "/", tag, ".json");
+  const std::string err = absl::StrCat(dir_, "/", tag, ".log");
   absl::StatusOr<int> rc =
-      WaitExit(*pid, absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s)), "lockstep-train");
+      WaitExit(pid, absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s)), "lockstep-train");
   if (!rc.ok()) {
-    Stop({*pid}, absl::Seconds(1));
+    Stop({pid}, absl::Seconds(1));
     return rc.status();
   }
   absl::StatusOr<std::string> json = ReadFile(out);
@@ -534,6 +586,13 @@ int ScalingBench::PrintTargets() const {
                 t.aim > 0 ? (r >= t.aim ? "  (aim reached)" : "  (aim not reached)") : "");
   }
   std::printf("  %d of %zu targets missed\n", missed, targets.size());
+  for (int k : worlds_) {
+    const std::string key = absl::StrCat("trainx", k);
+    if (k == 1 || !samples_.count(key) || samples_.at(key).empty()) continue;
+    std::printf("  ceiling: %d lockstep-train processes at once (no communication, no service) "
+                "reach %.3fx\n",
+                k, RatioMedian(key, "train128"));
+  }
   return missed;
 }
 
@@ -637,6 +696,12 @@ int ScalingBench::Main() {
       std::printf(" %s", r.key.c_str());
       std::fflush(stdout);
       Record(r, rep, RunTorch(r));
+    }
+    for (const Run& r : runs_) {
+      if (r.kind != Run::kTrain || r.k == 1) continue;
+      std::printf(" %s", r.key.c_str());
+      std::fflush(stdout);
+      Record(r, rep, RunTrainTogether(r.k, batch_, absl::StrCat(r.key, "_", rep)));
     }
     RunClusters(rep);
     std::printf(" train");

@@ -27,7 +27,9 @@ for want in \
   "cluster K=2 weak ps S=2 tcp " \
   "K=1 cluster final weights hash equals lockstep-train's" \
   "Targets (ratio to lockstep-train" \
-  "of 7 targets missed"; do
+  "of 7 targets missed" \
+  "2 lockstep-train at once (ceiling)" \
+  "ceiling: 2 lockstep-train processes at once"; do
   grep -qF -- "$want" "$out" || fail "no line with '$want'"
 done
 grep -q "FAILED" "$out" && fail "a run FAILED"
@@ -36,6 +38,8 @@ grep -q "FAILED" "$out" && fail "a run FAILED"
 rows=$(grep -cE '^(lockstep-train|cluster K=).* [1-9][0-9]* +[0-9]+\.[0-9]+x ' "$out")
 [ "$rows" = 8 ] || fail "expected 8 rows with examples/s > 0, got $rows"
 # --skip_torch: no torch rows.
+grep -qE '^2 lockstep-train at once \(ceiling\) +2 +128 +256 +[1-9][0-9]* +[0-9]+\.[0-9]+x ' "$out" \
+  || fail "the ceiling row has no examples/s"
 grep -q "^torch" "$out" && fail "torch rows despite --skip_torch"
 cat "$out"
 echo PASS
