@@ -48,8 +48,9 @@ std::string BestCoreFor(VectorLevel level, const CpuVectors& cpu);
 
 // "" when `core` is unknown or uses the widest vectors the CPU has; else one
 // sentence naming the core, what the CPU has, and the variable to set, e.g.
-// "OpenBLAS chose its Prescott kernels (SSE3) on a CPU with AVX-512:
-// restart with OPENBLAS_CORETYPE=SkylakeX for faster training".
+// "OpenBLAS chose its Prescott kernels (SSE) on a CPU with AVX-512:
+// restart with OPENBLAS_CORETYPE=SkylakeX for faster training (this
+// OpenBLAS does not recognise the CPU model)".
 std::string BlasCoreAdvice(absl::string_view core, const CpuVectors& cpu);
 
 }  // namespace lockstep
