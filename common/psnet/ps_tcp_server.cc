@@ -465,8 +465,11 @@ void PsTcpServer::Serve(Conn* conn) {
       r.worker = f.worker;
       r.count = total;
       r.len = payload_bytes;
+      // Counted when answered, before the send, as the gRPC handler counts
+      // before gRPC sends its reply: counted after, a client (or test) that
+      // has its result could still read the old count.
+      registry_->CountPull(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
       sent = SendFrame(fd, r, buf.data(), absl::Now() + options_.frame_timeout);
-      if (sent.ok()) registry_->CountPull(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
     } else {
       sent = SendError(fd, f, s, absl::Now() + options_.frame_timeout);
     }
