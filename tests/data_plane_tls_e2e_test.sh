@@ -8,7 +8,9 @@
 #      jobs SUCCEED with the same hashes (TLS changes no byte the
 #      collectives see);
 #   C  a stranger with a worker certificate from another CA at a B worker's
-#      data port: refused in the handshake, logged naming its address.
+#      data port: refused in the handshake, logged naming its address;
+#   D  --data_plane_tls with no --ps_addresses (the coordinator's own shard,
+#      which holds a coordinator certificate): the ps job has A's hash.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; CERTS="$5"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -30,13 +32,13 @@ BASE=(--workers=2 --model=mlp:32,32 --dataset='csv:train.csv;test.csv' --batch=3
 RING=(--sync=ring --peer_transport=tcp)
 PSJ=(--sync=ps --ps_transport=tcp)
 
-start() {  # NAME EXTRA_DAEMON_FLAGS
-  local n="$1" extra="$2"
+start() {  # NAME EXTRA_DAEMON_FLAGS [own: no --ps_addresses, ps jobs use the coordinator's shard]
+  local n="$1" extra="$2" own="${3:-}"
   "$PS" --listen=127.0.0.1:0 --port_file="$T/$n.ps.port" --metrics_port=-1 \
     $(tls "$PKI" server) $extra 2>"$T/$n.ps.log" & pids+=($!)
   wait_file "$T/$n.ps.port"
   "$COORD" --listen=127.0.0.1:0 --port_file="$T/$n.coord.port" --metrics_port=-1 \
-    --ps_addresses="127.0.0.1:$(cat "$T/$n.ps.port")" $(tls "$PKI" coordinator) \
+    $([ "$own" = own ] || echo "--ps_addresses=127.0.0.1:$(cat "$T/$n.ps.port")") $(tls "$PKI" coordinator) \
     --token_file="$PKI/token" $extra 2>"$T/$n.coord.log" & pids+=($!)
   wait_file "$T/$n.coord.port"
   C="127.0.0.1:$(cat "$T/$n.coord.port")"
@@ -99,5 +101,15 @@ for _ in $(seq 200); do
 done
 grep -m1 -F "connection from $from: TLS handshake failed" "$T/tls.w1.log" | cut -c1-300 | grep . \
   || fail "w1 did not log the handshake from $from as refused: $(tail -5 "$T/tls.w1.log")"
+cleanup; pids=()
+
+# D: the coordinator's own shard over --data_plane_tls (the worker expects
+# the coordinator's certificate there, a server certificate at a
+# lockstep-server shard): the ps job SUCCEEDS with A's hash.
+start own "--data_plane_tls" own
+ps_own=$(run_job "${PSJ[@]}") || exit 1
+[ -n "$ps_plain" ] && [ "$ps_own" = "$ps_plain" ] \
+  || fail "ps/tcp over TLS on the coordinator's shard: final hash $ps_own, plain $ps_plain"
+echo "D --data_plane_tls, the coordinator's own shard: ps/tcp $ps_own"
 echo "total $(( $(now_ms) - t_start )) ms"
 echo PASS

@@ -16,6 +16,10 @@
 #      PeerService/Stream and ReplicaState/FetchState -> PERMISSION_DENIED;
 #      a worker pointed at another worker's port (a worker certificate
 #      posing as the coordinator) fails the handshake, never registers;
+#   E  a lockstep-server holding a coordinator certificate: a ps job FAILS,
+#      the workers naming the role (the worker's ps channel expects a server
+#      certificate, the coordinator's only for the coordinator's own shard);
+#      a ps job on the coordinator's own shard over TLS SUCCEEDS with A's hash;
 #   D  bad flags exit 2 naming the flag and file; neither --tls_* nor
 #      --insecure, or both, exit 2 (every daemon and the CLI); --insecure
 #      warns.
@@ -37,19 +41,23 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.arg
 JOB=(--workers=2 --model=mlp:16 --dataset='csv:train.csv;test.csv' --batch=30 --steps=300
      --lr=0.05 --optimizer=sgd --momentum=0.9 --seed=9 --eval_each_epoch=false)
 
-# start NAME [TLS flags per role: "" = plain]; sets C, PSA, W1 (worker 1's address)
+# start NAME SECURE [PS_ROLE [own]]: SECURE 1 = --tls_* on every process (0
+# = --insecure); PS_ROLE: the certificate the lockstep-server holds (default
+# server); "own": the coordinator gets no --ps_addresses (ps jobs use its own
+# shard). Sets C, PSA, W1 (worker 1's address).
 start() {
   local n="$1" secure="$2" cf="--insecure" wf="--insecure" sf="--insecure"
+  local psr="${3:-server}" own="${4:-}"
   if [ "$secure" = 1 ]; then
     cf="$(tls "$PKI" coordinator) --token_file=$PKI/token"; wf="$(tls "$PKI" worker)"
-    sf="$(tls "$PKI" server)"
+    sf="$(tls "$PKI" "$psr")"
   fi
   "$PS" --listen=127.0.0.1:0 --port_file="$T/$n.ps.port" --metrics_port=-1 $sf \
     2>"$T/$n.ps.log" & pids+=($!)
   wait_file "$T/$n.ps.port"
   PSA="127.0.0.1:$(cat "$T/$n.ps.port")"
   "$COORD" --listen=127.0.0.1:0 --port_file="$T/$n.coord.port" --metrics_port=-1 \
-    --ps_addresses="$PSA" $cf 2>"$T/$n.coord.log" & pids+=($!)
+    $([ "$own" = own ] || echo "--ps_addresses=$PSA") $cf 2>"$T/$n.coord.log" & pids+=($!)
   wait_file "$T/$n.coord.port"
   C="127.0.0.1:$(cat "$T/$n.coord.port")"
   for i in 1 2; do
@@ -208,6 +216,29 @@ workers_after=$(cli workers --json | json "sorted((w['worker_id'], w['address'])
 [ "$workers_after" = "$workers_before" ] || fail "workers changed: $workers_before -> $workers_after"
 [ "$(cli jobs --json | json "len(d['jobs'])")" = 2 ] || fail "expected only the 2 jobs of B: $jobs_after"
 echo "ok   jobs and workers unchanged: $(cli jobs | tail -n +2 | awk '{print $1, $2}' | tr '\n' ' ')"
+stop_all
+
+echo "== E: a ps shard must hold the role the job names"
+# A lockstep-server holding the coordinator's certificate (as a stolen
+# coordinator key would): the worker's ps channel expects a server
+# certificate, so the handshake fails and the ps job FAILS, naming the role.
+start roles 1 coordinator
+cli() { "$CLI" --coordinator="$C" $(tls "$PKI" client) --token_file="$PKI/token" "$@"; }
+idle
+out=$(cli submit "${JOB[@]}" --sync=ps --follow --json)
+[ "$(json "d['state']" <<<"$out")" = FAILED ] \
+  || fail "a ps job on a shard holding a coordinator certificate did not fail: $out"
+grep -q "has role coordinator, expected server" "$T/roles.w1.log" "$T/roles.w2.log" \
+  || fail "no role refusal in the workers' logs: $(json "d.get('reason')" <<<"$out")"
+echo "ok   coordinator certificate posing as a ps server: refused ($(grep -h -m1 -o 'has role coordinator, expected server[^"]*' "$T/roles.w1.log" "$T/roles.w2.log" | head -1 | head -c 120))"
+stop_all
+# The coordinator's own shard (no --ps_addresses) holds the coordinator's
+# certificate: the same job SUCCEEDS with the hash of A's ps job.
+start own 1 server own
+idle
+own_ps=$(run_job --sync=ps) || exit 1
+[ "$own_ps" = "$ps_ref" ] || fail "ps on the coordinator's shard over TLS: hash $own_ps, A's ps $ps_ref"
+echo "ok   ps on the coordinator's own shard over TLS: SUCCEEDED, hash $own_ps = A's"
 stop_all
 
 echo "== D: bad flags"

@@ -167,14 +167,20 @@ struct WorkerDaemonOptions {
   // wrapper must forward every call. Empty = the clients are used as they are.
   std::function<std::unique_ptr<PsClient>(PsClient* inner)> wrap_ps_client;
   // Credentials of the channels to peers' ReplicaState (they expect a
-  // worker's certificate) and to ps shards (a ps server's or the
-  // coordinator's; common/grpcutil/tls.h); nullptr = plain text. (The
+  // worker's certificate) and to ps shards: a lockstep-server shard must
+  // hold a server certificate, the coordinator's own shard (the job's
+  // Assignment.coordinator_ps_shard) a coordinator certificate, so a stolen
+  // coordinator key cannot pose as a ps server nor a server key as the
+  // coordinator's shard (common/grpcutil/tls.h); nullptr = plain text. (The
   // coordinator channel and the peer transports get theirs from the caller.)
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
   std::shared_ptr<grpc::ChannelCredentials> ps_channel_credentials;
-  // --data_plane_tls: the TLS context of --ps_transport=tcp connections (the
-  // server must hold a server or coordinator certificate); nullptr = plain.
+  std::shared_ptr<grpc::ChannelCredentials> coordinator_ps_channel_credentials;
+  // --data_plane_tls: the TLS context of --ps_transport=tcp connections, for
+  // a lockstep-server shard (server certificate) and for the coordinator's
+  // shard (coordinator certificate); nullptr = plain.
   std::shared_ptr<const dataconn::DataTls> ps_data_tls;
+  std::shared_ptr<const dataconn::DataTls> coordinator_ps_data_tls;
 };
 
 class WorkerDaemon {
@@ -213,10 +219,13 @@ class WorkerDaemon {
     return options_.channel_credentials != nullptr ? options_.channel_credentials
                                                    : grpc::InsecureChannelCredentials();
   }
-  // options_.ps_channel_credentials, or plain text when it is null.
-  std::shared_ptr<grpc::ChannelCredentials> PsChannelCredentials() const {
-    return options_.ps_channel_credentials != nullptr ? options_.ps_channel_credentials
-                                                      : grpc::InsecureChannelCredentials();
+  // The credentials of a ps shard's channel: options_.coordinator_ps_channel_
+  // credentials for the coordinator's own shard, else options_.ps_channel_
+  // credentials; plain text when the one picked is null.
+  std::shared_ptr<grpc::ChannelCredentials> PsChannelCredentials(bool coordinator_shard) const {
+    const auto& c = coordinator_shard ? options_.coordinator_ps_channel_credentials
+                                      : options_.ps_channel_credentials;
+    return c != nullptr ? c : grpc::InsecureChannelCredentials();
   }
 
   absl::Status Register();

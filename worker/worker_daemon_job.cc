@@ -167,7 +167,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                            : a.ps_addresses(s);
               // Receives one shard per Pull reply (message_limits.h).
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
-                  CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), PsChannelCredentials()),
+                  CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), PsChannelCredentials(a.coordinator_ps_shard())),
                   addr, s, k, e - b));
               ps_ptrs.push_back(ps_clients.back().get());
               if (ps_tcp) {
@@ -189,7 +189,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                 }
                 PsTcpClientOptions tcp_options;
                 tcp_options.secret = a.data_plane_secret();
-                tcp_options.tls = options_.ps_data_tls;
+                tcp_options.tls = a.coordinator_ps_shard() ? options_.coordinator_ps_data_tls
+                                                          : options_.ps_data_tls;
                 ps_tcp_clients.push_back(
                     std::make_unique<PsTcpClient>(*data, s, k, e - b, tcp_options));
                 ps_ptrs.back() = ps_tcp_clients.back().get();

@@ -171,21 +171,24 @@ int main(int argc, char** argv) {
   auto ring_tls = lockstep::DataPlaneTlsFromFlag(tls_files.cert, tls_files.key, tls_files.ca,
                                                  {"worker"});
   auto ps_data_tls = lockstep::DataPlaneTlsFromFlag(tls_files.cert, tls_files.key, tls_files.ca,
-                                                    {"server", "coordinator"});
-  if (!ring_tls.ok() || !ps_data_tls.ok()) {
-    logger.Error((ring_tls.ok() ? ps_data_tls.status() : ring_tls.status()).message());
-    return 2;
+                                                    {"server"});
+  auto coordinator_ps_data_tls = lockstep::DataPlaneTlsFromFlag(
+      tls_files.cert, tls_files.key, tls_files.ca, {"coordinator"});
+  for (const auto* t : {&ring_tls, &ps_data_tls, &coordinator_ps_data_tls}) {
+    if (!t->ok()) {
+      logger.Error(t->status().message());
+      return 2;
+    }
   }
   // Each channel checks the role of the server it means to reach
-  // (common/grpcutil/tls.h): the coordinator, a ps shard (a lockstep-server,
-  // or the coordinator's own shard), a peer worker.
+  // (common/grpcutil/tls.h): the coordinator, a ps shard (a lockstep-server's
+  // or, when the job says so, the coordinator's own), a peer worker.
   const std::shared_ptr<grpc::ChannelCredentials> coordinator_credentials =
       security->ChannelCredentials(lockstep::RoleBit(lockstep::PeerRole::kCoordinator));
   const std::shared_ptr<grpc::ChannelCredentials> peer_credentials =
       security->ChannelCredentials(lockstep::RoleBit(lockstep::PeerRole::kWorker));
-  const std::shared_ptr<grpc::ChannelCredentials> ps_credentials = security->ChannelCredentials(
-      lockstep::RoleBit(lockstep::PeerRole::kServer) |
-      lockstep::RoleBit(lockstep::PeerRole::kCoordinator));
+  const std::shared_ptr<grpc::ChannelCredentials> ps_credentials =
+      security->ChannelCredentials(lockstep::RoleBit(lockstep::PeerRole::kServer));
 
   const int data_port = absl::GetFlag(FLAGS_data_port);
   if (data_port < 0 || data_port > 65535) {
@@ -322,7 +325,9 @@ int main(int argc, char** argv) {
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
   options.channel_credentials = peer_credentials;
   options.ps_channel_credentials = ps_credentials;
+  options.coordinator_ps_channel_credentials = coordinator_credentials;
   options.ps_data_tls = *ps_data_tls;
+  options.coordinator_ps_data_tls = *coordinator_ps_data_tls;
   options.state_board = &state_board;
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };

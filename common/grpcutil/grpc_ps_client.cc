@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/health_check.h"
 
 namespace lockstep {
 namespace {
@@ -14,7 +15,8 @@ constexpr absl::Duration kPullGrace = absl::Seconds(1);
 
 GrpcPsClient::GrpcPsClient(std::shared_ptr<grpc::Channel> channel, std::string address,
                            int shard, int num_workers, int64_t shard_len)
-    : stub_(v1::ParameterServer::NewStub(channel)),
+    : channel_(channel),
+      stub_(v1::ParameterServer::NewStub(channel)),
       address_(std::move(address)),
       shard_(shard),
       num_workers_(num_workers),
@@ -23,8 +25,16 @@ GrpcPsClient::GrpcPsClient(std::shared_ptr<grpc::Channel> channel, std::string a
 absl::Status GrpcPsClient::Named(const grpc::Status& s) const {
   absl::Status st = FromGrpcStatus(s);
   if (st.ok()) return st;
+  // Calls wait for a connection (a shard still starting is not an error):
+  // one that never came ends "Deadline Exceeded"; say why it did not (a
+  // refused connection, a TLS handshake naming the certificate's role).
+  std::string why;
+  if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+    const std::string failure = ConnectFailure(channel_, absl::Seconds(1));
+    if (!failure.empty()) why = absl::StrCat(" (cannot connect: ", failure, ")");
+  }
   return absl::Status(st.code(), absl::StrCat("ps shard ", shard_, " (", address_, "): ",
-                                              st.message()));
+                                              st.message(), why));
 }
 
 bool GrpcPsClient::Begin(grpc::ClientContext* ctx) {

@@ -56,6 +56,7 @@ class GrpcPsClient : public PsClient {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
 
+  std::shared_ptr<grpc::Channel> channel_;  // for ConnectFailure (health_check.h)
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
   const std::string address_;
   const int shard_;

@@ -25,4 +25,16 @@ absl::StatusOr<HealthStatus> CheckHealth(const std::string& address, const std::
   return response.status();
 }
 
+std::string ConnectFailure(const std::shared_ptr<grpc::Channel>& channel,
+                           absl::Duration timeout) {
+  if (channel == nullptr || channel->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return "";
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status s = stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &response);
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return "";
+  return s.error_message();
+}
+
 }  // namespace lockstep

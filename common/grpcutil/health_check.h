@@ -27,6 +27,17 @@ absl::StatusOr<HealthStatus> CheckHealth(
     const std::string& address, const std::string& service, absl::Duration timeout,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
+// Why `channel` cannot connect, for an error message: when the channel is
+// in TRANSIENT_FAILURE, one fail-fast Health/Check on it (it does not wait
+// for a connection, so it does not reach the server) ends UNAVAILABLE with
+// gRPC's last connection error, e.g. a failed TLS handshake naming the
+// server certificate's role (tls.h); that text is returned. "" when the
+// channel is in another state or the check says nothing more. A call made
+// with wait_for_ready that ran into its deadline carries only "Deadline
+// Exceeded": callers append this. Any thread; waits at most `timeout`.
+std::string ConnectFailure(const std::shared_ptr<grpc::Channel>& channel,
+                           absl::Duration timeout);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_GRPCUTIL_HEALTH_CHECK_H_
