@@ -60,7 +60,9 @@ class CoordinatorHistoryTest : public ::testing::Test {
     o.max_finished_jobs_in_memory = max_finished;
     o.max_jobs_with_weights = max_weights;
     coord_ = std::make_unique<Coordinator>(o, &clock_);
-    if (db_ != nullptr) ASSERT_TRUE(coord_->AttachStateDb(db_.get()).ok());
+    if (db_ != nullptr) {
+      ASSERT_TRUE(coord_->AttachStateDb(db_.get()).ok());
+    }
     for (int i = 1; i <= 3; ++i) {
       v1::RegisterWorkerRequest req;
       req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
@@ -240,7 +242,9 @@ TEST_F(CoordinatorHistoryTest, WithoutADatabaseOlderStepsAreSummarised) {
     for (const v1::SyncCheck& c : pages[i].checks()) {
       if (c.step() >= kSteps - kWindow) steps.push_back(c.step());
     }
-    if (i > 0) EXPECT_EQ(pages[i].summarised_to_step(), 0);
+    if (i > 0) {
+      EXPECT_EQ(pages[i].summarised_to_step(), 0);
+    }
   }
   ASSERT_EQ(static_cast<int64_t>(steps.size()), kWindow);
   for (int64_t i = 0; i < kWindow; ++i) EXPECT_EQ(steps[i], kSteps - kWindow + i);

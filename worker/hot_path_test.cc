@@ -611,6 +611,7 @@ TEST(HotPathTest, CountingWorks) {
   static std::vector<int>* volatile keep;
   auto* p = new std::vector<int>(1000);
   keep = p;
+  (void)keep;
   const int64_t after = t_allocations;
   delete p;
   EXPECT_GE(after - before, 2);  // the vector object and its buffer

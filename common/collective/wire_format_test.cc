@@ -129,7 +129,9 @@ TEST(WireFormatTest, Fp16ArraysMatchTheScalarConversion) {
     std::memcpy(&a, &dec[h], 4);
     std::memcpy(&b, &want, 4);
     ASSERT_EQ(a, b) << std::hex << h;
-    if (!std::isnan(want)) ASSERT_EQ(acc[h], 1.0f + want) << std::hex << h;
+    if (!std::isnan(want)) {
+      ASSERT_EQ(acc[h], 1.0f + want) << std::hex << h;
+    }
   }
   std::printf("fp16 arrays use F16C: %s\n", Fp16UsesF16c() ? "yes" : "no");
 }

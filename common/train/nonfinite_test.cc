@@ -100,7 +100,9 @@ TEST(ReplicaFlagSlotsTest, FlagsInFrontGradientAlignedLossAtTheEnd) {
     EXPECT_EQ(starts[0], off + n);
     for (size_t i = 1; i < starts.size(); ++i) {
       EXPECT_LT(starts[i], starts[i - 1]);
-      if (off > 0) EXPECT_GT(starts[i], off);
+      if (off > 0) {
+        EXPECT_GT(starts[i], off);
+      }
     }
   }
   auto bad = Replica::Create(spec, 3, 2, -1);
