@@ -269,7 +269,13 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   Locked lock(this);  // writes this call's log lines after unlocking
   v1::HeartbeatReply reply;
   Worker* w = workers_.Find(request.worker_id());
-  if (w == nullptr) {
+  // Another process holding this id (a coordinator restarted without
+  // --state_dir gave it to the worker that registered first): that process
+  // registers again and gets its own id. Checked when both sides know the
+  // process (a restored record or an older worker may not).
+  const bool other_process = w != nullptr && w->pid != 0 && request.pid() != 0 &&
+                             (w->pid != request.pid() || w->hostname != request.hostname());
+  if (w == nullptr || other_process) {
     reply.set_reregister(true);
     return reply;
   }

@@ -277,6 +277,38 @@ TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksToReregister) {
   EXPECT_FALSE(r.stop_job());
 }
 
+// A coordinator restarted without --state_dir numbers ids from w-1 again:
+// the first worker to register again takes w-1 while another process may
+// still heartbeat as its old w-1. That heartbeat names another process
+// (pid, hostname), so it is told to register again (daemon_ops_test saw the
+// old w-1 accepted as the new one's and never registered, 2026-12-02).
+TEST_F(CoordinatorTest, HeartbeatFromAnotherProcessHoldingTheIdAsksToReregister) {
+  v1::RegisterWorkerRequest reg;
+  reg.set_address(Addr(1));
+  reg.set_data_address(DataAddr(1));
+  reg.set_hostname("host1");
+  reg.set_pid(4242);
+  absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(reg);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->worker_id(), "w-1");
+  auto beat = [&](int64_t pid, const std::string& host) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id("w-1");
+    req.set_pid(pid);
+    req.set_hostname(host);
+    absl::StatusOr<v1::HeartbeatReply> b = coord_->Heartbeat(req);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() && b->reregister();
+  };
+  EXPECT_FALSE(beat(4242, "host1"));  // the process that registered
+  EXPECT_TRUE(beat(4243, "host1"));   // another process, same host
+  EXPECT_TRUE(beat(4242, "host2"));   // same pid on another host
+  EXPECT_FALSE(beat(0, ""));          // an older worker: not checked
+  // The registration is untouched: its own process still beats as w-1.
+  EXPECT_FALSE(beat(4242, "host1"));
+  ASSERT_EQ(coord_->ListWorkers().workers_size(), 1);
+}
+
 TEST_F(CoordinatorTest, GroupKeysDifferAcrossCoordinatorStartsThatReuseJobIds) {
   // Two coordinators started a millisecond apart both number jobs from 1; their
   // job 1 must not share a wire key, and the later start's is larger.

@@ -196,6 +196,8 @@ absl::Status WorkerDaemon::Run() {
 
 void WorkerDaemon::Heartbeat() {
   v1::HeartbeatRequest req;
+  req.set_pid(getpid());
+  req.set_hostname(options_.hostname);
   {
     absl::MutexLock l(&mu_);
     req.set_worker_id(worker_id_);
