@@ -274,7 +274,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   // registers again and gets its own id. Checked when both sides know the
   // process (a restored record or an older worker may not).
   const bool other_process = w != nullptr && w->pid != 0 && request.pid() != 0 &&
-                             (w->pid != request.pid() || w->hostname != request.hostname());
+                             !SameProcess(*w, request.hostname(), request.pid());
   if (w == nullptr || other_process) {
     reply.set_reregister(true);
     return reply;

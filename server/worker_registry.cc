@@ -24,7 +24,7 @@ absl::Status WorkerRegistry::CheckAddress(const std::string& address,
                                           absl::Time now) const {
   for (const auto& [seq, old] : workers_) {
     if (old.address != address || old.state == v1::LOST) continue;
-    if (old.hostname == hostname && old.pid == pid) continue;
+    if (SameProcess(old, hostname, pid)) continue;
     return absl::AlreadyExistsError(absl::StrFormat(
         "address %s is already registered by live worker %s (host %s, pid %d, last heartbeat "
         "%.1f s ago); refusing the worker on host %s, pid %d that claims it too. Give each "

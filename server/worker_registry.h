@@ -47,6 +47,12 @@ struct WorkerRecord {
   absl::Time last_seen;
 };
 
+// True when `w` was registered by the process `pid` on `hostname` (both
+// as the registration or heartbeat names them; 0 / "" compare as values).
+inline bool SameProcess(const WorkerRecord& w, const std::string& hostname, int64_t pid) {
+  return w.hostname == hostname && w.pid == pid;
+}
+
 class WorkerRegistry {
  public:
   // nullptr unless `id` is "w-N" of a registered worker.
