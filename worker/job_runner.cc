@@ -597,8 +597,10 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                   : SumOverflowMessage(step),
           " (spec.on_nonfinite: fail)"));
     }
+    // The update hashes what it writes while it is in cache (Submit below
+    // reports those hashes: StepReporter::HashDuringUpdate).
     const float lr = skip ? LearningRate(r.spec().lr, r.spec().global_batch, step)
-                          : r.Apply(step, count);
+                          : r.Apply(step, count, reporter.HashDuringUpdate(r.params()));
     next_step_ = step + 1;
     // Steps before the last rollback's combine step were computed, counted,
     // evaluated and reported before it: a replayed one counts once (the
@@ -615,9 +617,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
     if (step == options_.flip_at_step && !flipped_) {
       flipped_ = true;
       FlipOneBit(&r);
+      reporter.DiscardUpdateHash();  // Submit hashes the flipped state
     }
     if (step == options_.perturb_at_step && r.num_params() > 0 && !perturbed_) {
       perturbed_ = true;
+      reporter.DiscardUpdateHash();
       float& w0 = r.mutable_params()[0];
       w0 = std::nextafter(w0, std::numeric_limits<float>::infinity());
     }

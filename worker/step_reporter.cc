@@ -137,7 +137,27 @@ void StepReporter::Submit(v1::ReportStepRequest* report, absl::Span<const float>
   // after the update wrote the weights, while they are in this core's cache.
   s->report.Swap(report);
   s->weights = weights;
-  HashSlot(s);
+  UpdateHash& u = update_hash_;
+  const Optimizer* opt = options_.optimizer;
+  if (u.armed && u.weights.data() == weights.data() && u.weights.size() == weights.size() &&
+      fused_.position() == weights.size() && (opt == nullptr || opt->steps() == u.steps_after)) {
+    // Hashed while the update wrote them (HashDuringUpdate).
+    s->hash = fused_.Finish();
+    auto* blocks = s->report.mutable_block_hashes();
+    blocks->Resize(static_cast<int>(u.blocks.size()), 0);
+    std::copy(u.blocks.begin(), u.blocks.end(), blocks->mutable_data());
+    s->identity = s->hash.hi ^ (s->hash.lo * 0x9e3779b97f4a7c15ull);
+    if (opt != nullptr) {
+      if (!u.slots_streamed) {
+        BeginOptimizerHash(opt->steps());
+        job_hasher_.Update(opt->slots());
+      }
+      FinishOptimizerHash(s, job_hasher_.Finish());
+    }
+  } else {
+    HashSlot(s);
+  }
+  u.armed = false;
   SetHex(s->hash, s->report.mutable_weights_hash());
   absl::MutexLock l(&mu_);
   ++submitted_;
@@ -170,16 +190,48 @@ void StepReporter::HashSlot(Slot* slot) {
   slot->hash = fused_.Hash(w, starts, absl::MakeSpan(blocks->mutable_data(), blocks->size()));
   slot->identity = slot->hash.hi ^ (slot->hash.lo * 0x9e3779b97f4a7c15ull);
   if (options_.optimizer != nullptr) {
-    // HashReplica({}, steps, slots), with this thread's hasher.
-    const absl::Span<const float> slots = options_.optimizer->slots();
-    hasher->Reset();
-    hasher->UpdateU64(0);
-    hasher->UpdateU64(static_cast<uint64_t>(options_.optimizer->steps()));
-    hasher->UpdateU64(slots.size());
-    hasher->Update(slots);
-    const WeightHash oh = hasher->Finish();
-    slot->identity ^= oh.hi * 0xc2b2ae3d27d4eb4full ^ oh.lo;
-    SetHex(oh, slot->report.mutable_optimizer_hash());
+    BeginOptimizerHash(options_.optimizer->steps());
+    hasher->Update(options_.optimizer->slots());
+    FinishOptimizerHash(slot, hasher->Finish());
+  }
+}
+
+void StepReporter::BeginOptimizerHash(int64_t steps) {
+  // HashReplica({}, steps, slots), with this thread's hasher: the header
+  // here, the slots' bytes by the caller.
+  job_hasher_.Reset();
+  job_hasher_.UpdateU64(0);
+  job_hasher_.UpdateU64(static_cast<uint64_t>(steps));
+  job_hasher_.UpdateU64(options_.optimizer->slots().size());
+}
+
+void StepReporter::FinishOptimizerHash(Slot* slot, const WeightHash& oh) {
+  slot->identity ^= oh.hi * 0xc2b2ae3d27d4eb4full ^ oh.lo;
+  SetHex(oh, slot->report.mutable_optimizer_hash());
+}
+
+UpdateObserver* StepReporter::HashDuringUpdate(absl::Span<const float> weights) {
+  UpdateHash& u = update_hash_;
+  u.blocks.resize(options_.block_starts.size());  // sized once: no allocation after
+  u.weights = weights;
+  fused_.Begin(weights.size(), options_.block_starts, absl::MakeSpan(u.blocks));
+  const Optimizer* opt = options_.optimizer;
+  // Slots stream with the weights only when there is one per parameter (the
+  // hash covers them in order; Adam's m and s are written side by side).
+  u.slots_streamed = opt != nullptr && opt->num_slots() == static_cast<int64_t>(weights.size()) &&
+                     opt->num_params() == static_cast<int64_t>(weights.size());
+  u.steps_after = opt != nullptr ? opt->steps() + 1 : 0;
+  if (u.slots_streamed) BeginOptimizerHash(u.steps_after);
+  u.armed = true;
+  return &u;
+}
+
+void StepReporter::UpdateHash::Updated(int64_t begin, int64_t end) {
+  if (!armed) return;
+  r_->fused_.Update(weights.data(), static_cast<size_t>(begin), static_cast<size_t>(end));
+  if (slots_streamed) {
+    r_->job_hasher_.Update(r_->options_.optimizer->slots().subspan(
+        static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
   }
 }
 

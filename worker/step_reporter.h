@@ -43,6 +43,10 @@
 // spend 150-200 us of CPU per step hashing them from the other core, more
 // than the job thread now spends; with K workers on K cores every such
 // microsecond is taken from a job thread). The reporter thread only sends.
+// Better still (2026-12-02), the update itself feeds the hashes chunk by
+// chunk as it writes them (HashDuringUpdate, Optimizer::Step's
+// UpdateObserver), so each 8 KiB chunk of weights and momentum is hashed
+// from L1 right after it is written, and Submit only finishes the digests.
 //
 // Every wait ends by options.timeout (DEADLINE_EXCEEDED naming the step
 // whose reply is missing) or soon (<= 20 ms) after *options.stop becomes
@@ -168,6 +172,19 @@ class StepReporter {
   // Blocks until every submitted report is answered. Errors as WaitForRoom.
   absl::Status Flush();
 
+  // Fused hashing: an observer to pass to the update (Replica::Apply) of
+  // `weights`, the weights the next Submit reports. As the optimizer writes
+  // each chunk, it hashes the chunk (the weights hash and block hashes, and
+  // the optimizer's slots when there is one per parameter, i.e. SGD with
+  // momentum) while it is in this core's cache; Submit then uses these
+  // hashes instead of reading 2 x 4 bytes per parameter again. Submit uses
+  // them only if the update covered every weight of the same span and the
+  // optimizer made exactly one step since; otherwise it hashes as without.
+  // Whoever changes the weights or the optimizer state between the update
+  // and Submit (fault injection) calls DiscardUpdateHash(). Job thread only.
+  UpdateObserver* HashDuringUpdate(absl::Span<const float> weights);
+  void DiscardUpdateHash() { update_hash_.armed = false; }
+
   // Hash of the last submitted weights; requires a successful WaitHashed()
   // or Flush() after the last Submit.
   WeightHash last_hash();
@@ -200,7 +217,28 @@ class StepReporter {
     uint64_t identity = 0;  // weights and optimizer hashes folded
   };
 
+  // HashDuringUpdate's observer: feeds the job thread's hash states.
+  class UpdateHash : public UpdateObserver {
+   public:
+    explicit UpdateHash(StepReporter* r) : r_(r) {}
+    void Updated(int64_t begin, int64_t end) override;
+
+    bool armed = false;
+    bool slots_streamed = false;  // job_hasher_ holds the optimizer hash's prefix
+    int64_t steps_after = 0;      // the optimizer's steps() once the update is done
+    absl::Span<const float> weights;
+    std::vector<uint64_t> blocks;  // sized once (block_starts)
+
+   private:
+    StepReporter* const r_;
+  };
+
   void Loop();
+  // Starts the optimizer hash (HashReplica of no parameters) in job_hasher_:
+  // its header, for `steps` optimizer steps.
+  void BeginOptimizerHash(int64_t steps);
+  // The optimizer hash into the slot (and its identity).
+  void FinishOptimizerHash(Slot* slot, const WeightHash& oh);
   // Hashes the slot's weights (and blocks, optimizer state) into it; the
   // caller owns the slot (the job thread, in Submit).
   void HashSlot(Slot* slot);
@@ -241,6 +279,7 @@ class StepReporter {
   // The job thread's hash states (made once: no allocation per step).
   WeightHasher job_hasher_;
   FusedWeightHasher fused_;
+  UpdateHash update_hash_{this};
   std::thread thread_;  // last: started after everything above
 };
 

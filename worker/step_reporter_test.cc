@@ -262,6 +262,78 @@ TEST(StepReporter, SubmitHashesOnTheCallingThreadWhileTheReporterWaitsForAReply)
   EXPECT_EQ(coordinator.reports()[1].block_hashes(1), HashBlock(bs.subspan(1, 1)));
 }
 
+TEST(StepReporter, HashesTakenDuringTheUpdateEqualThoseTakenAfterIt) {
+  // Two replicas in lockstep: A hashes while the optimizer writes
+  // (HashDuringUpdate), B after it (Submit alone). Every report must be
+  // identical: weights hash, block hashes, optimizer hash and identity, for
+  // plain SGD (no slots), momentum (slots streamed) and Adam (slots hashed
+  // at Submit); also when a step is skipped (no update after
+  // HashDuringUpdate) and when the weights change after the update
+  // (DiscardUpdateHash).
+  const int64_t n = 2 * UpdateObserver::kChunkFloats + 100;
+  std::vector<OptimizerConfig> configs(3);
+  configs[1].momentum = 0.9f;
+  configs[2].kind = "adam";
+  for (size_t c = 0; c < configs.size(); ++c) {
+    auto opt_a = Optimizer::Create(configs[c], n);
+    auto opt_b = Optimizer::Create(configs[c], n);
+    ASSERT_TRUE(opt_a.ok() && opt_b.ok());
+    GatedReporter coord_a, coord_b;
+    coord_a.Release(1000);
+    coord_b.Release(1000);
+    StepReporterOptions o;
+    o.block_starts = {0, 100, 3000};
+    o.optimizer = opt_a->get();
+    StepReporter rep_a(&coord_a, o);
+    o.optimizer = opt_b->get();
+    StepReporter rep_b(&coord_b, o);
+    std::vector<float> wa(n), wb(n), g(n);
+    for (int64_t i = 0; i < n; ++i) wa[i] = wb[i] = 0.001f * static_cast<float>(i % 97);
+    for (int64_t step = 0; step < 6; ++step) {
+      for (int64_t i = 0; i < n; ++i) g[i] = 0.01f * static_cast<float>((i * (step + 3)) % 13);
+      ASSERT_TRUE(rep_a.WaitForRoom().ok());
+      ASSERT_TRUE(rep_b.WaitForRoom().ok());
+      UpdateObserver* observer = rep_a.HashDuringUpdate(wa);
+      if (step != 2) {  // step 2 is skipped: no update after HashDuringUpdate
+        (*opt_a)->Step(absl::MakeSpan(wa), g, 0.1f, observer);
+        (*opt_b)->Step(absl::MakeSpan(wb), g, 0.1f);
+      }
+      if (step == 4) {  // a fault changes the weights after the update
+        wa[5] += 1.0f;
+        wb[5] += 1.0f;
+        rep_a.DiscardUpdateHash();
+      }
+      v1::ReportStepRequest ra = Report(step), rb = Report(step);
+      rep_a.Submit(&ra, wa);
+      rep_b.Submit(&rb, wb);
+      ASSERT_TRUE(rep_a.WaitHashed().ok());
+      ASSERT_TRUE(rep_b.WaitHashed().ok());
+      EXPECT_EQ(rep_a.last_hash(), HashWeights(wa)) << "config " << c << " step " << step;
+      EXPECT_EQ(rep_a.last_hash(), rep_b.last_hash()) << "config " << c << " step " << step;
+      EXPECT_EQ(rep_a.last_identity(), rep_b.last_identity())
+          << "config " << c << " step " << step;
+    }
+    ASSERT_TRUE(rep_a.Flush().ok());
+    ASSERT_TRUE(rep_b.Flush().ok());
+    const auto a = coord_a.reports(), b = coord_b.reports();
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].weights_hash(), b[i].weights_hash()) << "config " << c << " report " << i;
+      EXPECT_EQ(a[i].optimizer_hash(), b[i].optimizer_hash()) << "config " << c << " report " << i;
+      ASSERT_EQ(a[i].block_hashes_size(), 3);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(a[i].block_hashes(k), b[i].block_hashes(k)) << "config " << c << " block " << k;
+      }
+    }
+    // The optimizer hash is HashReplica of no parameters (steps, slots).
+    EXPECT_EQ(a.back().optimizer_hash(),
+              HashReplica({}, (*opt_a)->steps(), (*opt_a)->slots()).ToHex());
+    EXPECT_EQ(a.back().block_hashes(1),
+              HashBlock(absl::MakeConstSpan(wa).subspan(100, 2900)));
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
 

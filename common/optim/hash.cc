@@ -132,30 +132,66 @@ FusedWeightHasher::~FusedWeightHasher() {
 WeightHash FusedWeightHasher::Hash(absl::Span<const float> params,
                                    absl::Span<const int64_t> starts,
                                    absl::Span<uint64_t> block_hashes) {
+  const size_t n = params.size();
+  Begin(n, starts, block_hashes);
+  for (size_t c = 0; c < n; c += kChunkFloats) {
+    Update(params.data(), c, std::min(n, c + kChunkFloats));
+  }
+  return Finish();
+}
+
+size_t FusedWeightHasher::Clamp(int64_t v) const {
+  return v < 0 ? size_t{0} : std::min(static_cast<size_t>(v), n_);
+}
+
+size_t FusedWeightHasher::BlockEnd(size_t i) const {
+  return i + 1 < starts_.size() ? std::max(Clamp(starts_[i]), Clamp(starts_[i + 1])) : n_;
+}
+
+void FusedWeightHasher::Begin(size_t n, absl::Span<const int64_t> starts,
+                              absl::Span<uint64_t> block_hashes) {
   ABSL_RAW_CHECK(block_hashes.size() == starts.size(),
                  "FusedWeightHasher: one block hash per start");
-  XXH3_state_t* whole = states_->whole;
-  XXH3_state_t* block = states_->block;
-  ABSL_RAW_CHECK(XXH3_128bits_reset(whole) == XXH_OK, "XXH3_128bits_reset failed");
-  const size_t n = params.size();
-  const float* p = params.data();
-  auto clamp = [n](int64_t v) { return v < 0 ? size_t{0} : std::min(static_cast<size_t>(v), n); };
-  // Floats before the first block: the whole hash only.
-  const size_t first = starts.empty() ? n : clamp(starts[0]);
-  if (first > 0) XXH3_128bits_update(whole, p, first * sizeof(float));
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const size_t b = clamp(starts[i]);
-    const size_t e = i + 1 < starts.size() ? std::max(b, clamp(starts[i + 1])) : n;
-    ABSL_RAW_CHECK(XXH3_64bits_reset(block) == XXH_OK, "XXH3_64bits_reset failed");
-    for (size_t c = b; c < e; c += kChunkFloats) {
-      const size_t bytes = std::min(kChunkFloats, e - c) * sizeof(float);
-      XXH3_128bits_update(whole, p + c, bytes);
-      XXH3_64bits_update(block, p + c, bytes);
-    }
-    // An empty block: XXH3_64bits of "" (as HashBlock of an empty span).
-    block_hashes[i] = XXH3_64bits_digest(block);
+  ABSL_RAW_CHECK(XXH3_128bits_reset(states_->whole) == XXH_OK, "XXH3_128bits_reset failed");
+  n_ = n;
+  pos_ = 0;
+  starts_ = starts;
+  blocks_ = block_hashes;
+  cur_ = -1;
+  // Floats before the first block go into the whole hash only.
+  cur_end_ = starts.empty() ? n : Clamp(starts[0]);
+  AdvanceBlocks();
+}
+
+void FusedWeightHasher::AdvanceBlocks() {
+  // Blocks are consecutive: [starts[i], BlockEnd(i)). An empty block gets
+  // XXH3_64bits of "" (as HashBlock of an empty span).
+  while (pos_ == cur_end_ && cur_ + 1 < static_cast<int64_t>(starts_.size())) {
+    if (cur_ >= 0) blocks_[static_cast<size_t>(cur_)] = XXH3_64bits_digest(states_->block);
+    ++cur_;
+    ABSL_RAW_CHECK(XXH3_64bits_reset(states_->block) == XXH_OK, "XXH3_64bits_reset failed");
+    cur_end_ = BlockEnd(static_cast<size_t>(cur_));
   }
-  return FromXxh128(XXH3_128bits_digest(whole));
+}
+
+void FusedWeightHasher::Update(const float* params, size_t begin, size_t end) {
+  ABSL_RAW_CHECK(begin == pos_ && begin <= end && end <= n_,
+                 "FusedWeightHasher::Update: ranges must be consecutive and within n");
+  while (pos_ < end) {
+    const size_t stop = std::min(end, cur_end_);
+    const size_t bytes = (stop - pos_) * sizeof(float);
+    XXH3_128bits_update(states_->whole, params + pos_, bytes);
+    if (cur_ >= 0) XXH3_64bits_update(states_->block, params + pos_, bytes);
+    pos_ = stop;
+    AdvanceBlocks();
+  }
+}
+
+WeightHash FusedWeightHasher::Finish() {
+  ABSL_RAW_CHECK(pos_ == n_, "FusedWeightHasher::Finish before every float was fed");
+  AdvanceBlocks();
+  if (cur_ >= 0) blocks_[static_cast<size_t>(cur_)] = XXH3_64bits_digest(states_->block);
+  return FromXxh128(XXH3_128bits_digest(states_->whole));
 }
 
 uint64_t HashBlock(absl::Span<const float> block) {

@@ -122,9 +122,33 @@ class FusedWeightHasher {
   WeightHash Hash(absl::Span<const float> params, absl::Span<const int64_t> starts,
                   absl::Span<uint64_t> block_hashes);
 
+  // The same, streamed, for a caller that produces the parameters chunk by
+  // chunk (an optimizer step, UpdateObserver): Begin, then Update with
+  // consecutive ranges [begin, end) of `params` covering [0, n), then Finish.
+  // `starts` and `block_hashes` (not owned) must stay valid until Finish,
+  // which writes the block hashes and returns the 128-bit hash: equal to
+  // Hash(params, starts, block_hashes). Begin again to abandon a pass.
+  void Begin(size_t n, absl::Span<const int64_t> starts, absl::Span<uint64_t> block_hashes);
+  // Aborts unless begin == position() and end <= n (programming error).
+  void Update(const float* params, size_t begin, size_t end);
+  size_t position() const { return pos_; }  // floats fed since Begin
+  // Aborts unless position() == n.
+  WeightHash Finish();
+
  private:
   struct States;
+  // The end of block i (the next start, or n).
+  size_t BlockEnd(size_t i) const;
+  size_t Clamp(int64_t v) const;
+  // Digests the blocks that end at pos_ and moves to the next one.
+  void AdvanceBlocks();
+
   std::unique_ptr<States> states_;
+  size_t n_ = 0, pos_ = 0;
+  absl::Span<const int64_t> starts_;
+  absl::Span<uint64_t> blocks_;
+  int64_t cur_ = -1;     // block being hashed (-1: the floats before the first)
+  size_t cur_end_ = 0;   // where it ends
 };
 
 }  // namespace lockstep

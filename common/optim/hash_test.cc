@@ -234,5 +234,42 @@ TEST(FusedWeightHasherTest, EqualsHashWeightsAndHashBlockInOnePass) {
   EXPECT_EQ(fused.Hash({}, {}, absl::MakeSpan(none)), HashWeights({}));
 }
 
+TEST(FusedWeightHasherTest, StreamedInAwkwardPiecesEqualsOnePass) {
+  // An optimizer step feeds 2048-float chunks; any consecutive pieces must
+  // give the same hashes, whatever block boundaries they cross.
+  std::vector<float> w(2 * FusedWeightHasher::kChunkFloats + 333);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * -0.11f + 2.0f;
+  const std::vector<int64_t> starts = {5, 5, 100, 2048, 4100, 4101};
+  FusedWeightHasher fused;
+  std::vector<uint64_t> want(starts.size()), got(starts.size(), 0);
+  const WeightHash whole = fused.Hash(w, starts, absl::MakeSpan(want));
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{2048}, size_t{3000}, w.size()}) {
+    std::fill(got.begin(), got.end(), 0);
+    fused.Begin(w.size(), starts, absl::MakeSpan(got));
+    for (size_t b = 0; b < w.size(); b += piece) {
+      fused.Update(w.data(), b, std::min(w.size(), b + piece));
+    }
+    EXPECT_EQ(fused.position(), w.size());
+    EXPECT_EQ(fused.Finish(), whole) << "pieces of " << piece;
+    EXPECT_EQ(got, want) << "pieces of " << piece;
+  }
+  // An abandoned pass: Begin again starts afresh.
+  fused.Begin(w.size(), starts, absl::MakeSpan(got));
+  fused.Update(w.data(), 0, 10);
+  fused.Begin(w.size(), starts, absl::MakeSpan(got));
+  fused.Update(w.data(), 0, w.size());
+  EXPECT_EQ(fused.Finish(), whole);
+}
+
+TEST(FusedWeightHasherDeathTest, GapsAndEarlyFinishAbort) {
+  std::vector<float> w(10, 1.0f);
+  std::vector<uint64_t> blocks;
+  FusedWeightHasher fused;
+  fused.Begin(w.size(), {}, absl::MakeSpan(blocks));
+  EXPECT_DEATH(fused.Update(w.data(), 1, 5), "consecutive");
+  fused.Update(w.data(), 0, 5);
+  EXPECT_DEATH(fused.Finish(), "before every float");
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -1,5 +1,6 @@
 #include "common/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -46,45 +47,63 @@ void MomentumSgd(float* w, float* v, const float* grad, size_t n, float wd, floa
   }
 }
 
+// Runs fn(begin, count) over [0, total): in one piece without an observer,
+// otherwise in UpdateObserver::kChunkFloats pieces, telling the observer
+// after each.
+template <typename Fn>
+void ForEachChunk(size_t total, UpdateObserver* observer, Fn fn) {
+  if (observer == nullptr) {
+    if (total > 0) fn(size_t{0}, total);
+    return;
+  }
+  const size_t chunk = static_cast<size_t>(UpdateObserver::kChunkFloats);
+  for (size_t b = 0; b < total; b += chunk) {
+    const size_t n = std::min(chunk, total - b);
+    fn(b, n);
+    observer->Updated(static_cast<int64_t>(b), static_cast<int64_t>(b + n));
+  }
+}
+
 class SgdOptimizer final : public Optimizer {
  public:
   SgdOptimizer(const OptimizerConfig& config, int64_t num_params)
       : Optimizer(config, num_params,
                   config.momentum != 0.0f ? num_params : 0) {}
 
-  void Step(absl::Span<float> params, absl::Span<const float> mean_grad,
-            float lr) override {
+  void Step(absl::Span<float> params, absl::Span<const float> mean_grad, float lr,
+            UpdateObserver* observer) override {
     CheckSizes(params, mean_grad);
     const float wd = config_.weight_decay;
     const float mu = config_.momentum;
     const bool nesterov = config_.nesterov;
     const bool first = (steps_ == 0);
-    float* w = params.data();
-    const float* grad = mean_grad.data();
-    const size_t n = params.size();
+    const size_t total = params.size();
     // The flags pick one branch-free loop (so -O2 vectorises it); every
     // instantiation performs exactly the scalar operations of the formula.
-    if (mu == 0.0f) {
-      if (wd != 0.0f) {
-        PlainSgd<true>(w, grad, n, wd, lr);
-      } else {
-        PlainSgd<false>(w, grad, n, wd, lr);
+    const int variant = (mu == 0.0f ? 8 : 0) | (wd != 0.0f ? 4 : 0) | (first ? 2 : 0) |
+                        (nesterov ? 1 : 0);
+    ForEachChunk(total, observer, [&](size_t b, size_t n) {
+      float* w = params.data() + b;
+      const float* grad = mean_grad.data() + b;
+      float* v = slots_.data() + (mu == 0.0f ? 0 : b);
+      switch (variant) {
+        case 0: MomentumSgd<false, false, false>(w, v, grad, n, wd, mu, lr); break;
+        case 1: MomentumSgd<false, false, true>(w, v, grad, n, wd, mu, lr); break;
+        case 2: MomentumSgd<false, true, false>(w, v, grad, n, wd, mu, lr); break;
+        case 3: MomentumSgd<false, true, true>(w, v, grad, n, wd, mu, lr); break;
+        case 4: MomentumSgd<true, false, false>(w, v, grad, n, wd, mu, lr); break;
+        case 5: MomentumSgd<true, false, true>(w, v, grad, n, wd, mu, lr); break;
+        case 6: MomentumSgd<true, true, false>(w, v, grad, n, wd, mu, lr); break;
+        case 7: MomentumSgd<true, true, true>(w, v, grad, n, wd, mu, lr); break;
+        default:
+          if (wd != 0.0f) {
+            PlainSgd<true>(w, grad, n, wd, lr);
+          } else {
+            PlainSgd<false>(w, grad, n, wd, lr);
+          }
+          break;
       }
-      ++steps_;
-      return;
-    }
-    float* v = slots_.data();
-    const int variant = (wd != 0.0f ? 4 : 0) | (first ? 2 : 0) | (nesterov ? 1 : 0);
-    switch (variant) {
-      case 0: MomentumSgd<false, false, false>(w, v, grad, n, wd, mu, lr); break;
-      case 1: MomentumSgd<false, false, true>(w, v, grad, n, wd, mu, lr); break;
-      case 2: MomentumSgd<false, true, false>(w, v, grad, n, wd, mu, lr); break;
-      case 3: MomentumSgd<false, true, true>(w, v, grad, n, wd, mu, lr); break;
-      case 4: MomentumSgd<true, false, false>(w, v, grad, n, wd, mu, lr); break;
-      case 5: MomentumSgd<true, false, true>(w, v, grad, n, wd, mu, lr); break;
-      case 6: MomentumSgd<true, true, false>(w, v, grad, n, wd, mu, lr); break;
-      default: MomentumSgd<true, true, true>(w, v, grad, n, wd, mu, lr); break;
-    }
+    });
     ++steps_;
   }
 };
@@ -94,8 +113,8 @@ class AdamOptimizer final : public Optimizer {
   AdamOptimizer(const OptimizerConfig& config, int64_t num_params)
       : Optimizer(config, num_params, 2 * num_params) {}
 
-  void Step(absl::Span<float> params, absl::Span<const float> mean_grad,
-            float lr) override {
+  void Step(absl::Span<float> params, absl::Span<const float> mean_grad, float lr,
+            UpdateObserver* observer) override {
     CheckSizes(params, mean_grad);
     const int64_t t = steps_ + 1;
     const double b1 = config_.beta1;
@@ -114,11 +133,23 @@ class AdamOptimizer final : public Optimizer {
     const float decay_factor = static_cast<float>(
         1.0 - static_cast<double>(lr) * static_cast<double>(wd));
 
-    const size_t n = params.size();
-    float* w = params.data();
-    const float* grad = mean_grad.data();
-    float* m = slots_.data();
-    float* s = slots_.data() + n;
+    const size_t total = params.size();
+    ForEachChunk(total, observer, [&](size_t b, size_t n) {
+      float* w = params.data() + b;
+      const float* grad = mean_grad.data() + b;
+      float* m = slots_.data() + b;
+      float* s = slots_.data() + total + b;
+      AdamChunk(w, m, s, grad, n, wd, decoupled, decay_factor, beta1, beta2, one_minus_b1,
+                one_minus_b2, sqrt_bc2, eps, step_size);
+    });
+    ++steps_;
+  }
+
+ private:
+  static void AdamChunk(float* w, float* m, float* s, const float* grad, size_t n, float wd,
+                        bool decoupled, float decay_factor, float beta1, float beta2,
+                        float one_minus_b1, float one_minus_b2, float sqrt_bc2, float eps,
+                        float step_size) {
     for (size_t i = 0; i < n; ++i) {
       float g = grad[i];
       if (wd != 0.0f) {
@@ -133,7 +164,6 @@ class AdamOptimizer final : public Optimizer {
       const float denom = std::sqrt(s[i]) / sqrt_bc2 + eps;
       w[i] = w[i] - step_size * (m[i] / denom);
     }
-    ++steps_;
   }
 };
 

@@ -75,6 +75,23 @@ struct OptimizerState {
   std::vector<float> slots;
 };
 
+// Told, while Step runs, as each chunk of the update is final: a caller
+// hashes what the update just wrote while it is still in this core's cache
+// (the step report's weights and optimizer hashes, worker/step_reporter.h)
+// instead of reading the weights from L2/RAM again afterwards.
+class UpdateObserver {
+ public:
+  // Chunks of at most this many parameters.
+  static constexpr int64_t kChunkFloats = 2048;  // 8 KiB
+  virtual ~UpdateObserver() = default;
+  // [begin, end) of the parameters, and of every per-parameter slot (the
+  // momentum v, or Adam's m and s), hold their values after this step.
+  // Called on Step's thread, in ascending order; the chunks are consecutive
+  // and cover [0, num_params()) exactly once (no call when it is 0).
+  // steps() is still the count before this step during the calls.
+  virtual void Updated(int64_t begin, int64_t end) = 0;
+};
+
 class Optimizer {
  public:
   // Validates `config` (see ValidateOptimizerConfig) and num_params >= 0
@@ -93,8 +110,14 @@ class Optimizer {
   // must have exactly num_params() elements and must not overlap each other
   // or this optimizer's state (aborts on a size mismatch: programming error).
   // Deterministic. Non-finite inputs propagate (no checks on the hot path).
-  virtual void Step(absl::Span<float> params, absl::Span<const float> mean_grad,
-                    float lr) = 0;
+  void Step(absl::Span<float> params, absl::Span<const float> mean_grad, float lr) {
+    Step(params, mean_grad, lr, nullptr);
+  }
+  // The same, chunk by chunk, telling `observer` (not owned; nullptr = none)
+  // as each chunk is final. The result is bit-identical to Step without one
+  // (the update is elementwise; chunking changes no operation).
+  virtual void Step(absl::Span<float> params, absl::Span<const float> mean_grad, float lr,
+                    UpdateObserver* observer) = 0;
 
   // Copy of the full optimizer state (for checkpoints, repair, hashing).
   OptimizerState State() const;

@@ -158,6 +158,62 @@ TEST(SgdTest, EmptyParameterVector) {
   EXPECT_EQ(opt->num_slots(), 0);
 }
 
+// Records the chunks an observed Step reports.
+class ChunkRecorder : public UpdateObserver {
+ public:
+  void Updated(int64_t begin, int64_t end) override { chunks.push_back({begin, end}); }
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+};
+
+TEST(UpdateObserverTest, ObservedStepsAreBitIdenticalAndCoverEveryParameterOnce) {
+  // Every kind and variant: the chunked update with an observer gives the
+  // same bits as the one-piece update, over several steps (momentum's first
+  // step differs), and the chunks are consecutive, <= kChunkFloats, from 0
+  // to N (N not a multiple of the chunk).
+  const int64_t n = 3 * UpdateObserver::kChunkFloats + 5;
+  std::vector<OptimizerConfig> configs(6);
+  configs[1].momentum = 0.9f;
+  configs[2].momentum = 0.9f;
+  configs[2].nesterov = true;
+  configs[2].weight_decay = 0.01f;
+  configs[3].weight_decay = 0.001f;
+  configs[4].kind = "adam";
+  configs[5].kind = "adamw";
+  configs[5].weight_decay = 0.02f;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    auto plain = Optimizer::Create(configs[c], n);
+    auto observed = Optimizer::Create(configs[c], n);
+    ASSERT_TRUE(plain.ok() && observed.ok());
+    std::vector<float> wa = Pseudo(n, 1), wb = wa;
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = Pseudo(n, 10 + step);
+      ChunkRecorder rec;
+      (*plain)->Step(absl::MakeSpan(wa), g, 0.05f);
+      (*observed)->Step(absl::MakeSpan(wb), g, 0.05f, &rec);
+      EXPECT_TRUE(SameBits(wa, wb)) << "config " << c << " step " << step;
+      EXPECT_TRUE(SameBits((*plain)->State().slots, (*observed)->State().slots))
+          << "config " << c << " step " << step;
+      ASSERT_FALSE(rec.chunks.empty());
+      int64_t next = 0;
+      for (const auto& [b, e] : rec.chunks) {
+        EXPECT_EQ(b, next);
+        EXPECT_GT(e, b);
+        EXPECT_LE(e - b, UpdateObserver::kChunkFloats);
+        next = e;
+      }
+      EXPECT_EQ(next, n);
+    }
+    EXPECT_EQ((*observed)->steps(), 3);
+  }
+  // No parameters: no call.
+  auto empty = Optimizer::Create(configs[1], 0);
+  ASSERT_TRUE(empty.ok());
+  ChunkRecorder rec;
+  std::vector<float> none;
+  (*empty)->Step(absl::MakeSpan(none), none, 0.1f, &rec);
+  EXPECT_TRUE(rec.chunks.empty());
+}
+
 TEST(SgdDeathTest, SizeMismatchAborts) {
   auto opt = MustCreate(OptimizerConfig{}, 2);
   std::vector<float> w = {1.0f};

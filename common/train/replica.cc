@@ -94,10 +94,10 @@ std::vector<int64_t> Replica::CombinePieceStarts(int64_t panel_floats) const {
   return starts;
 }
 
-float Replica::Apply(int64_t step, int64_t total_count) {
+float Replica::Apply(int64_t step, int64_t total_count, UpdateObserver* observer) {
   SumToMean(grad(), total_count);
   const float lr = LearningRate(spec_.lr, spec_.global_batch, step);
-  optimizer_->Step(absl::MakeSpan(params_), grad(), lr);
+  optimizer_->Step(absl::MakeSpan(params_), grad(), lr, observer);
   return lr;
 }
 

@@ -84,8 +84,10 @@ class Replica {
   int64_t grad_offset() const { return grad_offset_; }
 
   // Divides grad() by total_count, applies the learning rate of `step` and
-  // one optimizer step. Returns the learning rate used.
-  float Apply(int64_t step, int64_t total_count);
+  // one optimizer step, telling `observer` (not owned; nullptr = none) as each
+  // chunk of the update is final (Optimizer::Step). Returns the learning rate
+  // used.
+  float Apply(int64_t step, int64_t total_count, UpdateObserver* observer = nullptr);
 
   absl::Span<const float> params() const { return absl::MakeConstSpan(params_); }
   absl::Span<float> mutable_params() { return absl::MakeSpan(params_); }
