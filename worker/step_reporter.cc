@@ -52,6 +52,10 @@ StepReporter::~StepReporter() {
   {
     absl::MutexLock l(&mu_);
     quit_ = true;
+    // What is queued (an odd last report of a pair: the job thread ended
+    // without Flush, e.g. with an error) goes out before the thread stops,
+    // so the coordinator's check of that step completes.
+    flushing_ = true;
   }
   thread_.join();
 }
@@ -266,7 +270,9 @@ void StepReporter::Loop() {
         return quit_ || Sendable(next) > 0;
       };
       mu_.Await(absl::Condition(&work));
-      if (quit_) return;  // reports not sent yet are dropped
+      // Quitting: reports still queued are sent first (flushing_ is set),
+      // unless the job ended (a reply said stop, or a report failed).
+      if (quit_ && (Ended() || Sendable(next) == 0)) return;
       // The slots' reports (hashed by Submit) are this thread's until
       // answered_ passes them (Submit reuses a slot only then).
       n = Sendable(next);

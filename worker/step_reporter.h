@@ -56,8 +56,10 @@
 //
 // Threading: WaitForRoom/WaitHashed/Submit/Flush from one thread (the job
 // thread); the JobReporter is called on the reporter thread (ReportStep)
-// only. The destructor stops the thread after the report in flight, if any,
-// returns (JobReporter calls carry their own deadlines).
+// only. The destructor sends the reports still queued (an odd last report
+// of a pair when the job thread ended without Flush, e.g. on an error)
+// unless the job ended (a reply said stop, or a report failed), then stops
+// the thread (JobReporter calls carry their own deadlines).
 #ifndef LOCKSTEP_WORKER_STEP_REPORTER_H_
 #define LOCKSTEP_WORKER_STEP_REPORTER_H_
 

@@ -421,6 +421,40 @@ TEST(StepReporterBatches, TwoStepsPerCallAndTheLagBoundHolds) {
   EXPECT_EQ(reporter.answered(), 9);
 }
 
+TEST(StepReporterBatches, AnOddLastReportIsSentWhenTheJobEndsWithoutFlush) {
+  // A job thread that fails after step 2 returns without Flush: the pair
+  // (0, 1) went out, step 2 waits for a partner that never comes. The
+  // destructor sends it, so the coordinator's check of step 2 completes.
+  BatchReporter coordinator;
+  coordinator.Release(100);
+  const std::vector<float> weights = {1.0f};
+  {
+    StepReporter reporter(&coordinator, StepReporterOptions{});
+    for (int64_t s = 0; s < 3; ++s) {
+      ASSERT_TRUE(reporter.WaitForRoom().ok());
+      v1::ReportStepRequest r = Report(s);
+      reporter.Submit(&r, weights);
+    }
+    ASSERT_TRUE(Eventually([&] { return coordinator.calls().size() == 1u; }));
+  }
+  EXPECT_EQ(coordinator.calls(), (std::vector<std::vector<int64_t>>{{0, 1}, {2}}));
+
+  // After a reply said stop, nothing more is sent, queued or not.
+  BatchReporter stopping;
+  stopping.set_stop_at(1);
+  stopping.Release(100);
+  {
+    StepReporter reporter(&stopping, StepReporterOptions{});
+    for (int64_t s = 0; s < 3; ++s) {
+      if (!reporter.WaitForRoom().ok()) break;
+      v1::ReportStepRequest r = Report(s);
+      reporter.Submit(&r, weights);
+    }
+    ASSERT_TRUE(Eventually([&] { return reporter.WaitForRoom().code() == absl::StatusCode::kCancelled; }));
+  }
+  EXPECT_EQ(stopping.calls(), (std::vector<std::vector<int64_t>>{{0, 1}}));
+}
+
 TEST(StepReporterBatches, ABatchIsAtMostLagPlusOneReports) {
   // lag 0 (synchronous): every step waits for its own reply, so each call
   // carries one report although the batch is 2.
