@@ -54,8 +54,10 @@ StepReporter::~StepReporter() {
     quit_ = true;
     // What is queued (an odd last report of a pair: the job thread ended
     // without Flush, e.g. with an error) goes out before the thread stops,
-    // so the coordinator's check of that step completes.
-    flushing_ = true;
+    // so the coordinator's check of that step completes; not for a job
+    // whose stop flag is set (cancelled, or its worker is stopping), which
+    // must not wait for another call.
+    flushing_ = options_.stop == nullptr || !options_.stop->load();
   }
   thread_.join();
 }
@@ -146,6 +148,7 @@ void StepReporter::Submit(v1::ReportStepRequest* report, absl::Span<const float>
   if (u.armed && u.weights.data() == weights.data() && u.weights.size() == weights.size() &&
       fused_.position() == weights.size() && (opt == nullptr || opt->steps() == u.steps_after)) {
     // Hashed while the update wrote them (HashDuringUpdate).
+    ++update_hashes_used_;
     s->hash = fused_.Finish();
     auto* blocks = s->report.mutable_block_hashes();
     blocks->Resize(static_cast<int>(u.blocks.size()), 0);
@@ -270,9 +273,10 @@ void StepReporter::Loop() {
         return quit_ || Sendable(next) > 0;
       };
       mu_.Await(absl::Condition(&work));
-      // Quitting: reports still queued are sent first (flushing_ is set),
-      // unless the job ended (a reply said stop, or a report failed).
-      if (quit_ && (Ended() || Sendable(next) == 0)) return;
+      // Quitting: reports still queued are sent first when flushing_ (see
+      // the destructor), unless the job ended (a reply said stop, or a
+      // report failed).
+      if (quit_ && (!flushing_ || Ended() || Sendable(next) == 0)) return;
       // The slots' reports (hashed by Submit) are this thread's until
       // answered_ passes them (Submit reuses a slot only then).
       n = Sendable(next);

@@ -57,9 +57,10 @@
 // Threading: WaitForRoom/WaitHashed/Submit/Flush from one thread (the job
 // thread); the JobReporter is called on the reporter thread (ReportStep)
 // only. The destructor sends the reports still queued (an odd last report
-// of a pair when the job thread ended without Flush, e.g. on an error)
-// unless the job ended (a reply said stop, or a report failed), then stops
-// the thread (JobReporter calls carry their own deadlines).
+// of a pair when the job thread ended without Flush, e.g. on an error: one
+// call) unless the job ended (a reply said stop, or a report failed) or its
+// stop flag is set, then stops the thread (JobReporter calls carry their own
+// deadlines).
 #ifndef LOCKSTEP_WORKER_STEP_REPORTER_H_
 #define LOCKSTEP_WORKER_STEP_REPORTER_H_
 
@@ -181,7 +182,8 @@ class StepReporter {
   // momentum) while it is in this core's cache; Submit then uses these
   // hashes instead of reading 2 x 4 bytes per parameter again. Submit uses
   // them only if the update covered every weight of the same span and the
-  // optimizer made exactly one step since; otherwise it hashes as without.
+  // optimizer made exactly one step since; otherwise it hashes as without
+  // (without an optimizer in the options, only the coverage is checked).
   // Whoever changes the weights or the optimizer state between the update
   // and Submit (fault injection) calls DiscardUpdateHash(). Job thread only.
   UpdateObserver* HashDuringUpdate(absl::Span<const float> weights);
@@ -195,6 +197,9 @@ class StepReporter {
   uint64_t last_identity();
   // Reports answered so far (for tests).
   int64_t answered();
+  // Submits that used the hashes taken during the update (for tests; job
+  // thread only).
+  int64_t update_hashes_used() const { return update_hashes_used_; }
 
   // Sizes `report`'s block hashes and optimizer hash as the slots' (call
   // once on the job thread's own message: swapping it in never allocates).
@@ -282,6 +287,7 @@ class StepReporter {
   WeightHasher job_hasher_;
   FusedWeightHasher fused_;
   UpdateHash update_hash_{this};
+  int64_t update_hashes_used_ = 0;  // job thread only
   std::thread thread_;  // last: started after everything above
 };
 

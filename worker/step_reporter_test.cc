@@ -313,6 +313,10 @@ TEST(StepReporter, HashesTakenDuringTheUpdateEqualThoseTakenAfterIt) {
       EXPECT_EQ(rep_a.last_identity(), rep_b.last_identity())
           << "config " << c << " step " << step;
     }
+    // Steps 0, 1, 3 and 5 used the hashes taken during the update; the
+    // skipped step and the changed weights were hashed afterwards.
+    EXPECT_EQ(rep_a.update_hashes_used(), 4) << "config " << c;
+    EXPECT_EQ(rep_b.update_hashes_used(), 0) << "config " << c;
     ASSERT_TRUE(rep_a.Flush().ok());
     ASSERT_TRUE(rep_b.Flush().ok());
     const auto a = coord_a.reports(), b = coord_b.reports();
@@ -438,6 +442,24 @@ TEST(StepReporterBatches, AnOddLastReportIsSentWhenTheJobEndsWithoutFlush) {
     ASSERT_TRUE(Eventually([&] { return coordinator.calls().size() == 1u; }));
   }
   EXPECT_EQ(coordinator.calls(), (std::vector<std::vector<int64_t>>{{0, 1}, {2}}));
+
+  // A job whose stop flag is set (cancelled) does not send what is queued.
+  BatchReporter cancelled;
+  cancelled.Release(100);
+  std::atomic<bool> stop{false};
+  {
+    StepReporterOptions o;
+    o.stop = &stop;
+    StepReporter reporter(&cancelled, o);
+    for (int64_t s = 0; s < 3; ++s) {
+      ASSERT_TRUE(reporter.WaitForRoom().ok());
+      v1::ReportStepRequest r = Report(s);
+      reporter.Submit(&r, weights);
+    }
+    ASSERT_TRUE(Eventually([&] { return cancelled.calls().size() == 1u; }));
+    stop.store(true);
+  }
+  EXPECT_EQ(cancelled.calls(), (std::vector<std::vector<int64_t>>{{0, 1}}));
 
   // After a reply said stop, nothing more is sent, queued or not.
   BatchReporter stopping;

@@ -253,6 +253,14 @@ TEST(FusedWeightHasherTest, StreamedInAwkwardPiecesEqualsOnePass) {
     EXPECT_EQ(fused.Finish(), whole) << "pieces of " << piece;
     EXPECT_EQ(got, want) << "pieces of " << piece;
   }
+  // Against the one-shot library calls, not only Hash (which streams too).
+  const absl::Span<const float> all(w);
+  EXPECT_EQ(whole, HashWeights(all));
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t b = static_cast<size_t>(starts[i]);
+    const size_t e = i + 1 < starts.size() ? static_cast<size_t>(starts[i + 1]) : w.size();
+    EXPECT_EQ(want[i], HashBlock(all.subspan(b, e - b))) << "block " << i;
+  }
   // An abandoned pass: Begin again starts afresh.
   fused.Begin(w.size(), starts, absl::MakeSpan(got));
   fused.Update(w.data(), 0, 10);
