@@ -31,8 +31,9 @@ std::vector<float> Pseudo(size_t n, uint32_t seed) {
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  // memcmp of an empty vector's data() (may be null) is undefined.
   return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // ---------------------------------------------------------------- SGD
