@@ -262,6 +262,8 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->started = FromUnixSeconds(st.started_unix_s());
     job->finished = FromUnixSeconds(st.finished_unix_s());
     job->final_hash = st.final_hash();
+    const int64_t stored_generation =
+        stored.membership ? stored.membership->generation : st.generation();
     for (int r = 0; r < st.ranks_size(); ++r) {
       const v1::RankStatus& rs = st.ranks(r);
       Rank rank;
@@ -281,7 +283,12 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
         // A stored check means every rank reported a step: it started.
         rank.acknowledged = x.acknowledged() || rs.step() > 0 || stored.stored_last_step >= 0;
         rank.done = x.done();
-        rank.done_generation = x.done_generation();
+        // A database from before done_generation was stored: the rank
+        // finished in the generation the job was stored at (exact unless
+        // the job regrouped after that done under the old code).
+        rank.done_generation = x.has_done_generation() ? x.done_generation()
+                               : x.done()              ? stored_generation
+                                                       : 0;
         rank.done_hash = x.done_hash();
         rank.done_test_accuracy = x.done_test_accuracy();
         rank.done_test_loss = x.done_test_loss();

@@ -19,6 +19,7 @@
 #include "common/net/data_auth.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "proto/coordinator_state.pb.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
 #include "server/membership.h"
@@ -926,6 +927,84 @@ TEST_F(CoordinatorStateTest, PsJobWithAFinishedRankRegroupsTheOthersOntoItsFinal
     }
     j = *c->GetJob(1);
     EXPECT_EQ(j.state(), v1::SUCCEEDED) << variant << ": " << j.reason();
+    EXPECT_EQ(j.final_hash(), Hash(9));
+  }
+}
+
+// Issue 10: a rank's done report records its generation (the key its
+// worker offers the final state under). A ps job on the coordinator's shard
+// regrouped once (generation 1), rank 0 finished in generation 1 and the
+// coordinator restarted again (generation 2): rank 1 copies rank 0's final
+// state under generation 1's key. A database written before the field
+// existed (done_generation stripped from the stored job state) gives the
+// same key: a done rank counts as done in the job's stored generation.
+TEST_F(CoordinatorStateTest, DoneGenerationSurvivesRestartAndAnOldDatabaseFallsBackToTheJobs) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 10);
+  spec.set_sync_mode(v1::PS);
+  uint64_t gen0_key = 0;
+  {
+    Incarnation first = Start(dir);
+    StartAndStep(first.coord.get(), spec, 5);
+    gen0_key = group_key_;
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  {
+    Incarnation second = Start(dir);
+    Coordinator* c = second.coord.get();
+    ASSERT_EQ(c->GetJob(1)->generation(), 1);
+    EXPECT_FALSE(Hold(c, "w-1", 1, 1, 5).has_assignment());
+    v1::HeartbeatReply r = Hold(c, "w-2", 1, 1, 5);
+    ASSERT_TRUE(r.has_assignment());
+    ASSERT_TRUE(r.assignment().start_ready());
+    ASSERT_EQ(r.assignment().start_step(), 5);
+    for (int64_t s = 5; s < 10; ++s) {
+      Step(c, 1, 0, "w-1", s, 1);
+      Step(c, 1, 1, "w-2", s, 1);
+    }
+    clock_.Advance(absl::Seconds(2));  // past kPersistProgressEvery: the row is written
+    Done(c, 1, 0, "w-1", Hash(9), /*generation=*/1);
+    ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  // The old database: the same rows with done_generation absent.
+  const std::string old_dir = CopyOf(dir, "old");
+  {
+    auto db = StateDb::Open({old_dir});
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto loaded = (*db)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_EQ(loaded->jobs.size(), 1u);
+    StoredJob job = std::move(loaded->jobs[0]);
+    v1::StoredJobState extra;
+    ASSERT_TRUE(extra.ParseFromString(job.extra));
+    ASSERT_EQ(extra.ranks_size(), 2);
+    ASSERT_TRUE(extra.ranks(0).done());
+    ASSERT_TRUE(extra.ranks(0).has_done_generation());
+    EXPECT_EQ(extra.ranks(0).done_generation(), 1);
+    for (v1::StoredRankState& x : *extra.mutable_ranks()) x.clear_done_generation();
+    job.extra = extra.SerializeAsString();
+    (*db)->PutJob(std::move(job));
+    ASSERT_TRUE((*db)->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  for (const std::string& d : {dir, old_dir}) {
+    SCOPED_TRACE(d);
+    Incarnation third = Start(d);
+    Coordinator* c = third.coord.get();
+    v1::JobStatus j = *c->GetJob(1);
+    ASSERT_EQ(j.state(), v1::RUNNING) << j.reason();
+    EXPECT_EQ(j.generation(), 2);
+    EXPECT_TRUE(j.regrouping());
+    EXPECT_EQ(Beat(c, "w-1").resend_done_job_id(), 0u);  // its done is stored
+    v1::HeartbeatReply r = Hold(c, "w-2", 1, 2, 9);
+    ASSERT_TRUE(r.has_assignment());
+    EXPECT_TRUE(r.assignment().start_ready());
+    EXPECT_EQ(r.assignment().start_step(), 10);
+    EXPECT_EQ(r.assignment().state_source_rank(), 0);
+    EXPECT_EQ(r.assignment().state_source_group_key(), GenerationKey(gen0_key, 1));
+    EXPECT_EQ(r.assignment().group_key(), GenerationKey(gen0_key, 2));
+    Done(c, 1, 1, "w-2", Hash(9), /*generation=*/2);
+    j = *c->GetJob(1);
+    EXPECT_EQ(j.state(), v1::SUCCEEDED) << j.reason();
     EXPECT_EQ(j.final_hash(), Hash(9));
   }
 }
