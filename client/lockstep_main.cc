@@ -658,7 +658,7 @@ int main(int argc, char** argv) {
     return lockstep::ScaleCommand(absl::GetFlag(FLAGS_coordinator),
                                   lockstep::FlagsGivenOnCommandLine(argc, argv),
                                   absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_timeout_s),
-                                  *credentials);
+                                  *credentials, absl::GetFlag(FLAGS_json));
   }
   if (cmd == "health" && args.size() == 2) {
     return lockstep::HealthCommand(absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_service),

@@ -124,7 +124,7 @@ std::string Title(const v1::JobSpec& spec, bool weak) {
 
 int ScaleCommand(const std::string& coordinator, const std::set<std::string>& given,
                  const std::string& out_prefix, int rpc_timeout_s,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials) {
+                 std::shared_ptr<grpc::ChannelCredentials> credentials, bool json) {
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(given);
   if (!spec.ok()) return Exit(spec.status());
   // Evaluation would stop the clock of a fixed-step run: off unless asked for.
@@ -199,6 +199,10 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
         {model_csv, ModelCsv(report.predictions)}}) {
     absl::Status s = WriteTextFile(path, text);
     if (!s.ok()) return Exit(s);
+  }
+  if (json) {
+    std::printf("%s", ScaleJson(report, {csv, svg, model_csv}).c_str());
+    return 0;
   }
   std::printf("%s", ScaleTable(report).c_str());
   std::printf("wrote %s, %s, %s\n", csv.c_str(), svg.c_str(), model_csv.c_str());

@@ -27,10 +27,12 @@ namespace lockstep {
 // or a job did not succeed, 2 bad usage (a flag's value, no idle workers).
 // `given`: the flags given on the command line (FlagsGivenOnCommandLine).
 // `credentials`: the coordinator channel's (common/grpcutil/tls.h); nullptr =
-// plain text.
+// plain text. `json` (--json): stdout gets ScaleJson (client/scale_report.h)
+// instead of the table; the files are written either way.
 int ScaleCommand(const std::string& coordinator, const std::set<std::string>& given,
                  const std::string& out_prefix, int rpc_timeout_s,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                 std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                 bool json = false);
 
 }  // namespace lockstep
 

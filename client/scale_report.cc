@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/json.h"
 
 namespace lockstep {
 namespace {
@@ -198,6 +199,74 @@ std::string ModelCsv(const std::vector<Prediction>& predictions) {
                           p.best_shards, Ms(p.best_ps_seconds), p.pick, Ms(p.comm_seconds),
                           p.efficiency, p.examples_per_second, p.ideal_examples_per_second);
   }
+  return out;
+}
+
+namespace {
+
+// A JSON number, or null when not finite.
+std::string JsonNum(double v) {
+  return std::isfinite(v) ? absl::StrFormat("%.10g", v) : "null";
+}
+
+std::string JsonStrings(const std::vector<std::string>& v) {
+  std::vector<std::string> quoted;
+  for (const std::string& s : v) quoted.push_back(JsonQuote(s));
+  return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+}
+
+}  // namespace
+
+std::string ScaleJson(const ScaleReport& r, const std::vector<std::string>& files) {
+  std::string out = absl::StrCat(
+      "{\"title\":", JsonQuote(r.title), ",\"date\":", JsonQuote(r.date),
+      ",\"scaling\":", r.weak ? "\"weak\"" : "\"strong\"", ",\"threshold\":",
+      JsonNum(r.threshold), ",\"first_k_below\":", r.first_below, ",\"skipped\":[",
+      absl::StrJoin(r.skipped, ","), "],\"rows\":[");
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const Row& row = r.rows[i];
+    const scaling::Measurement& m = row.m;
+    absl::StrAppend(
+        &out, i ? "," : "", "{\"k\":", m.k, ",\"global_batch\":", m.global_batch,
+        ",\"examples_per_s\":", JsonNum(m.examples_per_second),
+        ",\"ideal_examples_per_s\":", JsonNum(row.ideal_examples_per_second),
+        ",\"efficiency\":", JsonNum(row.efficiency), ",\"speedup\":", JsonNum(row.speedup),
+        ",\"step_ms\":", JsonNum(StepMs(m)), ",\"compute_ms\":", JsonNum(Ms(m.compute_seconds)),
+        ",\"communication_ms\":", JsonNum(Ms(m.communication_seconds)),
+        ",\"exposed_ms\":", JsonNum(Ms(m.exposed_seconds)),
+        ",\"peer_wait_ms\":", JsonNum(Ms(m.peer_wait_seconds)),
+        ",\"timing\":", m.has_timing ? "\"reported\"" : "\"none\"",
+        ",\"workers_per_host\":", m.max_workers_per_host,
+        ",\"median_step_ms\":", JsonNum(Ms(m.step_seconds)), "}");
+  }
+  absl::StrAppend(&out, "],\"model\":");
+  if (!r.has_model) {
+    absl::StrAppend(&out, "{\"fitted\":false,\"note\":", JsonQuote(r.model_note), "}");
+  } else {
+    absl::StrAppend(
+        &out, "{\"fitted\":true,\"alpha_s\":", JsonNum(r.fit.ab.alpha),
+        ",\"beta_s_per_byte\":", JsonNum(r.fit.ab.beta), ",\"points\":", r.fit.points,
+        ",\"rms_residual_s\":", JsonNum(r.fit.rms_residual),
+        ",\"inferred\":", r.fit_inferred ? "true" : "false", ",\"note\":", JsonQuote(r.fit.note),
+        ",\"link\":", JsonQuote(r.link), ",\"link_alpha_s\":", JsonNum(r.link_ab.alpha),
+        ",\"link_beta_s_per_byte\":", JsonNum(r.link_ab.beta),
+        ",\"gradient_bytes\":", JsonNum(r.gradient_bytes),
+        ",\"exposed_fraction\":", JsonNum(r.exposed_fraction), ",\"predictions\":[");
+    for (size_t i = 0; i < r.predictions.size(); ++i) {
+      const Prediction& p = r.predictions[i];
+      absl::StrAppend(
+          &out, i ? "," : "", "{\"k\":", p.k, ",\"compute_ms\":", JsonNum(Ms(p.compute_seconds)),
+          ",\"ring_ms\":", JsonNum(Ms(p.ring_seconds)), ",\"ps1_ms\":", JsonNum(Ms(p.ps1_seconds)),
+          ",\"best_ps_shards\":", p.best_shards,
+          ",\"best_ps_ms\":", JsonNum(Ms(p.best_ps_seconds)), ",\"pick\":", JsonQuote(p.pick),
+          ",\"comm_ms\":", JsonNum(Ms(p.comm_seconds)), ",\"efficiency\":", JsonNum(p.efficiency),
+          ",\"examples_per_s\":", JsonNum(p.examples_per_second),
+          ",\"ideal_examples_per_s\":", JsonNum(p.ideal_examples_per_second), "}");
+    }
+    absl::StrAppend(&out, "]}");
+  }
+  absl::StrAppend(&out, ",\"notes\":", JsonStrings(r.notes), ",\"files\":", JsonStrings(files),
+                  "}\n");
   return out;
 }
 

@@ -53,6 +53,16 @@ std::string ScaleSvg(const ScaleReport& report);
 // The table and summary lines printed on stdout.
 std::string ScaleTable(const ScaleReport& report);
 
+// The same report as one JSON object (`lockstep scale --json`, printed on
+// stdout instead of the table): title, date, scaling ("weak"/"strong"),
+// threshold, first_k_below (0 = none), skipped, rows (the CSV's columns,
+// times in ms), model ({"fitted": false, "note"} or the fit: alpha_s,
+// beta_s_per_byte, points, rms_residual_s, inferred, note, link, link_alpha_s,
+// link_beta_s_per_byte, gradient_bytes, exposed_fraction, predictions with
+// the model CSV's columns), notes and `files` (the paths written). A
+// non-finite figure is null.
+std::string ScaleJson(const ScaleReport& report, const std::vector<std::string>& files);
+
 // Writes `text` to `path`; errors name the file.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 

@@ -1,13 +1,19 @@
+// First: google.protobuf.Struct below has a map field (see the header).
+#include "tests/tsan/protobuf_map_abi.h"
+
 #include "client/scale_report.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace lockstep {
 namespace {
@@ -135,6 +141,75 @@ TEST(ScaleReport, SvgDrawsTheModel) {
   EXPECT_EQ(Count(svg, "class=\"model-ps\""), 1);
   EXPECT_EQ(Count(svg, ">S=4<"), 1);  // labelled only where ps wins
   EXPECT_FALSE(absl::StrContains(svg, "not fitted"));
+}
+
+// `lockstep scale --json`: the same figures as the table and CSVs, as one
+// JSON object that protobuf's parser accepts; a non-finite figure is null.
+TEST(ScaleReport, JsonHoldsTheRowsTheModelAndTheFiles) {
+  using google::protobuf::Struct;
+  using google::protobuf::Value;
+  auto parse = [](const std::string& json) {
+    Struct s;
+    const auto status = google::protobuf::util::JsonStringToMessage(json, &s);
+    EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+    return s;
+  };
+  ScaleReport r = Report(true);
+  r.model_note = "only K = 1 measured";
+  r.notes = {"a \"quoted\" note"};
+  Struct j = parse(ScaleJson(r, {"p.csv", "p.svg", "p.model.csv"}));
+  const auto& f = j.fields();
+  EXPECT_EQ(f.at("title").string_value(), r.title);
+  EXPECT_EQ(f.at("scaling").string_value(), "weak");
+  EXPECT_EQ(f.at("threshold").number_value(), 0.8);
+  EXPECT_EQ(f.at("first_k_below").number_value(), 4);
+  ASSERT_EQ(f.at("skipped").list_value().values_size(), 1);
+  EXPECT_EQ(f.at("skipped").list_value().values(0).number_value(), 8);
+  const auto& rows = f.at("rows").list_value();
+  ASSERT_EQ(rows.values_size(), 3);
+  // K = 2: ideal 2000, efficiency 0.9, speedup 1.8, step 256/1800 s.
+  const auto& k2 = rows.values(1).struct_value().fields();
+  EXPECT_EQ(k2.at("k").number_value(), 2);
+  EXPECT_EQ(k2.at("global_batch").number_value(), 256);
+  EXPECT_EQ(k2.at("examples_per_s").number_value(), 1800);
+  EXPECT_EQ(k2.at("ideal_examples_per_s").number_value(), 2000);
+  EXPECT_NEAR(k2.at("efficiency").number_value(), 0.9, 1e-9);
+  EXPECT_NEAR(k2.at("speedup").number_value(), 1.8, 1e-9);
+  EXPECT_NEAR(k2.at("step_ms").number_value(), 256.0 / 1800 * 1e3, 1e-6);
+  EXPECT_NEAR(k2.at("compute_ms").number_value(), 100, 1e-9);
+  EXPECT_NEAR(k2.at("exposed_ms").number_value(), 20, 1e-9);
+  EXPECT_EQ(k2.at("timing").string_value(), "reported");
+  EXPECT_FALSE(f.at("model").struct_value().fields().at("fitted").bool_value());
+  EXPECT_EQ(f.at("model").struct_value().fields().at("note").string_value(), r.model_note);
+  EXPECT_EQ(f.at("notes").list_value().values(0).string_value(), r.notes[0]);
+  ASSERT_EQ(f.at("files").list_value().values_size(), 3);
+  EXPECT_EQ(f.at("files").list_value().values(2).string_value(), "p.model.csv");
+
+  // A fitted model with its predictions; an infinite figure becomes null.
+  r.has_model = true;
+  r.fit.ab = {2e-5, 1e-9};
+  r.fit.points = 1;
+  r.link = "10 Gbit/s, 50 us";
+  scaling::Prediction p;
+  p.k = 16;
+  p.pick = "ps S=4";
+  p.best_shards = 4;
+  p.comm_seconds = 0.004;
+  p.efficiency = 0.75;
+  p.ring_seconds = std::numeric_limits<double>::infinity();
+  r.predictions.push_back(p);
+  j = parse(ScaleJson(r, {}));
+  const auto& m = j.fields().at("model").struct_value().fields();
+  EXPECT_TRUE(m.at("fitted").bool_value());
+  EXPECT_EQ(m.at("alpha_s").number_value(), 2e-5);
+  EXPECT_EQ(m.at("beta_s_per_byte").number_value(), 1e-9);
+  EXPECT_EQ(m.at("link").string_value(), "10 Gbit/s, 50 us");
+  const auto& pred = m.at("predictions").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(pred.at("k").number_value(), 16);
+  EXPECT_EQ(pred.at("pick").string_value(), "ps S=4");
+  EXPECT_NEAR(pred.at("comm_ms").number_value(), 4, 1e-9);
+  EXPECT_EQ(pred.at("efficiency").number_value(), 0.75);
+  EXPECT_EQ(pred.at("ring_ms").kind_case(), Value::kNullValue);
 }
 
 TEST(ScaleReport, TableSaysWhereEfficiencyFalls) {

@@ -3,7 +3,8 @@
 # and two worker daemons; --workers_list=1,2,4 runs K = 1 and 2 (30 steps
 # each, a small MLP on a small CSV) and reports K = 4 skipped; checks the
 # CSV's columns and rows, the model CSV, that the SVG parses as XML, a
-# strong-scaling run, and bad flags named with exit 2.
+# strong-scaling run with --json (one JSON object on stdout), and bad flags
+# named with exit 2.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -73,14 +74,21 @@ PY
 
 echo "== strong scaling keeps the global batch (right after the last job: workers still BUSY"
 echo "   with an ended job count as idle)"
-out=$(cli scale "${JOB[@]}" --workers_list=2 --scaling=strong --out="$T/strong" --job_timeout_s=60) \
+echo "   and --json prints the report as one JSON object instead of the table)"
+out=$(cli scale "${JOB[@]}" --workers_list=2 --scaling=strong --out="$T/strong" --job_timeout_s=60 --json) \
   || fail "strong scale exit $?: $out"
-python3 - "$T/strong.csv" <<'PY' || fail "strong csv"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+python3 - "$T/strong" "$out" <<'PY' || fail "strong csv / json: $out"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1] + ".csv")))
 assert [(r["k"], r["global_batch"]) for r in rows] == [("2", "20")], rows
+d = json.loads(sys.argv[2])
+assert d["scaling"] == "strong", d
+assert [(r["k"], r["global_batch"]) for r in d["rows"]] == [(2, 20)], d["rows"]
+assert abs(d["rows"][0]["examples_per_s"] - float(rows[0]["examples_per_s"])) < 0.1, (d, rows)
+# A single K leaves the model unfitted.
+assert d["model"]["fitted"] is False and d["model"]["note"], d["model"]
+assert d["files"] == [sys.argv[1] + ".csv", sys.argv[1] + ".svg", sys.argv[1] + ".model.csv"], d
 PY
-grep -q "model: not fitted" <<<"$out" || fail "a single K should leave the model unfitted: $out"
 
 echo "== bad flags are named"
 err=$(cli scale "${JOB[@]}" --scaling=sideways 2>&1); rc=$?
