@@ -40,8 +40,24 @@ absl::Status GradientCombiner::CombineBucket(const BucketCall& call, absl::Span<
   return Combine(call.job, call.step, data, count, left);
 }
 
+absl::Status RingCombiner::CheckDirectFits(size_t floats, WireFormat wire) const {
+  if (algorithm_ != AllReduceAlgorithm::kDirect || max_message_bytes_ <= 0 || world_ < 2) {
+    return absl::OkStatus();
+  }
+  // The direct message: the count, then the values (ring_allreduce.cc).
+  const int64_t bytes = static_cast<int64_t>(sizeof(int64_t)) +
+                        static_cast<int64_t>(floats) * (wire == WireFormat::kFloat32 ? 4 : 2);
+  if (bytes <= max_message_bytes_) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "spec.ring_algorithm: direct sends each gradient buffer in one message of %d bytes, "
+      "more than this peer transport's %d: use ring (or auto), the tcp peer transport, or "
+      "overlap buckets (spec.bucket_bytes) small enough to fit",
+      bytes, max_message_bytes_));
+}
+
 absl::Status RingCombiner::Combine(uint64_t job, int64_t step, absl::Span<float> buffer,
                                    int64_t* count, absl::Duration timeout) {
+  if (absl::Status s = CheckDirectFits(buffer.size(), WireFormat::kFloat32); !s.ok()) return s;
   AllReduceOptions o;
   o.job = job;
   o.step = step;
@@ -52,6 +68,7 @@ absl::Status RingCombiner::Combine(uint64_t job, int64_t step, absl::Span<float>
 
 absl::Status RingCombiner::CombineBucket(const BucketCall& call, absl::Span<float> data,
                                          int64_t* count, double* peer_wait_seconds) {
+  if (absl::Status s = CheckDirectFits(data.size(), call.wire); !s.ok()) return s;
   AllReduceOptions o;
   o.job = call.job;
   o.step = call.step;

@@ -103,12 +103,19 @@ class GradientCombiner {
 };
 
 // Ring all-reduce over a Transport (not owned; must outlive this).
-// `algorithm` is for tests and benchmarks (kAuto picks by size).
+// `algorithm`: JobSpec.ring_algorithm (kAuto picks by size). With kDirect
+// forced and a transport with a message limit (Transport::max_message_bytes:
+// the grpc peer transport's 4 MiB), a gradient (or bucket) whose one direct
+// message would exceed it fails the call with InvalidArgumentError naming
+// spec.ring_algorithm, the size and the limit, before anything is sent.
 class RingCombiner : public GradientCombiner {
  public:
   explicit RingCombiner(Transport* transport,
                         AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto)
-      : reducer_(transport), algorithm_(algorithm), world_(transport->world_size()) {}
+      : reducer_(transport),
+        algorithm_(algorithm),
+        max_message_bytes_(transport->max_message_bytes()),
+        world_(transport->world_size()) {}
   absl::Status Combine(uint64_t job, int64_t step, absl::Span<float> buffer, int64_t* count,
                        absl::Duration timeout) override;
   // Bucket b is one all-reduce whose messages use phases [2Kb, 2Kb + 2K - 2);
@@ -117,8 +124,12 @@ class RingCombiner : public GradientCombiner {
                              double* peer_wait_seconds) override;
 
  private:
+  // OK unless kDirect's one message of `floats` would exceed the limit.
+  absl::Status CheckDirectFits(size_t floats, WireFormat wire) const;
+
   RingAllReducer reducer_;
   const AllReduceAlgorithm algorithm_;
+  const int64_t max_message_bytes_;
   const int world_;
 };
 

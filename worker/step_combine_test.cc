@@ -429,6 +429,90 @@ TEST(StepCombinerTest, ConfigFromTheJobSpecNamesBadFields) {
             "spec.compression: fp16 is for ring jobs only (ps shards sum float32 gradients)");
 }
 
+// A transport whose messages are limited (as the grpc peer transport's are
+// to 4 MiB); everything else is the in-process endpoint's.
+class LimitedTransport : public Transport {
+ public:
+  LimitedTransport(Transport* inner, int64_t limit) : inner_(inner), limit_(limit) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  int64_t max_message_bytes() const override { return limit_; }
+  absl::Status Send(int to, const MessageKey& key, absl::Span<const uint8_t> data,
+                    absl::Time deadline) override {
+    ++sends;
+    return inner_->Send(to, key, data, deadline);
+  }
+  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
+                    absl::Time deadline) override {
+    return inner_->Recv(from, key, out, deadline);
+  }
+  int sends = 0;
+
+ private:
+  Transport* inner_;
+  const int64_t limit_;
+};
+
+// spec.ring_algorithm = direct sends each buffer in one message: one that
+// does not fit the transport's limit fails before anything is sent, naming
+// the field, the size and the limit; one that fits (float32 or 16-bit)
+// sums exactly. Ring and auto never hit the check.
+TEST(RingCombinerTest, ForcedDirectChecksTheTransportsMessageLimit) {
+  InProcessHub hub(2);
+  LimitedTransport t0(hub.endpoint(0), 1000), t1(hub.endpoint(1), 1000);
+  RingCombiner direct0(&t0, AllReduceAlgorithm::kDirect);
+  std::vector<float> big(300, 1.0f);  // 8 + 1200 bytes > 1000
+  int64_t count = 3;
+  absl::Status s = direct0.Combine(1, 0, absl::MakeSpan(big), &count, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "spec.ring_algorithm: direct sends each gradient buffer in one message of 1208 "
+            "bytes, more than this peer transport's 1000: use ring (or auto), the tcp peer "
+            "transport, or overlap buckets (spec.bucket_bytes) small enough to fit");
+  EXPECT_EQ(t0.sends, 0);
+  BucketCall call;
+  call.job = 1;
+  call.deadline = absl::Now() + absl::Seconds(5);
+  s = direct0.CombineBucket(call, absl::MakeSpan(big), &count, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(t0.sends, 0);
+
+  // Fits: 8 + 600 bytes at 16 bits, 8 + 800 at 32. Both ranks sum exactly.
+  RingCombiner direct1(&t1, AllReduceAlgorithm::kDirect);
+  for (WireFormat wire : {WireFormat::kBf16, WireFormat::kFloat32}) {
+    const size_t n = wire == WireFormat::kFloat32 ? 200 : 300;
+    std::vector<float> a(n, 1.0f), b(n, 2.0f);
+    int64_t ca = 3, cb = 4;
+    BucketCall c = call;
+    c.step = wire == WireFormat::kFloat32 ? 2 : 1;
+    c.wire = wire;
+    c.deadline = absl::Now() + absl::Seconds(5);
+    absl::Status sb;
+    std::thread other([&] { sb = direct1.CombineBucket(c, absl::MakeSpan(b), &cb, nullptr); });
+    s = direct0.CombineBucket(c, absl::MakeSpan(a), &ca, nullptr);
+    other.join();
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(sb.ok()) << sb;
+    EXPECT_EQ(ca, 7);
+    EXPECT_EQ(cb, 7);
+    EXPECT_EQ(a, std::vector<float>(n, 3.0f));
+    EXPECT_EQ(b, a);
+  }
+  // The ring algorithm with the same limit: no check (its segments are
+  // bounded by kMaxSegmentBytes, not the buffer).
+  RingCombiner ring0(&t0, AllReduceAlgorithm::kRing), ring1(&t1, AllReduceAlgorithm::kRing);
+  std::vector<float> a(300, 1.0f), b(300, 2.0f);
+  int64_t ca = 1, cb = 1;
+  absl::Status sb;
+  std::thread other([&] { sb = ring1.Combine(1, 3, absl::MakeSpan(b), &cb, absl::Seconds(5)); });
+  s = ring0.Combine(1, 3, absl::MakeSpan(a), &ca, absl::Seconds(5));
+  other.join();
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(sb.ok()) << sb;
+  EXPECT_EQ(a, std::vector<float>(300, 3.0f));
+  EXPECT_EQ(ca, 2);
+}
+
 // A peer that never shows up: the overlapped combine returns the
 // transport's deadline error by the deadline, naming the bucket.
 TEST(StepCombinerTest, AMissingPeerFailsTheStepByItsDeadline) {

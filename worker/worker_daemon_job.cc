@@ -227,7 +227,13 @@ void WorkerDaemon::RunJob(RunningJob* job) {
       auto transport = transports_(a.spec().peer_transport(), WireKey(a), a.rank(), peers,
                                    a.data_plane_secret());
       if (!transport.ok()) return transport.status();
-      combiner = std::make_unique<RingCombiner>((*transport)->transport());
+      // Validated at submit (spec.ring_algorithm); "" = auto.
+      auto algorithm = ParseAllReduceAlgorithm(a.spec().ring_algorithm());
+      if (!algorithm.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("spec.ring_algorithm: ", algorithm.status().message()));
+      }
+      combiner = std::make_unique<RingCombiner>((*transport)->transport(), *algorithm);
       absl::MutexLock l(&job->mu);
       job->transport = *std::move(transport);
     }

@@ -372,6 +372,7 @@ class SameSpecAsCli(unittest.TestCase):
         # The issue 9/10 flags: overlap, compression, ps data plane, failure
         # policies, checkpoints and resume.
         self.check_same(dict(workers=3, steps=20, bucket_bytes=65536, compression="bf16",
+                             ring_algorithm="direct",
                              on_divergence="halt", on_nonfinite="skip",
                              on_worker_lost="shrink", checkpoint_dir="/tmp/ck",
                              checkpoint_every_steps=5, checkpoint_every_seconds=60,

@@ -466,6 +466,14 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
   return absl::OkStatus();
 }
 
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name) {
+  if (name.empty() || name == "auto") return AllReduceAlgorithm::kAuto;
+  if (name == "ring") return AllReduceAlgorithm::kRing;
+  if (name == "direct") return AllReduceAlgorithm::kDirect;
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected auto, ring or direct, got \"", name, "\""));
+}
+
 absl::Status RingAllReduce(Transport& t, absl::Span<float> grad,
                            int64_t* count, const AllReduceOptions& options) {
   RingAllReducer reducer(&t);

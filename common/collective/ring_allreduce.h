@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
@@ -72,6 +74,10 @@ inline constexpr int64_t kDefaultFirstStepWindowBytes = 2 << 20;
 // kAuto: kDirect when (K-1) x buffer bytes <= direct_max_bytes (and the
 // buffer fits one message), else kRing.
 enum class AllReduceAlgorithm { kAuto, kRing, kDirect };
+
+// JobSpec.ring_algorithm: "" or "auto" -> kAuto, "ring", "direct"; else
+// InvalidArgumentError "expected auto, ring or direct, got \"x\"".
+absl::StatusOr<AllReduceAlgorithm> ParseAllReduceAlgorithm(absl::string_view name);
 
 struct AllReduceOptions {
   uint64_t job = 0;

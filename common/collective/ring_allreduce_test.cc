@@ -70,6 +70,15 @@ TEST(RingAllReduceTest, InvalidArgumentsAreRejectedBeforeAnyMessage) {
   EXPECT_EQ(count, 1);
 }
 
+TEST(RingAllReduceTest, ParseAllReduceAlgorithmNamesTheJobSpecValues) {
+  EXPECT_EQ(*ParseAllReduceAlgorithm(""), AllReduceAlgorithm::kAuto);
+  EXPECT_EQ(*ParseAllReduceAlgorithm("auto"), AllReduceAlgorithm::kAuto);
+  EXPECT_EQ(*ParseAllReduceAlgorithm("ring"), AllReduceAlgorithm::kRing);
+  EXPECT_EQ(*ParseAllReduceAlgorithm("direct"), AllReduceAlgorithm::kDirect);
+  EXPECT_EQ(ParseAllReduceAlgorithm("Ring").status().message(),
+            "expected auto, ring or direct, got \"Ring\"");
+}
+
 TEST(RingAllReduceTest, SingleRankIsANoOp) {
   InProcessHub hub(1);
   std::vector<float> v = {1.5f, -2.0f};

@@ -106,6 +106,9 @@ class Transport {
   virtual int rank() const = 0;
   // Number of ranks in the group (>= 1). Constant.
   virtual int world_size() const = 0;
+  // The largest message Send accepts, in bytes; 0 = no limit but memory.
+  // Constant. Wrappers forward their inner transport's.
+  virtual int64_t max_message_bytes() const { return 0; }
 
   // Sends `data` to peer `to` tagged with `key`. The transport copies (or
   // finishes reading) `data` before returning, so the caller may reuse the

@@ -1,14 +1,18 @@
 #include "common/train/job_flags.h"
 
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -41,6 +45,9 @@ ABSL_FLAG(int64_t, bucket_bytes, 0,
 ABSL_FLAG(std::string, compression, "none",
           "Gradient compression on the ring's wire: none | bf16 | fp16 (float32 "
           "accumulation; ring jobs only)");
+ABSL_FLAG(std::string, ring_algorithm, "auto",
+          "auto | ring | direct: ring mode's all-reduce (auto: direct while (K-1) x the "
+          "gradient is at most 1 MiB, else ring; ring jobs only)");
 ABSL_FLAG(std::string, ps_transport, "grpc",
           "grpc | tcp: ps mode's data plane (grpc: Push/Pull RPCs to each shard's gRPC "
           "server; tcp: raw sockets to each shard's data port, much faster); ignored in ring "
@@ -117,6 +124,22 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
  private:
   std::string first_;
 };
+
+// A flag with a fixed set of values: "" for the first (the default, stored
+// as the field's empty value), the value itself for the others; else
+// InvalidArgumentError "--flag: expected a, b or c, got \"x\"".
+absl::StatusOr<std::string> Choice(absl::string_view flag, const std::string& value,
+                                   std::initializer_list<absl::string_view> choices) {
+  for (absl::string_view c : choices) {
+    if (value == c) return c == *choices.begin() ? std::string() : value;
+  }
+  std::vector<absl::string_view> all(choices);
+  const absl::string_view last = all.back();
+  all.pop_back();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected ",
+                                                 absl::StrJoin(all, ", "), " or ", last,
+                                                 ", got \"", value, "\""));
+}
 
 }  // namespace
 
@@ -244,12 +267,15 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
   }
   if (use("bucket_bytes")) spec.set_bucket_bytes(absl::GetFlag(FLAGS_bucket_bytes));
   if (use("compression")) {
-    const std::string c = absl::GetFlag(FLAGS_compression);
-    if (c != "none" && c != "bf16" && c != "fp16") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--compression: expected none, bf16 or fp16, got \"", c, "\""));
-    }
-    spec.set_compression(c == "none" ? "" : c);
+    auto v = Choice("compression", absl::GetFlag(FLAGS_compression), {"none", "bf16", "fp16"});
+    if (!v.ok()) return v.status();
+    spec.set_compression(*v);
+  }
+  if (use("ring_algorithm")) {
+    auto v = Choice("ring_algorithm", absl::GetFlag(FLAGS_ring_algorithm),
+                    {"auto", "ring", "direct"});
+    if (!v.ok()) return v.status();
+    spec.set_ring_algorithm(*v);
   }
   if (use("ps_transport")) {
     auto transport = ParsePeerTransport(absl::GetFlag(FLAGS_ps_transport));
@@ -260,28 +286,19 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
     spec.set_ps_transport(*transport);
   }
   if (use("on_divergence")) {
-    const std::string p = absl::GetFlag(FLAGS_on_divergence);
-    if (p != "repair" && p != "halt") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--on_divergence: expected repair or halt, got \"", p, "\""));
-    }
-    spec.set_on_divergence(p == "repair" ? "" : p);
+    auto v = Choice("on_divergence", absl::GetFlag(FLAGS_on_divergence), {"repair", "halt"});
+    if (!v.ok()) return v.status();
+    spec.set_on_divergence(*v);
   }
   if (use("on_nonfinite")) {
-    const std::string p = absl::GetFlag(FLAGS_on_nonfinite);
-    if (p != "fail" && p != "skip") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--on_nonfinite: expected fail or skip, got \"", p, "\""));
-    }
-    spec.set_on_nonfinite(p == "fail" ? "" : p);
+    auto v = Choice("on_nonfinite", absl::GetFlag(FLAGS_on_nonfinite), {"fail", "skip"});
+    if (!v.ok()) return v.status();
+    spec.set_on_nonfinite(*v);
   }
   if (use("on_worker_lost")) {
-    const std::string p = absl::GetFlag(FLAGS_on_worker_lost);
-    if (p != "fail" && p != "shrink" && p != "wait") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));
-    }
-    spec.set_on_worker_lost(p == "fail" ? "" : p);
+    auto v = Choice("on_worker_lost", absl::GetFlag(FLAGS_on_worker_lost), {"fail", "shrink", "wait"});
+    if (!v.ok()) return v.status();
+    spec.set_on_worker_lost(*v);
   }
   // (A negative value is refused by ValidateJobSpec, naming the field.)
   if (use("wait_timeout_ms")) spec.set_wait_timeout_ms(absl::GetFlag(FLAGS_wait_timeout_ms));

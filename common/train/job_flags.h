@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(std::string, peer_transport);
 ABSL_DECLARE_FLAG(std::string, ps_transport);
 ABSL_DECLARE_FLAG(int64_t, bucket_bytes);
 ABSL_DECLARE_FLAG(std::string, compression);
+ABSL_DECLARE_FLAG(std::string, ring_algorithm);
 ABSL_DECLARE_FLAG(std::string, optimizer);
 ABSL_DECLARE_FLAG(float, momentum);
 

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -135,6 +136,23 @@ TEST(JobFlagsTest, OverlapAndCompressionFlags) {
   EXPECT_EQ(spec.status().message(), "--compression: expected none, bf16 or fp16, got \"int8\"");
   absl::SetFlag(&FLAGS_bucket_bytes, 0);
   absl::SetFlag(&FLAGS_compression, "none");
+}
+
+TEST(JobFlagsTest, RingAlgorithmFlag) {
+  auto spec = FromArgs({});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ring_algorithm(), "");
+  for (const char* a : {"ring", "direct"}) {
+    spec = FromArgs({absl::StrCat("--ring_algorithm=", a)});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->ring_algorithm(), a);
+  }
+  spec = FromArgs({"--ring_algorithm=auto"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ring_algorithm(), "");
+  spec = FromArgs({"--ring_algorithm=tree"});
+  EXPECT_EQ(spec.status().message(), "--ring_algorithm: expected auto, ring or direct, got \"tree\"");
+  absl::SetFlag(&FLAGS_ring_algorithm, "auto");
 }
 
 TEST(JobFlagsTest, PeerTransportFromJobFileAndOverride) {

@@ -224,6 +224,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         absl::StrCat("spec.compression: ", compression,
                      " is for ring jobs only (ps shards sum float32 gradients)"));
   }
+  const std::string& algorithm = spec.ring_algorithm();
+  if (!algorithm.empty() && algorithm != "auto" && algorithm != "ring" && algorithm != "direct") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.ring_algorithm: expected auto, ring or direct, got \"", algorithm, "\""));
+  }
+  if (!algorithm.empty() && algorithm != "auto" && spec.sync_mode() == lockstep::v1::PS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.ring_algorithm: ", algorithm, " is for ring jobs only (ps mode has no all-reduce)"));
+  }
   if (!spec.on_divergence().empty() && spec.on_divergence() != "repair" &&
       spec.on_divergence() != "halt") {
     return absl::InvalidArgumentError(absl::StrCat(

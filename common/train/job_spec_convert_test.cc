@@ -229,6 +229,17 @@ TEST(ValidateJobSpecTest, RejectsWithFieldNames) {
   spec.set_sync_mode(v1::PS);
   ExpectInvalid(spec, "spec.compression: bf16 is for ring jobs only");
   spec = Minimal();
+  spec.set_ring_algorithm("tree");
+  ExpectInvalid(spec, "spec.ring_algorithm: expected auto, ring or direct, got \"tree\"");
+  for (const char* ok : {"", "auto", "ring", "direct"}) {
+    spec.set_ring_algorithm(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  spec.set_sync_mode(v1::PS);
+  ExpectInvalid(spec, "spec.ring_algorithm: direct is for ring jobs only");
+  spec.set_ring_algorithm("auto");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  spec = Minimal();
   spec.set_steps(-5);
   ExpectInvalid(spec, "spec.steps: expected >= 0, got -5");
 }

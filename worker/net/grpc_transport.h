@@ -139,6 +139,7 @@ class GrpcTransport final : public Transport {
 
   int rank() const override { return inbox_->rank; }
   int world_size() const override { return inbox_->world_size(); }
+  int64_t max_message_bytes() const override { return kMaxPeerMessageBytes; }
   uint64_t group() const { return inbox_->group; }
   const std::string& peer_address(int r) const {
     return inbox_->peer_addresses[r];

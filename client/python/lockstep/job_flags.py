@@ -45,6 +45,7 @@ FLAGS = (
     ("peer_transport", "peer_transport", "grpc", ("peer_transport",)),
     ("bucket_bytes", "int64", 0, ("bucket_bytes",)),
     ("compression", "choice", "none", ("compression",)),
+    ("ring_algorithm", "choice", "auto", ("ring_algorithm",)),
     ("ps_transport", "peer_transport", "grpc", ("ps_transport",)),
     ("on_divergence", "choice", "repair", ("on_divergence",)),
     ("on_nonfinite", "choice", "fail", ("on_nonfinite",)),
@@ -84,6 +85,7 @@ FLAGS = (
 # first one (the default) is stored as "" in the spec.
 _CHOICES = {
     "compression": ("none", "bf16", "fp16"),
+    "ring_algorithm": ("auto", "ring", "direct"),
     "on_divergence": ("repair", "halt"),
     "on_nonfinite": ("fail", "skip"),
     "on_worker_lost": ("fail", "shrink", "wait"),
