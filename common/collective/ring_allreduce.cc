@@ -456,8 +456,13 @@ absl::Status RingAllReducer::Direct(absl::Span<float> grad, int64_t* count,
       DecodeAdd16(o.wire, halves(p), static_cast<int64_t>(n), d);
     }
   } else {
-    if (n > 0) std::memcpy(d, floats(0), n * sizeof(float));
-    for (int p = 1; p < K; ++p) {
+    // d = x0 + x1 in one pass (the same bits as copying x0 and adding x1:
+    // one float addition per element either way), then + x2, ... in rank
+    // order. K >= 2 here.
+    const float* x0 = floats(0);
+    const float* x1 = floats(1);
+    for (size_t i = 0; i < n; ++i) d[i] = x0[i] + x1[i];
+    for (int p = 2; p < K; ++p) {
       const float* x = floats(p);
       for (size_t i = 0; i < n; ++i) d[i] += x[i];
     }
