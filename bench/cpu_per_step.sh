@@ -19,7 +19,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=${LOCKSTEP_BIN:-}
 if [ -z "$BIN" ]; then
-  for d in "$here" "${RUNFILES_DIR:-$0.runfiles}/lockstep" "$here/cpu_per_step.runfiles/lockstep"; do
+  for d in "${RUNFILES_DIR:-$0.runfiles}/lockstep" "$here/cpu_per_step.runfiles/lockstep"; do
     [ -x "$d/server/lockstep-coordinator" ] && BIN=$d && break
   done
 fi
@@ -32,11 +32,18 @@ for a in "$@"; do
     *) job+=("$a") ;;
   esac
 done
-steps=3000
-for a in "${job[@]}"; do case "$a" in --steps=*) steps=${a#*=} ;; esac; done
-have_batch=0; for a in "${job[@]}"; do case "$a" in --batch=*) have_batch=1 ;; esac; done
+steps=3000 have_steps=0 have_batch=0
+for a in "${job[@]}"; do
+  case "$a" in
+    --steps=*) steps=${a#*=} have_steps=1 ;;
+    --batch=*) have_batch=1 ;;
+  esac
+done
+number() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || { echo "cpu_per_step: --$1: expected an integer >= 1, got \"$2\"" >&2; exit 2; }; }
+number workers "$k"; number repeats "$repeats"; number steps "$steps"
 defaults=(--model=mlp:256 --sync=ring --peer_transport=tcp --lr=0.05 --momentum=0.9 --eval_each_epoch=false)
 [ "$have_batch" = 1 ] || defaults+=(--batch=$((128 * k)))
+[ "$have_steps" = 1 ] || defaults+=(--steps="$steps")
 dir=$(mktemp -d /tmp/lockstep-cpu.XXXXXX); pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$dir"' EXIT
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "cpu_per_step: no $1" >&2; exit 1; }
@@ -54,14 +61,19 @@ ticks() { local p=$1; set -- $(cut -d' ' -f14,15 "/proc/$p/stat"); echo $(($1 + 
 hz=$(getconf CLK_TCK)
 echo "cpu_per_step: K=$k, $steps steps, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
   "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, job: ${defaults[*]} ${job[*]}"
-cli submit --workers="$k" --follow "${defaults[@]}" "${job[@]}" --steps=50 >/dev/null \
-  || { echo "cpu_per_step: the warm-up job failed (logs in $dir)" >&2; trap - EXIT; exit 1; }
+if ! cli submit --workers="$k" --follow "${defaults[@]}" "${job[@]}" --steps=50 >/dev/null; then
+  echo "cpu_per_step: the warm-up job failed (logs kept in $dir)" >&2
+  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
+  exit 1
+fi
 results=()
 for r in $(seq "$repeats"); do
   before=(); for p in "${pids[@]}"; do before+=("$(ticks "$p")"); done
   t0=$(date +%s%N)
   out=$(cli submit --workers="$k" --follow --json "${defaults[@]}" "${job[@]}") \
     || { echo "cpu_per_step: job failed: $out" >&2; exit 1; }
+  [ "$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['state'])" "$out")" = SUCCEEDED ] \
+    || { echo "cpu_per_step: job did not succeed: $out" >&2; exit 1; }
   t1=$(date +%s%N)
   line="" total=0
   for i in "${!pids[@]}"; do

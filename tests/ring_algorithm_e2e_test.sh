@@ -9,10 +9,11 @@
 #     ring job over grpc ends with the ring job's hash over tcp;
 #   * a bad value is refused naming the flag (exit 2), a ps job with ring
 #     is refused naming spec.ring_algorithm (INVALID_ARGUMENT);
-#   * direct over grpc for a model whose gradient (1.4 M floats, 5.6 MB,
-#     and the step's 33 loss, count and flag slots) exceeds the grpc peer
-#     transport's 4 MiB message fails naming spec.ring_algorithm, the size
-#     and the limit, and the workers are idle again.
+#   * direct for a gradient too large for one direct message fails naming
+#     spec.ring_algorithm, the size and the limit, and the workers are idle
+#     again: over grpc 1.4 M floats (5.6 MB with the step's 33 loss, count
+#     and flag slots; over the grpc message's 4 MiB and the direct
+#     algorithm's 2 MiB), over tcp 0.7 M floats (2.8 MB: over 2 MiB).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -57,17 +58,22 @@ err=$(cli submit "${JOB[@]}" --sync=ps --ring_algorithm=ring 2>&1); rc=$?
 [ "$rc" != 0 ] && grep -q "INVALID_ARGUMENT" <<<"$err" && grep -q "spec.ring_algorithm: ring is for ring jobs only" <<<"$err" \
   || fail "ps with ring: exit $rc: $err"
 
-echo "== direct over grpc, a gradient over 4 MiB"
-out=$(cli submit --workers=2 --model=mlp:200000 --dataset="$DATA" --batch=4 --steps=2 \
-  --peer_transport=grpc --ring_algorithm=direct --follow --json)
-python3 - "$out" <<'PY' || fail "big direct: $out"
+big_direct() {  # big_direct TRANSPORT HIDDEN BYTES
+  local out
+  out=$(cli submit --workers=2 --model=mlp:"$2" --dataset="$DATA" --batch=4 --steps=2 \
+    --peer_transport="$1" --ring_algorithm=direct --follow --json)
+  python3 - "$out" "$3" <<'PY' || fail "big direct over $1: $out"
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["state"] == "FAILED", d["state"]
 r = d["reason"]
-assert "spec.ring_algorithm: direct sends each gradient buffer in one message of 5600152 bytes" in r, r
-assert "more than this peer transport's 4194304" in r, r
+assert f"spec.ring_algorithm: direct sends each gradient buffer in one message of {sys.argv[2]} bytes" in r, r
+assert "more than the 2097152 bytes one direct message may hold on this transport" in r, r
 print("big direct:", r)
 PY
-wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 w-3 || fail "workers not idle: $(cli workers)"
+  wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 w-3 || fail "workers not idle: $(cli workers)"
+}
+echo "== direct, a gradient over one direct message (grpc 5.6 MB, tcp 2.8 MB)"
+big_direct grpc 200000 5600152
+big_direct tcp 100000 2800152
 echo PASS

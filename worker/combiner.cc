@@ -41,18 +41,20 @@ absl::Status GradientCombiner::CombineBucket(const BucketCall& call, absl::Span<
 }
 
 absl::Status RingCombiner::CheckDirectFits(size_t floats, WireFormat wire) const {
-  if (algorithm_ != AllReduceAlgorithm::kDirect || max_message_bytes_ <= 0 || world_ < 2) {
-    return absl::OkStatus();
-  }
-  // The direct message: the count, then the values (ring_allreduce.cc).
+  if (algorithm_ != AllReduceAlgorithm::kDirect || world_ < 2) return absl::OkStatus();
+  // The direct message: the count, then the values (ring_allreduce.cc),
+  // at most kMaxSegmentBytes on any transport and at most the transport's
+  // own limit.
+  int64_t limit = kMaxSegmentBytes;
+  if (max_message_bytes_ > 0) limit = std::min(limit, max_message_bytes_);
   const int64_t bytes = static_cast<int64_t>(sizeof(int64_t)) +
                         static_cast<int64_t>(floats) * (wire == WireFormat::kFloat32 ? 4 : 2);
-  if (bytes <= max_message_bytes_) return absl::OkStatus();
+  if (bytes <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "spec.ring_algorithm: direct sends each gradient buffer in one message of %d bytes, "
-      "more than this peer transport's %d: use ring (or auto), the tcp peer transport, or "
-      "overlap buckets (spec.bucket_bytes) small enough to fit",
-      bytes, max_message_bytes_));
+      "more than the %d bytes one direct message may hold on this transport: use ring (or "
+      "auto), or overlap buckets (spec.bucket_bytes) small enough to fit",
+      bytes, limit));
 }
 
 absl::Status RingCombiner::Combine(uint64_t job, int64_t step, absl::Span<float> buffer,

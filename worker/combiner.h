@@ -104,10 +104,11 @@ class GradientCombiner {
 
 // Ring all-reduce over a Transport (not owned; must outlive this).
 // `algorithm`: JobSpec.ring_algorithm (kAuto picks by size). With kDirect
-// forced and a transport with a message limit (Transport::max_message_bytes:
-// the grpc peer transport's 4 MiB), a gradient (or bucket) whose one direct
-// message would exceed it fails the call with InvalidArgumentError naming
-// spec.ring_algorithm, the size and the limit, before anything is sent.
+// forced, a gradient (or bucket) whose one direct message would exceed
+// kMaxSegmentBytes (2 MiB, the direct algorithm's own cap) or the
+// transport's limit (Transport::max_message_bytes) fails the call with
+// InvalidArgumentError naming spec.ring_algorithm, the size and the limit,
+// before anything is sent.
 class RingCombiner : public GradientCombiner {
  public:
   explicit RingCombiner(Transport* transport,

@@ -467,8 +467,8 @@ TEST(RingCombinerTest, ForcedDirectChecksTheTransportsMessageLimit) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(s.message(),
             "spec.ring_algorithm: direct sends each gradient buffer in one message of 1208 "
-            "bytes, more than this peer transport's 1000: use ring (or auto), the tcp peer "
-            "transport, or overlap buckets (spec.bucket_bytes) small enough to fit");
+            "bytes, more than the 1000 bytes one direct message may hold on this transport: "
+            "use ring (or auto), or overlap buckets (spec.bucket_bytes) small enough to fit");
   EXPECT_EQ(t0.sends, 0);
   BucketCall call;
   call.job = 1;
@@ -498,6 +498,15 @@ TEST(RingCombinerTest, ForcedDirectChecksTheTransportsMessageLimit) {
     EXPECT_EQ(a, std::vector<float>(n, 3.0f));
     EXPECT_EQ(b, a);
   }
+  // Without a transport limit the direct algorithm's own 2 MiB holds.
+  InProcessHub hub1(2);
+  RingCombiner unlimited(hub1.endpoint(0), AllReduceAlgorithm::kDirect);
+  std::vector<float> huge((kMaxSegmentBytes - 8) / 4 + 1, 1.0f);
+  s = unlimited.Combine(1, 0, absl::MakeSpan(huge), &count, absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("more than the 2097152 bytes one direct message may hold"),
+            std::string::npos)
+      << s;
   // The ring algorithm with the same limit: no check (its segments are
   // bounded by kMaxSegmentBytes, not the buffer).
   RingCombiner ring0(&t0, AllReduceAlgorithm::kRing), ring1(&t1, AllReduceAlgorithm::kRing);

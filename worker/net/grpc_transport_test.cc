@@ -173,6 +173,7 @@ class TriggerTransport : public Transport {
       : inner_(inner), on_send_(std::move(on_send)) {}
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
+  int64_t max_message_bytes() const override { return inner_->max_message_bytes(); }
   absl::Status Send(int to, const MessageKey& key,
                     absl::Span<const uint8_t> data,
                     absl::Time deadline) override {
