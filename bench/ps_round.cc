@@ -19,9 +19,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/collective/chunking.h"
 #include "common/collective/ps_aggregator.h"
+#include "common/collective/wire_format.h"
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/process_tuning.h"
 #include "common/net/data_auth.h"
@@ -32,6 +34,9 @@
 ABSL_FLAG(int, rounds, 300, "timed rounds per configuration (after 20 warm-up rounds)");
 ABSL_FLAG(int64_t, n, 203531, "floats per worker (the main job's model + the loss slot)");
 ABSL_FLAG(int, workers, 2, "K");
+ABSL_FLAG(std::string, compression, "none,bf16",
+          "comma-separated wire formats to measure (none, bf16, fp16: JobSpec.compression); "
+          "float32 (none) is the anchor");
 
 namespace lockstep {
 namespace {
@@ -64,7 +69,8 @@ struct Shard {
 };
 
 // Median and p90 of worker 0's round latencies, in microseconds.
-std::pair<double, double> Run(int k, int shards, int64_t n, bool tcp, int rounds, uint64_t job) {
+std::pair<double, double> Run(int k, int shards, int64_t n, bool tcp, int rounds, uint64_t job,
+                              WireFormat wire) {
   std::vector<std::unique_ptr<Shard>> servers;
   // The job's data-plane secret, registered as a worker's DataAddress does.
   const std::string secret(dataauth::kSecretBytes, 'b');
@@ -100,6 +106,7 @@ std::pair<double, double> Run(int k, int shards, int64_t n, bool tcp, int rounds
         o.step = r;
         o.worker = w;
         o.timeout = absl::Seconds(60);
+        o.wire = wire;
         const absl::Time t0 = absl::Now();
         absl::Status s = PsAllReduce(clients, absl::MakeSpan(buf), &count, o);
         const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);
@@ -126,16 +133,28 @@ int main(int argc, char** argv) {
   const int rounds = absl::GetFlag(FLAGS_rounds);
   const int64_t n = absl::GetFlag(FLAGS_n);
   const int k = absl::GetFlag(FLAGS_workers);
+  std::vector<lockstep::WireFormat> wires;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_compression), ',')) {
+    auto w = lockstep::ParseWireFormat(name);
+    if (!w.ok()) {
+      std::fprintf(stderr, "--compression: %s\n", std::string(w.status().message()).c_str());
+      return 2;
+    }
+    wires.push_back(*w);
+  }
   std::printf("ps round, K=%d, %lld floats (%.0f KB) per worker, %d rounds; worker 0's latency\n",
               k, static_cast<long long>(n), n * 4 / 1e3, rounds);
-  std::printf("%3s | %12s %12s | %12s %12s | %8s\n", "S", "grpc med us", "grpc p90 us",
-              "tcp med us", "tcp p90 us", "grpc/tcp");
+  std::printf("%3s %5s | %12s %12s | %12s %12s | %8s\n", "S", "wire", "grpc med us",
+              "grpc p90 us", "tcp med us", "tcp p90 us", "grpc/tcp");
   uint64_t job = 1;
   for (int shards = 1; shards <= 2; ++shards) {
-    auto g = lockstep::Run(k, shards, n, false, rounds, job++);
-    auto t = lockstep::Run(k, shards, n, true, rounds, job++);
-    std::printf("%3d | %12.0f %12.0f | %12.0f %12.0f | %7.2fx\n", shards, g.first, g.second,
-                t.first, t.second, g.first / t.first);
+    for (lockstep::WireFormat wire : wires) {
+      auto g = lockstep::Run(k, shards, n, false, rounds, job++, wire);
+      auto t = lockstep::Run(k, shards, n, true, rounds, job++, wire);
+      std::printf("%3d %5s | %12.0f %12.0f | %12.0f %12.0f | %7.2fx\n", shards,
+                  lockstep::WireFormatName(wire), g.first, g.second, t.first, t.second,
+                  g.first / t.first);
+    }
   }
   return 0;
 }

@@ -117,6 +117,26 @@ succeeded_hash() {
   [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "not SUCCEEDED: $out"
   json "d['final_hash']" <<<"$out"
 }
+# in_sync_hash NAME STEPS FLAGS...: submits and follows a job that must
+# end SUCCEEDED with all STEPS steps checked and every replica in sync;
+# prints its final hash (and, on stderr, the hash and the spec's combine
+# fields).
+in_sync_hash() {
+  local name=$1 steps=$2 out; shift 2
+  out=$(cli submit "$@" --follow --json) || fail "$name: exit $?: $out"
+  python3 - "$out" "$name" "$steps" <<'PY' >&2 || fail "$name: $out"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["state"] == "SUCCEEDED", d["state"]
+assert int(d["checked_steps"]) == int(sys.argv[3]), d
+assert int(d.get("mismatched_steps", 0)) == 0, d
+assert not d.get("out_of_sync") and all(r["in_sync"] for r in d["ranks"]), d
+s = d["spec"]
+keys = ("sync_mode", "peer_transport", "ps_transport", "ring_algorithm", "compression")
+print(sys.argv[2], "hash", d["final_hash"], {k: s[k] for k in keys if k in s})
+PY
+  json "d['final_hash']" <<<"$out"
+}
 cancelled_at() {
   local at=$1 id step; shift
   id=$(cli submit "$@") || fail "submit: $id"

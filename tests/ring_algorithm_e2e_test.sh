@@ -28,17 +28,8 @@ for i in 1 2 3; do start_worker; done
 JOB=(--workers=3 --model=mlp:8 --dataset="$DATA" --batch=30 --steps=20 --lr=0.1 --momentum=0.9)
 
 run() {  # run NAME FLAGS...: a SUCCEEDED job in sync at every step; prints its hash
-  local name=$1 out; shift
-  out=$(cli submit "${JOB[@]}" "$@" --follow --json) || fail "$name: exit $?: $out"
-  python3 - "$out" "$name" <<'PY' >&2 || fail "$name: $out"
-import json, sys
-d = json.loads(sys.argv[1])
-assert d["state"] == "SUCCEEDED", d["state"]
-assert int(d["checked_steps"]) == 20 and int(d.get("mismatched_steps", 0)) == 0, d
-assert not d.get("out_of_sync") and all(r["in_sync"] for r in d["ranks"]), d
-print(sys.argv[2], "hash", d["final_hash"], "ring_algorithm", repr(d["spec"].get("ring_algorithm", "")))
-PY
-  json "d['final_hash']" <<<"$out"
+  local name=$1; shift
+  in_sync_hash "$name" 20 "${JOB[@]}" "$@"
 }
 echo "== K=3 over tcp: auto, direct, ring"
 auto=$(run auto --peer_transport=tcp)

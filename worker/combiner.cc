@@ -48,7 +48,7 @@ absl::Status RingCombiner::CheckDirectFits(size_t floats, WireFormat wire) const
   int64_t limit = kMaxSegmentBytes;
   if (max_message_bytes_ > 0) limit = std::min(limit, max_message_bytes_);
   const int64_t bytes = static_cast<int64_t>(sizeof(int64_t)) +
-                        static_cast<int64_t>(floats) * (wire == WireFormat::kFloat32 ? 4 : 2);
+                        static_cast<int64_t>(floats) * WireBytesPerFloat(wire);
   if (bytes <= limit) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "spec.ring_algorithm: direct sends each gradient buffer in one message of %d bytes, "
@@ -126,11 +126,6 @@ absl::StatusOr<std::vector<Range>> PsCombiner::PlanBuckets(
 
 absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float> data,
                                        int64_t* count, double* peer_wait_seconds) {
-  if (call.wire != WireFormat::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ps mode sends float32 gradients; compression %s is for ring jobs only",
-        WireFormatName(call.wire)));
-  }
   if (absl::Status s = Connected(call.buffer_size); !s.ok()) return s;
   const int shards = static_cast<int>(shards_.size());
   const absl::Duration left = call.deadline - absl::Now();
@@ -148,6 +143,7 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
     o.step = call.step;
     o.worker = rank_;
     o.timeout = left;
+    o.wire = call.wire;
     int64_t c = *count;
     absl::Status s = PsAllReduce(shards_, data, &c, o);
     if (s.ok() && call.with_count) *count = c;
@@ -163,7 +159,8 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
   // StartRound/FinishRound: a push then a pull, which a client may send as
   // one message (the raw-TCP ps data plane does).
   if (absl::Status st =
-          shards_[s]->StartRound(call.job, call.step, rank_, data, *count, call.deadline);
+          shards_[s]->StartRound(call.job, call.step, rank_, data, *count, call.deadline,
+                                 call.wire);
       !st.ok()) {
     return absl::Status(st.code(), absl::StrFormat("%s: push to shard %d: %s", where(), s,
                                                    st.message()));
@@ -171,7 +168,8 @@ absl::Status PsCombiner::CombineBucket(const BucketCall& call, absl::Span<float>
   int64_t total = 0;
   const absl::Time t0 = absl::Now();
   absl::Status st =
-      shards_[s]->FinishRound(call.job, call.step, rank_, data, &total, call.deadline);
+      shards_[s]->FinishRound(call.job, call.step, rank_, data, &total, call.deadline,
+                              call.wire);
   if (peer_wait_seconds != nullptr) *peer_wait_seconds += absl::ToDoubleSeconds(absl::Now() - t0);
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrFormat("%s: pull from shard %d: %s", where(), s,

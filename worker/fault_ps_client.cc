@@ -41,15 +41,15 @@ absl::Status HoldPullPsClient::Pull(uint64_t job, int64_t step, int worker, absl
 
 absl::Status HoldPullPsClient::StartRound(uint64_t job, int64_t step, int worker,
                                           absl::Span<const float> grad, int64_t count,
-                                          absl::Time deadline) {
-  return inner_->StartRound(job, step, worker, grad, count, deadline);
+                                          absl::Time deadline, WireFormat wire) {
+  return inner_->StartRound(job, step, worker, grad, count, deadline, wire);
 }
 
 absl::Status HoldPullPsClient::FinishRound(uint64_t job, int64_t step, int worker,
                                            absl::Span<float> out, int64_t* count,
-                                           absl::Time deadline) {
+                                           absl::Time deadline, WireFormat wire) {
   if (absl::Status s = Hold(step, deadline); !s.ok()) return s;
-  return inner_->FinishRound(job, step, worker, out, count, deadline);
+  return inner_->FinishRound(job, step, worker, out, count, deadline, wire);
 }
 
 void HoldPullPsClient::Cancel() {

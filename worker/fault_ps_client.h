@@ -28,9 +28,9 @@ class HoldPullPsClient : public PsClient {
   absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                     int64_t* count, absl::Time deadline) override;
   absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> grad,
-                          int64_t count, absl::Time deadline) override;
+                          int64_t count, absl::Time deadline, WireFormat wire) override;
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline) override;
+                           int64_t* count, absl::Time deadline, WireFormat wire) override;
   void Cancel() override;
 
  private:

@@ -42,11 +42,6 @@ absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.compression: ", wire.status().message()));
   }
-  if (*wire != WireFormat::kFloat32 && spec.sync_mode() == v1::PS) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.compression: ", WireFormatName(*wire),
-                     " is for ring jobs only (ps shards sum float32 gradients)"));
-  }
   c.wire = *wire;
   return c;
 }

@@ -71,7 +71,7 @@ struct CombineConfig {
 // From the job spec, with JobSpec.bucket_bytes = 0 resolved to -1 (no
 // overlap: the default, measured in the README, "Overlap").
 // InvalidArgument naming spec.bucket_bytes (expected -1, 0 or > 0) or
-// spec.compression (expected none, bf16 or fp16; ring only).
+// spec.compression (expected none, bf16 or fp16).
 absl::StatusOr<CombineConfig> CombineConfigFromSpec(const v1::JobSpec& spec);
 
 class StepCombiner : private GradReadyListener {

@@ -58,32 +58,36 @@ class CountingPsClient : public PsClient {
   // message): forwarded, counted like Push and Pull.
   absl::Status StartRound(uint64_t job, int64_t step, int worker,
                           absl::Span<const float> shard_grad_sum, int64_t count,
-                          absl::Time deadline) override {
-    return Sent(inner_->StartRound(job, step, worker, shard_grad_sum, count, deadline),
-                shard_grad_sum.size());
+                          absl::Time deadline, WireFormat wire) override {
+    return Sent(inner_->StartRound(job, step, worker, shard_grad_sum, count, deadline, wire),
+                shard_grad_sum.size(), wire);
   }
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline) override {
-    return Received(inner_->FinishRound(job, step, worker, out, count, deadline), out.size());
+                           int64_t* count, absl::Time deadline, WireFormat wire) override {
+    return Received(inner_->FinishRound(job, step, worker, out, count, deadline, wire),
+                    out.size(), wire);
   }
   void Cancel() override { inner_->Cancel(); }
 
  private:
-  // On success, the bytes moved (the floats and the count) onto `bytes`;
-  // otherwise the error counted as an RPC error of `rpc` ("Push" / "Pull").
-  absl::Status Counted(absl::Status s, size_t floats, Counter* bytes, const char* rpc) {
+  // On success, the bytes moved (the values as `wire` sends them, and the
+  // count) onto `bytes`; otherwise the error counted as an RPC error of
+  // `rpc` ("Push" / "Pull").
+  absl::Status Counted(absl::Status s, size_t floats, WireFormat wire, Counter* bytes,
+                       const char* rpc) {
     if (s.ok()) {
-      bytes->Increment(static_cast<double>(floats * sizeof(float) + sizeof(int64_t)));
+      bytes->Increment(static_cast<double>(static_cast<int64_t>(floats) * WireBytesPerFloat(wire) +
+                                           static_cast<int64_t>(sizeof(int64_t))));
     } else {
       metrics_->RpcError(rpc, absl::StatusCodeToString(s.code()));
     }
     return s;
   }
-  absl::Status Sent(absl::Status s, size_t floats) {
-    return Counted(std::move(s), floats, sent_, "Push");
+  absl::Status Sent(absl::Status s, size_t floats, WireFormat wire = WireFormat::kFloat32) {
+    return Counted(std::move(s), floats, wire, sent_, "Push");
   }
-  absl::Status Received(absl::Status s, size_t floats) {
-    return Counted(std::move(s), floats, received_, "Pull");
+  absl::Status Received(absl::Status s, size_t floats, WireFormat wire = WireFormat::kFloat32) {
+    return Counted(std::move(s), floats, wire, received_, "Pull");
   }
   PsClient* const inner_;
   Counter* const sent_;

@@ -395,6 +395,28 @@ PsShardRegistry::Stats PsShardRegistry::stats() const {
   return s;
 }
 
+absl::Status PsClient::StartRound(uint64_t job, int64_t step, int worker,
+                                  absl::Span<const float> shard_grad_sum, int64_t count,
+                                  absl::Time deadline, WireFormat wire) {
+  if (wire == WireFormat::kFloat32) {
+    return Push(job, step, worker, shard_grad_sum, count, deadline);
+  }
+  // What a 16-bit wire would deliver: each value rounded once.
+  std::vector<float> rounded(shard_grad_sum.begin(), shard_grad_sum.end());
+  RoundTrip16(wire, rounded.data(), static_cast<int64_t>(rounded.size()));
+  return Push(job, step, worker, rounded, count, deadline);
+}
+
+absl::Status PsClient::FinishRound(uint64_t job, int64_t step, int worker,
+                                   absl::Span<float> out, int64_t* count, absl::Time deadline,
+                                   WireFormat wire) {
+  absl::Status s = Pull(job, step, worker, out, count, deadline);
+  if (s.ok() && wire != WireFormat::kFloat32) {
+    RoundTrip16(wire, out.data(), static_cast<int64_t>(out.size()));
+  }
+  return s;
+}
+
 InProcessPsClient::InProcessPsClient(std::shared_ptr<PsShard> shard)
     : shard_(std::move(shard)) {
   ABSL_RAW_CHECK(shard_ != nullptr, "InProcessPsClient: shard is null");
@@ -464,7 +486,7 @@ absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
     const Range rg = ShardBounds(n, S, s);
     absl::Status st = shards[s]->StartRound(
         o.job, o.step, o.worker, grad.subspan(rg.begin, rg.size()), *count,
-        deadline);
+        deadline, o.wire);
     if (!st.ok()) return fail("push to", s, st);
   }
   int64_t total = 0;
@@ -473,7 +495,7 @@ absl::Status PsAllReduce(absl::Span<PsClient* const> shards,
     int64_t c = 0;
     absl::Status st = shards[s]->FinishRound(
         o.job, o.step, o.worker, grad.subspan(rg.begin, rg.size()), &c,
-        deadline);
+        deadline, o.wire);
     if (!st.ok()) return fail("pull from", s, st);
     if (s == 0) {
       total = c;

@@ -42,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/collective/wire_format.h"
 
 namespace lockstep {
 
@@ -162,23 +163,28 @@ class PsClient {
 
   // One push/pull round in two halves, so that a client can pipeline it:
   // PsAllReduce calls StartRound on every shard, then FinishRound on every
-  // shard, with the same (job, step, worker). StartRound hands the push to
-  // the server (it may return before the server answered: its errors may
-  // then come from FinishRound); FinishRound returns the reduced shard
-  // (PsShard::Pull semantics). Every StartRound that returned OK is followed
-  // by a FinishRound of the same (job, step, worker), or the round is given
-  // up (the next StartRound of that worker drops it). The defaults are
-  // Push and Pull, one RPC each.
+  // shard, with the same (job, step, worker, wire). StartRound hands the
+  // push to the server (it may return before the server answered: its
+  // errors may then come from FinishRound); FinishRound returns the reduced
+  // shard (PsShard::Pull semantics). Every StartRound that returned OK is
+  // followed by a FinishRound of the same (job, step, worker), or the round
+  // is given up (the next StartRound of that worker drops it).
+  //
+  // `wire` (JobSpec.compression) is how the shard's values travel, both
+  // ways: float32 is exact; a 16-bit format (wire_format.h) sends each
+  // pushed value rounded once, the server sums the decoded values in
+  // float32 in rank order, and sends the sum rounded once, so every worker
+  // decodes the same bits:
+  //   out = rt(((rt(x_0) + rt(x_1)) + ...) + rt(x_{K-1})),  rt = RoundTrip16.
+  // The count is always exact. The defaults are Push and Pull, one RPC
+  // each; for a 16-bit `wire` they round the values in process as above
+  // (an in-process shard has no wire).
   virtual absl::Status StartRound(uint64_t job, int64_t step, int worker,
                                   absl::Span<const float> shard_grad_sum,
-                                  int64_t count, absl::Time deadline) {
-    return Push(job, step, worker, shard_grad_sum, count, deadline);
-  }
+                                  int64_t count, absl::Time deadline, WireFormat wire);
   virtual absl::Status FinishRound(uint64_t job, int64_t step, int worker,
                                    absl::Span<float> out, int64_t* count,
-                                   absl::Time deadline) {
-    return Pull(job, step, worker, out, count, deadline);
-  }
+                                   absl::Time deadline, WireFormat wire);
 
   // Makes calls in flight return CancelledError soon and every later call
   // at once (a worker whose job was ended must not wait out a pull's
@@ -325,6 +331,8 @@ struct PsAllReduceOptions {
   int worker = 0;  // this worker's rank in [0, K)
   // The whole round (all pushes and pulls) must finish within this time.
   absl::Duration timeout = absl::Seconds(60);
+  // How the values travel (PsClient::StartRound): float32 or 16 bits.
+  WireFormat wire = WireFormat::kFloat32;
 };
 
 // One all-reduce round through S = shards.size() parameter-server shards:

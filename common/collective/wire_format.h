@@ -30,6 +30,13 @@ absl::StatusOr<WireFormat> ParseWireFormat(absl::string_view name);
 // "none", "bf16", "fp16".
 const char* WireFormatName(WireFormat w);
 
+// The format's number on a wire that carries it (the ps data plane's hello,
+// ps.proto's wire_format): 0 float32, 1 bf16, 2 fp16.
+int32_t WireFormatCode(WireFormat w);
+// The inverse; InvalidArgument "expected 0 (float32), 1 (bf16) or 2
+// (fp16), got N" for anything else (the caller names the field).
+absl::StatusOr<WireFormat> WireFormatFromCode(int64_t code);
+
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t h);
 uint16_t FloatToFp16(float f);
@@ -48,6 +55,9 @@ void RoundTrip16(WireFormat w, float* v, int64_t n);
 // Whether the fp16 array functions above use the CPU's F16C conversion
 // instructions (same bits as the scalar functions), for tests.
 bool Fp16UsesF16c();
+// Whether the bf16 array functions use AVX2 (same bits as the scalar
+// functions), for tests.
+bool Bf16UsesAvx2();
 
 }  // namespace lockstep
 

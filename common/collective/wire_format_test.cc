@@ -100,6 +100,27 @@ TEST(WireFormatTest, ArrayHelpersAccumulateInFloat32) {
   }
 }
 
+// Decode16 and DecodeAdd16 of n values (every 16-bit pattern, from 0 up,
+// wrapping past 0xffff) give `scalar`'s bits (and 1 + them).
+void ExpectEveryHalfDecodesLikeTheScalarCode(WireFormat w, uint32_t n,
+                                             float (*scalar)(uint16_t)) {
+  std::vector<uint16_t> halves(n);
+  for (uint32_t h = 0; h < n; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> dec(n), acc(n, 1.0f);
+  Decode16(w, halves.data(), n, dec.data());
+  DecodeAdd16(w, halves.data(), n, acc.data());
+  for (uint32_t h = 0; h < n; ++h) {
+    const float want = scalar(halves[h]);
+    uint32_t a, b;
+    std::memcpy(&a, &dec[h], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << std::hex << h;
+    if (!std::isnan(want)) {
+      ASSERT_EQ(acc[h], 1.0f + want) << std::hex << h;
+    }
+  }
+}
+
 // The array functions (F16C when the CPU has it) give the scalar bits,
 // for every half and for float32 values across the whole range.
 TEST(WireFormatTest, Fp16ArraysMatchTheScalarConversion) {
@@ -118,22 +139,36 @@ TEST(WireFormatTest, Fp16ArraysMatchTheScalarConversion) {
   std::vector<uint16_t> enc(n);
   Encode16(WireFormat::kFp16, in.data(), n, enc.data());
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(enc[i], FloatToFp16(in[i])) << in[i];
-  std::vector<uint16_t> halves(0x10000);
-  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<uint16_t>(h);
-  std::vector<float> dec(0x10000), acc(0x10000, 1.0f);
-  Decode16(WireFormat::kFp16, halves.data(), 0x10000, dec.data());
-  DecodeAdd16(WireFormat::kFp16, halves.data(), 0x10000, acc.data());
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    const float want = Fp16ToFloat(static_cast<uint16_t>(h));
-    uint32_t a, b;
-    std::memcpy(&a, &dec[h], 4);
-    std::memcpy(&b, &want, 4);
-    ASSERT_EQ(a, b) << std::hex << h;
-    if (!std::isnan(want)) {
-      ASSERT_EQ(acc[h], 1.0f + want) << std::hex << h;
-    }
-  }
+  ExpectEveryHalfDecodesLikeTheScalarCode(WireFormat::kFp16, 0x10000, Fp16ToFloat);
   std::printf("fp16 arrays use F16C: %s\n", Fp16UsesF16c() ? "yes" : "no");
+}
+
+// The same for bf16 (AVX2 when the CPU has it): every 2^32 / 0x1235
+// float32 bit pattern (both signs, NaNs, infinities, subnormals, ties)
+// encodes to the scalar bits, every half decodes to them, at lengths that
+// leave every tail length of the 8-wide loop.
+TEST(WireFormatTest, Bf16ArraysMatchTheScalarConversion) {
+  std::vector<float> in;
+  for (uint64_t v = 0; v < 0x100000000ull; v += 0x1235u) {
+    const uint32_t u = static_cast<uint32_t>(v);
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    in.push_back(f);
+  }
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800001u,
+                     0xffc00001u, 0x00000001u, 0x80008000u}) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    in.push_back(f);  // ties both ways, overflow to inf, signalling NaN, subnormals
+  }
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13},
+                    static_cast<int64_t>(in.size())}) {
+    std::vector<uint16_t> enc(n);
+    Encode16(WireFormat::kBf16, in.data(), n, enc.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(enc[i], FloatToBf16(in[i])) << i << " " << in[i];
+  }
+  ExpectEveryHalfDecodesLikeTheScalarCode(WireFormat::kBf16, 0x10000 + 5, Bf16ToFloat);
+  std::printf("bf16 arrays use AVX2: %s\n", Bf16UsesAvx2() ? "yes" : "no");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "common/grpcutil/grpc_ps_client.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpcutil/grpc_status.h"
@@ -86,6 +88,29 @@ absl::StatusOr<std::string> GrpcPsClient::DataAddress(absl::Time deadline, uint6
 absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
                                 absl::Span<const float> shard_grad_sum, int64_t count,
                                 absl::Time deadline) {
+  return PushAs(job, step, worker, shard_grad_sum, count, deadline, WireFormat::kFloat32);
+}
+
+absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                                int64_t* count, absl::Time deadline) {
+  return PullAs(job, step, worker, out, count, deadline, WireFormat::kFloat32);
+}
+
+absl::Status GrpcPsClient::StartRound(uint64_t job, int64_t step, int worker,
+                                      absl::Span<const float> shard_grad_sum, int64_t count,
+                                      absl::Time deadline, WireFormat wire) {
+  return PushAs(job, step, worker, shard_grad_sum, count, deadline, wire);
+}
+
+absl::Status GrpcPsClient::FinishRound(uint64_t job, int64_t step, int worker,
+                                       absl::Span<float> out, int64_t* count,
+                                       absl::Time deadline, WireFormat wire) {
+  return PullAs(job, step, worker, out, count, deadline, wire);
+}
+
+absl::Status GrpcPsClient::PushAs(uint64_t job, int64_t step, int worker,
+                                  absl::Span<const float> shard_grad_sum, int64_t count,
+                                  absl::Time deadline, WireFormat wire) {
   v1::PushRequest req;
   req.set_job(job);
   req.set_step(step);
@@ -94,8 +119,16 @@ absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
   req.set_num_workers(num_workers_);
   req.set_count(count);
   req.set_shard_len(static_cast<int64_t>(shard_grad_sum.size()));
-  req.set_grad_sum(reinterpret_cast<const char*>(shard_grad_sum.data()),
-                   shard_grad_sum.size() * sizeof(float));
+  const int64_t n = static_cast<int64_t>(shard_grad_sum.size());
+  if (wire == WireFormat::kFloat32) {
+    req.set_grad_sum(reinterpret_cast<const char*>(shard_grad_sum.data()), n * sizeof(float));
+  } else {
+    // Each value rounded once to 16 bits (ps.proto wire_format).
+    req.set_wire_format(WireFormatCode(wire));
+    std::string* bytes = req.mutable_grad_sum();
+    bytes->resize(static_cast<size_t>(n) * sizeof(uint16_t));
+    Encode16(wire, shard_grad_sum.data(), n, reinterpret_cast<uint16_t*>(bytes->data()));
+  }
   v1::PushReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
@@ -106,9 +139,15 @@ absl::Status GrpcPsClient::Push(uint64_t job, int64_t step, int worker,
   return Named(s);
 }
 
-absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                                int64_t* count, absl::Time deadline) {
+absl::Status GrpcPsClient::PullAs(uint64_t job, int64_t step, int worker,
+                                  absl::Span<float> out, int64_t* count, absl::Time deadline,
+                                  WireFormat wire) {
+  if (count == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ps shard ", shard_, " (", address_, "): count is null"));
+  }
   v1::PullRequest req;
+  req.set_wire_format(WireFormatCode(wire));
   req.set_job(job);
   req.set_step(step);
   req.set_shard(shard_);
@@ -126,12 +165,22 @@ absl::Status GrpcPsClient::Pull(uint64_t job, int64_t step, int worker, absl::Sp
   grpc::Status rpc = stub_->Pull(&ctx, req, &reply);
   End(&ctx);
   if (absl::Status s = Named(rpc); !s.ok()) return s;
-  if (reply.grad_sum().size() != out.size() * sizeof(float)) {
+  const int64_t n = static_cast<int64_t>(out.size());
+  const size_t want = static_cast<size_t>(n * WireBytesPerFloat(wire));
+  if (reply.grad_sum().size() != want) {
     return absl::DataLossError(absl::StrCat("ps shard ", shard_, " (", address_, "): pulled ",
-                                            reply.grad_sum().size(), " bytes, expected ",
-                                            out.size() * sizeof(float)));
+                                            reply.grad_sum().size(), " bytes, expected ", want,
+                                            " (", n, " values, wire ", WireFormatName(wire),
+                                            ")"));
   }
-  if (!out.empty()) std::memcpy(out.data(), reply.grad_sum().data(), reply.grad_sum().size());
+  if (n > 0 && wire == WireFormat::kFloat32) {
+    std::memcpy(out.data(), reply.grad_sum().data(), want);
+  } else if (n > 0) {
+    // The bytes of a std::string: copied to aligned 16-bit values first.
+    std::vector<uint16_t> values(static_cast<size_t>(n));
+    std::memcpy(values.data(), reply.grad_sum().data(), want);
+    Decode16(wire, values.data(), n, out.data());
+  }
   *count = reply.count();
   return absl::OkStatus();
 }

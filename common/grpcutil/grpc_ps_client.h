@@ -30,6 +30,13 @@ class GrpcPsClient : public PsClient {
                     absl::Time deadline) override;
   absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                     int64_t* count, absl::Time deadline) override;
+  // A Push and a Pull whose values travel as `wire` (ps.proto wire_format:
+  // a 16-bit push is rounded once here; the server rounds the sum once).
+  absl::Status StartRound(uint64_t job, int64_t step, int worker,
+                          absl::Span<const float> shard_grad_sum, int64_t count,
+                          absl::Time deadline, WireFormat wire) override;
+  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                           int64_t* count, absl::Time deadline, WireFormat wire) override;
 
   // Cancels the calls in flight and makes every later call return
   // CANCELLED at once (a worker whose job was ended must not wait out a
@@ -46,6 +53,11 @@ class GrpcPsClient : public PsClient {
                                           const std::string& secret = "");
 
  private:
+  absl::Status PushAs(uint64_t job, int64_t step, int worker,
+                      absl::Span<const float> shard_grad_sum, int64_t count,
+                      absl::Time deadline, WireFormat wire);
+  absl::Status PullAs(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                      int64_t* count, absl::Time deadline, WireFormat wire);
   absl::Status Named(const grpc::Status& s) const;
   // Registers a call's context so Cancel() can reach it; false when
   // already cancelled.

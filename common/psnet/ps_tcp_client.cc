@@ -78,7 +78,8 @@ void PsTcpClient::Release(Conn c, bool reusable) {
   dataconn::Close(c.io);
 }
 
-absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time deadline) {
+absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, WireFormat wire,
+                                                       absl::Time deadline) {
   std::vector<dataconn::Conn> stale;
   Conn found;
   {
@@ -90,7 +91,7 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
         stale.push_back(it->io);
         live_.erase(it->fd);
         it = idle_.erase(it);
-      } else if (found.fd < 0 && it->job == job) {
+      } else if (found.fd < 0 && it->job == job && it->wire == wire) {
         found = *it;
         it = idle_.erase(it);
       } else {
@@ -108,6 +109,8 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
   c.fd = *fd;
   c.io = dataconn::Plain(*fd);
   c.job = job;
+  c.wire = wire;
+  if (wire != WireFormat::kFloat32) c.scratch = std::make_shared<std::vector<uint16_t>>();
   if (options_.tls != nullptr) {
     absl::StatusOr<dataconn::Conn> tls = dataconn::StartTls(*options_.tls, *fd, /*server=*/false);
     if (!tls.ok()) {
@@ -142,6 +145,7 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, absl::Time 
   h.shard = shard_;
   h.num_workers = num_workers_;
   h.shard_len = shard_len_;
+  h.wire = wire;
   // The server's challenge, then our hello answering it under the job's
   // secret.
   uint8_t cb[psnet::kChallengeBytes];
@@ -187,12 +191,18 @@ absl::Status PsTcpClient::SendRequest(const Conn& c, Kind kind, uint64_t job, in
   f.step = step;
   f.worker = worker;
   f.count = count;
-  f.len = static_cast<int64_t>(payload.size() * sizeof(float));
+  const int64_t n = static_cast<int64_t>(payload.size());
+  f.len = n * WireBytesPerFloat(c.wire);
   f.wait_us = std::max<int64_t>(0, absl::ToInt64Microseconds(deadline - absl::Now()));
   uint8_t h[psnet::kFrameBytes];
   psnet::EncodeFrame(f, h);
-  iovec iov[2] = {{h, sizeof(h)},
-                  {const_cast<float*>(payload.data()), payload.size() * sizeof(float)}};
+  const void* bytes = payload.data();
+  if (c.wire != WireFormat::kFloat32 && n > 0) {
+    c.scratch->resize(static_cast<size_t>(n));  // its capacity stays: no allocation per step
+    Encode16(c.wire, payload.data(), n, c.scratch->data());
+    bytes = c.scratch->data();
+  }
+  iovec iov[2] = {{h, sizeof(h)}, {const_cast<void*>(bytes), static_cast<size_t>(f.len)}};
   // The server reads every request as it comes: writing can only stall on a
   // dead server, which the grace after the deadline bounds.
   return psnet::WriteFully(c.io, iov, payload.empty() ? 1 : 2, deadline + options_.reply_grace);
@@ -226,8 +236,8 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
     return absl::Status(CodeFromWire(f.count), text);  // not reused: the server may close it
   }
   const Kind want = expect_result ? Kind::kResult : Kind::kAck;
-  const int64_t want_len =
-      expect_result ? static_cast<int64_t>(out.size() * sizeof(float)) : int64_t{0};
+  const int64_t n = static_cast<int64_t>(out.size());
+  const int64_t want_len = expect_result ? n * WireBytesPerFloat(c.wire) : int64_t{0};
   if (f.kind != static_cast<uint32_t>(want) || f.job != job || f.step != step ||
       f.worker != worker || f.len != want_len) {
     return absl::DataLossError(absl::StrCat(
@@ -235,10 +245,17 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
         step, " worker ", worker, " with ", want_len, " bytes, got ", psnet::KindName(f.kind),
         " for job ", f.job, " step ", f.step, " worker ", f.worker, " with ", f.len, " bytes"));
   }
-  if (want_len > 0) {
+  if (want_len > 0 && c.wire == WireFormat::kFloat32) {
     if (s = psnet::ReadFully(c.io, out.data(), static_cast<size_t>(want_len), until); !s.ok()) {
       return s;
     }
+  } else if (want_len > 0) {
+    c.scratch->resize(static_cast<size_t>(n));
+    if (s = psnet::ReadFully(c.io, c.scratch->data(), static_cast<size_t>(want_len), until);
+        !s.ok()) {
+      return s;
+    }
+    Decode16(c.wire, c.scratch->data(), n, out.data());
   }
   if (count != nullptr) *count = f.count;
   *stream_ok = true;
@@ -248,7 +265,7 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
 absl::Status PsTcpClient::Push(uint64_t job, int64_t step, int worker,
                                absl::Span<const float> shard_grad_sum, int64_t count,
                                absl::Time deadline) {
-  absl::StatusOr<Conn> c = Acquire(job, deadline);
+  absl::StatusOr<Conn> c = Acquire(job, WireFormat::kFloat32, deadline);
   if (!c.ok()) return c.status();
   absl::Status s =
       SendRequest(*c, Kind::kPush, job, step, worker, shard_grad_sum, count, deadline);
@@ -265,7 +282,7 @@ absl::Status PsTcpClient::Push(uint64_t job, int64_t step, int worker,
 absl::Status PsTcpClient::Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
                                int64_t* count, absl::Time deadline) {
   if (count == nullptr) return Named(absl::InvalidArgumentError("count is null"));
-  absl::StatusOr<Conn> c = Acquire(job, deadline);
+  absl::StatusOr<Conn> c = Acquire(job, WireFormat::kFloat32, deadline);
   if (!c.ok()) return c.status();
   absl::Status s = SendRequest(*c, Kind::kPull, job, step, worker, {}, 0, deadline);
   bool stream_ok = false;
@@ -280,7 +297,7 @@ absl::Status PsTcpClient::Pull(uint64_t job, int64_t step, int worker, absl::Spa
 
 absl::Status PsTcpClient::StartRound(uint64_t job, int64_t step, int worker,
                                      absl::Span<const float> shard_grad_sum, int64_t count,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, WireFormat wire) {
   // A round of this worker given up half way (its FinishRound never came)
   // cannot be answered any more: drop its connection.
   for (;;) {
@@ -298,7 +315,7 @@ absl::Status PsTcpClient::StartRound(uint64_t job, int64_t step, int worker,
     if (dropped.fd < 0) break;
     Release(dropped, false);
   }
-  absl::StatusOr<Conn> c = Acquire(job, deadline);
+  absl::StatusOr<Conn> c = Acquire(job, wire, deadline);
   if (!c.ok()) return c.status();
   absl::Status s =
       SendRequest(*c, Kind::kRound, job, step, worker, shard_grad_sum, count, deadline);
@@ -315,18 +332,18 @@ absl::Status PsTcpClient::StartRound(uint64_t job, int64_t step, int worker,
 
 absl::Status PsTcpClient::FinishRound(uint64_t job, int64_t step, int worker,
                                       absl::Span<float> out, int64_t* count,
-                                      absl::Time deadline) {
+                                      absl::Time deadline, WireFormat wire) {
   if (count == nullptr) return Named(absl::InvalidArgumentError("count is null"));
   Conn c;
   {
     absl::MutexLock l(&mu_);
     auto it = std::find_if(rounds_.begin(), rounds_.end(), [&](const Round& r) {
-      return r.job == job && r.step == step && r.worker == worker;
+      return r.job == job && r.step == step && r.worker == worker && r.conn.wire == wire;
     });
     if (it == rounds_.end()) {
       return Named(absl::FailedPreconditionError(
           absl::StrCat("FinishRound for job ", job, " step ", step, " worker ", worker,
-                       " without a started round")));
+                       " (wire ", WireFormatName(wire), ") without a started round")));
     }
     c = it->conn;
     rounds_.erase(it);

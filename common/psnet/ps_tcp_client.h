@@ -75,11 +75,14 @@ class PsTcpClient : public PsClient {
                     int64_t count, absl::Time deadline) override;
   absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out, int64_t* count,
                     absl::Time deadline) override;
+  // A round's connection carries `wire` (ps_wire.h's hello): connections
+  // are kept per (job, wire). 16-bit values are encoded into and decoded
+  // from the connection's own buffer (allocated once per connection).
   absl::Status StartRound(uint64_t job, int64_t step, int worker,
                           absl::Span<const float> shard_grad_sum, int64_t count,
-                          absl::Time deadline) override;
+                          absl::Time deadline, WireFormat wire) override;
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline) override;
+                           int64_t* count, absl::Time deadline, WireFormat wire) override;
   // Shuts every connection down (calls in flight return CancelledError at
   // once) and makes later calls return CancelledError.
   void Cancel() override;
@@ -92,13 +95,17 @@ class PsTcpClient : public PsClient {
     int fd = -1;
     dataconn::Conn io;  // the stream (io.fd == fd); Release / the destructor close it
     uint64_t job = 0;
+    WireFormat wire = WireFormat::kFloat32;
+    // 16-bit values on their way (shared by the copies of this Conn, which
+    // are one connection; used by one call at a time).
+    std::shared_ptr<std::vector<uint16_t>> scratch;
     absl::Time idle_since;
   };
 
   absl::Status Named(const absl::Status& s) const;
   absl::Status CancelledStatus() const;
-  // An idle connection of `job` or a new one (dial + hello).
-  absl::StatusOr<Conn> Acquire(uint64_t job, absl::Time deadline);
+  // An idle connection of (job, wire) or a new one (dial + hello).
+  absl::StatusOr<Conn> Acquire(uint64_t job, WireFormat wire, absl::Time deadline);
   // Back to the idle pool (reusable) or closed.
   void Release(Conn c, bool reusable);
   absl::Status SendRequest(const Conn& c, psnet::Kind kind, uint64_t job, int64_t step,

@@ -365,11 +365,15 @@ void PsTcpServer::Serve(Conn* conn) {
                                                 absl::Now() + options_.hello_timeout);
     if (!st.ok() || !sent.ok()) return;
   }
-  const std::string where = absl::StrFormat("ps data plane: job %d shard %d (K=%d, %d floats)",
-                                            hello.job, hello.shard, hello.num_workers,
-                                            hello.shard_len);
-  const int64_t payload_bytes = hello.shard_len * static_cast<int64_t>(sizeof(float));
+  const bool wide = hello.wire == WireFormat::kFloat32;
+  const std::string where = absl::StrFormat(
+      "ps data plane: job %d shard %d (K=%d, %d floats%s)", hello.job, hello.shard,
+      hello.num_workers, hello.shard_len,
+      wide ? "" : absl::StrCat(", ", WireFormatName(hello.wire), " on the wire"));
+  const int64_t bytes_per_value = WireBytesPerFloat(hello.wire);
+  const int64_t payload_bytes = hello.shard_len * bytes_per_value;
   std::vector<float> buf;  // the push, then the reduced shard; allocated once
+  std::vector<uint16_t> wire16;  // 16-bit values on their way (hello.wire); allocated once
 
   // ---- requests
   while (!stop_.load()) {
@@ -412,7 +416,7 @@ void PsTcpServer::Serve(Conn* conn) {
         bad = absl::InvalidArgumentError(absl::StrCat(
             where, ": ", psnet::KindName(f.kind), " (step ", f.step, ", worker ", f.worker,
             ") carries ", f.len, " payload bytes, expected ", pushes ? payload_bytes : 0,
-            pushes ? " (the shard's length x 4)" : ""));
+            pushes ? (wide ? " (the shard's length x 4)" : " (the shard's length x 2)") : ""));
       }
     }
     if (!bad.ok()) {
@@ -422,12 +426,14 @@ void PsTcpServer::Serve(Conn* conn) {
       return;
     }
     if (buf.size() != static_cast<size_t>(hello.shard_len)) buf.resize(hello.shard_len);
+    if (!wide && wire16.size() != buf.size()) wire16.resize(buf.size());
     absl::Status s;
     if (kind != Kind::kPull) {
-      if (!psnet::ReadFully(fd, buf.data(), static_cast<size_t>(payload_bytes), frame_deadline)
-               .ok()) {
+      void* into = wide ? static_cast<void*>(buf.data()) : static_cast<void*>(wire16.data());
+      if (!psnet::ReadFully(fd, into, static_cast<size_t>(payload_bytes), frame_deadline).ok()) {
         return;
       }
+      if (!wide) Decode16(hello.wire, wire16.data(), hello.shard_len, buf.data());
       s = shard->Push(f.job, f.step, f.worker, buf, f.count);
       if (s.ok()) registry_->CountPush(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
       if (kind == Kind::kPush) {
@@ -469,7 +475,11 @@ void PsTcpServer::Serve(Conn* conn) {
       // before gRPC sends its reply: counted after, a client (or test) that
       // has its result could still read the old count.
       registry_->CountPull(payload_bytes + static_cast<int64_t>(sizeof(int64_t)));
-      sent = SendFrame(fd, r, buf.data(), absl::Now() + options_.frame_timeout);
+      // A 16-bit wire gets the float32 sum rounded once: every worker
+      // decodes the same bits.
+      if (!wide) Encode16(hello.wire, buf.data(), hello.shard_len, wire16.data());
+      sent = SendFrame(fd, r, wide ? static_cast<const void*>(buf.data()) : wire16.data(),
+                       absl::Now() + options_.frame_timeout);
     } else {
       sent = SendError(fd, f, s, absl::Now() + options_.frame_timeout);
     }

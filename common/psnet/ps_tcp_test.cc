@@ -77,12 +77,12 @@ class OwningClient : public PsClient {
     return client_.Pull(job, step, worker, out, count, deadline);
   }
   absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                          int64_t count, absl::Time deadline) override {
-    return client_.StartRound(job, step, worker, g, count, deadline);
+                          int64_t count, absl::Time deadline, WireFormat wire) override {
+    return client_.StartRound(job, step, worker, g, count, deadline, wire);
   }
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline) override {
-    return client_.FinishRound(job, step, worker, out, count, deadline);
+                           int64_t* count, absl::Time deadline, WireFormat wire) override {
+    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
   }
 
  private:
@@ -311,14 +311,17 @@ class RawConn {
     return !s.ok() && s.code() == absl::StatusCode::kUnavailable;
   }
   void Hello(uint64_t job, int shard, int k, int64_t len,
-             const std::string& secret = kSecret) {
+             const std::string& secret = kSecret, WireFormat wire = WireFormat::kFloat32,
+             uint8_t wire_byte_override = 0) {
     psnet::Hello h;
     h.job = job;
     h.shard = shard;
     h.num_workers = k;
     h.shard_len = len;
+    h.wire = wire;
     uint8_t b[psnet::kHelloBytes];
     psnet::EncodeHello(h, secret, nonce_, b);
+    if (wire_byte_override != 0) b[32] = wire_byte_override;  // the wire field (ps_wire.h)
     Write(b, sizeof(b));
   }
   const dataauth::Nonce& nonce() const { return nonce_; }
@@ -396,6 +399,55 @@ TEST(PsTcpTest, BadHellosAndFramesAreAnsweredClosedAndCounted) {
   EXPECT_EQ(out, (std::vector<float>{2, 2, 2}));
 }
 
+// JobSpec.compression over the data plane: the hello names the wire
+// format (an unknown one is refused naming the field), and a frame's
+// payload must be the shard's length x 2 for a 16-bit wire.
+TEST(PsTcpTest, TheHellosWireFormatFixesThePayloadSize) {
+  auto server = std::make_shared<LocalServer>();
+  {
+    RawConn c(server->address);
+    c.Hello(5, 0, 2, 3, kSecret, WireFormat::kFloat32, /*wire_byte_override=*/9);
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(text, HasSubstr("hello: wire format: expected 0 (float32), 1 (bf16) or 2 "
+                                "(fp16), got 9"));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  {
+    RawConn c(server->address);
+    c.Hello(5, 0, 2, 3, kSecret, WireFormat::kBf16);
+    EXPECT_EQ(c.ReadHelloReply().first, 0);
+    psnet::Frame f;
+    f.kind = static_cast<uint32_t>(psnet::Kind::kRound);
+    f.job = 5;
+    f.len = 12;  // float32-sized
+    f.count = 1;
+    c.Frame(f);
+    auto [answer, text] = c.ReadFrame();
+    EXPECT_EQ(answer.kind, static_cast<uint32_t>(psnet::Kind::kError));
+    EXPECT_THAT(text, HasSubstr("(K=2, 3 floats, bf16 on the wire)"));
+    EXPECT_THAT(text, HasSubstr("carries 12 payload bytes, expected 6 (the shard's length x 2)"));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  EXPECT_EQ(server->server->rejected_connections(), 2);
+  // An fp16 round of two workers through the client: each push rounded
+  // once, the sum rounded once (2049 is not an fp16: it travels as 2048,
+  // ties to even, so the sum is 4096, not 4097).
+  PsTcpClient a(server->address, 0, 2, 3, Auth());
+  const std::vector<float> x0 = {2048, 0.5f, -1}, x1 = {2049, 0.25f, 3};
+  std::vector<float> out0(3), out1(3);
+  int64_t c0 = 0, c1 = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(a.StartRound(6, 0, 0, x0, 1, soon, WireFormat::kFp16).ok());
+  ASSERT_TRUE(a.StartRound(6, 0, 1, x1, 2, soon, WireFormat::kFp16).ok());
+  ASSERT_TRUE(a.FinishRound(6, 0, 0, absl::MakeSpan(out0), &c0, soon, WireFormat::kFp16).ok());
+  ASSERT_TRUE(a.FinishRound(6, 0, 1, absl::MakeSpan(out1), &c1, soon, WireFormat::kFp16).ok());
+  EXPECT_EQ(out0, (std::vector<float>{4096, 0.75f, 2}));
+  EXPECT_EQ(out1, out0);
+  EXPECT_EQ(c0, 3);
+  EXPECT_EQ(c1, 3);
+}
+
 TEST(PsTcpTest, ConnectionsBeyondTheLimitAreRefusedNamingIt) {
   PsTcpServerOptions o;
   o.max_connections = 1;
@@ -419,12 +471,14 @@ TEST(PsTcpTest, CancelEndsAWaitingRoundAtOnceAndFreesTheServer) {
   auto server = std::make_shared<LocalServer>();
   PsTcpClient c(server->address, 0, 2, 4, Auth());
   std::vector<float> buf(4, 1.0f);
-  ASSERT_TRUE(c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60)).ok());
+  ASSERT_TRUE(
+      c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60), WireFormat::kFloat32).ok());
   absl::Status finished;
   absl::Time returned;
   std::thread t([&] {
     int64_t count = 0;
-    finished = c.FinishRound(1, 0, 0, absl::MakeSpan(buf), &count, absl::Now() + absl::Seconds(60));
+    finished = c.FinishRound(1, 0, 0, absl::MakeSpan(buf), &count,
+                             absl::Now() + absl::Seconds(60), WireFormat::kFloat32);
     returned = absl::Now();
   });
   absl::SleepFor(absl::Milliseconds(100));  // let the round wait at the server
@@ -447,11 +501,13 @@ TEST(PsTcpTest, ServerShutdownEndsAWaitingRound) {
   auto server = std::make_shared<LocalServer>();
   PsTcpClient c(server->address, 0, 2, 4, Auth());
   std::vector<float> buf(4, 1.0f);
-  ASSERT_TRUE(c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60)).ok());
+  ASSERT_TRUE(
+      c.StartRound(1, 0, 0, buf, 1, absl::Now() + absl::Seconds(60), WireFormat::kFloat32).ok());
   const absl::Time start = absl::Now();
   std::thread stopper([&] { server->server->Shutdown(); });
   int64_t count = 0;
-  absl::Status s = c.FinishRound(1, 0, 0, absl::MakeSpan(buf), &count, absl::Now() + absl::Seconds(60));
+  absl::Status s = c.FinishRound(1, 0, 0, absl::MakeSpan(buf), &count,
+                                 absl::Now() + absl::Seconds(60), WireFormat::kFloat32);
   stopper.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("ps shard 0"));
@@ -529,8 +585,9 @@ TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
   std::vector<float> out(3);
   int64_t count = 0;
   const absl::Time soon = absl::Now() + absl::Seconds(10);
-  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon).ok());
-  ASSERT_TRUE(a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon).ok());
+  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
+  ASSERT_TRUE(
+      a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
   EXPECT_EQ(out, g);
   // A client without the secret is refused, naming why.
   PsTcpClient no_secret(server->address, 0, 1, 3);

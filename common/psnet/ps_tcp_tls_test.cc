@@ -74,12 +74,12 @@ class OwningClient : public PsClient {
     return client_.Pull(job, step, worker, out, count, deadline);
   }
   absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                          int64_t count, absl::Time deadline) override {
-    return client_.StartRound(job, step, worker, g, count, deadline);
+                          int64_t count, absl::Time deadline, WireFormat wire) override {
+    return client_.StartRound(job, step, worker, g, count, deadline, wire);
   }
   absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline) override {
-    return client_.FinishRound(job, step, worker, out, count, deadline);
+                           int64_t* count, absl::Time deadline, WireFormat wire) override {
+    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
   }
 
  private:

@@ -87,6 +87,7 @@ void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce
   Put<int32_t>(out, 16, h.shard);
   Put<int32_t>(out, 20, h.num_workers);
   Put<int64_t>(out, 24, h.shard_len);
+  Put<uint32_t>(out, 32, static_cast<uint32_t>(WireFormatCode(h.wire)));
   const dataauth::Mac mac =
       dataauth::HelloMac(secret, kHelloDomain, out, kHelloFieldBytes, challenge);
   std::memcpy(out + kHelloFieldBytes, mac.data(), mac.size());
@@ -119,6 +120,12 @@ absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h) {
   h->shard = Get<int32_t>(in, 16);
   h->num_workers = Get<int32_t>(in, 20);
   h->shard_len = Get<int64_t>(in, 24);
+  absl::StatusOr<WireFormat> wire = WireFormatFromCode(Get<uint32_t>(in, 32));
+  if (!wire.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello: wire format: ", wire.status().message()));
+  }
+  h->wire = *wire;
   return absl::OkStatus();
 }
 

@@ -8,7 +8,11 @@
 //     u32 magic 'LKPC' | u32 version | 32-byte random nonce
 //   client -> server, once:  hello (72 bytes)
 //     u32 magic 'LKPH' | u32 version | u64 job | i32 shard | i32 num_workers |
-//     i64 shard_len | u64 0 | 32-byte mac
+//     i64 shard_len | u32 wire | u32 0 | 32-byte mac
+//     wire: how the connection's shard values travel (JobSpec.compression,
+//     wire_format.h): 0 float32, 1 bf16, 2 fp16 (2-byte values, rounded
+//     once by the sender; the server sums float32). Any other value is
+//     refused naming the field. (Clients before bf16/fp16 sent 0 here.)
 //     mac = HMAC-SHA256 under the job's data-plane secret (the coordinator's
 //     Assignment.data_plane_secret, which the workers registered with this
 //     server through DataAddress) of "lockstep ps hello v2" || 0x00 || the
@@ -32,11 +36,14 @@
 //     i32 chunk | i64 count | i64 len | i64 wait_us
 //
 //   kind     direction  payload                 count         answer
-//   PUSH     c -> s     shard_len floats        examples      ACK or ERROR
+//   PUSH     c -> s     shard_len values        examples      ACK or ERROR
 //   PULL     c -> s     none                    0             RESULT or ERROR
-//   ROUND    c -> s     shard_len floats        examples      RESULT or ERROR
+//   ROUND    c -> s     shard_len values        examples      RESULT or ERROR
 //   ACK      s -> c     none                    0
-//   RESULT   s -> c     shard_len floats (sum)  total count
+//   RESULT   s -> c     shard_len values (sum)  total count
+//
+// Values are the hello's wire format: float32 (4 bytes each) or 16-bit
+// (2 bytes; the RESULT is the float32 sum rounded once).
 //   ERROR    s -> c     message text (<= 4 KiB) absl code
 //
 // ROUND is a push and the pull of the same (job, step, worker) in one
@@ -62,6 +69,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/collective/wire_format.h"
 #include "common/net/data_auth.h"
 #include "common/net/data_conn.h"
 
@@ -99,6 +107,7 @@ struct Hello {
   int32_t shard = 0;
   int32_t num_workers = 0;
   int64_t shard_len = 0;
+  WireFormat wire = WireFormat::kFloat32;
 };
 
 struct Frame {
@@ -118,7 +127,8 @@ absl::Status DecodeChallenge(const uint8_t in[kChallengeBytes], dataauth::Nonce*
 // The fields and the mac under `secret` over `challenge`.
 void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
                  uint8_t out[kHelloBytes]);
-// The fields (InvalidArgumentError naming what is wrong: magic, version);
+// The fields (InvalidArgumentError naming what is wrong: magic, version,
+// wire);
 // the mac is checked by VerifyHello once the job's secret is looked up.
 absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h);
 // PermissionDeniedError naming the job and shard unless the mac fits

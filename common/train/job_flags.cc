@@ -43,8 +43,8 @@ ABSL_FLAG(int64_t, bucket_bytes, 0,
           "(0 = default: off; -1 = off: combine after backward; 262144 = 4 buckets for "
           "mlp:256)");
 ABSL_FLAG(std::string, compression, "none",
-          "Gradient compression on the ring's wire: none | bf16 | fp16 (float32 "
-          "accumulation; ring jobs only)");
+          "Gradient compression on the wire: none | bf16 | fp16 (float32 "
+          "accumulation; ring and ps jobs)");
 ABSL_FLAG(std::string, ring_algorithm, "auto",
           "auto | ring | direct: ring mode's all-reduce (auto: direct while (K-1) x the "
           "gradient is at most 1 MiB, else ring; ring jobs only)");

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/collective/wire_format.h"
 #include "common/model.h"
 #include "common/train/nonfinite.h"
 
@@ -213,16 +214,10 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
         "spec.bucket_bytes: expected -1 (no overlap), 0 (default) or > 0, got ",
         spec.bucket_bytes()));
   }
-  const std::string& compression = spec.compression();
-  if (!compression.empty() && compression != "none" && compression != "bf16" &&
-      compression != "fp16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.compression: expected none, bf16 or fp16, got \"", compression, "\""));
-  }
-  if (!compression.empty() && compression != "none" && spec.sync_mode() == lockstep::v1::PS) {
+  // Ring and ps jobs alike (ps shards decode 16-bit pushes and sum float32).
+  if (auto wire = ParseWireFormat(spec.compression()); !wire.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec.compression: ", compression,
-                     " is for ring jobs only (ps shards sum float32 gradients)"));
+        absl::StrCat("spec.compression: ", wire.status().message()));
   }
   const std::string& algorithm = spec.ring_algorithm();
   if (!algorithm.empty() && algorithm != "auto" && algorithm != "ring" && algorithm != "direct") {

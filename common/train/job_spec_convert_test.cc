@@ -225,9 +225,13 @@ TEST(ValidateJobSpecTest, RejectsWithFieldNames) {
   spec = Minimal();
   spec.set_compression("int8");
   ExpectInvalid(spec, "spec.compression: expected none, bf16 or fp16, got \"int8\"");
-  spec.set_compression("bf16");
-  spec.set_sync_mode(v1::PS);
-  ExpectInvalid(spec, "spec.compression: bf16 is for ring jobs only");
+  for (const char* ok : {"", "none", "bf16", "fp16"}) {  // ring and ps alike
+    for (auto mode : {v1::RING, v1::PS}) {
+      spec.set_compression(ok);
+      spec.set_sync_mode(mode);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok << " " << mode;
+    }
+  }
   spec = Minimal();
   spec.set_ring_algorithm("tree");
   ExpectInvalid(spec, "spec.ring_algorithm: expected auto, ring or direct, got \"tree\"");

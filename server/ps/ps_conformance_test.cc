@@ -56,6 +56,14 @@ class OwningClient : public PsClient {
                     int64_t* count, absl::Time deadline) override {
     return client_.Pull(job, step, worker, out, count, deadline);
   }
+  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
+                          int64_t count, absl::Time deadline, WireFormat wire) override {
+    return client_.StartRound(job, step, worker, g, count, deadline, wire);
+  }
+  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                           int64_t* count, absl::Time deadline, WireFormat wire) override {
+    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
+  }
 
  private:
   std::shared_ptr<LocalPs> ps_;
@@ -239,8 +247,9 @@ TEST(PsDataPlaneTest, DataAddressRegistersTheJobsSecret) {
   PsTcpClientOptions good;
   good.secret = secret;
   PsTcpClient tcp(*data, 0, 1, 2, good);
-  ASSERT_TRUE(tcp.StartRound(9, 0, 0, g, 1, soon).ok());
-  ASSERT_TRUE(tcp.FinishRound(9, 0, 0, absl::MakeSpan(out), &count, soon).ok());
+  ASSERT_TRUE(tcp.StartRound(9, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
+  ASSERT_TRUE(
+      tcp.FinishRound(9, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
   EXPECT_EQ(out, g);
   PsTcpClientOptions bad;
   bad.secret = std::string(dataauth::kSecretBytes, 'z');
@@ -263,7 +272,8 @@ TEST(PsDataPlaneTest, TcpAndGrpcGiveTheSameBits) {
     for (float& x : in[r]) x = dist(gen) * (r + 1) * 1e3f;
   }
   // transport[w]: 0 gRPC, 1 TCP.
-  auto run = [&](uint64_t job, const std::vector<int>& transport) {
+  auto run = [&](uint64_t job, const std::vector<int>& transport,
+                 WireFormat wire = WireFormat::kFloat32) {
     std::vector<std::vector<float>> bufs = in;
     std::vector<absl::Status> st(k);
     std::vector<std::thread> threads;
@@ -297,6 +307,7 @@ TEST(PsDataPlaneTest, TcpAndGrpcGiveTheSameBits) {
         o.job = job;
         o.worker = w;
         o.timeout = absl::Seconds(60);
+        o.wire = wire;
         st[w] = PsAllReduce(clients, absl::MakeSpan(bufs[w]), &count, o);
         if (st[w].ok() && count != 6) st[w] = absl::InternalError("wrong count");
       });
@@ -321,6 +332,119 @@ TEST(PsDataPlaneTest, TcpAndGrpcGiveTheSameBits) {
   const PsService::Stats s = servers[0].service.stats();
   EXPECT_EQ(s.pushes, 3 * k);
   EXPECT_EQ(s.pulls, 3 * k);
+
+  // JobSpec.compression: 16-bit values both ways. Every worker rounds its
+  // push once, the server sums the decoded values in float32 in rank order
+  // and rounds the sum once: the same bits over gRPC, TCP, both mixed, and
+  // the in-process clients (PsClient's default), and half the bytes.
+  uint64_t job = 4;
+  for (WireFormat wire : {WireFormat::kBf16, WireFormat::kFp16}) {
+    SCOPED_TRACE(WireFormatName(wire));
+    std::vector<std::vector<float>> rounded = in;
+    for (auto& v : rounded) RoundTrip16(wire, v.data(), n);
+    std::vector<float> want16(n);
+    for (int64_t i = 0; i < n; ++i) want16[i] = (rounded[0][i] + rounded[1][i]) + rounded[2][i];
+    RoundTrip16(wire, want16.data(), n);
+    // The rounding shows: float32's sum is not what a 16-bit wire gives.
+    EXPECT_NE(std::memcmp(want16.data(), want.data(), n * sizeof(float)), 0);
+    const PsService::Stats before = servers[0].service.stats();
+    const std::vector<float> grpc16 = run(job++, {0, 0, 0}, wire);
+    const PsService::Stats after = servers[0].service.stats();
+    const int64_t len0 = ShardBounds(n, shards, 0).size();
+    EXPECT_EQ(after.pushed_bytes - before.pushed_bytes, k * (len0 * 2 + 8));
+    EXPECT_EQ(after.pulled_bytes - before.pulled_bytes, k * (len0 * 2 + 8));
+    const std::vector<float> tcp16 = run(job++, {1, 1, 1}, wire);
+    const std::vector<float> mixed16 = run(job++, {0, 1, 0}, wire);
+    EXPECT_EQ(std::memcmp(grpc16.data(), want16.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(tcp16.data(), want16.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(mixed16.data(), want16.data(), n * sizeof(float)), 0);
+    // In process (no wire): PsClient's default rounds the same way.
+    std::vector<std::unique_ptr<PsClient>> local = MakeInProcessPsClients(k, shards, n);
+    std::vector<PsClient*> ptrs;
+    for (auto& c : local) ptrs.push_back(c.get());
+    std::vector<std::vector<float>> bufs = in;
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> st(k);
+    for (int w = 0; w < k; ++w) {
+      threads.emplace_back([&, w] {
+        int64_t count = 1;
+        PsAllReduceOptions o;
+        o.job = 1;
+        o.worker = w;
+        o.wire = wire;
+        st[w] = PsAllReduce(ptrs, absl::MakeSpan(bufs[w]), &count, o);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int w = 0; w < k; ++w) {
+      ASSERT_TRUE(st[w].ok()) << st[w];
+      EXPECT_EQ(std::memcmp(bufs[w].data(), want16.data(), n * sizeof(float)), 0)
+          << "in-process worker " << w;
+    }
+  }
+}
+
+// A 16-bit round's sizes are checked against the wire format: a gRPC push
+// whose bytes fit float32 but claim bf16 (or the reverse), or a
+// wire_format the server does not know, is INVALID_ARGUMENT naming the
+// field, and the server keeps serving.
+TEST(PsServiceTest, WireFormatIsChecked) {
+  auto ps = StartPs();
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(ps->address, grpc::InsecureChannelCredentials()));
+  auto push = [&](int32_t wire, size_t bytes) {
+    v1::PushRequest req;
+    req.set_job(1);
+    req.set_num_workers(1);
+    req.set_shard_len(4);
+    req.set_count(1);
+    req.set_wire_format(wire);
+    req.set_grad_sum(std::string(bytes, '\0'));
+    v1::PushReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    return stub->Push(&ctx, req, &reply);
+  };
+  grpc::Status s = push(1, 16);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("grad_sum has 16 bytes, expected shard_len 4 x 2 "
+                                   "(wire_format bf16)"),
+            std::string::npos)
+      << s.error_message();
+  s = push(0, 8);
+  EXPECT_NE(s.error_message().find("expected shard_len 4 x 4 (wire_format none)"),
+            std::string::npos)
+      << s.error_message();
+  s = push(7, 8);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("wire_format: expected 0 (float32), 1 (bf16) or 2 (fp16), "
+                                   "got 7"),
+            std::string::npos)
+      << s.error_message();
+  v1::PullRequest pull;
+  pull.set_job(1);
+  pull.set_num_workers(1);
+  pull.set_shard_len(4);
+  pull.set_wire_format(-1);
+  v1::PullReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  s = stub->Pull(&ctx, pull, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("ps pull: job 1 step 0 worker 0: wire_format: expected"),
+            std::string::npos)
+      << s.error_message();
+  // Still serving: a bf16 round of one worker.
+  GrpcPsClient c(grpc::CreateChannel(ps->address, grpc::InsecureChannelCredentials()),
+                 ps->address, 0, 1, 4);
+  const std::vector<float> g = {1.0f, 1.00390625f, 3.0f, -0.5f};  // 1 + 2^-8 is not a bf16
+  std::vector<float> out(4);
+  int64_t count = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(c.StartRound(2, 0, 0, g, 1, soon, WireFormat::kBf16).ok());
+  ASSERT_TRUE(c.FinishRound(2, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kBf16).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 1.0f, 3.0f, -0.5f}));  // ties to even
+  EXPECT_EQ(count, 1);
 }
 
 }  // namespace

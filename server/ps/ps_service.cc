@@ -48,11 +48,19 @@ grpc::Status PsService::DataAddress(grpc::ServerContext*, const v1::DataAddressR
 
 grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
                              v1::PushReply*) {
-  if (req->grad_sum().size() != static_cast<size_t>(req->shard_len()) * sizeof(float)) {
+  absl::StatusOr<WireFormat> wire = WireFormatFromCode(req->wire_format());
+  if (!wire.ok()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("ps push: job ", req->job(), " step ", req->step(), " worker ",
+                     req->worker_rank(), ": wire_format: ", wire.status().message())));
+  }
+  const int64_t per_value = WireBytesPerFloat(*wire);
+  if (req->shard_len() < 0 ||
+      req->grad_sum().size() != static_cast<size_t>(req->shard_len()) * per_value) {
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
         "ps push: job ", req->job(), " step ", req->step(), " worker ", req->worker_rank(),
         ": grad_sum has ", req->grad_sum().size(), " bytes, expected shard_len ",
-        req->shard_len(), " x 4")));
+        req->shard_len(), " x ", per_value, " (wire_format ", WireFormatName(*wire), ")")));
   }
   auto shard =
       registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
@@ -69,7 +77,15 @@ grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
   }
   if (data == nullptr) data = std::make_unique<std::vector<float>>();
   data->resize(req->shard_len());
-  if (!data->empty()) std::memcpy(data->data(), req->grad_sum().data(), req->grad_sum().size());
+  if (data->empty()) {
+  } else if (*wire == WireFormat::kFloat32) {
+    std::memcpy(data->data(), req->grad_sum().data(), req->grad_sum().size());
+  } else {
+    // The string's bytes copied to aligned 16-bit values, then widened.
+    std::vector<uint16_t> packed(static_cast<size_t>(req->shard_len()));
+    std::memcpy(packed.data(), req->grad_sum().data(), req->grad_sum().size());
+    Decode16(*wire, packed.data(), req->shard_len(), data->data());
+  }
   absl::Status pushed =
       (*shard)->Push(req->job(), req->step(), req->worker_rank(), *data, req->count());
   {
@@ -84,6 +100,12 @@ grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
 
 grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* req,
                              v1::PullReply* reply) {
+  absl::StatusOr<WireFormat> wire = WireFormatFromCode(req->wire_format());
+  if (!wire.ok()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("ps pull: job ", req->job(), " step ", req->step(), " worker ",
+                     req->worker_rank(), ": wire_format: ", wire.status().message())));
+  }
   auto shard =
       registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
   if (!shard.ok()) return ToGrpcStatus(shard.status());
@@ -116,13 +138,24 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
     }
   }
   std::string* bytes = reply->mutable_grad_sum();
-  if (s.ok()) {
+  if (s.ok() && *wire == WireFormat::kFloat32) {
     bytes->resize(static_cast<size_t>((*shard)->shard_len()) * sizeof(float));
     // Complete: returns at once unless the step was recycled meanwhile.
     s = (*shard)->Pull(
         req->job(), req->step(), req->worker_rank(),
         absl::MakeSpan(reinterpret_cast<float*>(bytes->data()), (*shard)->shard_len()), &count,
         absl::Now());
+  } else if (s.ok()) {
+    // The float32 sum, rounded once to 16 bits: every worker decodes the
+    // same bits.
+    const int64_t n = (*shard)->shard_len();
+    std::vector<float> sum(static_cast<size_t>(n));
+    s = (*shard)->Pull(req->job(), req->step(), req->worker_rank(), absl::MakeSpan(sum),
+                       &count, absl::Now());
+    if (s.ok()) {
+      bytes->resize(static_cast<size_t>(n) * sizeof(uint16_t));
+      Encode16(*wire, sum.data(), n, reinterpret_cast<uint16_t*>(bytes->data()));
+    }
   }
   waiting_pulls_.fetch_sub(1, std::memory_order_relaxed);
   if (!s.ok()) return ToGrpcStatus(s);
