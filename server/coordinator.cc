@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -253,6 +254,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   reply.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
   reply.set_address(*address);
   reply.set_data_address(*data_address);
+  reply.set_worker_token(WorkerTokenLocked(id));
   std::vector<LogField> fields = {{"worker", id},
                                   {"address", *address},
                                   {"data_address", *data_address},
@@ -262,6 +264,37 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   LogLocked(LogLevel::kInfo, "worker registered", std::move(fields));
   ScheduleLocked();
   return reply;
+}
+
+std::string Coordinator::WorkerTokenLocked(const std::string& worker_id) const {
+  const dataauth::Mac mac = dataauth::HelloMac(
+      data_plane_key_, "lockstep worker token v1",
+      reinterpret_cast<const uint8_t*>(worker_id.data()), worker_id.size(), dataauth::Nonce{});
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+}
+
+absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,
+                                           const std::string& token) {
+  std::string want;
+  {
+    absl::MutexLock l(&mu_);
+    want = WorkerTokenLocked(worker_id);
+  }
+  if (token.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", worker_id,
+        ": the call carries no worker token (lockstep-worker-token metadata, from "
+        "RegisterWorker's reply): a worker of an older build must be restarted"));
+  }
+  if (token.size() != want.size() ||
+      !dataauth::MacEqual(reinterpret_cast<const uint8_t*>(token.data()),
+                          reinterpret_cast<const uint8_t*>(want.data()), want.size())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", worker_id, ": the call's worker token is not the one this coordinator gave ",
+        worker_id, " when it registered (another process using its id?)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {

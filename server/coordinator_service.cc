@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/daemon_util.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/worker_token.h"
 
 namespace lockstep {
 namespace {
@@ -49,6 +50,13 @@ grpc::Status CoordinatorService::CheckSize(const char* method,
 
 void CoordinatorService::BeginShutdown() { shutting_down_.store(true); }
 
+grpc::Status CoordinatorService::CheckToken(const grpc::ServerContext& context,
+                                            const std::string& worker_id) {
+  // Not naming the method: a PERMISSION_DENIED naming ReportSteps is what
+  // an older call policy answers, and workers then fall back to ReportStep.
+  return ToGrpcStatus(coordinator_->CheckWorkerToken(worker_id, WorkerTokenOf(context)));
+}
+
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
                                                 const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerReply* reply) {
@@ -58,49 +66,76 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
   return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : ""), reply);
 }
 
-grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext*,
+grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,
                                                   const v1::DeregisterWorkerRequest* request,
                                                   v1::DeregisterWorkerReply* reply) {
   if (grpc::Status s = CheckSize("DeregisterWorker", *request); !s.ok()) return s;
+  if (grpc::Status s = CheckToken(*context, request->worker_id()); !s.ok()) {
+    return s;
+  }
   return Reply(coordinator_->DeregisterWorker(*request), reply);
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatReply* reply) {
   if (grpc::Status s = CheckSize("Heartbeat", *request); !s.ok()) return s;
+  // A heartbeat without this id's token changes nothing: its caller is told
+  // to register (and so gets an id and token of its own), as a worker a
+  // restarted coordinator does not know is.
+  if (!coordinator_->CheckWorkerToken(request->worker_id(), WorkerTokenOf(*context)).ok()) {
+    reply->Clear();
+    reply->set_reregister(true);
+    return grpc::Status::OK;
+  }
   return Reply(coordinator_->Heartbeat(*request), reply);
 }
 
-grpc::Status CoordinatorService::ReportStep(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportStep(grpc::ServerContext* context,
                                             const v1::ReportStepRequest* request,
                                             v1::ReportStepReply* reply) {
   if (grpc::Status s = CheckSize("ReportStep", *request); !s.ok()) return s;
+  if (grpc::Status s = CheckToken(*context, request->worker_id()); !s.ok()) {
+    return s;
+  }
   return Reply(coordinator_->ReportStep(*request), reply);
 }
 
-grpc::Status CoordinatorService::ReportSteps(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportSteps(grpc::ServerContext* context,
                                              const v1::StepReports* request,
                                              v1::ReportStepReply* reply) {
   if (grpc::Status s = CheckSize("ReportSteps", *request); !s.ok()) return s;
+  // Every report's worker (one, from a real worker): checked once each.
+  const std::string* checked = nullptr;
+  for (const v1::ReportStepRequest& r : request->reports()) {
+    if (checked != nullptr && r.worker_id() == *checked) continue;
+    if (grpc::Status s = CheckToken(*context, r.worker_id()); !s.ok()) return s;
+    checked = &r.worker_id();
+  }
   return Reply(coordinator_->ReportSteps(*request), reply);
 }
 
-grpc::Status CoordinatorService::ReportEval(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* context,
                                             const v1::ReportEvalRequest* request,
                                             v1::ReportEvalReply*) {
   if (grpc::Status s = CheckSize("ReportEval", *request); !s.ok()) return s;
+  if (grpc::Status s = CheckToken(*context, request->worker_id()); !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(coordinator_->ReportEval(*request));
 }
 
-grpc::Status CoordinatorService::ReportDone(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportDone(grpc::ServerContext* context,
                                             const v1::ReportDoneRequest* request,
                                             v1::ReportDoneReply*) {
   if (grpc::Status s = CheckSize("ReportDone", *request); !s.ok()) return s;
+  if (grpc::Status s = CheckToken(*context, request->worker_id()); !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(coordinator_->ReportDone(*request));
 }
 
-grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext*,
+grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext* context,
                                                grpc::ServerReader<v1::WeightsChunk>* reader,
                                                v1::UploadWeightsReply*) {
   v1::WeightsChunk chunk;
@@ -113,6 +148,7 @@ grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext*,
       any = true;
       worker_id = chunk.worker_id();
       job_id = chunk.job_id();
+      if (grpc::Status s = CheckToken(*context, worker_id); !s.ok()) return s;
     } else if (chunk.worker_id() != worker_id || chunk.job_id() != job_id) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("UploadWeights: chunk at offset ", chunk.offset(),

@@ -95,6 +95,9 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
 
  private:
   grpc::Status CheckSize(const char* method, const google::protobuf::Message& request) const;
+  // PERMISSION_DENIED unless the call carries `worker_id`'s worker token
+  // (common/grpcutil/worker_token.h; Coordinator::CheckWorkerToken).
+  grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& worker_id);
 
   lockstep::Coordinator* const coordinator_;
   const int64_t max_request_bytes_;

@@ -1,6 +1,7 @@
 #include "server/coordinator_service.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/worker_token.h"
 
 namespace lockstep {
 namespace {
@@ -73,7 +75,16 @@ class CoordinatorServiceTest : public ::testing::Test {
     v1::RegisterWorkerReply reply;
     grpc::Status s = stub_->RegisterWorker(Ctx().get(), req, &reply);
     EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.worker_token().size(), 64u) << "64 hex digits";
+    tokens_[reply.worker_id()] = reply.worker_token();
     return reply.worker_id();
+  }
+
+  // Ctx() with `worker`'s token, as the worker daemon sends it.
+  std::unique_ptr<grpc::ClientContext> WCtx(const std::string& worker) {
+    std::unique_ptr<grpc::ClientContext> ctx = Ctx();
+    AttachWorkerToken(ctx.get(), tokens_[worker]);
+    return ctx;
   }
 
   v1::HeartbeatReply Beat(const std::string& worker, uint64_t job) {
@@ -81,7 +92,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     req.set_worker_id(worker);
     req.set_job_id(job);
     v1::HeartbeatReply reply;
-    grpc::Status s = stub_->Heartbeat(Ctx().get(), req, &reply);
+    grpc::Status s = stub_->Heartbeat(WCtx(worker).get(), req, &reply);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return reply;
   }
@@ -107,6 +118,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::map<std::string, std::string> tokens_;  // RegisterWorkerReply.worker_token by id
 };
 
 TEST_F(CoordinatorServiceTest, SubmitStatusCancel) {
@@ -141,7 +153,7 @@ TEST_F(CoordinatorServiceTest, SubmitStatusCancel) {
   step.set_rank(0);
   step.set_weights_hash(Hash(1));
   v1::ReportStepReply step_reply;
-  ASSERT_TRUE(stub_->ReportStep(Ctx().get(), step, &step_reply).ok());
+  ASSERT_TRUE(stub_->ReportStep(WCtx(step.worker_id()).get(), step, &step_reply).ok());
   EXPECT_TRUE(step_reply.stop());
   EXPECT_TRUE(Beat(w2, 1).stop_job());
 
@@ -220,7 +232,7 @@ TEST_F(CoordinatorServiceTest, WatchJobStreamsEveryChangeUntilTerminal) {
     step.set_step(0);
     step.set_weights_hash(Hash(5));
     v1::ReportStepReply reply;
-    ASSERT_TRUE(stub_->ReportStep(Ctx().get(), step, &reply).ok());
+    ASSERT_TRUE(stub_->ReportStep(WCtx(step.worker_id()).get(), step, &reply).ok());
   }
   // Progress reaches watchers at most once per watch interval (200 ms of
   // the coordinator's Clock) after the last event.
@@ -278,7 +290,7 @@ TEST_F(CoordinatorServiceTest, WeightsUploadAndDownloadInChunks) {
 
   {
     v1::UploadWeightsReply reply;
-    std::unique_ptr<grpc::ClientContext> ctx = Ctx();
+    std::unique_ptr<grpc::ClientContext> ctx = WCtx(w1);
     std::unique_ptr<grpc::ClientWriter<v1::WeightsChunk>> writer =
         stub_->UploadWeights(ctx.get(), &reply);
     constexpr int64_t kUpChunk = 100000;
@@ -339,6 +351,99 @@ TEST_F(CoordinatorServiceTest, WeightsUploadAndDownloadInChunks) {
   EXPECT_EQ(empty->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Issue 11: a caller that merely knows a worker id (any `lockstep
+// workers` lists them) cannot report, fail or deregister for that worker:
+// every worker call must carry the token RegisterWorker gave that id. A
+// rank -1 "no record of finishing" done report, without the token or with
+// another worker's, is PERMISSION_DENIED and the job keeps running; a
+// heartbeat without it is told to register and changes nothing.
+TEST_F(CoordinatorServiceTest, WorkerCallsNeedTheTokenTheirRegistrationGot) {
+  const std::string w1 = Register(1), w2 = Register(2);
+  EXPECT_NE(tokens_[w1], tokens_[w2]);
+  v1::SubmitJobReply submitted;
+  ASSERT_TRUE(Submit(Spec(2), &submitted).ok());
+  const uint64_t job = submitted.job_id();
+  ASSERT_TRUE(Beat(w1, 0).has_assignment());
+  ASSERT_TRUE(Beat(w2, 0).has_assignment());
+
+  v1::ReportDoneRequest done;
+  done.set_worker_id(w1);
+  done.set_job_id(job);
+  done.set_rank(-1);
+  done.set_ok(false);
+  done.set_error("worker w-1 has no record of finishing job 1");
+  for (const std::string& token : {std::string(), tokens_[w2], std::string(64, '0'),
+                                   tokens_[w1].substr(1)}) {
+    std::unique_ptr<grpc::ClientContext> ctx = Ctx();
+    AttachWorkerToken(ctx.get(), token);
+    v1::ReportDoneReply reply;
+    grpc::Status s = stub_->ReportDone(ctx.get(), done, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << token;
+    EXPECT_NE(s.error_message().find(token.empty() ? "worker w-1: the call carries no worker token"
+                                                   : "worker w-1: the call's worker token is not "
+                                                     "the one this coordinator gave w-1"),
+              std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  // Step reports, evaluations, uploads and deregistration alike.
+  v1::ReportStepRequest step;
+  step.set_worker_id(w1);
+  step.set_job_id(job);
+  step.set_weights_hash(Hash(9));
+  v1::ReportStepReply step_reply;
+  EXPECT_EQ(stub_->ReportStep(WCtx(w2).get(), step, &step_reply).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::StepReports batch;
+  *batch.add_reports() = step;
+  EXPECT_EQ(stub_->ReportSteps(Ctx().get(), batch, &step_reply).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ReportEvalRequest eval;
+  eval.set_worker_id(w1);
+  eval.set_job_id(job);
+  v1::ReportEvalReply eval_reply;
+  EXPECT_EQ(stub_->ReportEval(Ctx().get(), eval, &eval_reply).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  {
+    v1::UploadWeightsReply reply;
+    std::unique_ptr<grpc::ClientContext> ctx = WCtx(w2);
+    auto writer = stub_->UploadWeights(ctx.get(), &reply);
+    v1::WeightsChunk chunk;
+    chunk.set_worker_id(w1);
+    chunk.set_job_id(job);
+    chunk.set_total(1);
+    chunk.set_data(std::string(4, '\0'));
+    writer->Write(chunk);
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  v1::DeregisterWorkerRequest leave;
+  leave.set_worker_id(w1);
+  v1::DeregisterWorkerReply leave_reply;
+  EXPECT_EQ(stub_->DeregisterWorker(Ctx().get(), leave, &leave_reply).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A heartbeat with another worker's token: "register again", and the
+  // worker's own state is untouched (no stop, no reassignment).
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(w1);
+  beat.set_job_id(job);
+  v1::HeartbeatReply beat_reply;
+  ASSERT_TRUE(stub_->Heartbeat(WCtx(w2).get(), beat, &beat_reply).ok());
+  EXPECT_TRUE(beat_reply.reregister());
+  v1::JobStatus st = Get(job);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.ranks_size(), 2);
+  EXPECT_EQ(st.ranks(0).worker_id(), w1);
+  EXPECT_EQ(st.ranks(0).step(), 0);  // the rejected report counted nothing
+  // With its own token every call works: the same done report fails the
+  // job naming the worker, as before.
+  v1::ReportDoneReply reply;
+  ASSERT_TRUE(stub_->ReportDone(WCtx(w1).get(), done, &reply).ok());
+  st = Get(job);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("no record of finishing"), std::string::npos) << st.reason();
+}
+
 TEST_F(CoordinatorServiceTest, WorkerReportsOverTheWire) {
   const std::string w1 = Register(1);
   v1::SubmitJobReply submitted;
@@ -354,10 +459,10 @@ TEST_F(CoordinatorServiceTest, WorkerReportsOverTheWire) {
   step.set_step(0);
   step.set_weights_hash(Hash(3));
   v1::ReportStepReply step_reply;
-  ASSERT_TRUE(stub_->ReportStep(Ctx().get(), step, &step_reply).ok());
+  ASSERT_TRUE(stub_->ReportStep(WCtx(step.worker_id()).get(), step, &step_reply).ok());
   EXPECT_FALSE(step_reply.stop());
   step.set_rank(3);
-  grpc::Status s = stub_->ReportStep(Ctx().get(), step, &step_reply);
+  grpc::Status s = stub_->ReportStep(WCtx(step.worker_id()).get(), step, &step_reply);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
   v1::ReportEvalRequest eval;
@@ -365,7 +470,7 @@ TEST_F(CoordinatorServiceTest, WorkerReportsOverTheWire) {
   eval.set_job_id(job);
   eval.set_test_accuracy(0.9);
   v1::ReportEvalReply eval_reply;
-  ASSERT_TRUE(stub_->ReportEval(Ctx().get(), eval, &eval_reply).ok());
+  ASSERT_TRUE(stub_->ReportEval(WCtx(eval.worker_id()).get(), eval, &eval_reply).ok());
 
   v1::ReportDoneRequest done;
   done.set_worker_id(w1);
@@ -374,7 +479,7 @@ TEST_F(CoordinatorServiceTest, WorkerReportsOverTheWire) {
   done.set_weights_hash(Hash(3));
   done.set_test_accuracy(0.91);
   v1::ReportDoneReply done_reply;
-  ASSERT_TRUE(stub_->ReportDone(Ctx().get(), done, &done_reply).ok());
+  ASSERT_TRUE(stub_->ReportDone(WCtx(done.worker_id()).get(), done, &done_reply).ok());
   v1::JobStatus st = Get(job);
   EXPECT_EQ(st.state(), v1::SUCCEEDED);
   EXPECT_EQ(st.final_hash(), Hash(3));

@@ -320,6 +320,41 @@ TEST_F(CoordinatorStateTest, DataPlaneSecretsSurviveRestart) {
   EXPECT_NE(o.assignment().data_plane_secret(), before.data_plane_secret());
 }
 
+// A worker's token (RegisterWorkerReply.worker_token) is still its token
+// after a restart with the state database (the key comes from it), so its
+// calls keep passing the service's check; a coordinator without the
+// database refuses it, and no two ids share a token.
+TEST_F(CoordinatorStateTest, WorkerTokensSurviveRestart) {
+  const std::string dir = TempDir();
+  std::string token1, token2;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    v1::RegisterWorkerRequest req;
+    req.set_address("10.0.0.1:5000");
+    auto r = c->RegisterWorker(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    token1 = r->worker_token();
+    req.set_address("10.0.0.2:5000");
+    r = c->RegisterWorker(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    token2 = r->worker_token();
+    EXPECT_TRUE(c->CheckWorkerToken("w-1", token1).ok());
+    EXPECT_EQ(c->CheckWorkerToken("w-1", token2).code(), absl::StatusCode::kPermissionDenied);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  ASSERT_EQ(token1.size(), 64u);
+  EXPECT_NE(token1, token2);
+  Incarnation second = Start(dir);
+  EXPECT_TRUE(second.coord->CheckWorkerToken("w-1", token1).ok());
+  EXPECT_TRUE(second.coord->CheckWorkerToken("w-2", token2).ok());
+  EXPECT_EQ(second.coord->CheckWorkerToken("w-2", "").code(),
+            absl::StatusCode::kPermissionDenied);
+  Incarnation other = Start("");
+  EXPECT_EQ(other.coord->CheckWorkerToken("w-1", token1).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 // A restored worker keeps the memory limit it advertised at registration:
 // SubmitJob refuses a job it cannot hold after a restart as before (it
 // counted as unlimited until it re-registered).

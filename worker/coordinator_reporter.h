@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/worker_token.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
 
@@ -62,12 +63,15 @@ class GrpcReporter : public JobReporter {
   // stop: the job's combine may be waiting on a peer that stopped already.
   // Calls are retried while the coordinator is down (restarting), for up
   // to `restart_grace` or until *stop.
+  // `worker_token`: worker_id's RegisterWorkerReply.worker_token, sent with
+  // every call (common/grpcutil/worker_token.h).
   GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id,
-               std::function<void()> on_stop, const std::atomic<bool>* stop,
-               absl::Duration restart_grace)
+               std::string worker_token, std::function<void()> on_stop,
+               const std::atomic<bool>* stop, absl::Duration restart_grace)
       : stub_(stub),
         timeout_(timeout),
         worker_id_(std::move(worker_id)),
+        worker_token_(std::move(worker_token)),
         on_stop_(std::move(on_stop)),
         stop_(stop),
         restart_grace_(restart_grace) {}
@@ -82,6 +86,7 @@ class GrpcReporter : public JobReporter {
         [&] {
           reply->Clear();
           grpc::ClientContext ctx;
+          AttachWorkerToken(&ctx, worker_token_);
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
           return FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
         },
@@ -110,6 +115,7 @@ class GrpcReporter : public JobReporter {
         [&] {
           reply->Clear();
           grpc::ClientContext ctx;
+          AttachWorkerToken(&ctx, worker_token_);
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
           return FromGrpcStatus(stub_->ReportSteps(&ctx, batch_, reply));
         },
@@ -128,6 +134,7 @@ class GrpcReporter : public JobReporter {
     return Named(RetryWhileCoordinatorDown(
         [&] {
           grpc::ClientContext ctx;
+          AttachWorkerToken(&ctx, worker_token_);
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
           v1::ReportEvalReply reply;
           return FromGrpcStatus(stub_->ReportEval(&ctx, report, &reply));
@@ -142,6 +149,7 @@ class GrpcReporter : public JobReporter {
  private:
   absl::Status UploadOnce(uint64_t job, const Replica& replica) {
     grpc::ClientContext ctx;
+    AttachWorkerToken(&ctx, worker_token_);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + 4 * timeout_));
     v1::UploadWeightsReply reply;
     auto writer = stub_->UploadWeights(&ctx, &reply);
@@ -177,6 +185,7 @@ class GrpcReporter : public JobReporter {
   v1::Coordinator::Stub* stub_;
   absl::Duration timeout_;
   std::string worker_id_;
+  std::string worker_token_;
   std::function<void()> on_stop_;
   const std::atomic<bool>* stop_;
   absl::Duration restart_grace_;

@@ -14,6 +14,7 @@
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/grpcutil/message_limits.h"
+#include "common/grpcutil/worker_token.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "common/train/job_memory.h"
 #include "common/train/job_spec_convert.h"
@@ -56,6 +57,11 @@ std::string WorkerDaemon::worker_id() const {
   return worker_id_;
 }
 
+std::pair<std::string, std::string> WorkerDaemon::identity() const {
+  absl::MutexLock l(&mu_);
+  return {worker_id_, worker_token_};
+}
+
 void WorkerDaemon::Shutdown() {
   if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
   absl::MutexLock l(&mu_);
@@ -64,7 +70,7 @@ void WorkerDaemon::Shutdown() {
 }
 
 void WorkerDaemon::Drain(const std::string& why) {
-  std::string wid;
+  std::string wid, token;
   v1::ReportDoneRequest done;
   bool report = false;
   {
@@ -74,6 +80,7 @@ void WorkerDaemon::Drain(const std::string& why) {
     leave_reason_ = absl::StrCat("shutting down (", why, ")");
     if (options_.serving_changed) options_.serving_changed(false);
     wid = worker_id_;
+    token = worker_token_;
     if (job_ != nullptr && !wid.empty() && !job_->report_claimed.exchange(true)) {
       report = true;
       done.set_worker_id(wid);
@@ -93,6 +100,7 @@ void WorkerDaemon::Drain(const std::string& why) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout,
                                                                kLeaveRpcTimeout)));
+    AttachWorkerToken(&ctx, token);
     v1::ReportDoneReply reply;
     absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
     if (!s.ok()) {
@@ -105,11 +113,14 @@ void WorkerDaemon::Drain(const std::string& why) {
 void WorkerDaemon::Deregister(const std::string& worker_id) {
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(worker_id);
+  std::string token;
   {
     absl::MutexLock l(&mu_);
     req.set_reason(leave_reason_);
+    if (worker_id == worker_id_) token = worker_token_;
   }
   grpc::ClientContext ctx;
+  AttachWorkerToken(&ctx, token);
   ctx.set_deadline(
       absl::ToChronoTime(absl::Now() + std::min(options_.rpc_timeout, kLeaveRpcTimeout)));
   v1::DeregisterWorkerReply reply;
@@ -138,6 +149,7 @@ absl::Status WorkerDaemon::Register() {
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   worker_id_ = reply.worker_id();
+  worker_token_ = reply.worker_token();
   if (options_.serving_changed && !draining_) options_.serving_changed(true);
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = absl::Milliseconds(reply.heartbeat_interval_ms());
@@ -198,9 +210,11 @@ void WorkerDaemon::Heartbeat() {
   v1::HeartbeatRequest req;
   req.set_pid(getpid());
   req.set_hostname(options_.hostname);
+  std::string token;
   {
     absl::MutexLock l(&mu_);
     req.set_worker_id(worker_id_);
+    token = worker_token_;
     if (job_ != nullptr && !job_->finished.load()) {
       req.set_job_id(job_->assignment.job_id());
       req.set_generation(job_->generation.load());
@@ -213,6 +227,7 @@ void WorkerDaemon::Heartbeat() {
   v1::HeartbeatReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + heartbeat_deadline()));
+  AttachWorkerToken(&ctx, token);
   absl::Status s = FromGrpcStatus(stub_->Heartbeat(&ctx, req, &reply));
   if (!s.ok()) {
     log_.Warn("heartbeat failed", {{"coordinator", options_.coordinator}, {"error", s.message()}});
@@ -252,6 +267,7 @@ void WorkerDaemon::Heartbeat() {
     later.Add(LogLevel::kWarn, "unknown to the coordinator, registering again",
               {{"worker", worker_id_}});
     worker_id_.clear();
+    worker_token_.clear();
     if (options_.serving_changed) options_.serving_changed(false);
     if (job_ != nullptr) job_->RequestStop();
     return;
@@ -294,11 +310,14 @@ void WorkerDaemon::Heartbeat() {
 
 void WorkerDaemon::ResendDone(uint64_t job_id) {
   v1::ReportDoneRequest done;
+  std::string token;
   {
     absl::MutexLock l(&mu_);
     if (last_done_.job_id() == job_id) {
       done = last_done_;
+      token = last_done_token_;
     } else {
+      token = worker_token_;
       // Nothing to resend (this process never finished that job): say so,
       // so the job fails naming this worker instead of waiting (rank -1:
       // unknown here; the coordinator takes the rank this worker holds).
@@ -314,6 +333,7 @@ void WorkerDaemon::ResendDone(uint64_t job_id) {
   }
   if (done.worker_id().empty()) return;
   grpc::ClientContext ctx;
+  AttachWorkerToken(&ctx, token);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   v1::ReportDoneReply reply;
   absl::Status s = FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));

@@ -206,6 +206,8 @@ class WorkerDaemon {
 
   // The id the coordinator gave this worker ("" before registration).
   std::string worker_id() const;
+  // worker_id() and its token, read together.
+  std::pair<std::string, std::string> identity() const;
 
   // See "Lost workers" above (from the coordinator's registration reply).
   absl::Duration peer_failure_grace() const;
@@ -256,6 +258,9 @@ class WorkerDaemon {
 
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // worker_id_'s token (RegisterWorkerReply.worker_token), sent with every
+  // call naming it (common/grpcutil/worker_token.h).
+  std::string worker_token_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
   absl::Duration lost_after_ ABSL_GUARDED_BY(mu_);  // the coordinator's
   // When a heartbeat last got an answer (registration counts as one).
@@ -268,6 +273,7 @@ class WorkerDaemon {
   // The last job's ReportDone (job_id 0: none yet), sent again when a
   // restarted coordinator asks (HeartbeatReply.resend_done_job_id).
   v1::ReportDoneRequest last_done_ ABSL_GUARDED_BY(mu_);
+  std::string last_done_token_ ABSL_GUARDED_BY(mu_);  // its worker's token
   // The state-board key of the last job's final state, offered for a
   // restarted coordinator's regroup (0: none). Removed when the next job
   // starts, so an idle worker holds at most one finished job's state.

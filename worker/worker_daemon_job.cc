@@ -15,6 +15,7 @@
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/grpcutil/message_limits.h"
+#include "common/grpcutil/worker_token.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "common/train/job_memory.h"
 #include "common/train/job_spec_convert.h"
@@ -57,7 +58,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   v1::Assignment a = job->assignment;
   job->rank.store(a.rank());
   job->generation.store(a.generation());
-  const std::string wid = worker_id();
+  // This registration's id and token (sent with every call naming it).
+  const std::pair<std::string, std::string> identity_now = identity();
+  const std::string wid = identity_now.first;
+  const std::string token = identity_now.second;
   const bool tcp = a.spec().peer_transport() == v1::TCP;
   // Policies whose answer to a lost peer is a regroup (membership.h):
   // shrink (and its late joiners) and wait (a replacement).
@@ -79,7 +83,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   // Step reports are pipelined (worker/step_reporter.h): a reply that says
   // stop arrives while the job thread may already be in the next combine,
   // so it stops the job as a heartbeat's stop_job does.
-  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, [job] { job->RequestStop(); },
+  GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, token,
+                        [job] { job->RequestStop(); },
                         &job->stop, options_.coordinator_restart_grace);
 
   // The replica state this worker holds for a regroup (EncodeReplicaState
@@ -516,12 +521,14 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   {
     absl::MutexLock l(&mu_);
     last_done_ = done;  // sent again if a restarted coordinator asks
+    last_done_token_ = token;
   }
   if (!job->report_claimed.exchange(true)) {  // else Drain() reported it failed
     absl::Status s = RetryWhileCoordinatorDown(
         [&] {
           grpc::ClientContext ctx;
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+          AttachWorkerToken(&ctx, token);
           v1::ReportDoneReply reply;
           return FromGrpcStatus(stub_->ReportDone(&ctx, done, &reply));
         },
