@@ -246,7 +246,8 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   w.blas_advice = request.blas_advice();
   w.state = v1::IDLE;
   w.last_seen = now;
-  PersistWorkerLocked(*workers_.Add(std::move(w)));
+  const Worker* added = workers_.Add(std::move(w));
+  PersistWorkerLocked(*added);
 
   v1::RegisterWorkerReply reply;
   reply.set_worker_id(id);
@@ -254,7 +255,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   reply.set_lost_after_ms(absl::ToInt64Milliseconds(options_.lost_after));
   reply.set_address(*address);
   reply.set_data_address(*data_address);
-  reply.set_worker_token(WorkerTokenLocked(id));
+  reply.set_worker_token(WorkerToken(data_plane_key_, *added));
   std::vector<LogField> fields = {{"worker", id},
                                   {"address", *address},
                                   {"data_address", *data_address},
@@ -266,21 +267,43 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   return reply;
 }
 
-std::string Coordinator::WorkerTokenLocked(const std::string& worker_id) const {
+std::string Coordinator::WorkerToken(const std::string& key, const Worker& w) {
+  // The registration, not only the id: should a crash before the state
+  // database committed a registration let a restarted coordinator give its
+  // id again, the other process's token differs.
+  const std::string message =
+      absl::StrCat(w.id, std::string(1, '\0'), w.address, std::string(1, '\0'), w.hostname,
+                   std::string(1, '\0'), w.pid);
   const dataauth::Mac mac = dataauth::HelloMac(
-      data_plane_key_, "lockstep worker token v1",
-      reinterpret_cast<const uint8_t*>(worker_id.data()), worker_id.size(), dataauth::Nonce{});
+      key, "lockstep worker token v1", reinterpret_cast<const uint8_t*>(message.data()),
+      message.size(), dataauth::Nonce{});
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
 }
 
 absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,
                                            const std::string& token) {
-  std::string want;
+  std::string key;
+  Worker registration;
+  bool known = false;
   {
     absl::MutexLock l(&mu_);
-    want = WorkerTokenLocked(worker_id);
+    if (const Worker* w = workers_.Find(worker_id); w != nullptr) {
+      known = true;
+      registration.id = w->id;
+      registration.address = w->address;
+      registration.hostname = w->hostname;
+      registration.pid = w->pid;
+      key = data_plane_key_;
+    }
   }
+  if (!known) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", worker_id,
+        ": not registered with this coordinator (a worker token is valid for a registered "
+        "worker only; the worker registers again)"));
+  }
+  const std::string want = WorkerToken(key, registration);  // outside the lock
   if (token.empty()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", worker_id,
@@ -292,7 +315,9 @@ absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,
                           reinterpret_cast<const uint8_t*>(want.data()), want.size())) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", worker_id, ": the call's worker token is not the one this coordinator gave ",
-        worker_id, " when it registered (another process using its id?)"));
+        worker_id,
+        " when it registered (another process using its id, or a coordinator restarted "
+        "without --state_dir)"));
   }
   return absl::OkStatus();
 }

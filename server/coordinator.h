@@ -337,13 +337,13 @@ class Coordinator {
   absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
       const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "");
   // Whether `token` is the one RegisterWorker gave `worker_id`
-  // (RegisterWorkerReply.worker_token: an HMAC of the id under this
-  // coordinator's start-up key, the stored one under --state_dir).
-  // PermissionDeniedError naming the worker and what is wrong (no token,
-  // another one) otherwise. Does not look the worker up: a token made for
-  // an id stays valid for that id (ids are never reused). Constant-time
-  // comparison. The service adapter calls it before every call that names
-  // a worker (server/coordinator_service.cc).
+  // (RegisterWorkerReply.worker_token: an HMAC of the registration, id,
+  // address, hostname and pid, under this coordinator's start-up key, the
+  // stored one under --state_dir). PermissionDeniedError naming the worker
+  // and what is wrong (not registered, no token, another one) otherwise.
+  // Constant-time comparison, outside the lock. The service adapter calls
+  // it before every call that names a worker
+  // (server/coordinator_service.cc).
   absl::Status CheckWorkerToken(const std::string& worker_id, const std::string& token);
   absl::StatusOr<lockstep::v1::HeartbeatReply> Heartbeat(
       const lockstep::v1::HeartbeatRequest& request);
@@ -594,10 +594,10 @@ class Coordinator {
   // restarted coordinator hands out the secrets its running jobs'
   // connections were made with; StoredCounters::data_plane_key).
   std::string data_plane_key_ ABSL_GUARDED_BY(mu_) = dataauth::RandomSecret();
-  // RegisterWorkerReply.worker_token of `worker_id`: hex of the HMAC of the
-  // id under data_plane_key_ (domain "lockstep worker token v1").
-  std::string WorkerTokenLocked(const std::string& worker_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterWorkerReply.worker_token of registration `w`: hex of the HMAC
+  // of its id, address, hostname and pid under `key` (data_plane_key_;
+  // domain "lockstep worker token v1").
+  static std::string WorkerToken(const std::string& key, const WorkerRecord& w);
   Clock* const clock_;
   const Logger log_;
 

@@ -27,18 +27,19 @@ start_coordinator
 for i in 1 2 3; do start_worker; done
 JOB=(--workers=3 --model=mlp:8 --dataset="$DATA" --batch=30 --steps=20 --lr=0.1 --momentum=0.9)
 
+# A failing run exits its $(...) subshell (fail); "|| exit 1" ends the test.
 run() {  # run NAME FLAGS...: a SUCCEEDED job in sync at every step; prints its hash
   local name=$1; shift
   in_sync_hash "$name" 20 "${JOB[@]}" "$@"
 }
 echo "== K=3 over tcp: auto, direct, ring"
-auto=$(run auto --peer_transport=tcp)
-direct=$(run direct --peer_transport=tcp --ring_algorithm=direct)
-ring=$(run ring --peer_transport=tcp --ring_algorithm=ring)
+auto=$(run auto --peer_transport=tcp) || exit 1
+direct=$(run direct --peer_transport=tcp --ring_algorithm=direct) || exit 1
+ring=$(run ring --peer_transport=tcp --ring_algorithm=ring) || exit 1
 [ "$auto" = "$direct" ] || fail "auto ($auto) should pick direct ($direct) for a small gradient"
 [ "$ring" != "$direct" ] || fail "ring and direct gave the same hash $ring: is the option ignored?"
 echo "== K=3 ring over grpc"
-ring_grpc=$(run ring-grpc --peer_transport=grpc --ring_algorithm=ring)
+ring_grpc=$(run ring-grpc --peer_transport=grpc --ring_algorithm=ring) || exit 1
 [ "$ring_grpc" = "$ring" ] || fail "ring over grpc ($ring_grpc) != ring over tcp ($ring)"
 
 echo "== bad values"
