@@ -204,7 +204,6 @@ std::vector<EquivalenceCase> EquivalenceCases() {
   for (int k = 1; k <= 4; ++k) {
     for (CombinePath p : {CombinePath::kRingForced, CombinePath::kDirect, CombinePath::kRingAuto,
                           CombinePath::kPsS1, CombinePath::kPsS2}) {
-      const bool ps = p == CombinePath::kPsS1 || p == CombinePath::kPsS2;
       for (bool overlap : {false, true}) {
         for (std::string c : {"", "bf16", "fp16"}) {
           if (p == CombinePath::kRingAuto && !c.empty()) continue;  // = direct here
