@@ -58,8 +58,9 @@ ABSL_FLAG(int64_t, batch, 128,
           "per-worker batch of weak scaling; lockstep-train's and torch's batch");
 ABSL_FLAG(int64_t, strong_batch, 256, "global batch of strong scaling");
 ABSL_FLAG(std::string, worlds, "2,4", "cluster sizes K besides K=1");
-ABSL_FLAG(std::string, modes, "tcp,grpc,ps1,ps2,ps1t,ps2t",
-          "combine modes: tcp (ring, raw TCP), grpc (ring, gRPC streams), ps1 (ps, the "
+ABSL_FLAG(std::string, modes, "tcp,shm,grpc,ps1,ps2,ps1t,ps2t",
+          "combine modes: tcp (ring, raw TCP), shm (ring, shared memory), grpc (ring, gRPC "
+          "streams), ps1 (ps, the "
           "coordinator hosts the shard), ps2 (ps, two lockstep-server shards), both with "
           "--ps_transport=grpc; ps1t, ps2t: the same with --ps_transport=tcp");
 ABSL_FLAG(bool, skip_torch, false, "do not run the PyTorch DDP anchor");
@@ -203,7 +204,8 @@ void ScalingBench::Plan() {
                      batch_ * k, "", "weak", ""});
   }
   static const std::map<std::string, std::string> kModeName = {
-      {"tcp", "ring tcp"},      {"grpc", "ring grpc"},    {"ps1", "ps S=1 grpc"},
+      {"tcp", "ring tcp"},      {"shm", "ring shm"},      {"grpc", "ring grpc"},
+      {"ps1", "ps S=1 grpc"},
       {"ps2", "ps S=2 grpc"},   {"ps1t", "ps S=1 tcp"},   {"ps2t", "ps S=2 tcp"}};
   for (int k : worlds_) {
     for (const std::string& m : modes_) {
@@ -393,7 +395,7 @@ std::vector<std::string> ScalingBench::JobFlags(const Run& r) const {
       absl::StrCat("--steps=", steps_), "--optimizer=sgd", "--momentum=0.9",
       absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)), "--decay=cosine", "--seed=1",
       "--eval_each_epoch=false", absl::StrCat("--name=bench-", r.key)};
-  if (r.mode == "tcp" || r.mode == "grpc") {
+  if (r.mode == "tcp" || r.mode == "grpc" || r.mode == "shm") {
     f.push_back("--sync=ring");
     f.push_back(absl::StrCat("--peer_transport=", r.mode));
   } else {
@@ -564,6 +566,7 @@ int ScalingBench::PrintTargets() const {
       {"k1_tcp_one", "K=1 (ring tcp) >= 0.95x lockstep-train", 0.95, 0},
       {"k2_tcp_weak", "K=2 weak ring tcp >= 1.4x (aim 1.6x)", 1.4, 1.6},
       {"k2_grpc_weak", "K=2 weak ring grpc >= 1.2x", 1.2, 0},
+      {"k2_shm_weak", "K=2 weak ring shm (one host) >= 1.4x (the tcp target)", 1.4, 1.6},
       {"k2_ps1_weak", "K=2 weak ps S=1 grpc (coordinator hosts the shard) >= 0.9x", 0.9, 0},
       {"k2_ps2_weak", "K=2 weak ps S=2 grpc (two lockstep-server shards) >= 0.9x", 0.9, 0},
       {"k2_ps1t_weak", "K=2 weak ps S=1 tcp (coordinator hosts the shard) >= 0.9x", 0.9, 0},
@@ -640,9 +643,11 @@ int ScalingBench::Main() {
     if (std::find(worlds_.begin(), worlds_.end(), k) == worlds_.end()) worlds_.push_back(k);
   }
   for (const std::string& m : Words(absl::StrReplaceAll(absl::GetFlag(FLAGS_modes), {{",", " "}}))) {
-    if (m != "tcp" && m != "grpc" && m != "ps1" && m != "ps2" && m != "ps1t" && m != "ps2t") {
+    if (m != "tcp" && m != "shm" && m != "grpc" && m != "ps1" && m != "ps2" && m != "ps1t" &&
+        m != "ps2t") {
       std::fprintf(stderr,
-                   "scaling: --modes: expected tcp, grpc, ps1, ps2, ps1t or ps2t, got \"%s\"\n",
+                   "scaling: --modes: expected tcp, shm, grpc, ps1, ps2, ps1t or ps2t, got "
+                   "\"%s\"\n",
                    m.c_str());
       return 2;
     }

@@ -11,6 +11,7 @@
 # Job flags default to the main job (MLP 784-256-10 on Fashion-MNIST, ring
 # mode, 4 workers). Examples:
 #   bash deploy/cluster.sh --peer_transport=tcp       # ring over the workers' raw-TCP data ports
+#   bash deploy/cluster.sh --peer_transport=shm       # ring over shared memory (every worker is local)
 #   bash deploy/cluster.sh --sync=ps                  # parameter-server mode (coordinator hosts the shard)
 #   bash deploy/cluster.sh --ps_servers=2 --sync=ps --ps_shards=2
 #   bash deploy/cluster.sh --model=softmax --epochs=3

@@ -124,6 +124,9 @@ void Coordinator::ScheduleLocked() {
         PreferAsRankZero(from->ranks[0].worker_id, &idle);
       }
     }
+    if (job->spec.sync_mode() != v1::PS && job->spec.peer_transport() == v1::SHM) {
+      PreferOneHost(job->k, &idle);  // after the writer's preference: one host wins
+    }
     StartPlan plan = PlanStart(*job, idle, PsAddressesLocked());
     if (plan.kind == StartPlan::kWait) return;  // strict FIFO
     if (plan.kind == StartPlan::kFail) {

@@ -58,7 +58,8 @@ void Coordinator::LogMismatchLocked(const Job& job, absl::string_view what, int6
 
 std::string Coordinator::ModeName(const v1::JobSpec& spec) {
   if (spec.sync_mode() == v1::PS) return "ps";
-  return spec.peer_transport() == v1::TCP ? "ring/tcp" : "ring/grpc";
+  if (spec.peer_transport() == v1::TCP) return "ring/tcp";
+  return spec.peer_transport() == v1::SHM ? "ring/shm" : "ring/grpc";
 }
 
 }  // namespace lockstep

@@ -1039,7 +1039,7 @@ TEST_F(CoordinatorTest, BadSubmissionsNameTheFieldAndServiceGoesOn) {
   cases.push_back({"workers", s, "spec.num_workers: expected >= 1, got 0"});
   s = Spec(2);
   s.set_peer_transport(static_cast<v1::PeerTransport>(7));
-  cases.push_back({"transport", s, "spec.peer_transport: expected GRPC or TCP, got 7"});
+  cases.push_back({"transport", s, "spec.peer_transport: expected GRPC, TCP or SHM, got 7"});
   for (const Case& c : cases) {
     absl::StatusOr<v1::SubmitJobReply> r = SubmitRaw(c.spec);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.what;

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <map>
 
 #include <utility>
 
@@ -76,8 +77,38 @@ StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle
       return plan;
     }
   }
+  if (job.spec.sync_mode() != v1::PS && job.spec.peer_transport() == v1::SHM) {
+    // Every rank maps its peers' links in /dev/shm: one host.
+    bool one_host = true;
+    for (int r = 1; r < job.k; ++r) one_host &= idle[r]->hostname == idle[0]->hostname;
+    if (!one_host) {
+      std::map<std::string, int> per_host;
+      for (const WorkerRecord* w : idle) ++per_host[w->hostname];
+      std::vector<std::string> parts;
+      for (const auto& [host, n] : per_host) parts.push_back(absl::StrCat(host, " ", n));
+      plan.kind = StartPlan::kFail;
+      plan.fail_reason = absl::StrCat(
+          "spec.peer_transport: SHM needs all ", job.k,
+          " ranks on one host; idle workers per host: ", absl::StrJoin(parts, ", "),
+          " (submit with --peer_transport=tcp across hosts)");
+      return plan;
+    }
+  }
   plan.kind = StartPlan::kStart;
   return plan;
+}
+
+void PreferOneHost(int k, std::vector<WorkerRecord*>* idle) {
+  std::map<std::string, int> per_host;
+  for (const WorkerRecord* w : *idle) ++per_host[w->hostname];
+  for (const WorkerRecord* w : *idle) {
+    if (per_host[w->hostname] >= k) {
+      const std::string host = w->hostname;
+      std::stable_partition(idle->begin(), idle->end(),
+                            [&](const WorkerRecord* x) { return x->hostname == host; });
+      return;
+    }
+  }
 }
 
 void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idle) {

@@ -14,6 +14,10 @@
 //     job FAILS ("spec.ps_shards: ..."), and at submit FAILED_PRECONDITION.
 //   * Ring over TCP (spec.peer_transport TCP): every chosen worker needs a
 //     data address; otherwise the job FAILS naming the workers without one.
+//   * Ring over shared memory (spec.peer_transport SHM): every rank on one
+//     host. PreferOneHost moves the first hostname (in id order) with K idle
+//     workers to the front; when no host has K idle workers the job FAILS
+//     naming the idle workers per host (it does not wait for busy ones).
 //   * A resumed job (spec.resume_from): its rank 0 alone reads the
 //     checkpoint (worker/job_runner.h ResumeFromRankZero), so the worker
 //     that was rank 0 of the job it resumes (the one that wrote it), when
@@ -67,6 +71,10 @@ StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle
 // keeping the others' order: it becomes rank 0 of the job started on
 // idle[0..k).
 void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idle);
+
+// SHM jobs: stably moves the idle workers of the first hostname (in idle
+// order) that has at least k of them to the front; no change when none has.
+void PreferOneHost(int k, std::vector<WorkerRecord*>* idle);
 
 // Binds idle[r] as rank r (r < job->k): the worker is BUSY with the job, the
 // rank records its addresses; the job is RUNNING since `now` with

@@ -63,6 +63,33 @@ TEST(SchedulerTest, TcpRingNeedsEveryChosenWorkersDataAddress) {
   EXPECT_EQ(PlanStart(Job(1, v1::RING, v1::TCP), f.idle, {}).kind, StartPlan::kStart);
 }
 
+TEST(SchedulerTest, ShmRingTakesKWorkersOfOneHostOrFailsNamingTheHosts) {
+  Fixture f(5);
+  // h1: w-1 ; h2: w-2, w-4 ; h3: w-3, w-5.
+  f.workers[0].hostname = "h1";
+  f.workers[1].hostname = f.workers[3].hostname = "h2";
+  f.workers[2].hostname = f.workers[4].hostname = "h3";
+  std::vector<WorkerRecord*> idle = f.idle;
+  StartPlan p = PlanStart(Job(2, v1::RING, v1::SHM), idle, {});
+  EXPECT_EQ(p.kind, StartPlan::kFail);  // w-1 and w-2 are on two hosts
+  EXPECT_EQ(p.fail_reason,
+            "spec.peer_transport: SHM needs all 2 ranks on one host; idle workers per host: "
+            "h1 1, h2 2, h3 2 (submit with --peer_transport=tcp across hosts)");
+  PreferOneHost(2, &idle);  // the first host with 2 idle workers, in id order
+  ASSERT_EQ(idle.size(), 5u);
+  EXPECT_EQ(idle[0]->id, "w-2");
+  EXPECT_EQ(idle[1]->id, "w-4");
+  EXPECT_EQ(idle[2]->id, "w-1");  // the others keep their order
+  EXPECT_EQ(PlanStart(Job(2, v1::RING, v1::SHM), idle, {}).kind, StartPlan::kStart);
+  idle = f.idle;
+  PreferOneHost(3, &idle);  // no host has 3: unchanged, and the job fails
+  EXPECT_EQ(idle, f.idle);
+  EXPECT_EQ(PlanStart(Job(3, v1::RING, v1::SHM), idle, {}).kind, StartPlan::kFail);
+  EXPECT_EQ(PlanStart(Job(1, v1::RING, v1::SHM), idle, {}).kind, StartPlan::kStart);
+  // ps jobs ignore peer_transport.
+  EXPECT_EQ(PlanStart(Job(2, v1::PS, v1::SHM), idle, {"p:1"}).kind, StartPlan::kStart);
+}
+
 TEST(SchedulerTest, PsJobUsesTheFirstSShards) {
   Fixture f(2);
   JobRecord job = Job(2, v1::PS);

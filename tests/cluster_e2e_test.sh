@@ -121,7 +121,7 @@ check_err INVALID_ARGUMENT 'spec.model' submit --workers=2 --model=resnet --data
 check_err INVALID_ARGUMENT 'spec.data.dataset' submit --workers=2 --dataset=hdfs:x
 check_err INVALID_ARGUMENT 'global_batch' submit --workers=2 --batch=1 --dataset="$DATA"
 check_err INVALID_ARGUMENT 'base_lr' submit --workers=2 --lr=0 --dataset="$DATA"
-check_err INVALID_ARGUMENT 'peer_transport: expected grpc or tcp, got "quic"' submit --workers=2 --peer_transport=quic --dataset="$DATA"
+check_err INVALID_ARGUMENT 'peer_transport: expected grpc, tcp or shm, got "quic"' submit --workers=2 --peer_transport=quic --dataset="$DATA"
 check_err NOT_FOUND 'job 999' status 999
 check_err NOT_FOUND 'job 999' cancel 999
 check_err RESOURCE_EXHAUSTED 'idle' submit --workers=5 --no_wait --dataset="$DATA"

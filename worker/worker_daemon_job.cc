@@ -76,6 +76,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                             {"mode", a.spec().sync_mode() == v1::PS
                                          ? (a.spec().ps_transport() == v1::TCP ? "ps/tcp" : "ps")
                                      : tcp                          ? "ring/tcp"
+                                     : a.spec().peer_transport() == v1::SHM ? "ring/shm"
                                                                     : "ring/grpc"},
                             {"model", a.spec().model()},
                             {"group", static_cast<int64_t>(WireKey(a))}});

@@ -37,6 +37,7 @@
 #include "worker/net/grpc_transport.h"
 #include "worker/net/peer_service.h"
 #include "worker/net/state_service.h"
+#include "worker/net/shm_transport.h"
 #include "worker/net/tcp_transport.h"
 #include "worker/fault_ps_client.h"
 #include "worker/worker_daemon.h"
@@ -358,6 +359,12 @@ int main(int argc, char** argv) {
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
           const std::vector<std::string>& addresses, const std::string& secret)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
+        if (kind == lockstep::v1::SHM) {
+          lockstep::ShmTransportOptions shm_options;
+          shm_options.secret = secret;  // names the job's /dev/shm segments
+          return Wrap(lockstep::ShmTransport::Create(job, rank, addresses, shm_options),
+                      &worker_metrics, "shm");
+        }
         if (kind == lockstep::v1::TCP) {
           lockstep::TcpTransportOptions tcp_options;
           tcp_options.secret = secret;  // Assignment.data_plane_secret

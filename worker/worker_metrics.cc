@@ -142,7 +142,7 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry* r)
           "and status code.",
           {"method", "code"})) {
   // Show the data planes at zero before the first job.
-  for (const char* t : {"tcp", "grpc", "ps"}) {
+  for (const char* t : {"tcp", "grpc", "shm", "ps"}) {
     sent_->WithLabels({t});
     received_->WithLabels({t});
   }

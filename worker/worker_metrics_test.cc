@@ -50,11 +50,13 @@ TEST(WorkerMetrics, CountsTransportPayloadBytes) {
   EXPECT_EQ(Lines(r, "lockstep_transport_sent_bytes_total"),
             (std::vector<std::string>{"lockstep_transport_sent_bytes_total{transport=\"grpc\"} 0",
                                       "lockstep_transport_sent_bytes_total{transport=\"ps\"} 0",
+                                      "lockstep_transport_sent_bytes_total{transport=\"shm\"} 0",
                                       "lockstep_transport_sent_bytes_total{transport=\"tcp\"} 17"}));
   EXPECT_EQ(
       Lines(r, "lockstep_transport_received_bytes_total"),
       (std::vector<std::string>{"lockstep_transport_received_bytes_total{transport=\"grpc\"} 0",
                                 "lockstep_transport_received_bytes_total{transport=\"ps\"} 0",
+                                "lockstep_transport_received_bytes_total{transport=\"shm\"} 0",
                                 "lockstep_transport_received_bytes_total{transport=\"tcp\"} 12"}));
 }
 

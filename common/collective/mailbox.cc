@@ -134,19 +134,9 @@ absl::Status Mailbox::Receive(int from, const MessageKey& key,
     timed_out = cv_.WaitWithDeadline(&mu_, deadline);
   }
   const Message& front = ps.queue.front();
-  if (front.key != key) {
-    absl::Status s = absl::InternalError(absl::StrFormat(
-        "rank %d: message from peer %d has key %s (%d bytes) but key %s "
-        "(%d bytes) was expected",
-        rank_, from, KeyToString(front.key), front.size, KeyToString(key),
-        out.size()));
-    mu_.Unlock();
-    return s;
-  }
-  if (front.size != out.size()) {
-    absl::Status s = absl::DataLossError(absl::StrFormat(
-        "rank %d: message %s from peer %d has %d bytes but %d were expected",
-        rank_, KeyToString(key), from, front.size, out.size()));
+  if (absl::Status s = MismatchError(rank_, from, front.key, static_cast<int64_t>(front.size),
+                                     key, static_cast<int64_t>(out.size()));
+      !s.ok()) {
     mu_.Unlock();
     return s;
   }

@@ -158,6 +158,15 @@ inline absl::Span<uint8_t> AsWritableBytes(absl::Span<float> v) {
                              v.size() * sizeof(float));
 }
 
+// The matching error for the next message from `from` (transport.h
+// semantics), or OK when it carries `want` and exactly want_len bytes:
+// InternalError "rank R: message from peer P has key {..} (N bytes) but key
+// {..} (M bytes) was expected" for another key, DataLossError "rank R:
+// message {..} from peer P has N bytes but M were expected" for another
+// size. Shared by every implementation so their messages agree.
+absl::Status MismatchError(int rank, int from, const MessageKey& got, int64_t got_len,
+                           const MessageKey& want, int64_t want_len);
+
 // Returns InvalidArgumentError unless 0 <= peer < world_size and peer != rank.
 // `what` is "send to" or "receive from", for the message.
 absl::Status CheckPeer(int rank, int world_size, int peer, const char* what);

@@ -36,8 +36,9 @@ ABSL_FLAG(int32_t, num_classes, 0, "0 = infer from labels, -1 = regression targe
 ABSL_FLAG(std::string, libsvm_labels, "auto", "libsvm: auto | signed | class");
 ABSL_FLAG(std::string, sync, "ring", "ring | ps: how the workers combine gradients");
 ABSL_FLAG(std::string, peer_transport, "grpc",
-          "grpc | tcp: ring mode's peer data plane (grpc: each worker's gRPC server; "
-          "tcp: raw sockets to each worker's --data_port); ignored in ps mode");
+          "grpc | tcp | shm: ring mode's peer data plane (grpc: each worker's gRPC server; "
+          "tcp: raw sockets to each worker's --data_port; shm: shared memory, every "
+          "worker on one host); ignored in ps mode");
 ABSL_FLAG(int64_t, bucket_bytes, 0,
           "Overlap the gradient combine with backward in buckets of this many bytes "
           "(0 = default: off; -1 = off: combine after backward; 262144 = 4 buckets for "
@@ -149,6 +150,8 @@ const char* PeerTransportName(v1::PeerTransport transport) {
       return "grpc";
     case v1::TCP:
       return "tcp";
+    case v1::SHM:
+      return "shm";
     default:
       return "unknown";
   }
@@ -157,7 +160,9 @@ const char* PeerTransportName(v1::PeerTransport transport) {
 absl::StatusOr<v1::PeerTransport> ParsePeerTransport(const std::string& name) {
   if (name == "grpc") return v1::GRPC;
   if (name == "tcp") return v1::TCP;
-  return absl::InvalidArgumentError(absl::StrCat("expected grpc or tcp, got \"", name, "\""));
+  if (name == "shm") return v1::SHM;
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected grpc, tcp or shm, got \"", name, "\""));
 }
 
 std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv) {
@@ -279,9 +284,10 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
   }
   if (use("ps_transport")) {
     auto transport = ParsePeerTransport(absl::GetFlag(FLAGS_ps_transport));
-    if (!transport.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--ps_transport: ", transport.status().message()));
+    if (!transport.ok() || *transport == v1::SHM) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ps_transport: expected grpc or tcp, got \"", absl::GetFlag(FLAGS_ps_transport),
+          "\""));
     }
     spec.set_ps_transport(*transport);
   }

@@ -38,13 +38,13 @@ std::set<std::string> FlagsGivenOnCommandLine(int argc, char** argv);
 // that is not one of its choices (InvalidArgument naming the flag).
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given);
 
-// The ring peer transport as --peer_transport spells it: "grpc", "tcp";
+// The ring peer transport as --peer_transport spells it: "grpc", "tcp", "shm";
 // "unknown" for a value job.proto does not define.
 const char* PeerTransportName(v1::PeerTransport transport);
 
-// The inverse of PeerTransportName: "grpc" -> GRPC, "tcp" -> TCP; anything
-// else InvalidArgument "expected grpc or tcp, got \"quic\"" (the caller
-// names the flag).
+// The inverse of PeerTransportName: "grpc" -> GRPC, "tcp" -> TCP, "shm" ->
+// SHM; anything else InvalidArgument "expected grpc, tcp or shm, got
+// \"quic\"" (the caller names the flag; --ps_transport refuses shm).
 absl::StatusOr<v1::PeerTransport> ParsePeerTransport(const std::string& name);
 
 // --resume_from's value: "DIR/job-<id>" (newest valid checkpoint: step 0)

@@ -115,12 +115,19 @@ TEST(JobFlagsTest, PeerTransportFlag) {
   spec = FromArgs({"--peer_transport=grpc"});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->peer_transport(), v1::GRPC);
+  spec = FromArgs({"--peer_transport=shm"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->peer_transport(), v1::SHM);
   spec = FromArgs({"--peer_transport=TCP"});
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc or tcp, got \"TCP\"");
+  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc, tcp or shm, got \"TCP\"");
   spec = FromArgs({"--peer_transport=quic"});
-  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc or tcp, got \"quic\"");
+  EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc, tcp or shm, got \"quic\"");
   absl::SetFlag(&FLAGS_peer_transport, "grpc");
+  // The ps data plane has no shared-memory transport.
+  spec = FromArgs({"--ps_transport=shm"});
+  EXPECT_EQ(spec.status().message(), "--ps_transport: expected grpc or tcp, got \"shm\"");
+  absl::SetFlag(&FLAGS_ps_transport, "grpc");
 }
 
 TEST(JobFlagsTest, OverlapAndCompressionFlags) {
@@ -168,15 +175,16 @@ TEST(JobFlagsTest, PeerTransportFromJobFileAndOverride) {
 }
 
 TEST(JobFlagsTest, PeerTransportNamesRoundTrip) {
-  for (v1::PeerTransport t : {v1::GRPC, v1::TCP}) {
+  for (v1::PeerTransport t : {v1::GRPC, v1::TCP, v1::SHM}) {
     auto parsed = ParsePeerTransport(PeerTransportName(t));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, t);
   }
   EXPECT_STREQ(PeerTransportName(v1::GRPC), "grpc");
   EXPECT_STREQ(PeerTransportName(v1::TCP), "tcp");
+  EXPECT_STREQ(PeerTransportName(v1::SHM), "shm");
   EXPECT_STREQ(PeerTransportName(static_cast<v1::PeerTransport>(9)), "unknown");
-  EXPECT_EQ(ParsePeerTransport("").status().message(), "expected grpc or tcp, got \"\"");
+  EXPECT_EQ(ParsePeerTransport("").status().message(), "expected grpc, tcp or shm, got \"\"");
 }
 
 TEST(JobFlagsTest, GivenFlagsAreFound) {

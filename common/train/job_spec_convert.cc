@@ -164,10 +164,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
   if (!lockstep::v1::PeerTransport_IsValid(spec.peer_transport())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec.peer_transport: expected GRPC or TCP, got ",
+        absl::StrCat("spec.peer_transport: expected GRPC, TCP or SHM, got ",
                      static_cast<int>(spec.peer_transport())));
   }
-  if (!lockstep::v1::PeerTransport_IsValid(spec.ps_transport())) {
+  if (!lockstep::v1::PeerTransport_IsValid(spec.ps_transport()) ||
+      spec.ps_transport() == lockstep::v1::SHM) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.ps_transport: expected GRPC or TCP, got ",
                      static_cast<int>(spec.ps_transport())));

@@ -41,7 +41,7 @@ absl::StatusOr<TrainSpec> ToTrainSpec(const lockstep::v1::JobSpec& spec);
 // Every data-independent check of a submitted JobSpec, in this order, each
 // an InvalidArgument naming the field:
 //   spec.sync_mode     RING or PS
-//   spec.peer_transport  GRPC (the default, 0) or TCP
+//   spec.peer_transport  GRPC (the default, 0), TCP or SHM
 //   spec.ps_transport  GRPC (the default, 0) or TCP
 //   spec.num_workers   >= 1
 //   spec.global_batch  >= num_workers

@@ -185,10 +185,13 @@ TEST(ValidateJobSpecTest, RejectsWithFieldNames) {
   spec.set_sync_mode(v1::SYNC_MODE_UNSPECIFIED);
   ExpectInvalid(spec, "spec.sync_mode: expected RING or PS, got SYNC_MODE_UNSPECIFIED");
   spec = Minimal();
-  spec.set_peer_transport(static_cast<v1::PeerTransport>(2));
-  ExpectInvalid(spec, "spec.peer_transport: expected GRPC or TCP, got 2");
+  spec.set_peer_transport(static_cast<v1::PeerTransport>(3));
+  ExpectInvalid(spec, "spec.peer_transport: expected GRPC, TCP or SHM, got 3");
   spec.set_peer_transport(static_cast<v1::PeerTransport>(-1));
-  ExpectInvalid(spec, "spec.peer_transport: expected GRPC or TCP, got -1");
+  ExpectInvalid(spec, "spec.peer_transport: expected GRPC, TCP or SHM, got -1");
+  spec = Minimal();
+  spec.set_ps_transport(v1::SHM);
+  ExpectInvalid(spec, "spec.ps_transport: expected GRPC or TCP, got 2");
   spec = Minimal();
   spec.set_num_workers(-1);
   ExpectInvalid(spec, "spec.num_workers: expected >= 1, got -1");

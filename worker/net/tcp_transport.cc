@@ -416,19 +416,10 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
       stale_.fetch_add(1);
       continue;
     }
-    if (f.key != key) {
-      return Named(from, absl::InternalError(absl::StrFormat(
-                             "rank %d: message from peer %d has key %s (%d "
-                             "bytes) but key %s (%d bytes) was expected",
-                             rank_, from, KeyToString(f.key), f.len,
-                             KeyToString(key), out.size())));
-    }
-    if (f.len != static_cast<int64_t>(out.size())) {
-      return Named(from, absl::DataLossError(absl::StrFormat(
-                             "rank %d: message %s from peer %d has %d bytes "
-                             "but %d were expected",
-                             rank_, KeyToString(key), from, f.len,
-                             out.size())));
+    if (absl::Status m = MismatchError(rank_, from, f.key, f.len, key,
+                                       static_cast<int64_t>(out.size()));
+        !m.ok()) {
+      return Named(from, m);
     }
     size_t got = 0;
     s = ReadFully(*fd, out.data(), out.size(), &got, &eof, wait);

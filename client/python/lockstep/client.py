@@ -226,7 +226,7 @@ class Client:
 
         Keyword arguments are the job flags of `lockstep submit` (see
         `lockstep --help`): model, dataset, sync ("ring"|"ps"),
-        peer_transport ("grpc"|"tcp"), workers, batch, epochs, steps, lr,
+        peer_transport ("grpc"|"tcp"|"shm"), workers, batch, epochs, steps, lr,
         optimizer, momentum, ... with the CLI's defaults, or job_file=F (a
         JobSpec in text format) overridden by the flags given. no_wait: fail
         with RESOURCE_EXHAUSTED instead of waiting PENDING for idle workers.

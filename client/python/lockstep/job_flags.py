@@ -237,6 +237,10 @@ def job_spec_from_flags(job_file=None, **flags):
                 value = job_pb2.GRPC
             elif value == "tcp":
                 value = job_pb2.TCP
+            elif value == "shm" and flag == "peer_transport":
+                value = job_pb2.SHM
+            elif flag == "peer_transport":
+                raise ValueError(f'--{flag}: expected grpc, tcp or shm, got "{value}"')
             else:
                 raise ValueError(f'--{flag}: expected grpc or tcp, got "{value}"')
         elif kind == "choice":
