@@ -186,8 +186,20 @@ v1::JobStatus Coordinator::StatusLocked(const Job& job, absl::Time now) const {
 
 // ---- worker protocol --------------------------------------------------------
 
+namespace {
+
+// `token` equals `want` (constant time in the token's bytes).
+bool TokenFits(const std::string& token, const std::string& want) {
+  return token.size() == want.size() &&
+         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(token.data()),
+                            reinterpret_cast<const uint8_t*>(want.data()), want.size());
+}
+
+}  // namespace
+
 absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
-    const v1::RegisterWorkerRequest& request, const std::string& caller_host) {
+    const v1::RegisterWorkerRequest& request, const std::string& caller_host,
+    const std::string& token) {
   if (request.address().empty()) {
     return absl::InvalidArgumentError(
         "address: expected the worker's peer service host:port, got \"\"");
@@ -223,6 +235,22 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   if (absl::Status s = workers_.CheckAddress(*address, request.hostname(), request.pid(), now);
       !s.ok()) {
     return s;
+  }
+  // Replacing a live registration (it fails that worker's job) needs its
+  // token: the process itself has it, a caller that only knows the
+  // address, host and pid does not (a restarted process waits until the
+  // old registration is LOST).
+  for (const Worker* old : workers_.LiveAt(*address)) {
+    if (!TokenFits(token, WorkerToken(data_plane_key_, *old))) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "address %s is registered by live worker %s (host %s, pid %d, last heartbeat %.1f s "
+          "ago) and this registration %s its worker token; a restarted worker is accepted once "
+          "%s is LOST (%.1f s without heartbeats)",
+          *address, old->id, old->hostname, old->pid,
+          absl::ToDoubleSeconds(now - old->last_seen),
+          token.empty() ? "does not carry" : "carries another than", old->id,
+          absl::ToDoubleSeconds(options_.lost_after)));
+    }
   }
   const int64_t seq = workers_.NextSeq();
   const std::string id = absl::StrCat("w-", seq);
@@ -313,9 +341,7 @@ absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,
         ": the call carries no worker token (lockstep-worker-token metadata, from "
         "RegisterWorker's reply): a worker of an older build must be restarted"));
   }
-  if (token.size() != want.size() ||
-      !dataauth::MacEqual(reinterpret_cast<const uint8_t*>(token.data()),
-                          reinterpret_cast<const uint8_t*>(want.data()), want.size())) {
+  if (!TokenFits(token, want)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", worker_id, ": the call's worker token is not the one this coordinator gave ",
         worker_id,

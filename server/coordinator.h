@@ -334,8 +334,15 @@ class Coordinator {
   // `caller_host`: the IP address (IPv6 bracketed) the call came from, ""
   // when unknown. INVALID_ARGUMENT when address is empty, malformed, or has
   // an empty host and caller_host is unknown; ALREADY_EXISTS as above.
+  // `token`: the worker token the call carries (lockstep-worker-token
+  // metadata; "" = none). Registering again at the address of a LIVE
+  // worker of the same process (which replaces it and fails its job) needs
+  // that worker's token; without it the call is refused with
+  // ALREADY_EXISTS until the old registration is LOST, so a caller that
+  // knows a worker's address, host and pid cannot take its place.
   absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
-      const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "");
+      const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "",
+      const std::string& token = "");
   // Whether `token` is the one RegisterWorker gave `worker_id`
   // (RegisterWorkerReply.worker_token: an HMAC of the registration, id,
   // address, hostname and pid, under this coordinator's start-up key, the

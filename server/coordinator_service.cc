@@ -63,7 +63,9 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
   if (grpc::Status s = CheckSize("RegisterWorker", *request); !s.ok()) return s;
   // The caller's IP fills in an address registered without a host.
   absl::StatusOr<std::string> caller = HostFromGrpcPeer(context->peer());
-  return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : ""), reply);
+  return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : "",
+                                            WorkerTokenOf(*context)),
+               reply);
 }
 
 grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,

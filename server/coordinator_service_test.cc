@@ -435,6 +435,18 @@ TEST_F(CoordinatorServiceTest, WorkerCallsNeedTheTokenTheirRegistrationGot) {
   ASSERT_EQ(st.ranks_size(), 2);
   EXPECT_EQ(st.ranks(0).worker_id(), w1);
   EXPECT_EQ(st.ranks(0).step(), 0);  // the rejected report counted nothing
+  // RegisterWorker at w1's address (same host and pid) replaces a live w1
+  // only with w1's token: refused without it or with another's.
+  v1::RegisterWorkerRequest again;
+  again.set_address("127.0.0.1:6001");
+  v1::RegisterWorkerReply again_reply;
+  grpc::Status rs = stub_->RegisterWorker(Ctx().get(), again, &again_reply);
+  EXPECT_EQ(rs.error_code(), grpc::StatusCode::ALREADY_EXISTS) << rs.error_message();
+  EXPECT_NE(rs.error_message().find("does not carry its worker token"), std::string::npos)
+      << rs.error_message();
+  EXPECT_EQ(stub_->RegisterWorker(WCtx(w2).get(), again, &again_reply).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
   // With its own token every call works: the same done report fails the
   // job naming the worker, as before.
   v1::ReportDoneReply reply;

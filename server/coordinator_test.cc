@@ -1,5 +1,6 @@
 #include "server/coordinator.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -54,15 +56,22 @@ class CoordinatorTest : public ::testing::Test {
 
   // Registers worker i at Addr(i) with data address DataAddr(i), or with
   // none (an older worker without a TCP data plane) when !with_data.
-  std::string Register(int i, bool with_data = true) {
+  absl::StatusOr<v1::RegisterWorkerReply> TryRegister(int i, bool with_data = true,
+                                                      const std::string& token = "") {
     v1::RegisterWorkerRequest req;
     req.set_address(Addr(i));
     if (with_data) req.set_data_address(DataAddr(i));
     req.set_hostname(absl::StrCat("host", i));
-    absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
+    absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req, "", token);
+    if (r.ok()) tokens_[r->worker_id()] = r->worker_token();
+    return r;
+  }
+  std::string Register(int i, bool with_data = true, const std::string& token = "") {
+    absl::StatusOr<v1::RegisterWorkerReply> r = TryRegister(i, with_data, token);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->worker_id() : "";
   }
+  std::map<std::string, std::string> tokens_;  // by worker id: RegisterWorker's tokens
 
   v1::HeartbeatReply Beat(const std::string& worker, uint64_t job = 0) {
     v1::HeartbeatRequest req;
@@ -997,7 +1006,20 @@ TEST_F(CoordinatorTest, WorkerAbandoningItsJobFailsIt) {
 TEST_F(CoordinatorTest, ReregistrationDropsOldIdAndFailsItsJob) {
   std::vector<std::string> w;
   const uint64_t job = StartJob(2, &w);
-  EXPECT_EQ(Register(2), "w-3");
+  // Without w-2's token (a caller that knows its address, host and pid):
+  // refused while w-2 is live, and nothing changes.
+  absl::StatusOr<v1::RegisterWorkerReply> r = TryRegister(2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("registered by live worker w-2 (host host2"));
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("does not carry its worker token"));
+  r = TryRegister(2, true, tokens_["w-1"]);  // another worker's token
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("carries another than its worker token"));
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+  // The process itself (it has the token) replaces its registration at once.
+  EXPECT_EQ(Register(2, true, tokens_["w-2"]), "w-3");
   const v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_EQ(st.reason(),

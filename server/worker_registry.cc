@@ -37,6 +37,14 @@ absl::Status WorkerRegistry::CheckAddress(const std::string& address,
   return absl::OkStatus();
 }
 
+std::vector<const WorkerRecord*> WorkerRegistry::LiveAt(const std::string& address) const {
+  std::vector<const WorkerRecord*> live;
+  for (const auto& [seq, w] : workers_) {
+    if (w.address == address && w.state != v1::LOST) live.push_back(&w);
+  }
+  return live;
+}
+
 std::vector<WorkerRecord> WorkerRegistry::RemoveAtAddress(const std::string& address) {
   std::vector<WorkerRecord> removed;
   for (auto it = workers_.begin(); it != workers_.end();) {

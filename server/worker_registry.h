@@ -6,9 +6,10 @@
 //     hostname or pid differs is refused with ALREADY_EXISTS naming both: two
 //     hosts claiming one address are never silently swapped (a restarted
 //     worker is accepted once its old id is LOST). The same process
-//     registering again, or a new one taking a LOST worker's address, is
-//     allowed: RemoveAtAddress then drops the old ids (their heartbeats then
-//     find no worker: reregister).
+//     registering again (the Coordinator also asks it for the live
+//     registration's worker token: LiveAt), or a new one taking a LOST
+//     worker's address, is allowed: RemoveAtAddress then drops the old ids
+//     (their heartbeats then find no worker: reregister).
 //   * Heartbeat bookkeeping (Seen): refreshes last_seen; a LOST worker that
 //     heartbeats again is back: BUSY if still bound to a job, else IDLE.
 //   * Lost detection (MarkLost): a worker not heard from for more than
@@ -68,6 +69,9 @@ class WorkerRegistry {
   // moves it backwards.
   int64_t next_seq() const { return next_seq_; }
   void SetNextSeq(int64_t seq) { next_seq_ = std::max(next_seq_, seq); }
+  // The workers at `address` that are not LOST (after CheckAddress passed:
+  // registrations of the process now registering again).
+  std::vector<const WorkerRecord*> LiveAt(const std::string& address) const;
   // Removes every worker registered at `address` and returns them.
   std::vector<WorkerRecord> RemoveAtAddress(const std::string& address);
   // Adds `w` (w.seq from NextSeq, w.id "w-<seq>").

@@ -144,6 +144,10 @@ absl::Status WorkerDaemon::Register() {
   v1::RegisterWorkerReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  {
+    absl::MutexLock l(&mu_);
+    AttachWorkerToken(&ctx, previous_token_);
+  }
   absl::Status s = FromGrpcStatus(stub_->RegisterWorker(&ctx, req, &reply));
   if (!s.ok()) return s;
   DeferredLog later(&log_);  // written after mu_ is released
@@ -267,6 +271,7 @@ void WorkerDaemon::Heartbeat() {
     later.Add(LogLevel::kWarn, "unknown to the coordinator, registering again",
               {{"worker", worker_id_}});
     worker_id_.clear();
+    previous_token_ = worker_token_;
     worker_token_.clear();
     if (options_.serving_changed) options_.serving_changed(false);
     if (job_ != nullptr) job_->RequestStop();

@@ -261,6 +261,11 @@ class WorkerDaemon {
   // worker_id_'s token (RegisterWorkerReply.worker_token), sent with every
   // call naming it (common/grpcutil/worker_token.h).
   std::string worker_token_ ABSL_GUARDED_BY(mu_);
+  // The token of this process's last registration, kept when the
+  // coordinator asks it to register again: sent with RegisterWorker, it
+  // lets the new registration replace the old one at once while that one is
+  // still live (Coordinator::RegisterWorker).
+  std::string previous_token_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
   absl::Duration lost_after_ ABSL_GUARDED_BY(mu_);  // the coordinator's
   // When a heartbeat last got an answer (registration counts as one).
