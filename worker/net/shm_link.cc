@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -45,6 +44,7 @@ struct ShmLink::Layout {
   std::atomic<uint32_t> reader_closed;
   std::atomic<uint32_t> reader_waiting;
   std::atomic<uint32_t> writer_waiting;
+  std::atomic<uint32_t> name_removed;  // 1 once a side removed the name
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -71,6 +71,9 @@ inline void CpuRelax() { __builtin_ia32_pause(); }
 // Longest single futex sleep: waits re-check cancellation and closure at
 // least this often even if a wake-up were lost.
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(100);
+// Longest time Open waits for the peer that created a segment to size it
+// and write its header (microseconds of work on its side).
+constexpr absl::Duration kMaxOpenWait = absl::Seconds(5);
 
 std::string IdString(uint64_t group, uint32_t from, uint32_t to, uint32_t world, uint64_t cap) {
   return absl::StrCat("group ", group, " rank ", from, "->", to, " of ", world, ", ", cap,
@@ -94,54 +97,98 @@ std::string ShmLink::SegmentName(const std::string& secret, const ShmLinkId& id)
 
 absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, Side side,
                                                        const ShmLinkId& id, int64_t capacity,
-                                                       absl::Time deadline) {
+                                                       absl::Time deadline,
+                                                       const std::atomic<bool>* cancel) {
   if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("shared-memory ring size: expected a power of two in [",
                                                    kMinCapacity, ", ", kMaxCapacity, "], got ",
                                                    capacity));
   }
   const size_t map_bytes = static_cast<size_t>(kHeaderBytes + capacity);
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("shm_open ", name, ": ", std::strerror(errno)));
+  const absl::Time until = std::min(deadline, absl::Now() + kMaxOpenWait);
+  // Waits a moment for the peer that created the segment to size it or
+  // write its header; false at `until` or when cancelled.
+  auto wait_for_peer = [&]() {
+    if ((cancel != nullptr && cancel->load()) || absl::Now() >= until) return false;
+    absl::SleepFor(absl::Microseconds(200));
+    return true;
+  };
+  // Exactly one side creates the file (O_EXCL) and sizes it; the other
+  // opens it and waits for the size, so neither ever truncates a file the
+  // other has mapped.
+  int fd = -1;
+  bool created = false;
+  for (;;) {
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+      created = true;
+      break;
+    }
+    if (errno != EEXIST) {
+      return absl::UnavailableError(absl::StrCat("shm_open ", name, ": ", std::strerror(errno)));
+    }
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd >= 0) break;
+    if (errno != ENOENT) {
+      return absl::UnavailableError(absl::StrCat("shm_open ", name, ": ", std::strerror(errno)));
+    }
+    if (!wait_for_peer()) {  // removed between the two calls: again
+      return absl::DeadlineExceededError(absl::StrCat("shm_open ", name, ": no deadline left"));
+    }
   }
+  // Before mapping, a failure leaves the segment as it was (a file this
+  // call created is removed again).
+  auto fail = [&](absl::Status s) {
+    close(fd);
+    if (created) shm_unlink(name.c_str());
+    return s;
+  };
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("fstat ", name, ": ", std::strerror(e)));
-  }
+  if (fstat(fd, &st) != 0) return fail(absl::UnavailableError(absl::StrCat("fstat ", name, ": ", std::strerror(errno))));
   if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    close(fd);
-    return absl::PermissionDeniedError(absl::StrCat(
+    return fail(absl::PermissionDeniedError(absl::StrCat(
         "shared-memory segment /dev/shm", name, " belongs to uid ", st.st_uid, " with mode ",
         absl::StrCat(absl::Hex(st.st_mode & 0777)), "; expected uid ", geteuid(),
-        " and no access for others"));
+        " and no access for others")));
   }
-  if (st.st_size != 0 && st.st_size != static_cast<off_t>(map_bytes)) {
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("shared-memory segment /dev/shm", name,
-                                                      " has ", st.st_size, " bytes; expected ",
-                                                      map_bytes));
-  }
-  if (st.st_size == 0 && ftruncate(fd, static_cast<off_t>(map_bytes)) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("ftruncate ", name, " to ", map_bytes, ": ", std::strerror(e)));
+  if (created) {
+    // Reserve the pages now: a full /dev/shm is an error here, not a
+    // SIGBUS at the first write.
+    const int e = posix_fallocate(fd, 0, static_cast<off_t>(map_bytes));
+    if (e != 0) {
+      return fail(absl::UnavailableError(absl::StrCat("reserving ", map_bytes, " bytes for /dev/shm",
+                                                      name, ": ", std::strerror(e),
+                                                      " (is /dev/shm full?)")));
+    }
+  } else {
+    while (st.st_size == 0) {
+      if (!wait_for_peer()) {
+        return fail(absl::DeadlineExceededError(absl::StrCat(
+            "shared-memory segment /dev/shm", name, ": its creator never sized it")));
+      }
+      if (fstat(fd, &st) != 0) return fail(absl::UnavailableError(absl::StrCat("fstat ", name, ": ", std::strerror(errno))));
+    }
+    if (st.st_size != static_cast<off_t>(map_bytes)) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "shared-memory segment /dev/shm", name, " has ", st.st_size, " bytes; expected ",
+          map_bytes)));
+    }
   }
   void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int map_errno = errno;
-  close(fd);
   if (p == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("mmap ", name, " (", map_bytes,
-                                               " bytes): ", std::strerror(map_errno)));
+    return fail(absl::UnavailableError(absl::StrCat("mmap ", name, " (", map_bytes,
+                                                    " bytes): ", std::strerror(errno))));
   }
-  std::unique_ptr<ShmLink> link(
-      new ShmLink(name, side, capacity, static_cast<uint8_t*>(p), map_bytes));
-  Layout* l = link->layout();
-  uint32_t state = 0;
-  if (l->init_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+  close(fd);
+  Layout* l = reinterpret_cast<Layout*>(p);
+  // After mapping, a failure only unmaps: nothing is written into a segment
+  // this side did not join (its peer's view of the link stays intact).
+  auto unmap_fail = [&](absl::Status s) {
+    munmap(p, map_bytes);
+    if (created) shm_unlink(name.c_str());
+    return s;
+  };
+  if (created) {
     l->magic = kMagic;
     l->version = kVersion;
     l->capacity = static_cast<uint64_t>(capacity);
@@ -152,25 +199,26 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, 
     l->init_state.store(2, std::memory_order_release);
   } else {
     while (l->init_state.load(std::memory_order_acquire) != 2) {
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "shared-memory segment /dev/shm", name, ": the peer never finished its header"));
+      if (!wait_for_peer() && l->init_state.load(std::memory_order_acquire) != 2) {
+        return unmap_fail(absl::DeadlineExceededError(absl::StrCat(
+            "shared-memory segment /dev/shm", name, ": the peer never finished its header")));
       }
-      std::this_thread::yield();
     }
     if (l->magic != kMagic || l->version != kVersion || l->capacity != uint64_t(capacity) ||
         l->group != id.group || l->from != id.from || l->to != id.to || l->world != id.world) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      return unmap_fail(absl::FailedPreconditionError(absl::StrCat(
           "shared-memory segment /dev/shm", name, " was made for ",
           IdString(l->group, l->from, l->to, l->world, l->capacity), " (magic ",
           absl::Hex(l->magic), ", version ", l->version, "); expected ",
-          IdString(id.group, id.from, id.to, id.world, capacity)));
+          IdString(id.group, id.from, id.to, id.world, capacity))));
     }
   }
+  std::unique_ptr<ShmLink> link(
+      new ShmLink(name, side, capacity, static_cast<uint8_t*>(p), map_bytes));
   const uint32_t pid = static_cast<uint32_t>(getpid());
   (side == Side::kWriter ? l->writer_pid : l->reader_pid).store(pid == 0 ? 1 : pid);
   link->local_ = side == Side::kWriter ? l->head.load() : l->tail.load();
-  link->peer_attached();  // unlinks at once when the peer came first
+  link->peer_attached();  // removes the name at once when the peer came first
   return link;
 }
 
@@ -198,7 +246,7 @@ ShmLink::~ShmLink() {
   // it then); RemoveStaleSegments bounds what a reader that never comes
   // leaves behind.
   const bool keep = side_ == Side::kWriter && local_ != 0 && l->reader_pid.load() == 0;
-  if (!keep && !unlinked_.exchange(true)) shm_unlink(name_.c_str());
+  if (!keep) RemoveName();
   munmap(base_, map_bytes_);
 }
 
@@ -230,10 +278,17 @@ ShmLink::Layout* ShmLink::layout() const {
 
 bool ShmLink::peer_attached() {
   Layout* l = layout();
-  const bool attached =
-      (side_ == Side::kWriter ? l->reader_pid : l->writer_pid).load(std::memory_order_acquire) != 0;
-  if (attached && !unlinked_.exchange(true)) shm_unlink(name_.c_str());
+  const bool attached = (side_ == Side::kWriter ? l->reader_pid : l->writer_pid).load() != 0;
+  if (attached) RemoveName();
   return attached;
+}
+
+void ShmLink::RemoveName() {
+  // Once per segment (a word in it), not per side: a second shm_unlink could
+  // remove a newer segment made under the same name.
+  if (!unlinked_.exchange(true) && layout()->name_removed.exchange(1) == 0) {
+    shm_unlink(name_.c_str());
+  }
 }
 
 bool ShmLink::peer_closed() const {
@@ -255,9 +310,13 @@ absl::StatusOr<size_t> ShmLink::Write(absl::Span<const uint8_t> a, absl::Span<co
   size_t free_bytes = static_cast<size_t>(capacity_ - static_cast<int64_t>(head - tail));
   const size_t mask = static_cast<size_t>(capacity_ - 1);
   size_t written = 0;
+  if (l->reader_closed.load() != 0) {
+    return absl::UnavailableError(absl::StrCat("the reader closed /dev/shm", name_));
+  }
   for (absl::Span<const uint8_t> part : {a, b}) {
+    if (free_bytes == 0) break;
     const size_t n = std::min(free_bytes, part.size());
-    if (n == 0) break;
+    if (n == 0) continue;
     const size_t pos = static_cast<size_t>(head + written) & mask;
     const size_t first = std::min(n, static_cast<size_t>(capacity_) - pos);
     std::memcpy(data() + pos, part.data(), first);

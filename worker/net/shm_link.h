@@ -13,16 +13,18 @@
 //                         u32 writer_closed
 //    128  reader's line:  u64 tail | u32 space_seq | u32 reader_pid |
 //                         u32 reader_closed | u32 reader_waiting |
-//                         u32 writer_waiting
+//                         u32 writer_waiting | u32 name_removed
 //   4096  `capacity` data bytes (a power of two)
 // head and tail count bytes since the link began; the ring holds
 // head - tail bytes (never more than capacity) at positions modulo capacity.
 //
-// Opening: both sides shm_open the same name with O_CREAT (either may come
-// first), check that the file belongs to this user and is not readable by
-// anyone else (0600), ftruncate it to the one size both expect and map it.
-// The first to arrive writes the identity fields (init_state 0 -> 1 -> 2);
-// the second checks they name the same group, ranks, world and capacity.
+// Opening: either side may come first. The first creates the file
+// (O_EXCL, mode 0600), reserves its pages (posix_fallocate: a full
+// /dev/shm is an error, not a SIGBUS later), maps it and writes the
+// identity fields (init_state 2 = ready); the second opens it, checks that
+// it belongs to this user and is not readable by anyone else, waits
+// (bounded) for its size and header and checks they name the same group,
+// ranks, world and capacity.
 // Once a side sees the other attached it unlinks the name (the mappings
 // stay). A side that closes before its peer came removes the name too,
 // except a writer that wrote something (its reader may still come for it):
@@ -91,9 +93,14 @@ class ShmLink {
   // read it), FailedPreconditionError (the segment was made for another
   // link, size, version or world, naming both), DeadlineExceededError (the
   // peer's header never became ready).
+  // A failed Open changes nothing in a segment it did not create (the
+  // peer's link stays intact); one it created is removed again. `cancel`
+  // (may be null) ends the waits for the peer early (CancelledError is not
+  // used: DeadlineExceededError).
   static absl::StatusOr<std::unique_ptr<ShmLink>> Open(const std::string& name, Side side,
                                                        const ShmLinkId& id, int64_t capacity,
-                                                       absl::Time deadline);
+                                                       absl::Time deadline,
+                                                       const std::atomic<bool>* cancel = nullptr);
 
   // Removes the names of this user's /dev/shm/lockstep-* segments last
   // modified more than `older_than` ago (a link's name matters only until
@@ -115,6 +122,7 @@ class ShmLink {
 
   // Writer side. Copies as much of a then b as fits (a first), publishes it
   // and wakes a sleeping reader; returns the bytes written (0 when full).
+  // UnavailableError once the reader closed.
   absl::StatusOr<size_t> Write(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b = {});
   // Waits until at least one byte is free. UnavailableError once the reader
   // closed, CancelledError after Cancel(), DeadlineExceededError.
@@ -144,6 +152,7 @@ class ShmLink {
   Layout* layout() const;
   uint8_t* data() const { return base_ + kHeaderBytes; }
   absl::Status Corrupt(uint64_t head, uint64_t tail) const;
+  void RemoveName();  // shm_unlink, once per segment
 
   const std::string name_;
   const Side side_;

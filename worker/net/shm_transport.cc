@@ -109,7 +109,7 @@ absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const 
     const ShmLinkId id{group_, static_cast<uint32_t>(rank_), static_cast<uint32_t>(to),
                        static_cast<uint32_t>(world_size())};
     auto link = ShmLink::Open(ShmLink::SegmentName(options_.secret, id), ShmLink::Side::kWriter,
-                              id, options_.ring_bytes, deadline);
+                              id, options_.ring_bytes, deadline, &shut_down_);
     if (!link.ok()) return Named(to, link.status());
     o.link = *std::move(link);
   }
@@ -250,7 +250,7 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
     const ShmLinkId id{group_, static_cast<uint32_t>(from), static_cast<uint32_t>(rank_),
                        static_cast<uint32_t>(world_size())};
     auto link = ShmLink::Open(ShmLink::SegmentName(options_.secret, id), ShmLink::Side::kReader,
-                              id, options_.ring_bytes, deadline);
+                              id, options_.ring_bytes, deadline, &shut_down_);
     if (!link.ok()) return Named(from, link.status());
     in.link = *std::move(link);
     in.active.store(in.link.get());
@@ -331,6 +331,13 @@ void ShmTransport::Shutdown() {
   for (auto& in : in_) {
     if (ShmLink* link = in->active.load()) link->Cancel();
   }
+  // Close the receive side first: a peer draining its backlog to us then
+  // sees the close at once instead of waiting its close_timeout.
+  for (auto& in : in_) {
+    absl::MutexLock l(&in->mu);  // a cancelled Recv returns promptly
+    in->active.store(nullptr);
+    in->link.reset();
+  }
   const absl::Time drain_deadline = absl::Now() + options_.close_timeout;
   for (auto& o : out_) {
     absl::MutexLock l(&o->mu);
@@ -342,11 +349,6 @@ void ShmTransport::Shutdown() {
     if (o->writer.joinable()) o->writer.join();  // no lock held
     absl::MutexLock l(&o->mu);
     o->link.reset();  // the peer sees the close after what the ring holds
-  }
-  for (auto& in : in_) {
-    absl::MutexLock l(&in->mu);  // a cancelled Recv returns promptly
-    in->active.store(nullptr);
-    in->link.reset();
   }
 }
 

@@ -55,9 +55,10 @@
 //
 // Threading: all methods are thread-safe; Sends to one peer are serialized
 // and Recvs from one peer are serialized. Shutdown() wakes every waiting
-// call (CancelledError), lets each backlog drain into its ring for up to
-// close_timeout, then closes the links (peers see the close after the
-// bytes already in the ring).
+// call (CancelledError), closes the receiving links (peers' Sends then
+// fail UNAVAILABLE), lets each backlog drain into its ring for up to
+// close_timeout, then closes the sending links (peers see the close after
+// the bytes already in the ring).
 #ifndef LOCKSTEP_WORKER_NET_SHM_TRANSPORT_H_
 #define LOCKSTEP_WORKER_NET_SHM_TRANSPORT_H_
 

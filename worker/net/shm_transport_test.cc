@@ -6,7 +6,6 @@
 // and that no segment name outlives its link.
 #include "worker/net/shm_transport.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -106,18 +105,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(TransportFactoryParam{"Shm4KiB", MakeSmallRing},
                       TransportFactoryParam{"ShmDefault", MakeDefault}),
     TransportParamName);
-
-// Names of /dev/shm entries that start with "lockstep-".
-std::vector<std::string> OurSegments() {
-  std::vector<std::string> out;
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (absl::StartsWith(e->d_name, "lockstep-")) out.push_back(e->d_name);
-  }
-  closedir(d);
-  return out;
-}
 
 bool Exists(const std::string& name) {
   struct stat st;
@@ -223,14 +210,15 @@ TEST(ShmTransportTest, PeerShutdownFailsRecvAtOnceAfterItsMessages) {
 }
 
 TEST(ShmTransportTest, ShutdownWakesABlockedRecv) {
-  auto g = MakeGroup(2, ShmTransportOptions{});
+  Keyed kg = MakeKeyed(2);
+  auto& g = kg.t;
   absl::Status s;
   std::thread t([&] {
     std::vector<uint8_t> out(4);
     s = g[1]->Recv(0, MakeKey(1, 1, 0, 0), absl::MakeSpan(out), absl::Now() + absl::Seconds(60));
   });
-  // Any order is correct: a Shutdown before the Recv starts also ends it
-  // with CancelledError.
+  // The Recv made its link (it waits on it from then on).
+  while (!Exists(kg.Name(0, 1))) std::this_thread::yield();
   const absl::Time start = absl::Now();
   g[1]->Shutdown();
   t.join();
@@ -322,6 +310,40 @@ TEST(ShmTransportTest, ASegmentThatIsNotOursIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1->0 of 3"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("expected group"));
+  // The refusal wrote nothing into that segment: its writer's view is intact.
+  EXPECT_FALSE((*w)->peer_attached());
+  EXPECT_FALSE((*w)->peer_closed());
+}
+
+TEST(ShmTransportTest, ShutdownWakesASendWaitingInFlowControl) {
+  ShmTransportOptions o;
+  o.ring_bytes = 4096;
+  o.max_queued_bytes = 1;
+  o.close_timeout = absl::Milliseconds(200);  // nobody reads the backlog
+  auto g = MakeGroup(2, o);
+  std::vector<uint8_t> big(64 << 10, 7);
+  ASSERT_TRUE(g[0]->Send(1, MakeKey(1, 1, 0, 0), big, Soon()).ok());  // backlogged
+  absl::Status s;
+  std::thread t([&] {
+    s = g[0]->Send(1, MakeKey(1, 1, 0, 1), big, absl::Now() + absl::Seconds(60));
+  });
+  // Any order is right: a Send after Shutdown is CancelledError at once.
+  const absl::Time start = absl::Now();
+  g[0]->Shutdown();
+  t.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(ShmTransportTest, SendToAClosedReaderIsUnavailable) {
+  auto g = MakeGroup(2, ShmTransportOptions{});
+  std::vector<uint8_t> one(8, 1), got(8);
+  ASSERT_TRUE(g[0]->Send(1, MakeKey(1, 1, 0, 0), one, Soon()).ok());
+  ASSERT_TRUE(g[1]->Recv(0, MakeKey(1, 1, 0, 0), absl::MakeSpan(got), Soon()).ok());
+  g[1]->Shutdown();
+  absl::Status s = g[0]->Send(1, MakeKey(1, 2, 0, 0), one, Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("peer rank 1 (w1): the reader closed"));
 }
 
 TEST(ShmTransportTest, StaleSegmentNamesAreRemoved) {
@@ -363,35 +385,35 @@ TEST(ShmTransportTest, BadArgumentsAreRejected) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("ring_bytes 5000"));
 }
 
-// Every test removed what it made (run last in this file; other tests of
-// this binary ran before it in the same process).
-TEST(ShmTransportTest, ZZNoSegmentOfThisProcessIsLeft) {
-  std::vector<std::string> left = OurSegments();
-  // Other processes on this machine may have their own; ours are the ones
-  // whose links this binary made: none may remain after every transport
-  // shut down. (Groups are unique per process, so we cannot tell ours by
-  // name; count instead before and after a fresh group's life.)
-  const size_t before = left.size();
-  {
-    auto g = MakeGroup(4, ShmTransportOptions{});
-    std::vector<std::thread> ts;
-    std::vector<std::vector<float>> data(4, std::vector<float>(1000));
-    for (int r = 0; r < 4; ++r) {
-      std::iota(data[r].begin(), data[r].end(), static_cast<float>(r));
-      ts.emplace_back([&, r] {
-        RingAllReducer ar(g[r].get());
-        int64_t count = 1;
-        AllReduceOptions ao;
-        ao.job = 1;
-        ao.step = 1;
-        ao.algorithm = AllReduceAlgorithm::kRing;
-        EXPECT_TRUE(ar.AllReduce(absl::MakeSpan(data[r]), &count, ao).ok());
-        EXPECT_EQ(count, 4);
-      });
-    }
-    for (auto& t : ts) t.join();
+TEST(ShmTransportTest, AGroupLeavesNoSegmentName) {
+  Keyed kg = MakeKeyed(4);
+  std::vector<std::thread> ts;
+  std::vector<std::vector<float>> data(4, std::vector<float>(1000));
+  for (int r = 0; r < 4; ++r) {
+    std::iota(data[r].begin(), data[r].end(), static_cast<float>(r));
+    ts.emplace_back([&, r] {
+      RingAllReducer ar(kg.t[r].get());
+      int64_t count = 1;
+      AllReduceOptions ao;
+      ao.job = 1;
+      ao.step = 1;
+      ao.algorithm = AllReduceAlgorithm::kRing;
+      EXPECT_TRUE(ar.AllReduce(absl::MakeSpan(data[r]), &count, ao).ok());
+      EXPECT_EQ(count, 4);
+    });
   }
-  EXPECT_EQ(OurSegments().size(), before);
+  for (auto& t : ts) t.join();
+  for (uint32_t from = 0; from < 4; ++from) {
+    for (uint32_t to = 0; to < 4; ++to) {
+      if (from != to) EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+    }
+  }
+  kg.t.clear();
+  for (uint32_t from = 0; from < 4; ++from) {
+    for (uint32_t to = 0; to < 4; ++to) {
+      if (from != to) EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+    }
+  }
 }
 
 }  // namespace
