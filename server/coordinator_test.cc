@@ -239,7 +239,8 @@ TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
   first.set_address("vm:7071");
   first.set_hostname("vm");
   first.set_pid(100);
-  ASSERT_TRUE(coord_->RegisterWorker(first).ok());  // w-1
+  absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(first);
+  ASSERT_TRUE(w1.ok());  // w-1
   clock_.Advance(absl::Milliseconds(500));
   v1::RegisterWorkerRequest second = first;
   second.set_pid(200);
@@ -258,8 +259,9 @@ TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
   EXPECT_EQ(list.workers(0).worker_id(), "w-1");
   EXPECT_FALSE(Beat("w-1").reregister());
 
-  // The same process registering again (it lost its id) replaces itself.
-  r = coord_->RegisterWorker(first);
+  // The same process registering again (it lost its id) replaces itself,
+  // with its token (Coordinator::RegisterWorker).
+  r = coord_->RegisterWorker(first, "", w1->worker_token());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->worker_id(), "w-2");
   EXPECT_TRUE(Beat("w-1").reregister());

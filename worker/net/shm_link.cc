@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
