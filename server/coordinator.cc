@@ -381,6 +381,13 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   if (request.job_id() != 0) {
     if (rank != nullptr && request.job_id() == bound->id && bound->state == v1::RUNNING) {
       rank->acknowledged = true;
+      rank->waiting_for =
+          request.generation() == bound->membership.generation ? request.waiting_for_peer() - 1 : -1;
+      rank->waiting_since = now - absl::Milliseconds(std::max<int64_t>(0, request.waiting_ms()));
+      if (FailStuckCombineLocked(bound, now)) {
+        reply.set_stop_job(true);
+        return reply;
+      }
       // It runs the job after a restart: its done report will come by
       // itself; running nothing later without one is abandoning it.
       rank->done_asks_left = 0;
@@ -455,6 +462,31 @@ void Coordinator::Tick() {
   ExpireWaitsLocked(now);
   ScheduleLocked();
   EvictFinishedJobsLocked();
+}
+
+bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
+  if (job->spec.sync_mode() == v1::PS || job->k < 2 || job->membership.regrouping) return false;
+  if (static_cast<int>(job->ranks.size()) != job->k) return false;
+  std::vector<std::string> waits;
+  for (int r = 0; r < job->k; ++r) {
+    const Rank& rank = job->ranks[r];
+    // Every rank heartbeating (not lost) and waiting for a peer for longer
+    // than lost_after: nothing moves, and no worker is lost.
+    if (rank.worker_id.empty() || rank.waiting_for < 0 || rank.waiting_for >= job->k ||
+        now - rank.waiting_since < options_.lost_after ||
+        now - rank.last_heartbeat > options_.lost_after) {
+      return false;
+    }
+    const Rank& peer = job->ranks[rank.waiting_for];
+    waits.push_back(absl::StrFormat("rank %d (%s, host %s) for rank %d (%s, host %s) %.1fs", r,
+                                    rank.worker_id, rank.hostname, rank.waiting_for,
+                                    peer.worker_id, peer.hostname,
+                                    absl::ToDoubleSeconds(now - rank.waiting_since)));
+  }
+  FailJobLocked(job, absl::StrCat("every rank waits for a peer while every worker heartbeats: a "
+                                  "link between workers is down (",
+                                  absl::StrJoin(waits, "; "), ")"));
+  return true;
 }
 
 bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {

@@ -12,6 +12,8 @@
 # Two ways to cut: A. the worker's link taken down (ip link set down; ring
 # over raw TCP), B. every packet of its link dropped by nftables, in both
 # directions, the link staying up (ring over gRPC, then ps over raw TCP).
+# D. only the traffic between two workers dropped (both still reach the
+# coordinator): the job FAILED within the bound naming every rank's wait.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -108,6 +110,38 @@ NFT
 cut_case "A link down, ring/tcp" link w-3 2 "w-1 w-2" -- --workers=3 --sync=ring --peer_transport=tcp
 cut_case "B nft drop, ring/grpc" nft w-2 1 "w-1 w-3" -- --workers=3 --sync=ring --peer_transport=grpc
 cut_case "C nft drop, ps/tcp" nft w-1 0 "w-2 w-3" -- --workers=3 --sync=ps --ps_transport=tcp
+
+# D. Two workers that cannot reach each other while both reach the
+# coordinator (nft drops only the traffic between their addresses): no
+# worker is lost, every rank's combine waits for its peer, and the
+# coordinator fails the job within the bound naming the waits (without
+# this it took the 30 s combine timeout). Both workers are IDLE again
+# within the bound; the rules are removed afterwards.
+echo "== D peer link cut between w-1 and w-2 (both reach the coordinator), ring/tcp"
+job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 --sync=ring --peer_transport=tcp) \
+  || fail "D: submit: $job"
+wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "D: job $job made no progress: $(cli status "$job")"
+ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
+[ "$ranks" = "w-1 w-2" ] || fail "D: expected ranks w-1 w-2, got $ranks"
+on 2 nft -f - <<NFT || fail "D: nft"
+table inet lockstep_peer_cut {
+  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }
+}
+NFT
+t0=$(now_ms)
+wait_until $(( t0 + BOUND_S * 1000 )) is_failed "$job" || fail "D: job $job not FAILED within ${BOUND_S}s: $(cli status "$job")"
+t1=$(now_ms)
+wait_until $(( t0 + BOUND_S * 1000 )) idle w-1 w-2 || fail "D: w-1, w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
+t2=$(now_ms)
+reason=$(cli status "$job" --json | json "d['reason']")
+case "$reason" in
+  "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host "*") for rank 1 (w-2, host "*"; rank 1 (w-2, host "*") for rank 0 (w-1, host "*") "*) ;;
+  *) fail "D: reason does not name both waits: $reason" ;;
+esac
+awk -v j="$job" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
+  'BEGIN { printf "D: job %s FAILED %.2f s after the cut, both workers idle after %.2f s; reason: %s\n", j, a / 1000, b / 1000, r }'
+on 2 nft delete table inet lockstep_peer_cut
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/collective/peer_wait.h"
 #include "worker/worker_daemon.h"
 
 namespace lockstep {
@@ -27,6 +28,9 @@ struct WorkerDaemon::RunningJob {
   std::atomic<int> rank{0};
   std::atomic<bool> holds_state{false};
   std::atomic<int64_t> held_step{-1};
+  // The peer the ring's combine waits for (heartbeats report it; the job
+  // thread's PeerWaitTransport publishes it).
+  PeerWait peer_wait;
   // The newest Assignment of this job a heartbeat brought (a higher
   // generation, or the start of the current one); generation -1 = none.
   v1::Assignment pending ABSL_GUARDED_BY(mu);

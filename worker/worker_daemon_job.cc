@@ -130,6 +130,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         return s;
       }
     }
+    // Declared before the combiner that uses it (destroyed after it).
+    std::unique_ptr<PeerWaitTransport> waited;
     std::unique_ptr<GradientCombiner> combiner;
     // gRPC clients of the shards, and (ps_transport TCP) their raw-TCP
     // data-plane clients, which the combine then uses.
@@ -239,7 +241,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         return absl::InvalidArgumentError(
             absl::StrCat("spec.ring_algorithm: ", algorithm.status().message()));
       }
-      combiner = std::make_unique<RingCombiner>((*transport)->transport(), *algorithm);
+      waited = std::make_unique<PeerWaitTransport>((*transport)->transport(), &job->peer_wait);
+      combiner = std::make_unique<RingCombiner>(waited.get(), *algorithm);
       absl::MutexLock l(&job->mu);
       job->transport = *std::move(transport);
     }

@@ -405,13 +405,17 @@ TEST(ShmTransportTest, AGroupLeavesNoSegmentName) {
   for (auto& t : ts) t.join();
   for (uint32_t from = 0; from < 4; ++from) {
     for (uint32_t to = 0; to < 4; ++to) {
-      if (from != to) EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+      if (from != to) {
+        EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+      }
     }
   }
   kg.t.clear();
   for (uint32_t from = 0; from < 4; ++from) {
     for (uint32_t to = 0; to < 4; ++to) {
-      if (from != to) EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+      if (from != to) {
+        EXPECT_FALSE(Exists(kg.Name(from, to))) << from << "->" << to;
+      }
     }
   }
 }

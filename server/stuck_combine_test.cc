@@ -1,0 +1,130 @@
+// Stuck combines (Coordinator::FailStuckCombineLocked): a ring job whose
+// every rank has waited for a peer for lost_after while every worker
+// heartbeats is FAILED naming the waits; one rank waiting, a short wait, a
+// lost worker's stale report, or a ps job is not.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+class StuckCombineTest : public ::testing::Test {
+ protected:
+  StuckCombineTest() : clock_(absl::FromUnixSeconds(1000)) {
+    CoordinatorOptions o;
+    o.advertise_address = "coord:7070";
+    o.lost_after = absl::Seconds(3);
+    coord_ = std::make_unique<Coordinator>(o, &clock_);
+  }
+
+  // Starts a K-worker job of `mode` on fresh workers w-1..w-K (hosts h1..).
+  uint64_t Start(int k, v1::SyncMode mode = v1::RING) {
+    for (int i = 1; i <= k; ++i) {
+      v1::RegisterWorkerRequest req;
+      req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
+      req.set_hostname(absl::StrCat("h", i));
+      absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
+      EXPECT_TRUE(r.ok()) << r.status();
+      workers_.push_back(r.ok() ? r->worker_id() : "");
+    }
+    v1::JobSpec spec;
+    spec.set_model("mlp:8");
+    spec.set_sync_mode(mode);
+    spec.set_num_workers(k);
+    spec.set_global_batch(8 * k);
+    spec.mutable_lr()->set_base_lr(0.1f);
+    spec.set_steps(100);
+    v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = spec;
+    absl::StatusOr<v1::SubmitJobReply> s = coord_->SubmitJob(submit);
+    EXPECT_TRUE(s.ok()) << s.status();
+    job_ = s.ok() ? s->job_id() : 0;
+    for (const std::string& w : workers_) {
+      EXPECT_TRUE(Beat(w, 0, -1, 0).has_assignment());
+      Beat(w, job_, -1, 0);
+    }
+    EXPECT_EQ(State(), v1::RUNNING);
+    return job_;
+  }
+
+  // A heartbeat of `worker` running `job`, waiting for `peer` (-1: none)
+  // for `ms`.
+  v1::HeartbeatReply Beat(const std::string& worker, uint64_t job, int peer, int64_t ms) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    req.set_job_id(job);
+    if (peer >= 0) {
+      req.set_waiting_for_peer(peer + 1);
+      req.set_waiting_ms(ms);
+    }
+    absl::StatusOr<v1::HeartbeatReply> r = coord_->Heartbeat(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::HeartbeatReply();
+  }
+
+  v1::JobStatus Status() {
+    absl::StatusOr<v1::JobStatus> s = coord_->GetJob(job_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::JobStatus();
+  }
+  v1::JobState State() { return Status().state(); }
+
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coord_;
+  std::vector<std::string> workers_;
+  uint64_t job_ = 0;
+};
+
+TEST_F(StuckCombineTest, EveryRankWaitingForAPeerFailsTheJobNamingTheWaits) {
+  Start(2);
+  // Both wait, not for lost_after yet: nothing.
+  Beat(workers_[0], job_, 1, 2900);
+  Beat(workers_[1], job_, 0, 2900);
+  EXPECT_EQ(State(), v1::RUNNING);
+  // One waits long, the other does not wait (it computes): nothing.
+  Beat(workers_[0], job_, 1, 3500);
+  Beat(workers_[1], job_, -1, 0);
+  EXPECT_EQ(State(), v1::RUNNING);
+  // Both, every worker heartbeating: FAILED at once, naming both waits; the
+  // heartbeat that decided it is told to stop.
+  EXPECT_TRUE(Beat(workers_[1], job_, 0, 3100).stop_job());
+  const v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason(),
+            "every rank waits for a peer while every worker heartbeats: a link between workers "
+            "is down (rank 0 (w-1, host h1) for rank 1 (w-2, host h2) 3.5s; rank 1 (w-2, host "
+            "h2) for rank 0 (w-1, host h1) 3.1s)");
+}
+
+TEST_F(StuckCombineTest, ARingOfThreeFailsOnlyWhenAllWait) {
+  Start(3);
+  Beat(workers_[0], job_, 2, 4000);
+  Beat(workers_[1], job_, 0, 4000);
+  EXPECT_EQ(State(), v1::RUNNING);  // rank 2 has not said it waits
+  clock_.Advance(absl::Seconds(4));
+  // Rank 0 and 1's reports are now 4 s old (their workers silent for more
+  // than lost_after): a lost worker is the lost-worker path's, not this one.
+  Beat(workers_[2], job_, 1, 5000);
+  EXPECT_EQ(State(), v1::RUNNING);
+  Beat(workers_[0], job_, 2, 8000);
+  Beat(workers_[1], job_, 0, 8000);
+  EXPECT_EQ(State(), v1::FAILED);
+}
+
+TEST_F(StuckCombineTest, PsJobsAreNotJudgedByPeerWaits) {
+  Start(2, v1::PS);
+  Beat(workers_[0], job_, 1, 9000);
+  Beat(workers_[1], job_, 0, 9000);
+  EXPECT_EQ(State(), v1::RUNNING);
+}
+
+}  // namespace
+}  // namespace lockstep
