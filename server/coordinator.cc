@@ -381,9 +381,15 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
   if (request.job_id() != 0) {
     if (rank != nullptr && request.job_id() == bound->id && bound->state == v1::RUNNING) {
       rank->acknowledged = true;
-      rank->waiting_for =
-          request.generation() == bound->membership.generation ? request.waiting_for_peer() - 1 : -1;
-      rank->waiting_since = now - absl::Milliseconds(std::max<int64_t>(0, request.waiting_ms()));
+      // Checked before use: a peer of this job's current generation, a
+      // wait of at most a day.
+      const bool waits = request.generation() == bound->membership.generation &&
+                         request.waiting_for_peer() > 0 &&
+                         request.waiting_for_peer() <= bound->k;
+      rank->waiting_for = waits ? request.waiting_for_peer() - 1 : -1;
+      rank->waited = absl::Milliseconds(
+          std::clamp<int64_t>(request.waiting_ms(), 0, int64_t{24} * 3600 * 1000));
+      rank->waiting_reported = now;
       if (FailStuckCombineLocked(bound, now)) {
         reply.set_stop_job(true);
         return reply;
@@ -467,21 +473,24 @@ void Coordinator::Tick() {
 bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
   if (job->spec.sync_mode() == v1::PS || job->k < 2 || job->membership.regrouping) return false;
   if (static_cast<int>(job->ranks.size()) != job->k) return false;
+  // A report counts only while fresh (a few heartbeat intervals): an old
+  // one says nothing about now (its worker may be computing, or dead: the
+  // lost-worker path's case).
+  const absl::Duration fresh = 3 * options_.heartbeat_interval + absl::Seconds(1);
   std::vector<std::string> waits;
   for (int r = 0; r < job->k; ++r) {
     const Rank& rank = job->ranks[r];
-    // Every rank heartbeating (not lost) and waiting for a peer for longer
-    // than lost_after: nothing moves, and no worker is lost.
+    // Every rank's latest report, fresh, says its combine has waited for a
+    // peer for at least lost_after: nothing moves, and no worker is lost.
     if (rank.worker_id.empty() || rank.waiting_for < 0 || rank.waiting_for >= job->k ||
-        now - rank.waiting_since < options_.lost_after ||
-        now - rank.last_heartbeat > options_.lost_after) {
+        rank.waited < options_.lost_after || now - rank.waiting_reported > fresh) {
       return false;
     }
     const Rank& peer = job->ranks[rank.waiting_for];
     waits.push_back(absl::StrFormat("rank %d (%s, host %s) for rank %d (%s, host %s) %.1fs", r,
                                     rank.worker_id, rank.hostname, rank.waiting_for,
                                     peer.worker_id, peer.hostname,
-                                    absl::ToDoubleSeconds(now - rank.waiting_since)));
+                                    absl::ToDoubleSeconds(rank.waited)));
   }
   FailJobLocked(job, absl::StrCat("every rank waits for a peer while every worker heartbeats: a "
                                   "link between workers is down (",

@@ -510,8 +510,9 @@ class Coordinator {
   bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stuck combines: a ring job (K >= 2, not regrouping) whose every rank's
-  // last heartbeat (fresh: within lost_after) says its combine has waited
-  // for a peer for at least lost_after is FAILED, whatever its
+  // last heartbeat (fresh: within 3 heartbeat intervals + 1 s; reports are
+  // never extrapolated) says its combine has waited for a peer for at least
+  // lost_after is FAILED, whatever its
   // on_worker_lost, naming every wait ("every rank waits for a peer while
   // every worker heartbeats: a link between workers is down (rank 1 (w-2,
   // host h2) for rank 0 (w-1, host h1) 3.2s; ...)"): no worker is lost,

@@ -74,10 +74,13 @@ struct RankRecord {
   // to resend the ReportDone (HeartbeatReply.resend_done_job_id) this many
   // times before the rank counts as having abandoned the job.
   int done_asks_left = 0;
-  // The peer its combine waited for at its last heartbeat (-1 = none) and
-  // since when (HeartbeatRequest.waiting_for_peer / waiting_ms).
+  // The peer its combine waited for at its last heartbeat (-1 = none), for
+  // how long it said (HeartbeatRequest.waiting_for_peer / waiting_ms), and
+  // when that heartbeat came (a report is used only while fresh, never
+  // extrapolated).
   int waiting_for = -1;
-  absl::Time waiting_since;
+  absl::Duration waited;
+  absl::Time waiting_reported;
 };
 
 struct JobRecord {

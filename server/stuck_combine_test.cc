@@ -1,7 +1,8 @@
 // Stuck combines (Coordinator::FailStuckCombineLocked): a ring job whose
 // every rank has waited for a peer for lost_after while every worker
-// heartbeats is FAILED naming the waits; one rank waiting, a short wait, a
-// lost worker's stale report, or a ps job is not.
+// heartbeats is FAILED naming the waits; one rank waiting, a short wait, an
+// old report (never extrapolated), a peer out of range, another
+// generation's report, or a ps job is not.
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +117,31 @@ TEST_F(StuckCombineTest, ARingOfThreeFailsOnlyWhenAllWait) {
   EXPECT_EQ(State(), v1::RUNNING);
   Beat(workers_[0], job_, 2, 8000);
   Beat(workers_[1], job_, 0, 8000);
+  EXPECT_EQ(State(), v1::FAILED);
+}
+
+TEST_F(StuckCombineTest, ReportsAreTakenAsSaidNotExtrapolated) {
+  Start(2);
+  // Rank 0 said 2.5 s one second ago: that is 2.5 s, not 3.5 s (it may
+  // have stopped waiting since).
+  Beat(workers_[0], job_, 1, 2500);
+  clock_.Advance(absl::Seconds(1));
+  Beat(workers_[1], job_, 0, 3500);
+  EXPECT_EQ(State(), v1::RUNNING);
+  // A peer out of range, or a wait of another generation, counts as none.
+  Beat(workers_[0], job_, 7, 9000);
+  Beat(workers_[1], job_, 0, 9000);
+  EXPECT_EQ(State(), v1::RUNNING);
+  v1::HeartbeatRequest old_generation;
+  old_generation.set_worker_id(workers_[0]);
+  old_generation.set_job_id(job_);
+  old_generation.set_generation(5);
+  old_generation.set_waiting_for_peer(2);
+  old_generation.set_waiting_ms(9000);
+  ASSERT_TRUE(coord_->Heartbeat(old_generation).ok());
+  Beat(workers_[1], job_, 0, 9100);
+  EXPECT_EQ(State(), v1::RUNNING);
+  Beat(workers_[0], job_, 1, 9000);  // now both, fresh
   EXPECT_EQ(State(), v1::FAILED);
 }
 

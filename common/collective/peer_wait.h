@@ -14,11 +14,12 @@
 #ifndef LOCKSTEP_COMMON_COLLECTIVE_PEER_WAIT_H_
 #define LOCKSTEP_COMMON_COLLECTIVE_PEER_WAIT_H_
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <utility>
 
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/collective/transport.h"
 
@@ -33,15 +34,21 @@ class PeerWait {
     const int peer = peer_.load(std::memory_order_acquire);
     if (peer < 0) return {-1, absl::ZeroDuration()};
     const int64_t since = since_ns_.load(std::memory_order_acquire);
-    return {peer, std::max(absl::ZeroDuration(), absl::Nanoseconds(absl::GetCurrentTimeNanos() - since))};
+    return {peer, std::max(absl::ZeroDuration(), absl::Nanoseconds(SteadyNanos() - since))};
   }
   void Begin(int peer) {
-    since_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_release);
+    since_ns_.store(SteadyNanos(), std::memory_order_release);
     peer_.store(peer, std::memory_order_release);
   }
   void End() { peer_.store(-1, std::memory_order_release); }
 
  private:
+  // A monotonic clock: a wall-clock step must not make a wait look longer.
+  static int64_t SteadyNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   std::atomic<int> peer_{-1};
   std::atomic<int64_t> since_ns_{0};
 };
