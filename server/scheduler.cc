@@ -43,6 +43,17 @@ absl::Status CheckCanStartNow(int k, const std::vector<WorkerRecord*>& idle,
   return absl::ResourceExhaustedError(msg);
 }
 
+namespace {
+
+// How many of `idle` registered each hostname.
+std::map<std::string, int> PerHost(const std::vector<WorkerRecord*>& idle) {
+  std::map<std::string, int> per_host;
+  for (const WorkerRecord* w : idle) ++per_host[w->hostname];
+  return per_host;
+}
+
+}  // namespace
+
 StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle,
                     const std::vector<std::string>& ps) {
   StartPlan plan;
@@ -82,10 +93,8 @@ StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle
     bool one_host = true;
     for (int r = 1; r < job.k; ++r) one_host &= idle[r]->hostname == idle[0]->hostname;
     if (!one_host) {
-      std::map<std::string, int> per_host;
-      for (const WorkerRecord* w : idle) ++per_host[w->hostname];
       std::vector<std::string> parts;
-      for (const auto& [host, n] : per_host) parts.push_back(absl::StrCat(host, " ", n));
+      for (const auto& [host, n] : PerHost(idle)) parts.push_back(absl::StrCat(host, " ", n));
       plan.kind = StartPlan::kFail;
       plan.fail_reason = absl::StrCat(
           "spec.peer_transport: SHM needs all ", job.k,
@@ -99,8 +108,7 @@ StartPlan PlanStart(const JobRecord& job, const std::vector<WorkerRecord*>& idle
 }
 
 void PreferOneHost(int k, std::vector<WorkerRecord*>* idle) {
-  std::map<std::string, int> per_host;
-  for (const WorkerRecord* w : *idle) ++per_host[w->hostname];
+  std::map<std::string, int> per_host = PerHost(*idle);
   for (const WorkerRecord* w : *idle) {
     if (per_host[w->hostname] >= k) {
       const std::string host = w->hostname;

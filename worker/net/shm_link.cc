@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, 
                                                        const ShmLinkId& id, int64_t capacity,
                                                        absl::Time deadline,
                                                        const std::atomic<bool>* cancel) {
-  if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0) {
+  if (!ValidCapacity(capacity)) {
     return absl::InvalidArgumentError(absl::StrCat("shared-memory ring size: expected a power of two in [",
                                                    kMinCapacity, ", ", kMaxCapacity, "], got ",
                                                    capacity));

@@ -79,6 +79,12 @@ class ShmLink {
   static constexpr int64_t kMinCapacity = 4096;
   static constexpr int64_t kMaxCapacity = int64_t{1} << 30;
 
+  // Whether `capacity` is a power of two in [kMinCapacity, kMaxCapacity].
+  static bool ValidCapacity(int64_t capacity) {
+    return capacity >= kMinCapacity && capacity <= kMaxCapacity &&
+           (capacity & (capacity - 1)) == 0;
+  }
+
   // The segment name of link `id` for a job whose data-plane secret is
   // `secret`: "/lockstep-<24 hex of an HMAC of (group, from, to)>-<from>-<to>",
   // unguessable without the secret and distinct per job group and link.

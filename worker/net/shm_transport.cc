@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(
                         options.secret.size(), dataauth::kSecretBytes));
   }
   const int64_t cap = options.ring_bytes;
-  if (cap < ShmLink::kMinCapacity || cap > ShmLink::kMaxCapacity || (cap & (cap - 1)) != 0) {
+  if (!ShmLink::ValidCapacity(cap)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "shm transport: ring_bytes %d is not a power of two in [%d, %d]", cap,
         ShmLink::kMinCapacity, ShmLink::kMaxCapacity));
@@ -98,6 +98,15 @@ absl::Status ShmTransport::Named(int peer, const absl::Status& s) const {
   return absl::Status(s.code(), absl::StrCat(PeerName(peer), ": ", s.message()));
 }
 
+absl::StatusOr<std::unique_ptr<ShmLink>> ShmTransport::OpenLink(int from, int to,
+                                                                 ShmLink::Side side,
+                                                                 absl::Time deadline) {
+  const ShmLinkId id{group_, static_cast<uint32_t>(from), static_cast<uint32_t>(to),
+                     static_cast<uint32_t>(world_size())};
+  return ShmLink::Open(ShmLink::SegmentName(options_.secret, id), side, id, options_.ring_bytes,
+                       deadline, &shut_down_);
+}
+
 absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const uint8_t> data,
                                 absl::Time deadline) {
   if (absl::Status s = CheckPeer(rank_, world_size(), to, "send to"); !s.ok()) return s;
@@ -106,10 +115,7 @@ absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const 
   if (shut_down_.load()) return Named(to, absl::CancelledError("transport shut down"));
   if (!o.broken.ok()) return Named(to, o.broken);
   if (o.link == nullptr) {
-    const ShmLinkId id{group_, static_cast<uint32_t>(rank_), static_cast<uint32_t>(to),
-                       static_cast<uint32_t>(world_size())};
-    auto link = ShmLink::Open(ShmLink::SegmentName(options_.secret, id), ShmLink::Side::kWriter,
-                              id, options_.ring_bytes, deadline, &shut_down_);
+    auto link = OpenLink(rank_, to, ShmLink::Side::kWriter, deadline);
     if (!link.ok()) return Named(to, link.status());
     o.link = *std::move(link);
   }
@@ -164,6 +170,15 @@ absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const 
   return absl::OkStatus();
 }
 
+// Drops what is still queued for the link (it can no longer be written)
+// and wakes Sends waiting in flow control. Called with o.mu held.
+void ShmTransport::DropBacklogLocked(OutLink& o) {
+  o.backlog.clear();
+  o.backlog_bytes = 0;
+  o.front_done = 0;
+  o.cv.SignalAll();
+}
+
 void ShmTransport::WriterLoop(int to) {
   OutLink& o = *out_[to];
   for (;;) {
@@ -175,10 +190,7 @@ void ShmTransport::WriterLoop(int to) {
       if (o.backlog.empty()) return;  // stopped and drained
       const absl::Time now = absl::Now();
       if (now >= o.drain_deadline) {
-        o.backlog.clear();  // Shutdown's close_timeout: the rest is lost
-        o.backlog_bytes = 0;
-        o.front_done = 0;
-        o.cv.SignalAll();
+        DropBacklogLocked(o);  // Shutdown's close_timeout: the rest is lost
         return;
       }
       link = o.link.get();
@@ -188,9 +200,7 @@ void ShmTransport::WriterLoop(int to) {
             link->Write(absl::MakeConstSpan(f).subspan(o.front_done));
         if (!n.ok()) {
           o.broken = n.status();
-          o.backlog.clear();
-          o.backlog_bytes = 0;
-          o.cv.SignalAll();
+          DropBacklogLocked(o);
           return;
         }
         o.front_done += *n;
@@ -209,9 +219,7 @@ void ShmTransport::WriterLoop(int to) {
     if (!s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded) {
       absl::MutexLock l(&o.mu);
       o.broken = s;
-      o.backlog.clear();
-      o.backlog_bytes = 0;
-      o.cv.SignalAll();
+      DropBacklogLocked(o);
       return;
     }
   }
@@ -247,10 +255,7 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
   if (shut_down_.load()) return waiting(absl::CancelledError("transport shut down"));
   if (!in.broken.ok()) return Named(from, in.broken);
   if (in.link == nullptr) {
-    const ShmLinkId id{group_, static_cast<uint32_t>(from), static_cast<uint32_t>(rank_),
-                       static_cast<uint32_t>(world_size())};
-    auto link = ShmLink::Open(ShmLink::SegmentName(options_.secret, id), ShmLink::Side::kReader,
-                              id, options_.ring_bytes, deadline, &shut_down_);
+    auto link = OpenLink(from, rank_, ShmLink::Side::kReader, deadline);
     if (!link.ok()) return Named(from, link.status());
     in.link = *std::move(link);
     in.active.store(in.link.get());

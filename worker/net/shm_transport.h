@@ -73,6 +73,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
+#include "worker/net/shm_link.h"
 
 namespace lockstep {
 
@@ -136,6 +137,10 @@ class ShmTransport final : public Transport {
   absl::Status RecvLocked(int from, InLink& in, const MessageKey& key, absl::Span<uint8_t> out,
                           absl::Time deadline);
   void WriterLoop(int to);
+  // The link from -> to of this group, opened as `side` (shm_link.h).
+  absl::StatusOr<std::unique_ptr<ShmLink>> OpenLink(int from, int to, ShmLink::Side side,
+                                                    absl::Time deadline);
+  static void DropBacklogLocked(OutLink& o);
 
   const uint64_t group_;
   const int rank_;
