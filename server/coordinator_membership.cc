@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "server/coordinator.h"
 #include "server/membership.h"
+#include "server/scheduler.h"
 
 namespace lockstep {
 
@@ -73,18 +74,25 @@ void Coordinator::ExpireWaitsLocked(absl::Time now) {
 void Coordinator::FillOpenRanksLocked() {
   std::vector<Worker*> idle = workers_.Idle();
   if (idle.empty()) return;
-  size_t next = 0;
+  // Each idle worker takes at most one open rank: the first job's (in id
+  // order) that it can take (scheduler.h CanTakeRank); one that fits no
+  // job stays idle for the next.
+  std::vector<bool> taken(idle.size(), false);
+  size_t left = idle.size();
   const absl::Time now = clock_->Now();
   for (const auto& [id, job_ptr] : jobs_.all()) {
-    if (next >= idle.size()) return;
+    if (left == 0) return;
     Job* job = job_ptr.get();
     if (job->state != v1::RUNNING) continue;
-    const bool tcp_ring = job->spec.sync_mode() != v1::PS && job->spec.peer_transport() == v1::TCP;
-    for (int rank = OpenRank(*job); rank >= 0 && next < idle.size(); rank = OpenRank(*job)) {
-      Worker* w = idle[next++];
-      if (tcp_ring && w->data_address.empty()) continue;  // cannot join a raw-TCP ring
+    for (int rank = OpenRank(*job); rank >= 0 && left > 0; rank = OpenRank(*job)) {
+      size_t i = 0;
+      while (i < idle.size() && (taken[i] || !CanTakeRank(*job, *idle[i]))) ++i;
+      if (i == idle.size()) break;  // no idle worker fits this job
+      Worker* w = idle[i];
       RankRecordLite joiner{w->id, w->address, w->data_address, w->hostname, w->last_seen};
       if (!AddRank(job, rank, std::move(joiner), now)) break;
+      taken[i] = true;
+      --left;
       w->state = v1::BUSY;
       w->job_id = job->id;
       w->rank = rank;

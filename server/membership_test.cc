@@ -36,10 +36,11 @@ class MembershipTest : public ::testing::Test {
     coord_ = std::make_unique<Coordinator>(o, &clock_);
   }
 
-  std::string Register(int i) {
+  // Worker i at 10.0.0.i:5000 on `host` ("" = "host<i>").
+  std::string Register(int i, const std::string& host = "") {
     v1::RegisterWorkerRequest req;
     req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
-    req.set_hostname(absl::StrCat("host", i));
+    req.set_hostname(host.empty() ? absl::StrCat("host", i) : host);
     auto r = coord_->RegisterWorker(req);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->worker_id() : "";
@@ -71,12 +72,13 @@ class MembershipTest : public ::testing::Test {
     return coord_->ReportStep(r);
   }
 
-  uint64_t Submit(const std::string& policy, int64_t steps = 10, int64_t wait_timeout_ms = 0) {
+  uint64_t Submit(const std::string& policy, int64_t steps = 10, int64_t wait_timeout_ms = 0,
+                  v1::PeerTransport transport = v1::GRPC) {
     v1::JobSpec spec;
     spec.set_name("t");
     spec.set_model("mlp:8");
     spec.set_sync_mode(v1::RING);
-    spec.set_peer_transport(v1::GRPC);
+    spec.set_peer_transport(transport);
     spec.set_num_workers(3);
     spec.set_global_batch(24);
     spec.mutable_lr()->set_base_lr(0.1f);
@@ -405,6 +407,29 @@ TEST_F(MembershipTest, WaitKeepsTheRankVacantUntilANewWorkerTakesIt) {
   EXPECT_EQ(coord_->GetJob(job)->mismatched_steps(), 0);
   Done({w1, w4, w3}, job, 2, 10);
   EXPECT_EQ(coord_->GetJob(job)->state(), v1::SUCCEEDED) << coord_->GetJob(job)->reason();
+}
+
+// A shared-memory ring's vacant rank goes only to a worker on the job's
+// host: one elsewhere stays idle (and free for other jobs) however long it
+// waits, and the next worker on that host takes the rank.
+TEST_F(MembershipTest, ShmRingTakesAReplacementOnlyFromItsHost) {
+  const std::string w1 = Register(1, "h"), w2 = Register(2, "h"), w3 = Register(3, "h");
+  const uint64_t job = Submit("wait", 10, 0, v1::SHM);
+  Start({w1, w2, w3}, job);
+  LoseAllBut(job, {w1, w2});  // w3 (rank 2) lost
+  ASSERT_EQ(coord_->GetJob(job)->waiting_for_ranks_size(), 1);
+  const std::string elsewhere = Register(4, "other");
+  coord_->Tick();
+  v1::JobStatus st = *coord_->GetJob(job);
+  EXPECT_EQ(st.ranks(2).worker_id(), "");
+  EXPECT_EQ(st.membership_events_size(), 1);  // the wait only
+  EXPECT_FALSE(Beat(elsewhere, 0).has_assignment());
+  const std::string same = Register(5, "h");
+  st = *coord_->GetJob(job);
+  EXPECT_EQ(st.ranks(2).worker_id(), same);
+  ASSERT_EQ(st.membership_events_size(), 2);
+  EXPECT_EQ(st.membership_events(1).kind(), "replace");
+  EXPECT_EQ(st.membership_events(1).worker_id(), same);
 }
 
 TEST_F(MembershipTest, WaitFailsAfterItsTimeoutNamingTheRank) {

@@ -126,6 +126,22 @@ void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idl
   if (it != idle->end()) std::rotate(idle->begin(), it, it + 1);
 }
 
+bool CanTakeRank(const JobRecord& job, const WorkerRecord& w) {
+  if (job.spec.sync_mode() == v1::PS) return true;
+  switch (job.spec.peer_transport()) {
+    case v1::TCP:
+      return !w.data_address.empty();
+    case v1::SHM:
+      for (const RankRecord& r : job.ranks) {
+        // A vacant rank has no worker (membership.cc VacateRank).
+        if (!r.worker_id.empty() && r.hostname != w.hostname) return false;
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
 void BindRanks(JobRecord* job, const std::vector<WorkerRecord*>& idle,
                std::vector<std::string> ps_addresses, absl::Time now) {
   job->ps_addresses = std::move(ps_addresses);

@@ -18,6 +18,8 @@
 //     host. PreferOneHost moves the first hostname (in id order) with K idle
 //     workers to the front; when no host has K idle workers the job FAILS
 //     naming the idle workers per host (it does not wait for busy ones).
+//     A vacant or joined rank of a RUNNING job goes only to a worker its
+//     ring can reach (CanTakeRank).
 //   * A resumed job (spec.resume_from): its rank 0 alone reads the
 //     checkpoint (worker/job_runner.h ResumeFromRankZero), so the worker
 //     that was rank 0 of the job it resumes (the one that wrote it), when
@@ -75,6 +77,13 @@ void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idl
 // SHM jobs: stably moves the idle workers of the first hostname (in idle
 // order) that has at least k of them to the front; no change when none has.
 void PreferOneHost(int k, std::vector<WorkerRecord*>* idle);
+
+// Whether idle worker `w` may take an open rank of RUNNING `job` (a vacant
+// rank or a join, server/membership.h OpenRank): a ring over TCP needs its
+// data address; a ring over shared memory needs it on the host of the
+// job's bound ranks (the hostname they registered; any host when none is
+// bound). ps jobs and gRPC rings take any worker.
+bool CanTakeRank(const JobRecord& job, const WorkerRecord& w);
 
 // Binds idle[r] as rank r (r < job->k): the worker is BUSY with the job, the
 // rank records its addresses; the job is RUNNING since `now` with

@@ -90,6 +90,26 @@ TEST(SchedulerTest, ShmRingTakesKWorkersOfOneHostOrFailsNamingTheHosts) {
   EXPECT_EQ(PlanStart(Job(2, v1::PS, v1::SHM), idle, {"p:1"}).kind, StartPlan::kStart);
 }
 
+TEST(SchedulerTest, AnOpenRankGoesToAWorkerTheRingCanReach) {
+  Fixture f(4);
+  f.workers[0].hostname = f.workers[1].hostname = f.workers[2].hostname = "h";
+  f.workers[3].hostname = "other";
+  f.workers[2].data_address.clear();
+  JobRecord shm = Job(2, v1::RING, v1::SHM);
+  BindRanks(&shm, {f.idle[0], f.idle[1]}, {}, absl::UnixEpoch());
+  EXPECT_TRUE(CanTakeRank(shm, f.workers[2]));
+  EXPECT_FALSE(CanTakeRank(shm, f.workers[3]));  // another host
+  shm.ranks[0].worker_id.clear();  // a vacant rank names no host
+  shm.ranks[0].hostname.clear();
+  EXPECT_TRUE(CanTakeRank(shm, f.workers[2]));
+  EXPECT_FALSE(CanTakeRank(shm, f.workers[3]));  // rank 1 is still on "h"
+  JobRecord tcp = Job(2, v1::RING, v1::TCP);
+  EXPECT_FALSE(CanTakeRank(tcp, f.workers[2]));  // no data address
+  EXPECT_TRUE(CanTakeRank(tcp, f.workers[3]));
+  EXPECT_TRUE(CanTakeRank(Job(2, v1::RING, v1::GRPC), f.workers[2]));
+  EXPECT_TRUE(CanTakeRank(Job(2, v1::PS, v1::SHM), f.workers[3]));
+}
+
 TEST(SchedulerTest, PsJobUsesTheFirstSShards) {
   Fixture f(2);
   JobRecord job = Job(2, v1::PS);
