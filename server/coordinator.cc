@@ -383,10 +383,14 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
       rank->acknowledged = true;
       // Checked before use: a peer of this job's current generation, a
       // wait of at most a day.
-      const bool waits = request.generation() == bound->membership.generation &&
-                         request.waiting_for_peer() > 0 &&
+      const bool current = request.generation() == bound->membership.generation;
+      const bool waits = current && request.waiting_for_peer() > 0 &&
                          request.waiting_for_peer() <= bound->k;
       rank->waiting_for = waits ? request.waiting_for_peer() - 1 : -1;
+      const bool waits_shard =
+          current && request.waiting_for_shard() > 0 &&
+          request.waiting_for_shard() <= static_cast<int>(bound->ps_addresses.size());
+      rank->waiting_for_shard = waits_shard ? request.waiting_for_shard() - 1 : -1;
       rank->waited = absl::Milliseconds(
           std::clamp<int64_t>(request.waiting_ms(), 0, int64_t{24} * 3600 * 1000));
       rank->waiting_reported = now;
@@ -471,30 +475,45 @@ void Coordinator::Tick() {
 }
 
 bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
-  if (job->spec.sync_mode() == v1::PS || job->k < 2 || job->membership.regrouping) return false;
+  const bool ps = job->spec.sync_mode() == v1::PS;
+  // A ring of one waits for nobody; a ps job of one waits for its shards.
+  if ((!ps && job->k < 2) || job->membership.regrouping) return false;
   if (static_cast<int>(job->ranks.size()) != job->k) return false;
   // A report counts only while fresh (a few heartbeat intervals): an old
   // one says nothing about now (its worker may be computing, or dead: the
   // lost-worker path's case).
   const absl::Duration fresh = 3 * options_.heartbeat_interval + absl::Seconds(1);
+  const int shards = static_cast<int>(job->ps_addresses.size());
   std::vector<std::string> waits;
   for (int r = 0; r < job->k; ++r) {
     const Rank& rank = job->ranks[r];
     // Every rank's latest report, fresh, says its combine has waited for a
-    // peer for at least lost_after: nothing moves, and no worker is lost.
-    if (rank.worker_id.empty() || rank.waiting_for < 0 || rank.waiting_for >= job->k ||
+    // peer (ring) or a shard (ps) for at least lost_after: nothing moves,
+    // and no worker is lost.
+    const int target = ps ? rank.waiting_for_shard : rank.waiting_for;
+    if (rank.worker_id.empty() || target < 0 || target >= (ps ? shards : job->k) ||
         rank.waited < options_.lost_after || now - rank.waiting_reported > fresh) {
       return false;
     }
-    const Rank& peer = job->ranks[rank.waiting_for];
+    if (ps) {
+      waits.push_back(absl::StrFormat("rank %d (%s, host %s) for shard %d (%s) %.1fs", r,
+                                      rank.worker_id, rank.hostname, target,
+                                      job->ps_addresses[target],
+                                      absl::ToDoubleSeconds(rank.waited)));
+      continue;
+    }
+    const Rank& peer = job->ranks[target];
     waits.push_back(absl::StrFormat("rank %d (%s, host %s) for rank %d (%s, host %s) %.1fs", r,
-                                    rank.worker_id, rank.hostname, rank.waiting_for,
-                                    peer.worker_id, peer.hostname,
-                                    absl::ToDoubleSeconds(rank.waited)));
+                                    rank.worker_id, rank.hostname, target, peer.worker_id,
+                                    peer.hostname, absl::ToDoubleSeconds(rank.waited)));
   }
-  FailJobLocked(job, absl::StrCat("every rank waits for a peer while every worker heartbeats: a "
-                                  "link between workers is down (",
-                                  absl::StrJoin(waits, "; "), ")"));
+  FailJobLocked(job, ps ? absl::StrCat("every rank waits for a parameter-server shard while every "
+                                       "worker heartbeats: a shard is out of the workers' reach "
+                                       "or stuck (",
+                                       absl::StrJoin(waits, "; "), ")")
+                        : absl::StrCat("every rank waits for a peer while every worker "
+                                       "heartbeats: a link between workers is down (",
+                                       absl::StrJoin(waits, "; "), ")"));
   return true;
 }
 

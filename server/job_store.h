@@ -79,6 +79,7 @@ struct RankRecord {
   // when that heartbeat came (a report is used only while fresh, never
   // extrapolated).
   int waiting_for = -1;
+  int waiting_for_shard = -1;  // ps jobs: the shard instead (waiting_for_shard)
   absl::Duration waited;
   absl::Time waiting_reported;
 };

@@ -1,8 +1,9 @@
 // Stuck combines (Coordinator::FailStuckCombineLocked): a ring job whose
-// every rank has waited for a peer for lost_after while every worker
-// heartbeats is FAILED naming the waits; one rank waiting, a short wait, an
-// old report (never extrapolated), a peer out of range, another
-// generation's report, or a ps job is not.
+// every rank has waited for a peer, or a ps job whose every rank has waited
+// for a shard, for lost_after while every worker heartbeats is FAILED
+// naming the waits; one rank waiting, a short wait, an old report (never
+// extrapolated), a peer or shard out of range, another generation's
+// report, or a wait of the other kind is not.
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,7 +49,7 @@ class StuckCombineTest : public ::testing::Test {
     absl::StatusOr<v1::SubmitJobReply> s = coord_->SubmitJob(submit);
     EXPECT_TRUE(s.ok()) << s.status();
     job_ = s.ok() ? s->job_id() : 0;
-    for (const std::string& w : workers_) {
+    for (const std::string &w : workers_) {
       EXPECT_TRUE(Beat(w, 0, -1, 0).has_assignment());
       Beat(w, job_, -1, 0);
     }
@@ -56,14 +57,16 @@ class StuckCombineTest : public ::testing::Test {
     return job_;
   }
 
-  // A heartbeat of `worker` running `job`, waiting for `peer` (-1: none)
-  // for `ms`.
-  v1::HeartbeatReply Beat(const std::string& worker, uint64_t job, int peer, int64_t ms) {
+  // A heartbeat of `worker` running `job`, waiting for `peer` or `shard`
+  // (-1: none) for `ms`.
+  v1::HeartbeatReply Beat(const std::string &worker, uint64_t job, int peer, int64_t ms,
+                          int shard = -1) {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
     req.set_job_id(job);
-    if (peer >= 0) {
+    if (peer >= 0 || shard >= 0) {
       req.set_waiting_for_peer(peer + 1);
+      req.set_waiting_for_shard(shard + 1);
       req.set_waiting_ms(ms);
     }
     absl::StatusOr<v1::HeartbeatReply> r = coord_->Heartbeat(req);
@@ -77,6 +80,11 @@ class StuckCombineTest : public ::testing::Test {
     return s.ok() ? *s : v1::JobStatus();
   }
   v1::JobState State() { return Status().state(); }
+  void ExpectFailedWith(const std::string &reason) {
+    const v1::JobStatus st = Status();
+    EXPECT_EQ(st.state(), v1::FAILED);
+    EXPECT_EQ(st.reason(), reason);
+  }
 
   FakeClock clock_;
   std::unique_ptr<Coordinator> coord_;
@@ -97,12 +105,12 @@ TEST_F(StuckCombineTest, EveryRankWaitingForAPeerFailsTheJobNamingTheWaits) {
   // Both, every worker heartbeating: FAILED at once, naming both waits; the
   // heartbeat that decided it is told to stop.
   EXPECT_TRUE(Beat(workers_[1], job_, 0, 3100).stop_job());
-  const v1::JobStatus st = Status();
-  EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_EQ(st.reason(),
-            "every rank waits for a peer while every worker heartbeats: a link between workers "
-            "is down (rank 0 (w-1, host h1) for rank 1 (w-2, host h2) 3.5s; rank 1 (w-2, host "
-            "h2) for rank 0 (w-1, host h1) 3.1s)");
+  ExpectFailedWith(
+      "every rank waits for a peer while every worker heartbeats: "
+      "a link between workers "
+      "is down (rank 0 (w-1, host h1) for rank 1 (w-2, host h2) "
+      "3.5s; rank 1 (w-2, host "
+      "h2) for rank 0 (w-1, host h1) 3.1s)");
 }
 
 TEST_F(StuckCombineTest, ARingOfThreeFailsOnlyWhenAllWait) {
@@ -150,6 +158,43 @@ TEST_F(StuckCombineTest, PsJobsAreNotJudgedByPeerWaits) {
   Beat(workers_[0], job_, 1, 9000);
   Beat(workers_[1], job_, 0, 9000);
   EXPECT_EQ(State(), v1::RUNNING);
+}
+
+// A ps job (here on the coordinator's own shard, "coord:7070") whose every
+// rank's push or pull has waited for a shard for lost_after: FAILED naming
+// the shard; a ring job ignores shard waits.
+TEST_F(StuckCombineTest, EveryRankWaitingForAShardFailsAPsJob) {
+  Start(2, v1::PS);
+  auto beat = [&](int r, int shard, int64_t ms) { return Beat(workers_[r], job_, -1, ms, shard); };
+  beat(0, 0, 9000);
+  beat(1, 0, 2900);  // not long enough
+  EXPECT_EQ(State(), v1::RUNNING);
+  beat(1, 1, 9000);  // a shard the job does not have (S = 1)
+  EXPECT_EQ(State(), v1::RUNNING);
+  EXPECT_TRUE(beat(1, 0, 3200).stop_job());
+  ExpectFailedWith(
+      "every rank waits for a parameter-server shard while every "
+      "worker heartbeats: a "
+      "shard is out of the workers' reach or stuck (rank 0 (w-1, "
+      "host h1) for shard 0 "
+      "(coord:7070) 9.0s; rank 1 (w-2, host h2) for shard 0 "
+      "(coord:7070) 3.2s)");
+}
+
+// A ps job of one worker waits for its shards too; a ring ignores shard
+// waits (a ring of two that says it waits for "shard 0").
+TEST_F(StuckCombineTest, APsJobOfOneFailsAndARingIgnoresShardWaits) {
+  for (const bool ps : {true, false}) {
+    SCOPED_TRACE(ps ? "ps, K = 1" : "ring, K = 2");
+    if (!ps) {  // a new cluster for the ring job
+      clock_.Advance(absl::Seconds(10));
+      coord_->Tick();  // the ps job's worker is LOST
+      workers_.clear();
+    }
+    Start(ps ? 1 : 2, ps ? v1::PS : v1::RING);
+    for (const std::string &w : workers_) Beat(w, job_, -1, 4000, /*shard=*/0);
+    EXPECT_EQ(State(), ps ? v1::FAILED : v1::RUNNING);
+  }
 }
 
 }  // namespace

@@ -14,6 +14,9 @@
 # directions, the link staying up (ring over gRPC, then ps over raw TCP).
 # D. only the traffic between two workers dropped (both still reach the
 # coordinator): the job FAILED within the bound naming every rank's wait.
+# E. only the ps data plane of the coordinator's own shard dropped (the
+# workers' heartbeats still reach it): the ps job FAILED within the bound
+# naming the shard every rank waits for.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -45,7 +48,7 @@ idle() {  # WORKER_ID...: every one of them IDLE
 }
 stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 
-on 1 "$COORD" --insecure --listen=0.0.0.0:7070 2>"$T/coord.log" &
+on 1 "$COORD" --insecure --listen=0.0.0.0:7070 --ps_data_port=7073 2>"$T/coord.log" &
 for _ in $(seq 200); do cli workers >/dev/null 2>&1 && break; sleep 0.05; done
 # Worker w-N runs in namespace N+1 at $NET.(N+1) (started one at a time, so
 # registration order gives the ids).
@@ -111,6 +114,34 @@ cut_case "A link down, ring/tcp" link w-3 2 "w-1 w-2" -- --workers=3 --sync=ring
 cut_case "B nft drop, ring/grpc" nft w-2 1 "w-1 w-3" -- --workers=3 --sync=ring --peer_transport=grpc
 cut_case "C nft drop, ps/tcp" nft w-1 0 "w-2 w-3" -- --workers=3 --sync=ps --ps_transport=tcp
 
+# stuck_case NAME NS TABLE RULES REASON_GLOB -- SUBMIT FLAGS...: a K=2 job
+# steps, then nft table TABLE with RULES goes into namespace NS; the job
+# must be FAILED within the bound with a reason matching REASON_GLOB, and
+# its two workers IDLE within the same bound; the table is removed after.
+stuck_case() {
+  local name=$1 ns=$2 table=$3 rules=$4 glob=$5; shift 6
+  local job ranks t0 t1 t2 reason
+  job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 "$@") || fail "$name: submit: $job"
+  wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
+  ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
+  [ "$ranks" = "w-1 w-2" ] || fail "$name: expected ranks w-1 w-2, got $ranks"
+  printf 'table inet %s {\n%s\n}\n' "$table" "$rules" | on "$ns" nft -f - || fail "$name: nft"
+  t0=$(now_ms)
+  wait_until $(( t0 + BOUND_S * 1000 )) is_failed "$job" || fail "$name: job $job not FAILED within ${BOUND_S}s: $(cli status "$job")"
+  t1=$(now_ms)
+  wait_until $(( t0 + BOUND_S * 1000 )) idle w-1 w-2 || fail "$name: w-1, w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
+  t2=$(now_ms)
+  reason=$(cli status "$job" --json | json "d['reason']")
+  # shellcheck disable=SC2254
+  case "$reason" in
+    $glob) ;;
+    *) fail "$name: reason does not name every rank's wait: $reason" ;;
+  esac
+  awk -v n="$name" -v j="$job" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
+    'BEGIN { printf "%s: job %s FAILED %.2f s after the cut, both workers idle after %.2f s; reason: %s\n", n, j, a / 1000, b / 1000, r }'
+  on "$ns" nft delete table inet "$table"
+}
+
 # D. Two workers that cannot reach each other while both reach the
 # coordinator (nft drops only the traffic between their addresses): no
 # worker is lost, every rank's combine waits for its peer, and the
@@ -118,30 +149,21 @@ cut_case "C nft drop, ps/tcp" nft w-1 0 "w-2 w-3" -- --workers=3 --sync=ps --ps_
 # this it took the 30 s combine timeout). Both workers are IDLE again
 # within the bound; the rules are removed afterwards.
 echo "== D peer link cut between w-1 and w-2 (both reach the coordinator), ring/tcp"
-job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 --sync=ring --peer_transport=tcp) \
-  || fail "D: submit: $job"
-wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "D: job $job made no progress: $(cli status "$job")"
-ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
-[ "$ranks" = "w-1 w-2" ] || fail "D: expected ranks w-1 w-2, got $ranks"
-on 2 nft -f - <<NFT || fail "D: nft"
-table inet lockstep_peer_cut {
-  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
-  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }
-}
-NFT
-t0=$(now_ms)
-wait_until $(( t0 + BOUND_S * 1000 )) is_failed "$job" || fail "D: job $job not FAILED within ${BOUND_S}s: $(cli status "$job")"
-t1=$(now_ms)
-wait_until $(( t0 + BOUND_S * 1000 )) idle w-1 w-2 || fail "D: w-1, w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
-t2=$(now_ms)
-reason=$(cli status "$job" --json | json "d['reason']")
-case "$reason" in
-  "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host "*") for rank 1 (w-2, host "*"; rank 1 (w-2, host "*") for rank 0 (w-1, host "*") "*) ;;
-  *) fail "D: reason does not name both waits: $reason" ;;
-esac
-awk -v j="$job" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
-  'BEGIN { printf "D: job %s FAILED %.2f s after the cut, both workers idle after %.2f s; reason: %s\n", j, a / 1000, b / 1000, r }'
-on 2 nft delete table inet lockstep_peer_cut
+stuck_case D 2 lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" \
+  "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *; rank 1 (w-2, host *) for rank 0 (w-1, host *) *" \
+  -- --sync=ring --peer_transport=tcp
+
+# E. The coordinator's ps shard out of the workers' reach while its gRPC
+# port is not (nft in the coordinator's namespace drops its raw-TCP ps data
+# port only): every rank's push or pull waits for shard 0, no worker is
+# lost, and the job is FAILED within the bound naming the shard (it took
+# the 30 s combine timeout before).
+echo "== E ps data plane cut (the workers still reach the coordinator's gRPC port), ps/tcp"
+stuck_case E 1 lockstep_ps_cut "  chain in { type filter hook input priority 0; policy accept; tcp dport 7073 drop; }
+  chain out { type filter hook output priority 0; policy accept; tcp sport 7073 drop; }" \
+  "every rank waits for a parameter-server shard while every worker heartbeats: a shard is out of the workers' reach or stuck (rank 0 (w-1, host *) for shard 0 (*) *; rank 1 (w-2, host *) for shard 0 (*) *" \
+  -- --sync=ps --ps_transport=tcp
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"

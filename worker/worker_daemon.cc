@@ -226,10 +226,11 @@ void WorkerDaemon::Heartbeat() {
         req.set_holds_state(true);
         req.set_held_step(job_->held_step.load());
       }
-      const auto [peer, waited] = job_->peer_wait.Current();
-      if (peer >= 0) {
-        req.set_waiting_for_peer(peer + 1);
-        req.set_waiting_ms(absl::ToInt64Milliseconds(waited));
+      const PeerWait::Waiting w = job_->peer_wait.Current();
+      if (w.peer >= 0 || w.shard >= 0) {
+        req.set_waiting_for_peer(w.peer + 1);
+        req.set_waiting_for_shard(w.shard + 1);
+        req.set_waiting_ms(absl::ToInt64Milliseconds(w.waited));
       }
     }
   }

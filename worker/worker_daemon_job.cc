@@ -139,6 +139,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     std::vector<std::unique_ptr<PsTcpClient>> ps_tcp_clients;
     std::vector<PsClient*> ps_ptrs;
     std::vector<std::unique_ptr<PsClient>> ps_wrapped;  // options_.wrap_ps_client's
+    std::vector<std::unique_ptr<ShardWaitPsClient>> ps_waited;  // outermost: the shard waits
     // The ps clients are replaced when the buffer length changes; the job's
     // stop hook must never see a destroyed one.
     auto publish_ps = [&] {
@@ -161,7 +162,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
               job->ps_clients.clear();
             }
             ps_ptrs.clear();
-            ps_wrapped.clear();  // before the clients they wrap
+            ps_waited.clear();  // before the clients they wrap
+            ps_wrapped.clear();
             ps_tcp_clients.clear();
             ps_clients.clear();
             for (int s = 0; s < shards; ++s) {
@@ -207,6 +209,9 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                 ps_wrapped.push_back(options_.wrap_ps_client(ps_ptrs.back()));
                 ps_ptrs.back() = ps_wrapped.back().get();
               }
+              ps_waited.push_back(
+                  std::make_unique<ShardWaitPsClient>(ps_ptrs.back(), s, &job->peer_wait));
+              ps_ptrs.back() = ps_waited.back().get();
             }
             publish_ps();
             return ps_ptrs;

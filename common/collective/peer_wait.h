@@ -4,10 +4,19 @@
 // is down while both still reach the coordinator) within seconds instead
 // of the combine timeout (server/coordinator.h "Stuck combines").
 //
-// PeerWaitTransport wraps the job's transport: each Recv publishes (peer,
-// start time) in a PeerWait before it waits and clears it after. A Recv is
-// at most one segment (2 MiB, ring_allreduce.h), so a Recv that has waited
-// for seconds means nothing arrives from that peer, not a slow transfer.
+// PeerWaitTransport wraps the job's transport: each Recv, Send and
+// FlushSends publishes (peer, start time) in a PeerWait before it may block
+// and clears it after. A Send blocks only on flow control or a first
+// connection, i.e. on the peer it sends to; FlushSends names the peer of
+// the latest borrowed send it waits for (the ring sends to one peer; the
+// direct exchange's sends are to every peer and it names the last). A Recv
+// or Send is at most one segment (2 MiB, ring_allreduce.h), so one that has
+// waited for seconds means nothing moves on that link, not a slow transfer.
+//
+// ShardWaitPsClient does the same for a ps job's shard clients: a push or
+// pull that has waited for seconds with every rank waiting means the shard
+// is out of reach (or stuck), not a slow peer (a dead worker stops its
+// heartbeats and is handled as lost).
 //
 // Threading: the job thread calls the transport; any thread may read
 // PeerWait::Current(). PeerWait outlives the transports that publish to it.
@@ -21,35 +30,51 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "common/collective/ps_aggregator.h"
 #include "common/collective/transport.h"
 
 namespace lockstep {
 
 class PeerWait {
  public:
-  // The peer a Recv waits for now and for how long; {-1, 0} when none.
-  // (With a Recv ending and another starting meanwhile, the duration may
-  // be the newer one's: never longer than the truth.)
-  std::pair<int, absl::Duration> Current() const {
-    const int peer = peer_.load(std::memory_order_acquire);
-    if (peer < 0) return {-1, absl::ZeroDuration()};
+  // What the job's combine waits for now: a peer rank (ring) or a
+  // parameter-server shard (ps), and for how long; `peer` and `shard` are
+  // -1 when it waits for neither (then `waited` is zero). (With a wait
+  // ending and another starting meanwhile, the duration may be the newer
+  // one's: never longer than the truth.)
+  struct Waiting {
+    int peer = -1;
+    int shard = -1;
+    absl::Duration waited;
+  };
+  Waiting Current() const {
+    const int target = target_.load(std::memory_order_acquire);
+    if (target == kNone) return {};
     const int64_t since = since_ns_.load(std::memory_order_acquire);
-    return {peer, std::max(absl::ZeroDuration(), absl::Nanoseconds(SteadyNanos() - since))};
+    Waiting w;
+    (target >= 0 ? w.peer : w.shard) = target >= 0 ? target : kShardBase - target;
+    w.waited = std::max(absl::ZeroDuration(), absl::Nanoseconds(SteadyNanos() - since));
+    return w;
   }
-  void Begin(int peer) {
-    since_ns_.store(SteadyNanos(), std::memory_order_release);
-    peer_.store(peer, std::memory_order_release);
-  }
-  void End() { peer_.store(-1, std::memory_order_release); }
+  void Begin(int peer) { BeginTarget(peer); }
+  void BeginShard(int shard) { BeginTarget(kShardBase - shard); }
+  void End() { target_.store(kNone, std::memory_order_release); }
 
  private:
+  // target_: a peer rank (>= 0), none (-1), or shard s as kShardBase - s.
+  static constexpr int kNone = -1;
+  static constexpr int kShardBase = -2;
+  void BeginTarget(int target) {
+    since_ns_.store(SteadyNanos(), std::memory_order_release);
+    target_.store(target, std::memory_order_release);
+  }
   // A monotonic clock: a wall-clock step must not make a wait look longer.
   static int64_t SteadyNanos() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  std::atomic<int> peer_{-1};
+  std::atomic<int> target_{kNone};
   std::atomic<int64_t> since_ns_{0};
 };
 
@@ -57,20 +82,34 @@ class PeerWait {
 // Neither is owned; both outlive this.
 class PeerWaitTransport final : public Transport {
  public:
-  PeerWaitTransport(Transport* inner, PeerWait* wait) : inner_(inner), wait_(wait) {}
+  PeerWaitTransport(Transport *inner, PeerWait *wait) : inner_(inner), wait_(wait) {}
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
   int64_t max_message_bytes() const override { return inner_->max_message_bytes(); }
-  absl::Status Send(int to, const MessageKey& key, absl::Span<const uint8_t> data,
+  absl::Status Send(int to, const MessageKey &key, absl::Span<const uint8_t> data,
                     absl::Time deadline) override {
-    return inner_->Send(to, key, data, deadline);
+    wait_->Begin(to);
+    absl::Status s = inner_->Send(to, key, data, deadline);
+    wait_->End();
+    return s;
   }
-  absl::Status SendBorrowed(int to, const MessageKey& key, absl::Span<const uint8_t> data,
+  absl::Status SendBorrowed(int to, const MessageKey &key, absl::Span<const uint8_t> data,
                             absl::Time deadline) override {
-    return inner_->SendBorrowed(to, key, data, deadline);
+    last_borrowed_to_ = to;
+    wait_->Begin(to);
+    absl::Status s = inner_->SendBorrowed(to, key, data, deadline);
+    wait_->End();
+    return s;
   }
-  absl::Status FlushSends(absl::Time deadline) override { return inner_->FlushSends(deadline); }
-  absl::Status Recv(int from, const MessageKey& key, absl::Span<uint8_t> out,
+  absl::Status FlushSends(absl::Time deadline) override {
+    if (last_borrowed_to_ < 0) return inner_->FlushSends(deadline);
+    wait_->Begin(last_borrowed_to_);
+    absl::Status s = inner_->FlushSends(deadline);
+    wait_->End();
+    last_borrowed_to_ = -1;
+    return s;
+  }
+  absl::Status Recv(int from, const MessageKey &key, absl::Span<uint8_t> out,
                     absl::Time deadline) override {
     wait_->Begin(from);
     absl::Status s = inner_->Recv(from, key, out, deadline);
@@ -79,8 +118,51 @@ class PeerWaitTransport final : public Transport {
   }
 
  private:
-  Transport* const inner_;
-  PeerWait* const wait_;
+  Transport *const inner_;
+  PeerWait *const wait_;
+  int last_borrowed_to_ = -1;  // since the last FlushSends (job thread only)
+};
+
+// Forwards everything to `inner`, publishing each call's wait for shard
+// `shard` in `wait` (a ps round's push and pull block on the shard's
+// server, which waits for every worker's push). Neither is owned; both
+// outlive this. Thread-safe as `inner`, but `wait` holds one wait: use one
+// per job thread.
+class ShardWaitPsClient final : public PsClient {
+ public:
+  ShardWaitPsClient(PsClient *inner, int shard, PeerWait *wait)
+      : inner_(inner), shard_(shard), wait_(wait) {}
+  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> grad,
+                    int64_t count, absl::Time deadline) override {
+    return Waited([&] { return inner_->Push(job, step, worker, grad, count, deadline); });
+  }
+  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out, int64_t *count,
+                    absl::Time deadline) override {
+    return Waited([&] { return inner_->Pull(job, step, worker, out, count, deadline); });
+  }
+  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> grad,
+                          int64_t count, absl::Time deadline, WireFormat wire) override {
+    return Waited(
+        [&] { return inner_->StartRound(job, step, worker, grad, count, deadline, wire); });
+  }
+  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                           int64_t *count, absl::Time deadline, WireFormat wire) override {
+    return Waited(
+        [&] { return inner_->FinishRound(job, step, worker, out, count, deadline, wire); });
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  template <typename F>
+  absl::Status Waited(F call) {
+    wait_->BeginShard(shard_);
+    absl::Status s = call();
+    wait_->End();
+    return s;
+  }
+  PsClient *const inner_;
+  const int shard_;
+  PeerWait *const wait_;
 };
 
 }  // namespace lockstep
