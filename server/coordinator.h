@@ -509,14 +509,17 @@ class Coordinator {
   // replica (membership.h NoReplicaLeft).
   bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stuck combines: a ring job (K >= 2, not regrouping) whose every rank's
-  // last heartbeat (fresh: within 3 heartbeat intervals + 1 s; reports are
-  // never extrapolated) says its combine has waited for a peer for at least
-  // lost_after is FAILED, whatever its
-  // on_worker_lost, naming every wait ("every rank waits for a peer while
-  // every worker heartbeats: a link between workers is down (rank 1 (w-2,
-  // host h2) for rank 0 (w-1, host h1) 3.2s; ...)"): no worker is lost,
-  // so no policy can tell which one to drop. True when it failed the job.
+  // Stuck combines: a ring job (K >= 2) whose every rank's last heartbeat
+  // (fresh: within 3 heartbeat intervals + 1 s; reports are never
+  // extrapolated; of the current generation) says its combine has waited
+  // for a peer for at least lost_after, or a ps job (K >= 1) whose every
+  // rank's says it has waited for a shard that long, is FAILED (not while
+  // regrouping), whatever its on_worker_lost, naming every wait ("every
+  // rank waits for a peer while every worker heartbeats: a link between
+  // workers is down (rank 1 (w-2, host h2) for rank 0 (w-1, host h1) 3.2s;
+  // ...)", or "... for a parameter-server shard ... (rank 0 (w-1, host h1)
+  // for shard 0 (coord:7070) 3.0s; ...)"): no worker is lost, so no policy
+  // can tell which one to drop. True when it failed the job.
   bool FailStuckCombineLocked(Job* job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Membership with the registry (coordinator_membership.cc): "wait" leaves
   // the lost rank vacant (false: it cannot, the job fails; true with the

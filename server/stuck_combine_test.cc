@@ -171,6 +171,14 @@ TEST_F(StuckCombineTest, EveryRankWaitingForAShardFailsAPsJob) {
   EXPECT_EQ(State(), v1::RUNNING);
   beat(1, 1, 9000);  // a shard the job does not have (S = 1)
   EXPECT_EQ(State(), v1::RUNNING);
+  v1::HeartbeatRequest old_generation;  // another generation's wait: none
+  old_generation.set_worker_id(workers_[1]);
+  old_generation.set_job_id(job_);
+  old_generation.set_generation(5);
+  old_generation.set_waiting_for_shard(1);
+  old_generation.set_waiting_ms(9000);
+  ASSERT_TRUE(coord_->Heartbeat(old_generation).ok());
+  EXPECT_EQ(State(), v1::RUNNING);
   EXPECT_TRUE(beat(1, 0, 3200).stop_job());
   ExpectFailedWith(
       "every rank waits for a parameter-server shard while every "

@@ -28,8 +28,9 @@ struct WorkerDaemon::RunningJob {
   std::atomic<int> rank{0};
   std::atomic<bool> holds_state{false};
   std::atomic<int64_t> held_step{-1};
-  // The peer the ring's combine waits for (heartbeats report it; the job
-  // thread's PeerWaitTransport publishes it).
+  // The peer (ring) or ps shard the combine waits for (heartbeats report
+  // it; the PeerWaitTransport or ShardWaitPsClient of whichever thread runs
+  // the combine, one at a time, publishes it).
   PeerWait peer_wait;
   // The newest Assignment of this job a heartbeat brought (a higher
   // generation, or the start of the current one); generation -1 = none.

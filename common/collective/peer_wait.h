@@ -9,16 +9,23 @@
 // and clears it after. A Send blocks only on flow control or a first
 // connection, i.e. on the peer it sends to; FlushSends names the peer of
 // the latest borrowed send it waits for (the ring sends to one peer; the
-// direct exchange's sends are to every peer and it names the last). A Recv
-// or Send is at most one segment (2 MiB, ring_allreduce.h), so one that has
-// waited for seconds means nothing moves on that link, not a slow transfer.
+// direct exchange's sends are to every peer and it names the last, which
+// need not be the link a transport's flush is blocked on). A Recv is at
+// most one segment (2 MiB, ring_allreduce.h), so one that has waited for
+// seconds means nothing arrives from that peer, not a slow transfer; a
+// Send held by flow control may wait for up to the transport's queue bound
+// (64 MiB over tcp and shm) to drain, which a slow link takes seconds to
+// do: the coordinator fails a job only when every rank waits, and a rank
+// receiving from a slow but live link restarts its wait every segment.
 //
 // ShardWaitPsClient does the same for a ps job's shard clients: a push or
 // pull that has waited for seconds with every rank waiting means the shard
 // is out of reach (or stuck), not a slow peer (a dead worker stops its
 // heartbeats and is handled as lost).
 //
-// Threading: the job thread calls the transport; any thread may read
+// Threading: one thread at a time runs the combine and calls the transport
+// or the shard clients (the job thread, or the StepCombiner's thread with
+// overlap, handed over under its mutex); any thread may read
 // PeerWait::Current(). PeerWait outlives the transports that publish to it.
 #ifndef LOCKSTEP_COMMON_COLLECTIVE_PEER_WAIT_H_
 #define LOCKSTEP_COMMON_COLLECTIVE_PEER_WAIT_H_
@@ -120,14 +127,14 @@ class PeerWaitTransport final : public Transport {
  private:
   Transport *const inner_;
   PeerWait *const wait_;
-  int last_borrowed_to_ = -1;  // since the last FlushSends (job thread only)
+  int last_borrowed_to_ = -1;  // since the last FlushSends (the combine's thread)
 };
 
 // Forwards everything to `inner`, publishing each call's wait for shard
 // `shard` in `wait` (a ps round's push and pull block on the shard's
 // server, which waits for every worker's push). Neither is owned; both
-// outlive this. Thread-safe as `inner`, but `wait` holds one wait: use one
-// per job thread.
+// outlive this. Thread-safe as `inner`, but `wait` holds one wait: one
+// combine at a time per PeerWait.
 class ShardWaitPsClient final : public PsClient {
  public:
   ShardWaitPsClient(PsClient *inner, int shard, PeerWait *wait)
