@@ -221,7 +221,10 @@ stop_all
 echo "== E: a ps shard must hold the role the job names"
 # A lockstep-server holding the coordinator's certificate (as a stolen
 # coordinator key would): the worker's ps channel expects a server
-# certificate, so the handshake fails and the ps job FAILS, naming the role.
+# certificate, so the handshake fails and the ps job FAILS (the coordinator
+# stops it once every rank has waited for the shard for lost_after), and
+# each worker's "job stopped" line names the role its combine could not
+# connect to.
 start roles 1 coordinator
 cli() { "$CLI" --coordinator="$C" $(tls "$PKI" client) --token_file="$PKI/token" "$@"; }
 idle

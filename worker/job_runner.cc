@@ -508,7 +508,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                             &combine_timing);
         !s.ok()) {
       if (stop_.load()) {
-        return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+        // What the combine was waiting for when the stop came (a shard it
+        // could not connect to says why, grpc_ps_client.h): the coordinator
+        // may have stopped the job because every rank waited.
+        return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step,
+                                                 " (its combine: ", s.message(), ")"));
       }
       return UserFacing(s);
     }

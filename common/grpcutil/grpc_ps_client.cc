@@ -28,10 +28,13 @@ absl::Status GrpcPsClient::Named(const grpc::Status& s) const {
   absl::Status st = FromGrpcStatus(s);
   if (st.ok()) return st;
   // Calls wait for a connection (a shard still starting is not an error):
-  // one that never came ends "Deadline Exceeded"; say why it did not (a
-  // refused connection, a TLS handshake naming the certificate's role).
+  // one that never came ends "Deadline Exceeded", or "Cancelled" when the
+  // job was stopped meanwhile (the coordinator stops a job whose every rank
+  // waits for a shard); say why it did not (a refused connection, a TLS
+  // handshake naming the certificate's role).
   std::string why;
-  if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+  if (st.code() == absl::StatusCode::kDeadlineExceeded ||
+      st.code() == absl::StatusCode::kCancelled) {
     const std::string failure = ConnectFailure(channel_, absl::Seconds(1));
     if (!failure.empty()) why = absl::StrCat(" (cannot connect: ", failure, ")");
   }

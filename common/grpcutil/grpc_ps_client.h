@@ -25,6 +25,8 @@ class GrpcPsClient : public PsClient {
 
   // Errors are the server's (named by shard index and address), or
   // UNAVAILABLE / DEADLINE_EXCEEDED when it cannot be reached in time.
+  // DEADLINE_EXCEEDED, and CANCELLED (Cancel), add why the channel could
+  // not connect when it could not (health_check.h ConnectFailure).
   absl::Status Push(uint64_t job, int64_t step, int worker,
                     absl::Span<const float> shard_grad_sum, int64_t count,
                     absl::Time deadline) override;
