@@ -47,6 +47,19 @@ uint64_t JobRunner::WireKey() const {
   return options_.group_key != 0 ? options_.group_key : options_.job_id;
 }
 
+namespace {
+
+// A job stopped while its combine ran: CANCELLED, with what the combine was
+// waiting for when the stop came (a shard it could not connect to says why,
+// grpc_ps_client.h), since the coordinator may have stopped the job because
+// every rank waited ("job 4 stopped at step 7 (its combine: ...)").
+absl::Status StoppedInCombine(uint64_t job, absl::string_view when, const absl::Status& s) {
+  return absl::CancelledError(
+      absl::StrCat("job ", job, " stopped", when, " (its combine: ", s.message(), ")"));
+}
+
+}  // namespace
+
 absl::Status JobRunner::UserFacing(const absl::Status& s) const {
   // Transports and ps shards name the keys they carry (the group key, the
   // shape round's key); users know the coordinator's job id.
@@ -293,7 +306,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   if (absl::Status s = ValidateTrainSpec(*spec, options_.world); !s.ok()) return s;
   if (options_.world > 1 && !options_.initial_state_is_final) {
     if (absl::Status s = AgreeOnShape(train); !s.ok()) {
-      if (stop_.load()) return absl::CancelledError(absl::StrCat("job ", job, " stopped"));
+      if (stop_.load()) return StoppedInCombine(job, "", s);
       return s;
     }
   }
@@ -507,13 +520,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                             options_.combine_timeout, &local, &count,
                                             &combine_timing);
         !s.ok()) {
-      if (stop_.load()) {
-        // What the combine was waiting for when the stop came (a shard it
-        // could not connect to says why, grpc_ps_client.h): the coordinator
-        // may have stopped the job because every rank waited.
-        return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step,
-                                                 " (its combine: ", s.message(), ")"));
-      }
+      if (stop_.load()) return StoppedInCombine(job, absl::StrCat(" at step ", step), s);
       return UserFacing(s);
     }
     use_override = false;  // (set for the first step after a rollback)
