@@ -17,6 +17,7 @@
 #include "client/scale_report.h"
 #include "client/scale_runner.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/collective/wire_format.h"
 #include "common/scaling_model.h"
 #include "common/train/job_flags.h"
 
@@ -153,6 +154,13 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
   ModelOptions model;
   model.mode = spec->sync_mode();
   model.ps_shards = spec->ps_shards();
+  // Compressed jobs move 2 bytes per value (the flags checked the name).
+  absl::StatusOr<WireFormat> wire = ParseWireFormat(spec->compression());
+  if (!wire.ok()) {
+    return Exit(absl::InvalidArgumentError(
+        absl::StrCat("--compression: ", wire.status().message())));
+  }
+  model.bytes_per_value = static_cast<int>(WireBytesPerFloat(*wire));
   const double gbps = absl::GetFlag(FLAGS_link_gbps);
   const double latency_us = absl::GetFlag(FLAGS_link_latency_us);
   if (!(gbps > 0) || !(latency_us >= 0)) {

@@ -223,6 +223,12 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
     report->model_note = "the job's parameter count is unknown";
     return;
   }
+  if (o.bytes_per_value != 4 && o.bytes_per_value != 2) {
+    report->model_note = absl::StrCat("bytes per gradient value: expected 4 or 2, got ",
+                                      o.bytes_per_value);
+    return;
+  }
+  const double gradient_bytes = static_cast<double>(o.bytes_per_value) * o.parameter_count;
   const bool ps = o.mode == v1::PS;
   const int shards = ps ? std::max(1, o.ps_shards) : 0;
   const scaling::Row& base = report->rows.front();
@@ -234,7 +240,7 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
     const bool is_base = &row == &base;
     if (is_base && !(ps && row.m.has_timing)) continue;
     const scaling::CommEstimate e = scaling::TransferSeconds(row, base, report->weak);
-    const scaling::CommSample sample{row.m.k, shards, 4.0 * o.parameter_count, e.seconds};
+    const scaling::CommSample sample{row.m.k, shards, gradient_bytes, e.seconds};
     if (o.local_cpus > 0 && !o.local_host.empty() && row.m.busiest_host == o.local_host &&
         row.m.max_workers_per_host > o.local_cpus) {
       crowded.push_back(sample);
@@ -266,7 +272,7 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
   }
   scaling::Workload w;
   w.weak = report->weak;
-  w.bytes = 4.0 * o.parameter_count;
+  w.bytes = gradient_bytes;
   // Everything in the smallest K's wall time per step but its exposed
   // communication: the model then reproduces that K's measured examples/s.
   const double base_wall =

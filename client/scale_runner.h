@@ -87,6 +87,10 @@ struct ModelOptions {
   v1::SyncMode mode = v1::RING;    // of the measured job
   int ps_shards = 1;               // of the measured job (ps mode)
   int64_t parameter_count = 0;     // 0: the model is not fitted
+  // Bytes a gradient value takes on the wire: 4, or 2 with bf16 / fp16
+  // compression (spec.compression; wire_format.h WireBytesPerFloat). The
+  // fit and the predictions count parameter_count x this many bytes.
+  int bytes_per_value = 4;
   scaling::Link link;
   std::vector<int> extrapolate;    // K to predict
   int max_ps_shards = 64;          // ps shard counts tried: 1, 2, 4, ... <= this

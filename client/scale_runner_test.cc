@@ -253,6 +253,23 @@ TEST(ScaleRunner, AddModelFitsReportedCommunication) {
   // 2 alpha + 256 n beta = 332.9 ms.
   EXPECT_EQ(report.predictions[1].pick, "ring");
   EXPECT_EQ(report.predictions[1].best_shards, 8);
+
+  // The same job compressed to 16 bits on the wire: the same measured
+  // seconds over half the bytes (beta doubles), and the extrapolation
+  // moves half the bytes over the given link.
+  ScaleReport half;
+  half.rows = report.rows;
+  o.bytes_per_value = 2;
+  AddModel(&half, o);
+  ASSERT_TRUE(half.has_model) << half.model_note;
+  EXPECT_DOUBLE_EQ(half.gradient_bytes, 5e5);
+  EXPECT_NEAR(half.fit.ab.beta, 1e-9, 1e-16);
+  EXPECT_NEAR(half.predictions[0].ring_seconds, 30 * 70e-6 + 2.0 * 15 / 16 * 5e5 * 1.3e-9,
+              1e-12);
+  o.bytes_per_value = 3;
+  AddModel(&half, o);
+  EXPECT_FALSE(half.has_model);
+  EXPECT_EQ(half.model_note, "bytes per gradient value: expected 4 or 2, got 3");
 }
 
 TEST(ScaleRunner, AddModelInfersCommunicationWithoutTiming) {
