@@ -255,8 +255,9 @@ TEST(ScaleRunner, AddModelFitsReportedCommunication) {
   EXPECT_EQ(report.predictions[1].best_shards, 8);
 
   // The same job compressed to 16 bits on the wire: the same measured
-  // seconds over half the bytes (beta doubles), and the extrapolation
-  // moves half the bytes over the given link.
+  // seconds over half the bytes (the fitted per-byte cost doubles), and
+  // the extrapolation moves half the bytes over the link (link beta 0.8 ns
+  // plus the fitted 1 ns).
   ScaleReport half;
   half.rows = report.rows;
   o.bytes_per_value = 2;
@@ -264,7 +265,8 @@ TEST(ScaleRunner, AddModelFitsReportedCommunication) {
   ASSERT_TRUE(half.has_model) << half.model_note;
   EXPECT_DOUBLE_EQ(half.gradient_bytes, 5e5);
   EXPECT_NEAR(half.fit.ab.beta, 1e-9, 1e-16);
-  EXPECT_NEAR(half.predictions[0].ring_seconds, 30 * 70e-6 + 2.0 * 15 / 16 * 5e5 * 1.3e-9,
+  EXPECT_NEAR(half.link_ab.beta, 1.8e-9, 1e-16);
+  EXPECT_NEAR(half.predictions[0].ring_seconds, 30 * 70e-6 + 2.0 * 15 / 16 * 5e5 * 1.8e-9,
               1e-12);
   o.bytes_per_value = 3;
   AddModel(&half, o);
