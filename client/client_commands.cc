@@ -176,6 +176,17 @@ void PrintStatus(const v1::JobStatus& j) {
                   r.hostname().c_str(), static_cast<long long>(r.step()),
                   r.last_hash().c_str(), r.in_sync() ? "yes" : "NO", r.last_heartbeat_age_s());
     }
+    // A combine that has waited for a second or more: which peer or shard
+    // holds this rank up (a straggler, a cut link, an unreachable shard).
+    for (const v1::RankStatus& r : j.ranks()) {
+      if (r.waiting_s() < 1.0) continue;
+      const std::string what =
+          r.waiting_for_shard() > 0
+              ? absl::StrCat("ps shard ", r.waiting_for_shard() - 1)
+              : absl::StrCat("rank ", r.waiting_for_peer() - 1);
+      std::printf("  rank %d waits for %s: %.1f s at its last heartbeat\n", r.rank(),
+                  what.c_str(), r.waiting_s());
+    }
     // Medians over each rank's last 64 steps (worker/step_observer.h): a
     // step is compute + exposed communication + waiting on the coordinator;
     // communication (in flight) may overlap compute.

@@ -71,6 +71,11 @@ v1::JobStatus JobStatusOf(const JobRecord& job, absl::Time now, bool has_weights
     rs->set_median_exposed_seconds(m.exposed);
     rs->set_median_peer_wait_seconds(m.peer_wait);
     rs->set_resident_bytes(rank.resident_bytes);
+    if (rank.waiting_for >= 0 || rank.waiting_for_shard >= 0) {
+      rs->set_waiting_for_peer(rank.waiting_for + 1);
+      rs->set_waiting_for_shard(rank.waiting_for_shard + 1);
+      rs->set_waiting_s(absl::ToDoubleSeconds(rank.waited));
+    }
   }
   s.set_submitted_unix_s(UnixSeconds(job.submitted));
   s.set_started_unix_s(UnixSeconds(job.started));

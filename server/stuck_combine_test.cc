@@ -98,10 +98,19 @@ TEST_F(StuckCombineTest, EveryRankWaitingForAPeerFailsTheJobNamingTheWaits) {
   Beat(workers_[0], job_, 1, 2900);
   Beat(workers_[1], job_, 0, 2900);
   EXPECT_EQ(State(), v1::RUNNING);
+  // `lockstep status` shows each rank's wait as its heartbeat said.
+  v1::JobStatus st = Status();
+  EXPECT_EQ(st.ranks(0).waiting_for_peer(), 2);  // rank 1, + 1
+  EXPECT_EQ(st.ranks(0).waiting_for_shard(), 0);
+  EXPECT_DOUBLE_EQ(st.ranks(0).waiting_s(), 2.9);
+  EXPECT_EQ(st.ranks(1).waiting_for_peer(), 1);
   // One waits long, the other does not wait (it computes): nothing.
   Beat(workers_[0], job_, 1, 3500);
   Beat(workers_[1], job_, -1, 0);
   EXPECT_EQ(State(), v1::RUNNING);
+  st = Status();
+  EXPECT_EQ(st.ranks(1).waiting_for_peer(), 0);  // no wait: all zero
+  EXPECT_EQ(st.ranks(1).waiting_s(), 0);
   // Both, every worker heartbeating: FAILED at once, naming both waits; the
   // heartbeat that decided it is told to stop.
   EXPECT_TRUE(Beat(workers_[1], job_, 0, 3100).stop_job());
@@ -169,6 +178,9 @@ TEST_F(StuckCombineTest, EveryRankWaitingForAShardFailsAPsJob) {
   beat(0, 0, 9000);
   beat(1, 0, 2900);  // not long enough
   EXPECT_EQ(State(), v1::RUNNING);
+  EXPECT_EQ(Status().ranks(1).waiting_for_shard(), 1);  // shard 0, + 1
+  EXPECT_EQ(Status().ranks(1).waiting_for_peer(), 0);
+  EXPECT_DOUBLE_EQ(Status().ranks(1).waiting_s(), 2.9);
   beat(1, 1, 9000);  // a shard the job does not have (S = 1)
   EXPECT_EQ(State(), v1::RUNNING);
   v1::HeartbeatRequest old_generation;  // another generation's wait: none

@@ -114,12 +114,14 @@ cut_case "A link down, ring/tcp" link w-3 2 "w-1 w-2" -- --workers=3 --sync=ring
 cut_case "B nft drop, ring/grpc" nft w-2 1 "w-1 w-3" -- --workers=3 --sync=ring --peer_transport=grpc
 cut_case "C nft drop, ps/tcp" nft w-1 0 "w-2 w-3" -- --workers=3 --sync=ps --ps_transport=tcp
 
-# stuck_case NAME NS TABLE RULES REASON_GLOB -- SUBMIT FLAGS...: a K=2 job
-# steps, then nft table TABLE with RULES goes into namespace NS; the job
-# must be FAILED within the bound with a reason matching REASON_GLOB, and
-# its two workers IDLE within the same bound; the table is removed after.
+# stuck_case NAME NS TABLE RULES REASON_GLOB WAITS -- SUBMIT FLAGS...: a K=2
+# job steps, then nft table TABLE with RULES goes into namespace NS; the job
+# must be FAILED within the bound with a reason matching REASON_GLOB, its two
+# workers IDLE within the same bound, and `lockstep status` must show rank
+# 0's wait as WAITS ("rank 0 waits for rank 1: 3.1 s at its last
+# heartbeat"); the table is removed after.
 stuck_case() {
-  local name=$1 ns=$2 table=$3 rules=$4 glob=$5; shift 6
+  local name=$1 ns=$2 table=$3 rules=$4 glob=$5 waits=$6; shift 7
   local job ranks t0 t1 t2 reason
   job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 "$@") || fail "$name: submit: $job"
   wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
@@ -137,6 +139,8 @@ stuck_case() {
     $glob) ;;
     *) fail "$name: reason does not name every rank's wait: $reason" ;;
   esac
+  cli status "$job" | grep -q "^  rank 0 waits for $waits: [0-9.]* s at its last heartbeat$" \
+    || fail "$name: status does not show rank 0 waiting for $waits: $(cli status "$job")"
   awk -v n="$name" -v j="$job" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
     'BEGIN { printf "%s: job %s FAILED %.2f s after the cut, both workers idle after %.2f s; reason: %s\n", n, j, a / 1000, b / 1000, r }'
   on "$ns" nft delete table inet "$table"
@@ -152,7 +156,7 @@ echo "== D peer link cut between w-1 and w-2 (both reach the coordinator), ring/
 stuck_case D 2 lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
   chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" \
   "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *; rank 1 (w-2, host *) for rank 0 (w-1, host *) *" \
-  -- --sync=ring --peer_transport=tcp
+  "rank 1" -- --sync=ring --peer_transport=tcp
 
 # E. The coordinator's ps shard out of the workers' reach while its gRPC
 # port is not (nft in the coordinator's namespace drops its raw-TCP ps data
@@ -163,7 +167,7 @@ echo "== E ps data plane cut (the workers still reach the coordinator's gRPC por
 stuck_case E 1 lockstep_ps_cut "  chain in { type filter hook input priority 0; policy accept; tcp dport 7073 drop; }
   chain out { type filter hook output priority 0; policy accept; tcp sport 7073 drop; }" \
   "every rank waits for a parameter-server shard while every worker heartbeats: a shard is out of the workers' reach or stuck (rank 0 (w-1, host *) for shard 0 (*) *; rank 1 (w-2, host *) for shard 0 (*) *" \
-  -- --sync=ps --ps_transport=tcp
+  "ps shard 0" -- --sync=ps --ps_transport=tcp
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"

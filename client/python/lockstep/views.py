@@ -63,6 +63,11 @@ class RankStatus(_View):
     median_exposed_seconds: float        # communication the compute waited for
     median_peer_wait_seconds: float      # waiting for the slowest peer
     resident_bytes: int                  # the worker's last reported VmRSS
+    # At its last heartbeat: the peer rank + 1 or ps shard + 1 its combine
+    # waited for (0 = none) and for how long (seconds).
+    waiting_for_peer: int
+    waiting_for_shard: int
+    waiting_s: float
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
