@@ -12,6 +12,8 @@ namespace lockstep {
 namespace testing_coordinator_state {
 namespace {
 
+// Final weights, curves (loss, eval, sync strip) and final metrics of a
+// finished job survive a restart: status, export and the status page.
 TEST_F(CoordinatorStateTest, FinalWeightsCurvesAndMetricsSurviveRestart) {
   const std::string dir = TempDir();
   JobSeriesSnapshot before;
@@ -187,14 +189,10 @@ TEST_F(CoordinatorStateTest, DoneAsksEndWhenTheJobRunsAndANoRecordReportFailsAtO
       << j.reason();
 }
 
-// Issue 10: a ps job on the coordinator's own shard continues after a
-// restart. The shard's sums are gone, so the restarted coordinator regroups
-// the job (generation 1, same ranks, a "restart" event, a fresh group key:
-// a fresh shard); rank 0 had pulled step 10's sum and applied it, rank 1
-// had not: they continue at step 11, rank 1 copying rank 0's state. The
-// job then finishes; a done report of generation 0 (a rank that finished
-// before the kill) still counts after a restart regroup.
-
+// The reported failure: `lockstep submit --workers=4 --model=softmax
+// --batch=8 --steps=26000 --follow` got RESOURCE_EXHAUSTED (4637503 vs.
+// 4194304) fetching the sync history. Fake clock, in process: 26000 steps
+// of 4 ranks.
 TEST_F(CoordinatorStateTest, HistoryOf26000StepsAtK4FitsOneReply) {
   Incarnation inc = Start("");
   Coordinator* c = inc.coord.get();

@@ -12,6 +12,13 @@ namespace lockstep {
 namespace testing_coordinator_state {
 namespace {
 
+// Issue 10: a ps job on the coordinator's own shard continues after a
+// restart. The shard's sums are gone, so the restarted coordinator regroups
+// the job (generation 1, same ranks, a "restart" event, a fresh group key:
+// a fresh shard); rank 0 had pulled step 10's sum and applied it, rank 1
+// had not: they continue at step 11, rank 1 copying rank 0's state. The
+// job then finishes; a done report of generation 0 (a rank that finished
+// before the kill) still counts after a restart regroup.
 TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFinishes) {
   const std::string dir = TempDir();
   v1::JobSpec spec = Spec(2, 100);
@@ -323,11 +330,6 @@ TEST_F(CoordinatorStateTest, PsJobKeepsItsPsAddressesWhenTheCoordinatorComesBack
     ASSERT_TRUE(next.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   }
 }
-
-// The reported failure: `lockstep submit --workers=4 --model=softmax
-// --batch=8 --steps=26000 --follow` got RESOURCE_EXHAUSTED (4637503 vs.
-// 4194304) fetching the sync history. Fake clock, in process: 26000 steps
-// of 4 ranks.
 
 }  // namespace
 }  // namespace testing_coordinator_state

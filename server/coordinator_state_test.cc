@@ -402,9 +402,6 @@ TEST_F(CoordinatorStateTest, WaitingJobKeepsItsVacantRankAcrossRestart) {
   EXPECT_EQ(j.generation(), 2);
 }
 
-// Final weights, curves (loss, eval, sync strip) and final metrics of a
-// finished job survive a restart: status, export and the status page.
-
 }  // namespace
 }  // namespace testing_coordinator_state
 }  // namespace lockstep

@@ -30,6 +30,17 @@ bool IsVacant(const MembershipState& m, int rank) {
   return std::find(m.vacant.begin(), m.vacant.end(), rank) != m.vacant.end();
 }
 
+// What a rank said of the previous generation: which step it held, and the
+// peer or shard its combine waited for (numbered in that generation).
+void ForgetGenerationReports(RankRecord* r) {
+  r->held_generation = -1;
+  r->held_step = -1;
+  r->in_sync = true;
+  r->waiting_for = -1;
+  r->waiting_for_shard = -1;
+  r->waited = absl::ZeroDuration();
+}
+
 // A new generation of the same group: every rank says again which step it
 // holds; nothing of the old generation completes.
 void NewGeneration(JobRecord* job) {
@@ -39,11 +50,7 @@ void NewGeneration(JobRecord* job) {
   m.start_step = -1;
   m.source_rank = -1;
   job->sync.Regroup(job->k);
-  for (RankRecord& r : job->ranks) {
-    r.held_generation = -1;
-    r.held_step = -1;
-    r.in_sync = true;
-  }
+  for (RankRecord& r : job->ranks) ForgetGenerationReports(&r);
 }
 
 // JobRecord::reason while ranks are vacant (waiting_for: the first loss).
@@ -310,9 +317,7 @@ ShrinkResult ShrinkJob(JobRecord* job, int lost_rank, absl::Time now,
   job->k = k - 1;
   job->sync.Regroup(job->k);
   for (RankRecord& r : job->ranks) {
-    r.held_generation = -1;
-    r.held_step = -1;
-    r.in_sync = true;
+    ForgetGenerationReports(&r);
     result.workers.push_back(r.worker_id);
   }
   result.shrunk = true;

@@ -432,6 +432,29 @@ TEST_F(MembershipTest, ShmRingTakesAReplacementOnlyFromItsHost) {
   EXPECT_EQ(st.membership_events(1).worker_id(), same);
 }
 
+// A wait a rank reported is numbered in its generation: a new generation
+// (here a vacated rank) forgets it, so `lockstep status` never shows a
+// survivor waiting for a rank that is gone.
+TEST_F(MembershipTest, ANewGenerationForgetsTheWaitsOfTheOld) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  const uint64_t job = Submit("wait");
+  Start({w1, w2, w3}, job);
+  clock_.Advance(absl::Seconds(3.5));
+  v1::HeartbeatRequest waits;  // rank 0 waits for rank 2, whose worker is silent
+  waits.set_worker_id(w1);
+  waits.set_job_id(job);
+  waits.set_waiting_for_peer(3);
+  waits.set_waiting_ms(3400);
+  ASSERT_TRUE(coord_->Heartbeat(waits).ok());
+  Beat(w2, job);
+  EXPECT_EQ(coord_->GetJob(job)->ranks(0).waiting_for_peer(), 3);
+  coord_->Tick();  // w3 lost: rank 2 vacant, generation 1
+  const v1::JobStatus st = *coord_->GetJob(job);
+  ASSERT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.ranks(0).waiting_for_peer(), 0);
+  EXPECT_EQ(st.ranks(0).waiting_s(), 0);
+}
+
 TEST_F(MembershipTest, WaitFailsAfterItsTimeoutNamingTheRank) {
   const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
   const uint64_t job = Submit("wait", 10, /*wait_timeout_ms=*/5000);

@@ -139,8 +139,9 @@ stuck_case() {
     $glob) ;;
     *) fail "$name: reason does not name every rank's wait: $reason" ;;
   esac
-  cli status "$job" | grep -q "^  rank 0 waits for $waits: [0-9.]* s at its last heartbeat$" \
-    || fail "$name: status does not show rank 0 waiting for $waits: $(cli status "$job")"
+  local status; status=$(cli status "$job") || fail "$name: status: $status"
+  grep -q "^  rank 0 waits for $waits: [0-9.]* s at its last heartbeat$" <<<"$status" \
+    || fail "$name: status does not show rank 0 waiting for $waits: $status"
   awk -v n="$name" -v j="$job" -v r="$reason" -v a="$((t1 - t0))" -v b="$((t2 - t0))" \
     'BEGIN { printf "%s: job %s FAILED %.2f s after the cut, both workers idle after %.2f s; reason: %s\n", n, j, a / 1000, b / 1000, r }'
   on "$ns" nft delete table inet "$table"

@@ -52,7 +52,8 @@ namespace {
 // A job stopped while its combine ran: CANCELLED, with what the combine was
 // waiting for when the stop came (a shard it could not connect to says why,
 // grpc_ps_client.h), since the coordinator may have stopped the job because
-// every rank waited ("job 4 stopped at step 7 (its combine: ...)").
+// every rank waited ("job 4 stopped at step 7 (its combine: ...)"). `s`:
+// the combine's status as users see it (JobRunner::UserFacing).
 absl::Status StoppedInCombine(uint64_t job, absl::string_view when, const absl::Status& s) {
   return absl::CancelledError(
       absl::StrCat("job ", job, " stopped", when, " (its combine: ", s.message(), ")"));
@@ -520,7 +521,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                                             options_.combine_timeout, &local, &count,
                                             &combine_timing);
         !s.ok()) {
-      if (stop_.load()) return StoppedInCombine(job, absl::StrCat(" at step ", step), s);
+      if (stop_.load()) {
+        return StoppedInCombine(job, absl::StrCat(" at step ", step), UserFacing(s));
+      }
       return UserFacing(s);
     }
     use_override = false;  // (set for the first step after a rollback)
@@ -565,7 +568,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
           use_override = false;
           if (!s.ok()) {
             if (stop_.load()) {
-              return absl::CancelledError(absl::StrCat("job ", job, " stopped at step ", step));
+              return StoppedInCombine(job, absl::StrCat(" at step ", step), UserFacing(s));
             }
             return UserFacing(s);
           }
