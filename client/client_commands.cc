@@ -111,9 +111,13 @@ void PrintStatus(const v1::JobStatus& j) {
               j.spec().data().dataset().empty() ? "fashion-mnist" : j.spec().data().dataset().c_str(),
               ModeName(j.spec()).c_str(), j.spec().num_workers(),
               static_cast<long long>(j.spec().global_batch()));
-  std::printf("  step %lld/%lld  epoch %lld  loss %.4f  test_accuracy %.4f  %.0f ex/s\n",
+  // No accuracy where there is none (a job that has not evaluated yet).
+  const std::string accuracy =
+      j.evaluated() ? absl::StrFormat("test_accuracy %.4f", j.test_accuracy())
+                    : std::string("test_accuracy -");
+  std::printf("  step %lld/%lld  epoch %lld  loss %.4f  %s  %.0f ex/s\n",
               static_cast<long long>(j.step()), static_cast<long long>(j.total_steps()),
-              static_cast<long long>(j.epoch()), j.loss(), j.test_accuracy(),
+              static_cast<long long>(j.epoch()), j.loss(), accuracy.c_str(),
               j.examples_per_second());
   std::printf("  sync: %s, %lld steps checked, %lld mismatched\n", SyncMark(j).c_str(),
               static_cast<long long>(j.checked_steps()),
@@ -409,12 +413,14 @@ class ClientCommands::Impl {
     std::printf("%-5s %-10s %-9s %-3s %-14s %-12s %9s %9s %s\n", "job", "state", "mode", "K",
                 "model", "step", "loss", "test_acc", "sync");
     for (const v1::JobStatus& j : list.jobs()) {
-      std::printf("%-5llu %-10s %-9s %-3d %-14s %-12s %9.4f %9.4f %s\n",
+      const std::string accuracy =
+          j.evaluated() ? absl::StrFormat("%.4f", j.test_accuracy()) : std::string("-");
+      std::printf("%-5llu %-10s %-9s %-3d %-14s %-12s %9.4f %9s %s\n",
                   static_cast<unsigned long long>(j.job_id()), StateName(j.state()).c_str(),
                   ModeName(j.spec()).c_str(), j.spec().num_workers(),
                   j.spec().model().c_str(),
                   absl::StrCat(j.step(), "/", j.total_steps()).c_str(), j.loss(),
-                  j.test_accuracy(), SyncMark(j).c_str());
+                  accuracy.c_str(), SyncMark(j).c_str());
     }
     if (list.evicted_jobs() > list.evicted_listed()) {
       // Finished jobs the coordinator dropped from memory (it keeps the

@@ -74,6 +74,15 @@ sy=$(cli sync "$tid" --json --max_entries=0)
 [ "$(json "int(d['mismatched_steps'])" <<<"$sy")" = 0 ] || fail "tcp sync: $sy"
 cli status "$tid" | grep -q 'ring/tcp' || fail "status does not show the transport: $(cli status "$tid")"
 cli status "$tid" | sed -n 2p
+cli status "$tid" | grep -qE 'test_accuracy (0\.9|1\.0)' || fail "status does not show the accuracy: $(cli status "$tid")"
+
+echo "== a job with no test split: no accuracy where there is none"
+out=$(cli submit --workers=1 --model=mlp:8 --dataset=csv:train.csv --batch=20 --steps=4 --follow) || fail "no-test job exit $?: $out"
+grep -q '^no test evaluation; 4 steps' <<<"$out" || fail "no-test job follow: $out"
+nid=$(sed -n 's/^job \([0-9]*\) SUCCEEDED.*/\1/p' <<<"$out" | head -1)
+[ -n "$nid" ] || fail "no-test job id: $out"
+cli status "$nid" | grep -q 'loss [0-9.]*  test_accuracy -  ' || fail "status shows an accuracy for a job that never evaluated: $(cli status "$nid")"
+cli jobs | grep -E "^$nid +SUCCEEDED" | grep -qE ' - +in sync$' || fail "jobs shows an accuracy for job $nid: $(cli jobs)"
 grep -q "INFO  worker: job started job=$tid rank=0 world=2 worker=w-[0-9]* mode=ring/tcp" "$T/w1.log" \
   || fail "worker 1 did not run job $tid over tcp"
 
@@ -140,7 +149,7 @@ out=$(cli submit --workers=2 --model=logistic --dataset="$ABS" --steps=5 --follo
 grep -q "binary" <<<"$out" || fail "logistic on 3 classes: $out"
 out=$(cli submit --workers=2 --model=softmax --dataset="$ABS" --batch=16 --steps=15 --follow --json) || fail "last job"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "last job: $out"
-n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 11 ] || fail "jobs: $n"
+n=$(cli jobs --json | json "len(d['jobs'])"); [ "$n" = 12 ] || fail "jobs: $n"
 
 echo "== a replica that drifts is caught at that step and named"
 "$WORKER" --insecure --coordinator="$C" --data_dir="$T/host1" --fault_perturb_step=3 \
