@@ -48,7 +48,11 @@ grpc::Status CoordinatorService::CheckSize(const char* method,
   return CheckRequestSize(method, request, max_request_bytes_);
 }
 
-void CoordinatorService::BeginShutdown() { shutting_down_.store(true); }
+void CoordinatorService::BeginShutdown() {
+  shutting_down_.store(true);
+  absl::MutexLock l(&streams_mu_);
+  for (grpc::ServerContext* context : streams_) context->TryCancel();
+}
 
 grpc::Status CoordinatorService::CheckToken(const grpc::ServerContext& context,
                                             const std::string& worker_id) {
@@ -63,9 +67,9 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
   if (grpc::Status s = CheckSize("RegisterWorker", *request); !s.ok()) return s;
   // The caller's IP fills in an address registered without a host.
   absl::StatusOr<std::string> caller = HostFromGrpcPeer(context->peer());
-  return Reply(coordinator_->RegisterWorker(*request, caller.ok() ? *caller : "",
-                                            WorkerTokenOf(*context)),
-               reply);
+  return Reply(
+      coordinator_->RegisterWorker(*request, caller.ok() ? *caller : "", WorkerTokenOf(*context)),
+      reply);
 }
 
 grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,
@@ -117,6 +121,40 @@ grpc::Status CoordinatorService::ReportSteps(grpc::ServerContext* context,
   return Reply(coordinator_->ReportSteps(*request), reply);
 }
 
+grpc::Status CoordinatorService::ReportStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ReportStepReply, v1::StepReports>* stream) {
+  {
+    absl::MutexLock l(&streams_mu_);
+    // Checked under the lock BeginShutdown cancels under: a stream opened
+    // after it is refused here, one opened before is cancelled by it.
+    if (shutting_down_.load()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "ReportStream: the coordinator is shutting down");
+    }
+    streams_.insert(context);
+  }
+  // Both reused across the stream's messages.
+  v1::StepReports request;
+  v1::ReportStepReply reply;
+  grpc::Status status = grpc::Status::OK;
+  while (stream->Read(&request)) {
+    reply.Clear();
+    status = ReportSteps(context, &request, &reply);
+    if (!status.ok()) break;
+    if (!stream->Write(reply)) break;
+  }
+  {
+    absl::MutexLock l(&streams_mu_);
+    streams_.erase(context);
+  }
+  if (status.ok() && shutting_down_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "ReportStream: the coordinator is shutting down");
+  }
+  return status;
+}
+
 grpc::Status CoordinatorService::ReportEval(grpc::ServerContext* context,
                                             const v1::ReportEvalRequest* request,
                                             v1::ReportEvalReply*) {
@@ -152,11 +190,11 @@ grpc::Status CoordinatorService::UploadWeights(grpc::ServerContext* context,
       job_id = chunk.job_id();
       if (grpc::Status s = CheckToken(*context, worker_id); !s.ok()) return s;
     } else if (chunk.worker_id() != worker_id || chunk.job_id() != job_id) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("UploadWeights: chunk at offset ", chunk.offset(),
-                                       " is for job ", chunk.job_id(), " from ",
-                                       chunk.worker_id(), ", the stream started with job ",
-                                       job_id, " from ", worker_id));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("UploadWeights: chunk at offset ", chunk.offset(), " is for job ",
+                       chunk.job_id(), " from ", chunk.worker_id(),
+                       ", the stream started with job ", job_id, " from ", worker_id));
     }
     if (absl::Status s = coordinator_->UploadWeightsChunk(chunk); !s.ok()) {
       return ToGrpcStatus(s);
@@ -214,8 +252,7 @@ grpc::Status CoordinatorService::GetSyncHistory(grpc::ServerContext*,
   return Reply(coordinator_->GetSyncHistory(request->job_id(), request->max_entries()), reply);
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
-                                          const v1::JobRef* request,
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::JobRef* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
   if (grpc::Status s = CheckSize("WatchJob", *request); !s.ok()) return s;
   // Coalesced (Coordinator::NextJobEvents): every state change at once, the
@@ -230,8 +267,8 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "WatchJob: the coordinator is shutting down");
     }
-    absl::StatusOr<Coordinator::JobEvents> next = coordinator_->NextJobEvents(
-        request->job_id(), seen, last_sent, absl::Now() + kWatchSlice);
+    absl::StatusOr<Coordinator::JobEvents> next =
+        coordinator_->NextJobEvents(request->job_id(), seen, last_sent, absl::Now() + kWatchSlice);
     if (!next.ok()) return ToGrpcStatus(next.status());
     if (next->events.empty()) continue;  // slice ended with nothing to send
     seen = next->version;

@@ -9,6 +9,12 @@
 //     cancelled client is noticed quickly; no polling of job state.
 //   * GetWeights streams the final weights in chunks of at most 1 MiB of
 //     data (kMaxWeightsChunkBytes), the first carrying the block layout.
+//   * ReportStream answers each StepReports message as ReportSteps would
+//     (the same size and token checks, per message), one reply each, in
+//     order. An error ends the stream with that status. The handler waits
+//     in Read without a deadline of its own (the worker's reporter bounds
+//     each exchange and cancels); BeginShutdown() cancels every open stream
+//     so a server Shutdown does not wait for them.
 //   * UploadWeights feeds every chunk to Coordinator::UploadWeightsChunk and
 //     ends with FinishWeightsUpload; INVALID_ARGUMENT for an empty stream or
 //     a stream whose chunks name different jobs or workers.
@@ -30,6 +36,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpcutil/message_limits.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
@@ -44,8 +52,9 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
   explicit CoordinatorService(lockstep::Coordinator* coordinator,
                               int64_t max_request_bytes = kControlMaxMessageBytes);
 
-  // Makes running and future WatchJob streams end with UNAVAILABLE, so a
-  // server Shutdown does not wait for them. Call before Server::Shutdown.
+  // Makes running and future WatchJob and ReportStream streams end with
+  // UNAVAILABLE (open report streams are cancelled), so a server Shutdown
+  // does not wait for them. Call before Server::Shutdown.
   void BeginShutdown();
 
   grpc::Status RegisterWorker(grpc::ServerContext* context,
@@ -60,9 +69,11 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
   grpc::Status ReportStep(grpc::ServerContext* context,
                           const lockstep::v1::ReportStepRequest* request,
                           lockstep::v1::ReportStepReply* reply) override;
-  grpc::Status ReportSteps(grpc::ServerContext* context,
-                           const lockstep::v1::StepReports* request,
+  grpc::Status ReportSteps(grpc::ServerContext* context, const lockstep::v1::StepReports* request,
                            lockstep::v1::ReportStepReply* reply) override;
+  grpc::Status ReportStream(grpc::ServerContext* context,
+                            grpc::ServerReaderWriter<lockstep::v1::ReportStepReply,
+                                                     lockstep::v1::StepReports>* stream) override;
   grpc::Status ReportEval(grpc::ServerContext* context,
                           const lockstep::v1::ReportEvalRequest* request,
                           lockstep::v1::ReportEvalReply* reply) override;
@@ -79,8 +90,7 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
                       lockstep::v1::JobStatus* reply) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const lockstep::v1::ListRequest* request,
                         lockstep::v1::JobList* reply) override;
-  grpc::Status ListWorkers(grpc::ServerContext* context,
-                           const lockstep::v1::ListRequest* request,
+  grpc::Status ListWorkers(grpc::ServerContext* context, const lockstep::v1::ListRequest* request,
                            lockstep::v1::WorkerList* reply) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const lockstep::v1::JobRef* request,
                          lockstep::v1::JobStatus* reply) override;
@@ -89,8 +99,7 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
                               lockstep::v1::SyncHistory* reply) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const lockstep::v1::JobRef* request,
                         grpc::ServerWriter<lockstep::v1::JobEvent>* writer) override;
-  grpc::Status GetWeights(grpc::ServerContext* context,
-                          const lockstep::v1::WeightsRequest* request,
+  grpc::Status GetWeights(grpc::ServerContext* context, const lockstep::v1::WeightsRequest* request,
                           grpc::ServerWriter<lockstep::v1::WeightsChunk>* writer) override;
 
  private:
@@ -102,6 +111,9 @@ class CoordinatorService final : public lockstep::v1::Coordinator::Service {
   lockstep::Coordinator* const coordinator_;
   const int64_t max_request_bytes_;
   std::atomic<bool> shutting_down_{false};
+  // The contexts of open ReportStream calls (cancelled by BeginShutdown).
+  absl::Mutex streams_mu_;
+  absl::flat_hash_set<grpc::ServerContext*> streams_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace lockstep

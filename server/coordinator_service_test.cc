@@ -1,21 +1,21 @@
 #include "server/coordinator_service.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "common/grpcutil/grpc_status.h"
+#include "common/grpcutil/worker_token.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
-#include "common/grpcutil/grpc_status.h"
-#include "common/grpcutil/worker_token.h"
 
 namespace lockstep {
 namespace {
@@ -57,8 +57,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
-    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                         grpc::InsecureChannelCredentials()));
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
@@ -372,8 +372,8 @@ TEST_F(CoordinatorServiceTest, WorkerCallsNeedTheTokenTheirRegistrationGot) {
   done.set_rank(-1);
   done.set_ok(false);
   done.set_error("worker w-1 has no record of finishing job 1");
-  for (const std::string& token : {std::string(), tokens_[w2], std::string(64, '0'),
-                                   tokens_[w1].substr(1)}) {
+  for (const std::string& token :
+       {std::string(), tokens_[w2], std::string(64, '0'), tokens_[w1].substr(1)}) {
     std::unique_ptr<grpc::ClientContext> ctx = Ctx();
     AttachWorkerToken(ctx.get(), token);
     v1::ReportDoneReply reply;
@@ -504,6 +504,80 @@ TEST_F(CoordinatorServiceTest, WorkerReportsOverTheWire) {
   EXPECT_EQ(history.checked_steps(), 1);
   ASSERT_EQ(history.checks_size(), 1);
   EXPECT_TRUE(history.checks(0).all_match());
+}
+
+TEST_F(CoordinatorServiceTest, ReportStreamAnswersEachMessageAsReportStepsWould) {
+  const std::string w1 = Register(1), w2 = Register(2);
+  v1::SubmitJobReply submitted;
+  ASSERT_TRUE(Submit(Spec(1), &submitted).ok());
+  const uint64_t job = submitted.job_id();
+  ASSERT_TRUE(Beat(w1, 0).has_assignment());
+  Beat(w1, job);
+  auto step = [&](int64_t i, int rank = 0, const std::string& worker = "") {
+    v1::ReportStepRequest r;
+    r.set_worker_id(worker.empty() ? w1 : worker);
+    r.set_job_id(job);
+    r.set_rank(rank);
+    r.set_step(i);
+    r.set_weights_hash(Hash(3));
+    return r;
+  };
+  {
+    std::unique_ptr<grpc::ClientContext> ctx = WCtx(w1);
+    auto stream = stub_->ReportStream(ctx.get());
+    for (int64_t first = 0; first < 6; first += 2) {
+      v1::StepReports batch;
+      *batch.add_reports() = step(first);
+      *batch.add_reports() = step(first + 1);
+      ASSERT_TRUE(stream->Write(batch));
+      v1::ReportStepReply reply;
+      ASSERT_TRUE(stream->Read(&reply)) << "one reply per message";
+      EXPECT_FALSE(reply.stop());
+    }
+    v1::SyncHistoryRequest hreq;
+    hreq.set_job_id(job);
+    v1::SyncHistory history;
+    ASSERT_TRUE(stub_->GetSyncHistory(Ctx().get(), hreq, &history).ok());
+    EXPECT_EQ(history.checked_steps(), 6);
+    // A bad report ends the stream with ReportSteps' error.
+    v1::StepReports bad;
+    *bad.add_reports() = step(6, /*rank=*/3);
+    ASSERT_TRUE(stream->Write(bad));
+    v1::ReportStepReply reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    // Every message's reports are checked against the call's token.
+    std::unique_ptr<grpc::ClientContext> ctx = WCtx(w1);
+    auto stream = stub_->ReportStream(ctx.get());
+    v1::StepReports other;
+    *other.add_reports() = step(6, 0, w2);
+    ASSERT_TRUE(stream->Write(other));
+    v1::ReportStepReply reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    // Shutdown cancels an open stream (the server's Shutdown need not wait
+    // for it) and refuses a new one.
+    std::unique_ptr<grpc::ClientContext> ctx = WCtx(w1);
+    auto stream = stub_->ReportStream(ctx.get());
+    v1::StepReports batch;
+    *batch.add_reports() = step(6);
+    ASSERT_TRUE(stream->Write(batch));
+    v1::ReportStepReply reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    service_->BeginShutdown();
+    EXPECT_FALSE(stream->Read(&reply));
+    const grpc::StatusCode code = stream->Finish().error_code();
+    EXPECT_TRUE(code == grpc::StatusCode::CANCELLED || code == grpc::StatusCode::UNAVAILABLE)
+        << code;
+    std::unique_ptr<grpc::ClientContext> ctx2 = WCtx(w1);
+    auto late = stub_->ReportStream(ctx2.get());
+    late->WritesDone();
+    EXPECT_EQ(late->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
 }
 
 }  // namespace

@@ -3,13 +3,15 @@
 // Private to the worker_daemon target.
 //
 // Threading: a GrpcReporter's ReportStep* calls come from one thread (the
-// StepReporter's), ReportEval and UploadWeights from the job thread.
+// StepReporter's), ReportEval and UploadWeights from the job thread; it is
+// destroyed after the StepReporter has stopped.
 #ifndef LOCKSTEP_WORKER_COORDINATOR_REPORTER_H_
 #define LOCKSTEP_WORKER_COORDINATOR_REPORTER_H_
 
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,8 +23,10 @@
 #include "absl/types/span.h"
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/worker_token.h"
+#include "common/train/replica.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/job_runner.h"
+#include "worker/report_stream.h"
+#include "worker/step_reporter.h"
 
 namespace lockstep {
 
@@ -81,55 +85,18 @@ class GrpcReporter : public JobReporter {
     return ReportStepWithReply(report, &reply);
   }
   absl::StatusOr<bool> ReportStepWithReply(const v1::ReportStepRequest& report,
-                                           v1::ReportStepReply* reply) override {
-    absl::Status s = RetryWhileCoordinatorDown(
-        [&] {
-          reply->Clear();
-          grpc::ClientContext ctx;
-          AttachWorkerToken(&ctx, worker_token_);
-          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-          return FromGrpcStatus(stub_->ReportStep(&ctx, report, reply));
-        },
-        stop_, restart_grace_);
-    if (!s.ok()) return Named(s);
-    if (reply->stop() && on_stop_) on_stop_();
-    return reply->stop();
-  }
-  // One ReportSteps call for the batch (step_reporter.h, "Batches"); one
-  // report, or a coordinator without ReportSteps (UNIMPLEMENTED, or refused
-  // by an older call policy), goes report by report.
+                                           v1::ReportStepReply* reply) override;
+  // The batch as one message on the job's ReportStream (report_stream.h),
+  // opened on first use and again after any error; against a coordinator
+  // without ReportStream (UNIMPLEMENTED, or refused by an older call
+  // policy) one ReportSteps call for the batch; against one without that
+  // either, report by report (step_reporter.h, "Batches").
   absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
-                                            v1::ReportStepReply* reply) override {
-    if (reports.size() <= 1 || no_batches_) {
-      return JobReporter::ReportStepsWithReply(reports, reply);
-    }
-    // The batch message is reused: copying into its kept elements does not
-    // allocate once they have grown.
-    auto* out = batch_.mutable_reports();
-    while (out->size() > static_cast<int>(reports.size())) out->RemoveLast();
-    for (size_t i = 0; i < reports.size(); ++i) {
-      if (static_cast<int>(i) == out->size()) out->Add();
-      out->Mutable(static_cast<int>(i))->CopyFrom(*reports[i]);
-    }
-    absl::Status s = RetryWhileCoordinatorDown(
-        [&] {
-          reply->Clear();
-          grpc::ClientContext ctx;
-          AttachWorkerToken(&ctx, worker_token_);
-          ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-          return FromGrpcStatus(stub_->ReportSteps(&ctx, batch_, reply));
-        },
-        stop_, restart_grace_);
-    if (s.code() == absl::StatusCode::kUnimplemented ||
-        (s.code() == absl::StatusCode::kPermissionDenied &&
-         absl::StrContains(s.message(), "ReportSteps"))) {
-      no_batches_ = true;
-      return JobReporter::ReportStepsWithReply(reports, reply);
-    }
-    if (!s.ok()) return Named(s);
-    if (reply->stop() && on_stop_) on_stop_();
-    return reply->stop();
-  }
+                                            v1::ReportStepReply* reply) override;
+  // Half-closes the report stream and waits for its end, at most
+  // min(timeout, 1 s).
+  ~GrpcReporter() override;
+
   absl::Status ReportEval(const v1::ReportEvalRequest& report) override {
     return Named(RetryWhileCoordinatorDown(
         [&] {
@@ -142,8 +109,8 @@ class GrpcReporter : public JobReporter {
         stop_, restart_grace_));
   }
   absl::Status UploadWeights(uint64_t job, const Replica& replica) override {
-    return Named(RetryWhileCoordinatorDown([&] { return UploadOnce(job, replica); }, stop_,
-                                           restart_grace_));
+    return Named(
+        RetryWhileCoordinatorDown([&] { return UploadOnce(job, replica); }, stop_, restart_grace_));
   }
 
  private:
@@ -177,6 +144,19 @@ class GrpcReporter : public JobReporter {
     return FromGrpcStatus(writer->Finish());
   }
 
+  // One exchange on the report stream (a new stream if there is none).
+  absl::Status StreamExchange(v1::ReportStepReply* reply);
+  // A unary report call (ReportStep or ReportSteps), retried while the
+  // coordinator is down.
+  template <typename Request>
+  absl::Status Unary(grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
+                                                                   const Request&,
+                                                                   v1::ReportStepReply*),
+                     const Request& request, v1::ReportStepReply* reply);
+  // The caller's answer to a report call: its error (naming the
+  // coordinator), or whether the reply says stop (calling on_stop if so).
+  absl::StatusOr<bool> Answer(const absl::Status& s, const v1::ReportStepReply& reply);
+
   absl::Status Named(const absl::Status& s) const {
     if (s.ok()) return s;
     return absl::Status(s.code(), absl::StrCat("coordinator: ", s.message()));
@@ -191,6 +171,8 @@ class GrpcReporter : public JobReporter {
   absl::Duration restart_grace_;
   // The reporter thread's (ReportStepsWithReply runs on it only).
   v1::StepReports batch_;
+  std::shared_ptr<ReportStream> stream_;
+  bool no_stream_ = false;   // the coordinator has no ReportStream
   bool no_batches_ = false;  // the coordinator has no ReportSteps
 };
 

@@ -22,6 +22,7 @@ constexpr Entry kTable[] = {
     {"/lockstep.v1.Coordinator/Heartbeat", {kWorker, false}},
     {"/lockstep.v1.Coordinator/ReportStep", {kWorker, false}},
     {"/lockstep.v1.Coordinator/ReportSteps", {kWorker, false}},
+    {"/lockstep.v1.Coordinator/ReportStream", {kWorker, false}},
     {"/lockstep.v1.Coordinator/ReportEval", {kWorker, false}},
     {"/lockstep.v1.Coordinator/ReportDone", {kWorker, false}},
     {"/lockstep.v1.Coordinator/UploadWeights", {kWorker, false}},

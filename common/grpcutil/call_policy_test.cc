@@ -29,9 +29,10 @@ TEST(CallPolicyTest, RoleFromSubjectAltNames) {
 }
 
 TEST(CallPolicyTest, WorkerCannotCallUserFacingRpcs) {
-  for (const char* m : {"/lockstep.v1.Coordinator/SubmitJob", "/lockstep.v1.Coordinator/CancelJob",
-                        "/lockstep.v1.Coordinator/GetJob", "/lockstep.v1.Coordinator/ListJobs",
-                        "/lockstep.v1.Coordinator/GetWeights", "/lockstep.v1.Coordinator/WatchJob"}) {
+  for (const char* m :
+       {"/lockstep.v1.Coordinator/SubmitJob", "/lockstep.v1.Coordinator/CancelJob",
+        "/lockstep.v1.Coordinator/GetJob", "/lockstep.v1.Coordinator/ListJobs",
+        "/lockstep.v1.Coordinator/GetWeights", "/lockstep.v1.Coordinator/WatchJob"}) {
     EXPECT_EQ(Code(m, PeerRole::kWorker, "Bearer s3cret-token"),
               absl::StatusCode::kPermissionDenied)
         << m;
@@ -42,7 +43,7 @@ TEST(CallPolicyTest, ClientCannotCallWorkerRpcs) {
   for (const char* m :
        {"/lockstep.v1.Coordinator/RegisterWorker", "/lockstep.v1.Coordinator/Heartbeat",
         "/lockstep.v1.Coordinator/ReportStep", "/lockstep.v1.Coordinator/ReportSteps",
-        "/lockstep.v1.Coordinator/ReportDone",
+        "/lockstep.v1.Coordinator/ReportStream", "/lockstep.v1.Coordinator/ReportDone",
         "/lockstep.v1.Coordinator/UploadWeights", "/lockstep.v1.ParameterServer/Push",
         "/lockstep.v1.ParameterServer/Pull", "/lockstep.v1.PeerService/Stream",
         "/lockstep.v1.ReplicaState/FetchState"}) {
@@ -55,10 +56,12 @@ TEST(CallPolicyTest, ClientCannotCallWorkerRpcs) {
 }
 
 TEST(CallPolicyTest, SubmitAndCancelNeedTheToken) {
-  for (const char* m : {"/lockstep.v1.Coordinator/SubmitJob", "/lockstep.v1.Coordinator/CancelJob"}) {
+  for (const char* m :
+       {"/lockstep.v1.Coordinator/SubmitJob", "/lockstep.v1.Coordinator/CancelJob"}) {
     EXPECT_EQ(Code(m, PeerRole::kClient, "Bearer s3cret-token"), absl::StatusCode::kOk);
     EXPECT_EQ(Code(m, PeerRole::kClient), absl::StatusCode::kUnauthenticated);
-    EXPECT_EQ(Code(m, PeerRole::kClient, "Bearer s3cret-tokeN"), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(Code(m, PeerRole::kClient, "Bearer s3cret-tokeN"),
+              absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(Code(m, PeerRole::kClient, "Bearer s3cret-token2"),
               absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(Code(m, PeerRole::kClient, "Bearer "), absl::StatusCode::kUnauthenticated);
@@ -86,8 +89,8 @@ TEST(CallPolicyTest, UnknownMethodsAndRolelessCertificatesAreDenied) {
   EXPECT_EQ(Code("", PeerRole::kClient), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Code("/grpc.health.v1.Health/Check", PeerRole::kNone),
             absl::StatusCode::kPermissionDenied);
-  for (PeerRole r : {PeerRole::kCoordinator, PeerRole::kServer, PeerRole::kWorker,
-                     PeerRole::kClient}) {
+  for (PeerRole r :
+       {PeerRole::kCoordinator, PeerRole::kServer, PeerRole::kWorker, PeerRole::kClient}) {
     EXPECT_EQ(Code("/grpc.health.v1.Health/Check", r), absl::StatusCode::kOk);
   }
 }

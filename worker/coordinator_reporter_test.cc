@@ -1,0 +1,264 @@
+// GrpcReporter against an in-process fake coordinator: step reports go on
+// one ReportStream per reporter, one reply per batch; a coordinator without
+// the stream gets ReportSteps calls; a stream that does not answer in time
+// is cancelled and the next batch goes on a new one; a restarted coordinator
+// gets the next batch on a new stream.
+#include "worker/coordinator_reporter.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpcutil/worker_token.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace lockstep {
+namespace {
+
+namespace v1 = ::lockstep::v1;
+
+constexpr char kToken[] = "t0k3n";
+
+// Records every report it receives and how; says stop once it has seen
+// step `stop_at`.
+class FakeCoordinator final : public v1::Coordinator::Service {
+ public:
+  bool has_stream = true;          // false: ReportStream is UNIMPLEMENTED
+  bool hang_first_stream = false;  // the first stream reads and never answers
+  int64_t stop_at = 1 << 30;
+
+  grpc::Status ReportSteps(grpc::ServerContext* context, const v1::StepReports* request,
+                           v1::ReportStepReply* reply) override {
+    absl::MutexLock l(&mu_);
+    ++unary_calls_;
+    return Answer(*context, *request, reply);
+  }
+
+  grpc::Status ReportStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ReportStepReply, v1::StepReports>* stream) override {
+    if (!has_stream) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no ReportStream");
+    bool hang;
+    {
+      absl::MutexLock l(&mu_);
+      hang = hang_first_stream && streams_ == 0;
+      ++streams_;
+    }
+    v1::StepReports request;
+    while (stream->Read(&request)) {
+      if (hang) {
+        // Answers nothing; the reporter must give up and cancel.
+        while (!context->IsCancelled()) {
+          absl::MutexLock l(&mu_);
+          mu_.AwaitWithTimeout(absl::Condition(&never_), absl::Milliseconds(20));
+        }
+        absl::MutexLock l(&mu_);
+        ++cancelled_;
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+      v1::ReportStepReply reply;
+      {
+        absl::MutexLock l(&mu_);
+        ++stream_messages_;
+        grpc::Status s = Answer(*context, request, &reply);
+        if (!s.ok()) return s;
+      }
+      if (!stream->Write(reply)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  std::vector<int64_t> steps() {
+    absl::MutexLock l(&mu_);
+    return steps_;
+  }
+  int streams() {
+    absl::MutexLock l(&mu_);
+    return streams_;
+  }
+  int stream_messages() {
+    absl::MutexLock l(&mu_);
+    return stream_messages_;
+  }
+  int unary_calls() {
+    absl::MutexLock l(&mu_);
+    return unary_calls_;
+  }
+  int cancelled() {
+    absl::MutexLock l(&mu_);
+    return cancelled_;
+  }
+
+ private:
+  grpc::Status Answer(const grpc::ServerContext& context, const v1::StepReports& request,
+                      v1::ReportStepReply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (WorkerTokenOf(context) != kToken) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no or wrong worker token");
+    }
+    for (const v1::ReportStepRequest& r : request.reports()) {
+      steps_.push_back(r.step());
+      if (r.step() >= stop_at) {
+        reply->set_stop(true);
+        reply->set_reason("cancelled");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  absl::Mutex mu_;
+  bool never_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int stream_messages_ ABSL_GUARDED_BY(mu_) = 0;
+  int unary_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A fake coordinator on an OS-chosen (or a given) loopback port.
+struct Server {
+  explicit Server(FakeCoordinator* service, int want_port = 0) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", want_port),
+                             grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    server = builder.BuildAndStart();
+  }
+  ~Server() { Stop(); }
+  void Stop() {
+    if (server == nullptr) return;
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    server->Wait();
+    server.reset();
+  }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+class Reporting {
+ public:
+  explicit Reporting(int port, absl::Duration timeout = absl::Seconds(10))
+      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                                           grpc::InsecureChannelCredentials()))),
+        reporter_(std::make_unique<GrpcReporter>(
+            stub_.get(), timeout, "w-1", kToken, [this] { ++stops_; }, &stop_, absl::Seconds(5))) {}
+
+  // Reports steps [first, first + n) in one batch.
+  absl::StatusOr<bool> Batch(int64_t first, int n) {
+    std::vector<v1::ReportStepRequest> reports(n);
+    std::vector<const v1::ReportStepRequest*> ptrs;
+    for (int i = 0; i < n; ++i) {
+      reports[i].set_worker_id("w-1");
+      reports[i].set_job_id(7);
+      reports[i].set_step(first + i);
+      ptrs.push_back(&reports[i]);
+    }
+    v1::ReportStepReply reply;
+    return reporter_->ReportStepsWithReply(ptrs, &reply);
+  }
+  void Destroy() { reporter_.reset(); }
+  void set_stop(bool stop) { stop_.store(stop); }
+  int stops() const { return stops_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> stops_{0};
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<GrpcReporter> reporter_;
+};
+
+TEST(CoordinatorReporterTest, BatchesGoOnOneStreamWithOneReplyEach) {
+  FakeCoordinator fake;
+  fake.stop_at = 9;
+  Server server(&fake);
+  ASSERT_NE(server.server, nullptr);
+  Reporting r(server.port);
+  for (int64_t step = 0; step < 8; step += 2) {
+    absl::StatusOr<bool> stop = r.Batch(step, 2);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_FALSE(*stop);
+  }
+  // A single report goes on the stream too.
+  ASSERT_TRUE(r.Batch(8, 1).ok());
+  absl::StatusOr<bool> stop = r.Batch(9, 2);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_TRUE(*stop) << "the reply to the batch holding step 9 says stop";
+  EXPECT_EQ(r.stops(), 1);
+  EXPECT_EQ(fake.streams(), 1);
+  EXPECT_EQ(fake.stream_messages(), 6);
+  EXPECT_EQ(fake.unary_calls(), 0);
+  EXPECT_EQ(fake.steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  // The reporter half-closes its stream; the handler ends.
+  r.Destroy();
+}
+
+TEST(CoordinatorReporterTest, ACoordinatorWithoutTheStreamGetsReportSteps) {
+  FakeCoordinator fake;
+  fake.has_stream = false;
+  Server server(&fake);
+  ASSERT_NE(server.server, nullptr);
+  Reporting r(server.port);
+  for (int64_t step = 0; step < 6; step += 2) ASSERT_TRUE(r.Batch(step, 2).ok());
+  EXPECT_EQ(fake.streams(), 0);
+  EXPECT_EQ(fake.unary_calls(), 3) << "the stream is tried once, then never again";
+  EXPECT_EQ(fake.steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(CoordinatorReporterTest, AStreamThatDoesNotAnswerIsCancelledAtTheDeadline) {
+  FakeCoordinator fake;
+  fake.hang_first_stream = true;
+  Server server(&fake);
+  ASSERT_NE(server.server, nullptr);
+  Reporting r(server.port, absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<bool> stop = r.Batch(0, 2);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(stop.status().code(), absl::StatusCode::kDeadlineExceeded) << stop.status();
+  EXPECT_NE(stop.status().message().find("coordinator: ReportStream"), std::string::npos)
+      << stop.status();
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(5));
+  // The batch is resent on a new stream (reports are idempotent).
+  stop = r.Batch(0, 2);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(fake.streams(), 2);
+  EXPECT_EQ(fake.steps(), (std::vector<int64_t>{0, 1}));
+  r.Destroy();
+  server.Stop();
+  EXPECT_EQ(fake.cancelled(), 1) << "the hung handler saw the cancel";
+}
+
+TEST(CoordinatorReporterTest, ARestartedCoordinatorGetsTheNextBatchOnANewStream) {
+  FakeCoordinator before, after;
+  auto first = std::make_unique<Server>(&before);
+  ASSERT_NE(first->server, nullptr);
+  const int port = first->port;
+  Reporting r(port);
+  ASSERT_TRUE(r.Batch(0, 2).ok());
+  first->Stop();  // cancels the open stream, as a killed coordinator's does
+  // While nothing listens, the call's error is the refusal itself (what
+  // RetryWhileCoordinatorDown retries on), not "the stream ended". With
+  // the job stopping, the first error is returned instead of retried.
+  r.set_stop(true);
+  absl::StatusOr<bool> down = r.Batch(2, 2);
+  EXPECT_TRUE(CoordinatorDown(down.status())) << down.status();
+  r.set_stop(false);
+  // Retried (the channel reconnects with backoff) until the new one answers.
+  Server second(&after, port);
+  ASSERT_NE(second.server, nullptr) << "port " << port << " taken meanwhile";
+  absl::StatusOr<bool> stop = r.Batch(2, 2);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(before.steps(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(after.steps(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(after.streams(), 1);
+}
+
+}  // namespace
+}  // namespace lockstep
