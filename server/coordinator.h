@@ -339,7 +339,14 @@ class Coordinator {
   // worker of the same process (which replaces it and fails its job) needs
   // that worker's token; without it the call is refused with
   // ALREADY_EXISTS until the old registration is LOST, so a caller that
-  // knows a worker's address, host and pid cannot take its place.
+  // knows a worker's address, host and pid cannot take its place. A repeat
+  // by the same process (request.instance_secret equal to the one a LIVE
+  // registration at that address, host, pid and data address was made
+  // with) returns that registration unchanged (same id and token; its
+  // last_seen is refreshed), whatever token it carries: idempotent. The
+  // process whose LOST registration was replaced at its address by another
+  // (live) one takes the address back with its instance_secret: the live
+  // one is removed and its job failed, naming both.
   absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
       const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "",
       const std::string& token = "");
@@ -617,6 +624,12 @@ class Coordinator {
   // of its id, address, hostname and pid under `key` (data_plane_key_;
   // domain "lockstep worker token v1").
   static std::string WorkerToken(const std::string& key, const WorkerRecord& w);
+  // WorkerRecord.instance_digest of RegisterWorkerRequest.instance_secret:
+  // hex of its HMAC under `key` (domain "lockstep worker instance v1").
+  static std::string InstanceDigest(const std::string& key, const std::string& secret);
+  // The RegisterWorker reply that hands out registration `w`.
+  lockstep::v1::RegisterWorkerReply RegistrationReplyLocked(const WorkerRecord& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Clock* const clock_;
   const Logger log_;
 

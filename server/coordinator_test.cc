@@ -133,6 +133,133 @@ TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
   EXPECT_EQ(list.workers(0).worker_id(), "w-3");
 }
 
+// A RegisterWorker whose reply was lost is repeated by the same process
+// (RegisterWorkerRequest.instance_secret): it gets the registration it has,
+// with the job it may have been given meanwhile, instead of ALREADY_EXISTS
+// until that registration is LOST (and a job failed for want of a process).
+TEST_F(CoordinatorTest, ARepeatedRegistrationOfTheSameProcessGetsItsRegistrationBack) {
+  v1::RegisterWorkerRequest first;
+  first.set_address("vm:7071");
+  first.set_data_address("vm:7072");
+  first.set_hostname("vm");
+  first.set_pid(100);
+  first.set_instance_secret(std::string(32, 's'));
+  absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(first);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  ASSERT_EQ(w1->worker_id(), "w-1");
+  // The reply is lost; meanwhile w-1 is given a job.
+  const uint64_t job = Submit(Spec(1));
+  clock_.Advance(absl::Seconds(2));  // close to lost_after (3 s)
+  // The repeat, with no token (the worker never saw the reply).
+  absl::StatusOr<v1::RegisterWorkerReply> again = coord_->RegisterWorker(first);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->worker_id(), "w-1");
+  EXPECT_EQ(again->worker_token(), w1->worker_token());
+  EXPECT_EQ(again->address(), "vm:7071");
+  EXPECT_EQ(again->data_address(), "vm:7072");
+  EXPECT_EQ(again->heartbeat_interval_ms(), w1->heartbeat_interval_ms());
+  EXPECT_EQ(again->lost_after_ms(), w1->lost_after_ms());
+  EXPECT_TRUE(coord_->CheckWorkerToken("w-1", again->worker_token()).ok());
+  // Nothing else changed: one worker, its job still running and still its.
+  ASSERT_EQ(coord_->ListWorkers().workers_size(), 1);
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+  v1::HeartbeatReply beat = Beat("w-1");
+  EXPECT_FALSE(beat.reregister());
+  ASSERT_TRUE(beat.has_assignment());
+  EXPECT_EQ(beat.assignment().job_id(), job);
+  // The repeat counted as a sign of life: 2 s later (4 s after the first
+  // registration) w-1 is not LOST.
+  clock_.Advance(absl::Seconds(2));
+  coord_->Tick();
+  EXPECT_NE(WorkerState("w-1"), v1::LOST);
+
+  // Another secret (another process claiming host, pid and address), a
+  // changed data address, or no secret at all is not a repeat: refused as
+  // before while w-1 is live, and w-1 and its job are untouched.
+  v1::RegisterWorkerRequest other = first;
+  other.set_instance_secret(std::string(32, 't'));
+  EXPECT_EQ(coord_->RegisterWorker(other).status().code(), absl::StatusCode::kAlreadyExists);
+  other = first;
+  other.set_data_address("vm:7073");
+  EXPECT_EQ(coord_->RegisterWorker(other).status().code(), absl::StatusCode::kAlreadyExists);
+  other = first;
+  other.clear_instance_secret();
+  EXPECT_EQ(coord_->RegisterWorker(other).status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_EQ(coord_->ListWorkers().workers_size(), 1);
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+
+  // An oversized secret is refused naming the field.
+  other = first;
+  other.set_instance_secret(std::string(65, 's'));
+  absl::StatusOr<v1::RegisterWorkerReply> big = coord_->RegisterWorker(other);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(big.status().message(), "instance_secret: 65 bytes, expected at most 64");
+
+  // Once w-1 is LOST the same secret makes a new registration (the job's
+  // lost-worker policy has run; the old one is not revived).
+  clock_.Advance(absl::Seconds(4));
+  coord_->Tick();
+  ASSERT_EQ(WorkerState("w-1"), v1::LOST);
+  absl::StatusOr<v1::RegisterWorkerReply> later = coord_->RegisterWorker(first);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->worker_id(), "w-2");
+  EXPECT_NE(later->worker_token(), w1->worker_token());
+}
+
+// A worker cut off long enough to be LOST comes back to find another
+// worker-role caller registered at its address (claiming its host and pid,
+// or not). Its instance secret proves it held the address first: it takes
+// the address back at once, and the usurper's job fails naming both. A third
+// process cannot do the same, nor the usurper take it back again.
+TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
+  v1::RegisterWorkerRequest real;
+  real.set_address("vm:7071");
+  real.set_hostname("vm");
+  real.set_pid(100);
+  real.set_instance_secret(std::string(32, 'r'));
+  absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(real);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  clock_.Advance(absl::Seconds(4));
+  coord_->Tick();
+  ASSERT_EQ(WorkerState("w-1"), v1::LOST);
+  v1::RegisterWorkerRequest usurper = real;
+  usurper.set_pid(666);
+  usurper.set_instance_secret(std::string(32, 'u'));
+  absl::StatusOr<v1::RegisterWorkerReply> w2 = coord_->RegisterWorker(usurper);
+  ASSERT_TRUE(w2.ok()) << w2.status();
+  ASSERT_EQ(w2->worker_id(), "w-2");
+  const uint64_t job = Submit(Spec(1));
+  ASSERT_EQ(Job(job).state(), v1::RUNNING);
+
+  // A third process (another secret) is refused while w-2 is live.
+  v1::RegisterWorkerRequest third = real;
+  third.set_instance_secret(std::string(32, 't'));
+  EXPECT_EQ(coord_->RegisterWorker(third).status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_EQ(Job(job).state(), v1::RUNNING);
+
+  // The real process, with its old (now useless) token and its secret.
+  absl::StatusOr<v1::RegisterWorkerReply> back =
+      coord_->RegisterWorker(real, "", w1->worker_token());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->worker_id(), "w-3");
+  v1::WorkerList list = coord_->ListWorkers();
+  ASSERT_EQ(list.workers_size(), 1);
+  EXPECT_EQ(list.workers(0).worker_id(), "w-3");
+  const v1::JobStatus failed = Job(job);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_THAT(failed.reason(),
+              ::testing::HasSubstr("worker w-2 (rank 0, vm:7071) lost its address to w-3, the "
+                                   "process that held it before w-2 did (it proved so)"));
+  EXPECT_TRUE(Beat("w-2").reregister());
+
+  // The usurper cannot take it back in turn (w-3 displaced a live
+  // registration, not a LOST one), with its secret or its old token.
+  EXPECT_EQ(coord_->RegisterWorker(usurper).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(coord_->RegisterWorker(usurper, "", w2->worker_token()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(coord_->ListWorkers().workers(0).worker_id(), "w-3");
+}
+
 TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksToReregister) {
   EXPECT_TRUE(Beat("w-9").reregister());
   EXPECT_TRUE(Beat("bogus").reregister());
@@ -393,7 +520,6 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   Beat(w[1]);
   EXPECT_EQ(WorkerState(w[1]), v1::IDLE);
 }
-
 
 }  // namespace
 }  // namespace testing_coordinator

@@ -42,6 +42,14 @@ struct WorkerRecord {
   int64_t pid = 0;
   int64_t max_job_memory_bytes = 0;  // advertised at registration (0 = none)
   std::string blas_core, blas_advice;  // as registered (not persisted)
+  // Hex HMAC of RegisterWorkerRequest.instance_secret under the coordinator's
+  // key ("" = none sent); a repeated RegisterWorker of the same process
+  // matches it (not persisted: after a restart a repeat is a new one).
+  std::string instance_digest;
+  // The instance_digest of the LOST registration this one replaced at its
+  // address ("" = none): that process may take the address back
+  // (Coordinator::RegisterWorker). Not persisted.
+  std::string displaced_digest;
   lockstep::v1::WorkerState state = lockstep::v1::IDLE;
   uint64_t job_id = 0;  // bound job (0 = none)
   int rank = -1;

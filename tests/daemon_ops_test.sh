@@ -49,11 +49,14 @@ wait_file "$T/coord.port"
 CPORT=$(cat "$T/coord.port"); C="127.0.0.1:$CPORT"
 cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 wpid=()
-start_worker() {  # start_worker N
-  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$1.port" 2>"$T/w$1.log" & wpid[$1]=$!; pids+=($!)
-  wait_file "$T/w$1.port"
+start_worker() {  # start_worker N [FLAGS...]
+  local n=$1; shift
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$n.port" "$@" 2>"$T/w$n.log" & wpid[$n]=$!; pids+=($!)
+  wait_file "$T/w$n.port"
 }
-start_worker 1; start_worker 2
+# Worker 2 loses its first RegisterWorker reply (a test-only fault): it
+# repeats the call and gets the same registration back.
+start_worker 1; start_worker 2 --fault_lose_register_reply
 W1="127.0.0.1:$(cat "$T/w1.port")"; W2="127.0.0.1:$(cat "$T/w2.port")"
 
 echo "== health: every daemon answers lockstep health"
@@ -70,6 +73,18 @@ out=$(health 127.0.0.1:1 --timeout_ms=500 2>"$T/err"); rc=$?
 [ "$rc" = 1 ] && [ "$out" = UNREACHABLE ] || fail "unreachable: rc $rc, '$out'"
 grep -q '127.0.0.1:1' "$T/err" || fail "unreachable message: $(cat "$T/err")"
 echo "  coordinator, workers: SERVING; unknown service and closed port exit 1"
+# The lost reply: one registration for worker 2, handed out twice, and no
+# refusal (before RegisterWorkerRequest.instance_secret the repeat was
+# refused ALREADY_EXISTS until the first registration was LOST, ~3 s).
+grep -q "reply was dropped as if lost in transit" "$T/w2.log" || fail "worker 2 lost no reply: $(cat "$T/w2.log")"
+w2id=$(grep -o 'INFO  worker: registered worker=w-[0-9]*' "$T/w2.log" | head -1 | sed 's/.*worker=//')
+[ -n "$w2id" ] || fail "worker 2 did not register: $(cat "$T/w2.log")"
+grep -q "worker registration repeated worker=$w2id " "$T/coord.log" || fail "no repeated registration of $w2id: $(cat "$T/coord.log")"
+[ "$(grep -c 'worker registered ' "$T/coord.log")" = 2 ] || fail "registrations: $(grep 'worker registered' "$T/coord.log")"
+grep -q "cannot register" "$T/w2.log" && ! grep -q "ALREADY_EXISTS\|already registered\|registered by live worker" "$T/w2.log" \
+  || fail "worker 2's repeat was refused: $(cat "$T/w2.log")"
+[ "$(cli workers | grep -c '^w-')" = 2 ] || fail "workers: $(cli workers)"
+echo "  a RegisterWorker reply lost in transit: repeated, the same registration ($w2id) given back"
 # A worker that cannot register (nothing listens at its coordinator address)
 # is NOT_SERVING, and still exits 0 on SIGTERM.
 "$WORKER" --insecure --coordinator=127.0.0.1:1 --port_file="$T/lonely.port" 2>"$T/lonely.log" & lpid=$!; pids+=($lpid)

@@ -15,6 +15,7 @@
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/worker_token.h"
+#include "common/net/data_auth.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "common/train/job_memory.h"
 #include "common/train/job_spec_convert.h"
@@ -32,7 +33,8 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options, std::shared_ptr<grpc::Ch
       log_(LoggerOrStderr(options_.logger, "worker")),
       channel_(std::move(channel)),
       stub_(v1::Coordinator::NewStub(channel_)),
-      transports_(std::move(transports)) {
+      transports_(std::move(transports)),
+      instance_secret_(dataauth::RandomSecret()) {
   absl::MutexLock l(&mu_);
   lost_after_ = options_.default_lost_after;
 }
@@ -138,6 +140,7 @@ absl::Status WorkerDaemon::Register() {
   req.set_data_address(options_.data_address);
   req.set_hostname(options_.hostname);
   req.set_pid(getpid());
+  req.set_instance_secret(instance_secret_);
   req.set_max_job_memory_bytes(options_.max_job_memory_bytes);
   req.set_blas_core(BlasCoreName());
   req.set_blas_advice(BlasCoreAdvice(BlasCoreName(), ThisCpu()));
@@ -152,6 +155,11 @@ absl::Status WorkerDaemon::Register() {
   if (!s.ok()) return s;
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
+  if (options_.lose_first_register_reply && !register_reply_lost_) {
+    register_reply_lost_ = true;
+    return absl::DeadlineExceededError(
+        "RegisterWorker's reply was dropped as if lost in transit (--fault_lose_register_reply)");
+  }
   worker_id_ = reply.worker_id();
   worker_token_ = reply.worker_token();
   if (options_.serving_changed && !draining_) options_.serving_changed(true);

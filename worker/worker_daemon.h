@@ -140,6 +140,10 @@ struct WorkerDaemonOptions {
   int64_t max_job_memory_bytes = 0;
   // Fault injection for tests (see JobRunnerOptions::perturb_at_step).
   int64_t perturb_at_step = -1;
+  // Fault injection for tests: the first RegisterWorker reply is dropped
+  // as if lost in transit (Register returns DEADLINE_EXCEEDED), so the
+  // daemon repeats the call (RegisterWorkerRequest.instance_secret).
+  bool lose_first_register_reply = false;
   // Fault injection for tests (see JobRunnerOptions::flip_at_step).
   int64_t flip_at_step = -1;
   bool flip_optimizer = false;
@@ -266,6 +270,11 @@ class WorkerDaemon {
   // lets the new registration replace the old one at once while that one is
   // still live (Coordinator::RegisterWorker).
   std::string previous_token_ ABSL_GUARDED_BY(mu_);
+  // Drawn once (dataauth::RandomSecret) and sent with every RegisterWorker
+  // (RegisterWorkerRequest.instance_secret): a repeat whose first reply was
+  // lost gets the same registration back. Never logged.
+  const std::string instance_secret_;
+  bool register_reply_lost_ ABSL_GUARDED_BY(mu_) = false;  // lose_first_register_reply done
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(200);
   absl::Duration lost_after_ ABSL_GUARDED_BY(mu_);  // the coordinator's
   // When a heartbeat last got an answer (registration counts as one).

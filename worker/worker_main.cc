@@ -93,6 +93,9 @@ ABSL_FLAG(std::string, fault_hold_pull_file, "",
 ABSL_FLAG(int64_t, fault_nan_step, -1,
           "Testing only: at this step of every job, put a NaN in this worker's local gradient "
           "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
+ABSL_FLAG(bool, fault_lose_register_reply, false,
+          "Testing only: treat the first RegisterWorker reply as lost in transit (the call "
+          "fails DEADLINE_EXCEEDED after the coordinator answered), so the worker repeats it");
 ABSL_FLAG(std::string, data_dir, "",
           "Relative dataset paths in jobs resolve against this directory (this machine's data)");
 ABSL_FLAG(int32_t, rpc_timeout_ms, 5000, "Deadline of each coordinator RPC");
@@ -324,6 +327,7 @@ int main(int argc, char** argv) {
     options.flip_optimizer = target == "optimizer";
   }
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
+  options.lose_first_register_reply = absl::GetFlag(FLAGS_fault_lose_register_reply);
   options.channel_credentials = peer_credentials;
   options.ps_channel_credentials = ps_credentials;
   options.coordinator_ps_channel_credentials = coordinator_credentials;
