@@ -199,6 +199,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                 }
                 PsTcpClientOptions tcp_options;
                 tcp_options.secret = a.data_plane_secret();
+                tcp_options.progress = job->peer_wait.progress();
                 tcp_options.tls = a.coordinator_ps_shard() ? options_.coordinator_ps_data_tls
                                                           : options_.ps_data_tls;
                 ps_tcp_clients.push_back(

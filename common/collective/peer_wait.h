@@ -21,7 +21,14 @@
 // ShardWaitPsClient does the same for a ps job's shard clients: a push or
 // pull that has waited for seconds with every rank waiting means the shard
 // is out of reach (or stuck), not a slow peer (a dead worker stops its
-// heartbeats and is handled as lost).
+// heartbeats and is handled as lost). A whole shard moves in one push or
+// pull, which on a slow or shared link may take longer than lost_after
+// (K workers pushing 100 MB each to one server on 1 Gbit/s: 6.4 s), so the
+// raw-TCP ps clients Touch progress() whenever bytes move and a wait counts
+// from the last byte: while any rank's bytes still flow, not every rank
+// waits. Over gRPC (ps or peers), the raw-TCP ring and shared memory a wait
+// still counts from the start of the call (a ring segment is at most
+// 2 MiB).
 //
 // Threading: one thread at a time runs the combine and calls the transport
 // or the shard clients (the job thread, or the StepCombiner's thread with
@@ -37,6 +44,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/ps_aggregator.h"
 #include "common/collective/transport.h"
 
@@ -49,40 +57,49 @@ class PeerWait {
   // -1 when it waits for neither (then `waited` is zero). (With a wait
   // ending and another starting meanwhile, the duration may be the newer
   // one's: never longer than the truth.)
+  //
+  // `waited` runs from the later of the wait's start and the last progress
+  // on the job's data plane (progress(): bytes moved by a transport that
+  // reports them, today the ps clients over raw TCP), so a push or pull
+  // whose bytes still flow, however slowly, is not a stuck one.
   struct Waiting {
     int peer = -1;
     int shard = -1;
     absl::Duration waited;
   };
-  Waiting Current() const {
+  Waiting Current() const { return CurrentAt(ProgressMark::SteadyNanos()); }
+  // As Current, at steady-clock time `now_ns` (tests).
+  Waiting CurrentAt(int64_t now_ns) const {
     const int target = target_.load(std::memory_order_acquire);
     if (target == kNone) return {};
-    const int64_t since = since_ns_.load(std::memory_order_acquire);
+    const int64_t since =
+        std::max(since_ns_.load(std::memory_order_acquire), progress_.last_ns());
     Waiting w;
     (target >= 0 ? w.peer : w.shard) = target >= 0 ? target : kShardBase - target;
-    w.waited = std::max(absl::ZeroDuration(), absl::Nanoseconds(SteadyNanos() - since));
+    w.waited = std::max(absl::ZeroDuration(), absl::Nanoseconds(now_ns - since));
     return w;
   }
-  void Begin(int peer) { BeginTarget(peer); }
-  void BeginShard(int shard) { BeginTarget(kShardBase - shard); }
+  void Begin(int peer) { BeginTarget(peer, ProgressMark::SteadyNanos()); }
+  void BeginShard(int shard) { BeginTarget(kShardBase - shard, ProgressMark::SteadyNanos()); }
+  // As Begin and BeginShard, at steady-clock time `now_ns` (tests).
+  void BeginAt(int peer, int64_t now_ns) { BeginTarget(peer, now_ns); }
+  void BeginShardAt(int shard, int64_t now_ns) { BeginTarget(kShardBase - shard, now_ns); }
   void End() { target_.store(kNone, std::memory_order_release); }
+  // The job's data-plane progress, for the transports and ps clients to
+  // Touch (not owned by them; lives as long as this).
+  ProgressMark* progress() { return &progress_; }
 
  private:
   // target_: a peer rank (>= 0), none (-1), or shard s as kShardBase - s.
   static constexpr int kNone = -1;
   static constexpr int kShardBase = -2;
-  void BeginTarget(int target) {
-    since_ns_.store(SteadyNanos(), std::memory_order_release);
+  void BeginTarget(int target, int64_t now_ns) {
+    since_ns_.store(now_ns, std::memory_order_release);
     target_.store(target, std::memory_order_release);
-  }
-  // A monotonic clock: a wall-clock step must not make a wait look longer.
-  static int64_t SteadyNanos() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
   }
   std::atomic<int> target_{kNone};
   std::atomic<int64_t> since_ns_{0};
+  ProgressMark progress_;
 };
 
 // Forwards everything to `inner`, publishing each Recv's wait in `wait`.

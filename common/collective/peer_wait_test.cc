@@ -10,6 +10,32 @@
 namespace lockstep {
 namespace {
 
+// A wait counts from the later of its start and the last progress on the
+// data plane: bytes that still move (a slow shard transfer) restart it;
+// progress before the wait began does not shorten it.
+TEST(PeerWaitTest, AWaitCountsFromTheLastProgress) {
+  PeerWait wait;
+  const int64_t ms = 1000 * 1000;
+  wait.progress()->TouchAt(500 * ms);  // before the wait: no effect
+  wait.BeginShardAt(1, 1000 * ms);
+  EXPECT_EQ(wait.CurrentAt(4000 * ms).shard, 1);
+  EXPECT_EQ(wait.CurrentAt(4000 * ms).peer, -1);
+  EXPECT_EQ(wait.CurrentAt(4000 * ms).waited, absl::Milliseconds(3000));
+  wait.progress()->TouchAt(3500 * ms);  // bytes moved
+  EXPECT_EQ(wait.CurrentAt(4000 * ms).waited, absl::Milliseconds(500));
+  EXPECT_EQ(wait.CurrentAt(7500 * ms).waited, absl::Milliseconds(4000));
+  wait.End();
+  EXPECT_EQ(wait.CurrentAt(7500 * ms).shard, -1);
+  EXPECT_EQ(wait.CurrentAt(7500 * ms).waited, absl::ZeroDuration());
+  // A new wait starts from its own beginning, after the old progress.
+  wait.BeginAt(2, 8000 * ms);
+  EXPECT_EQ(wait.CurrentAt(9000 * ms).peer, 2);
+  EXPECT_EQ(wait.CurrentAt(9000 * ms).waited, absl::Milliseconds(1000));
+  // Never negative (a progress reading newer than `now`).
+  wait.progress()->TouchAt(9500 * ms);
+  EXPECT_EQ(wait.CurrentAt(9000 * ms).waited, absl::ZeroDuration());
+}
+
 TEST(PeerWaitTest, ARecvPublishesItsPeerUntilItReturns) {
   InProcessHub hub(3);
   PeerWait wait;

@@ -205,7 +205,8 @@ absl::Status PsTcpClient::SendRequest(const Conn& c, Kind kind, uint64_t job, in
   iovec iov[2] = {{h, sizeof(h)}, {const_cast<void*>(bytes), static_cast<size_t>(f.len)}};
   // The server reads every request as it comes: writing can only stall on a
   // dead server, which the grace after the deadline bounds.
-  return psnet::WriteFully(c.io, iov, payload.empty() ? 1 : 2, deadline + options_.reply_grace);
+  return psnet::WriteFully(c.io, iov, payload.empty() ? 1 : 2, deadline + options_.reply_grace,
+                           options_.progress);
 }
 
 absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, int worker,
@@ -214,7 +215,7 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
   *stream_ok = false;
   const absl::Time until = deadline + options_.reply_grace;
   uint8_t h[psnet::kFrameBytes];
-  absl::Status s = psnet::ReadFully(c.io, h, sizeof(h), until);
+  absl::Status s = psnet::ReadFully(c.io, h, sizeof(h), until, nullptr, options_.progress);
   if (!s.ok()) {
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(
@@ -246,12 +247,15 @@ absl::Status PsTcpClient::ReadAnswer(const Conn& c, uint64_t job, int64_t step, 
         " for job ", f.job, " step ", f.step, " worker ", f.worker, " with ", f.len, " bytes"));
   }
   if (want_len > 0 && c.wire == WireFormat::kFloat32) {
-    if (s = psnet::ReadFully(c.io, out.data(), static_cast<size_t>(want_len), until); !s.ok()) {
+    if (s = psnet::ReadFully(c.io, out.data(), static_cast<size_t>(want_len), until, nullptr,
+                             options_.progress);
+        !s.ok()) {
       return s;
     }
   } else if (want_len > 0) {
     c.scratch->resize(static_cast<size_t>(n));
-    if (s = psnet::ReadFully(c.io, c.scratch->data(), static_cast<size_t>(want_len), until);
+    if (s = psnet::ReadFully(c.io, c.scratch->data(), static_cast<size_t>(want_len), until,
+                             nullptr, options_.progress);
         !s.ok()) {
       return s;
     }

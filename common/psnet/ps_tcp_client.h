@@ -59,6 +59,10 @@ struct PsTcpClientOptions {
   // hold a server or coordinator certificate from our CA) before the
   // challenge; null: plain TCP.
   std::shared_ptr<const dataconn::DataTls> tls;
+  // Touched whenever a request's or answer's bytes move (PeerWait's
+  // progress: a slow shard transfer is not a stuck one). Not owned; null =
+  // none; must outlive the client.
+  ProgressMark* progress = nullptr;
 };
 
 class PsTcpClient : public PsClient {

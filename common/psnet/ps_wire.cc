@@ -288,7 +288,7 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline) {
 }
 
 absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
-                       bool* clean_eof) {
+                       bool* clean_eof, ProgressMark* progress) {
   if (clean_eof != nullptr) *clean_eof = false;
   uint8_t* b = static_cast<uint8_t*>(p);
   size_t got = 0;
@@ -296,6 +296,7 @@ absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time de
     const ssize_t r = dataconn::Recv(c, b + got, n - got);
     if (r > 0) {
       got += static_cast<size_t>(r);
+      TouchProgress(progress);
       continue;
     }
     if (r == 0) {
@@ -310,7 +311,8 @@ absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time de
   return absl::OkStatus();
 }
 
-absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline) {
+absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline,
+                        ProgressMark* progress) {
   while (iovcnt > 0) {
     if (iov->iov_len == 0) {
       ++iov;
@@ -325,6 +327,7 @@ absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::T
       if (!s.ok()) return s;
       continue;
     }
+    if (w > 0) TouchProgress(progress);
     size_t left = static_cast<size_t>(w);
     while (left > 0 && iovcnt > 0) {
       const size_t take = std::min(left, iov->iov_len);

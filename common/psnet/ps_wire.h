@@ -69,6 +69,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/wire_format.h"
 #include "common/net/data_auth.h"
 #include "common/net/data_conn.h"
@@ -157,15 +158,18 @@ absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline);
 absl::Status WaitFd(int fd, short events, absl::Time deadline);
 // Reads exactly n bytes. UnavailableError on end of stream / reset ("end of
 // stream" when the peer closed before the first byte: *clean_eof set).
-// Through c's stream (plain or TLS, common/net/data_conn.h).
+// Through c's stream (plain or TLS, common/net/data_conn.h). `progress`
+// (optional, not owned) is touched whenever a read returns bytes.
 absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
-                       bool* clean_eof = nullptr);
+                       bool* clean_eof = nullptr, ProgressMark* progress = nullptr);
 inline absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline,
                               bool* clean_eof = nullptr) {
   return ReadFully(dataconn::Plain(fd), p, n, deadline, clean_eof);
 }
-// Writes the iovecs completely (modified in place).
-absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline);
+// Writes the iovecs completely (modified in place); `progress` as above,
+// whenever a write takes bytes.
+absl::Status WriteFully(const dataconn::Conn& c, iovec* iov, int iovcnt, absl::Time deadline,
+                        ProgressMark* progress = nullptr);
 inline absl::Status WriteFully(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
   return WriteFully(dataconn::Plain(fd), iov, iovcnt, deadline);
 }
