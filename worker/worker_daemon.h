@@ -88,6 +88,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/transport.h"
 #include "common/log.h"
 #include "common/net/data_conn.h"
@@ -110,9 +111,11 @@ class JobTransport {
 // `peers` (address of rank r at index r: the assignment's peer_addresses for
 // GRPC, its data_addresses for TCP). `secret`: the assignment's
 // data_plane_secret (TCP connections prove it; common/net/data_auth.h).
+// `progress`: the job's PeerWait progress, for a transport that reports
+// bytes as they move (TCP; not owned, outlives the transport).
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
     v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers,
-    const std::string& secret)>;
+    const std::string& secret, ProgressMark* progress)>;
 
 // Deadline of each coordinator call made while draining (ReportDone of the
 // abandoned job, DeregisterWorker), so an unreachable coordinator delays a

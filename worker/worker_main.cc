@@ -361,7 +361,8 @@ int main(int argc, char** argv) {
       options, channel,
       [&peers, &worker_metrics, tcp_hub = hub->get(), peer_credentials](
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
-          const std::vector<std::string>& addresses, const std::string& secret)
+          const std::vector<std::string>& addresses, const std::string& secret,
+          lockstep::ProgressMark* progress)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
         if (kind == lockstep::v1::SHM) {
           lockstep::ShmTransportOptions shm_options;
@@ -372,6 +373,7 @@ int main(int argc, char** argv) {
         if (kind == lockstep::v1::TCP) {
           lockstep::TcpTransportOptions tcp_options;
           tcp_options.secret = secret;  // Assignment.data_plane_secret
+          tcp_options.progress = progress;  // a wait counts from the last byte
           return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses, tcp_options),
                       &worker_metrics, "tcp");
         }

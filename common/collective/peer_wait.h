@@ -24,11 +24,11 @@
 // heartbeats and is handled as lost). A whole shard moves in one push or
 // pull, which on a slow or shared link may take longer than lost_after
 // (K workers pushing 100 MB each to one server on 1 Gbit/s: 6.4 s), so the
-// raw-TCP ps clients Touch progress() whenever bytes move and a wait counts
-// from the last byte: while any rank's bytes still flow, not every rank
-// waits. Over gRPC (ps or peers), the raw-TCP ring and shared memory a wait
-// still counts from the start of the call (a ring segment is at most
-// 2 MiB).
+// raw-TCP ps clients and the raw-TCP ring transport Touch progress()
+// whenever bytes move and a wait counts from the last byte: while any
+// rank's bytes still flow, not every rank waits. Over gRPC (ps or peers)
+// and shared memory a wait still counts from the start of the call (a ring
+// segment is at most 2 MiB).
 //
 // Threading: one thread at a time runs the combine and calls the transport
 // or the shard clients (the job thread, or the StepCombiner's thread with
@@ -60,7 +60,7 @@ class PeerWait {
   //
   // `waited` runs from the later of the wait's start and the last progress
   // on the job's data plane (progress(): bytes moved by a transport that
-  // reports them, today the ps clients over raw TCP), so a push or pull
+  // reports them: the raw-TCP ring and ps clients), so a push or pull
   // whose bytes still flow, however slowly, is not a stuck one.
   struct Waiting {
     int peer = -1;

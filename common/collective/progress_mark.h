@@ -4,7 +4,8 @@
 //
 // The data plane's I/O loops call Touch() whenever a read or write moved at
 // least one byte (psnet::ReadFully / WriteFully for the ps clients over raw
-// TCP). Thread-safe: any thread may Touch or read; a relaxed store of a
+// TCP; the raw-TCP ring's Recv, direct Send and outbox writer thread).
+// Thread-safe: any thread may Touch or read; a relaxed store of a
 // steady-clock reading (tens of nanoseconds), so the loops may call it per
 // system call.
 #ifndef LOCKSTEP_COMMON_COLLECTIVE_PROGRESS_MARK_H_

@@ -3,6 +3,7 @@
 #
 # Usage: bash tests/tsan/run_tsan.sh [bazel test flags] [targets]
 #   targets default: the tsan set (below); prints "tests: N passed, N failed".
+#        bash tests/tsan/run_tsan.sh --ci          # the CI subset (ci_set.txt)
 #        bash tests/tsan/run_tsan.sh --absl_only   # only build abseil
 #
 # Why abseil is rebuilt: Debian's libabsl is not built with TSan, so
@@ -98,9 +99,13 @@ if [ "${1:-}" = --absl_only ]; then echo "tsan: instrumented abseil in $LIB" >&2
 TARGETS=()
 FLAGS=()
 for a in "$@"; do
-  case "$a" in -*) FLAGS+=("$a") ;; *) TARGETS+=("$a") ;; esac
+  case "$a" in
+    --ci) mapfile -t -O "${#TARGETS[@]}" TARGETS < <(grep -o '^//[^ ]*' tests/tsan/ci_set.txt) ;;
+    -*) FLAGS+=("$a") ;;
+    *) TARGETS+=("$a") ;;
+  esac
 done
-# The tsan set (what CI runs): every C++ test (cc_test) in the tree, i.e. the
+# The tsan set (CI runs the subset in ci_set.txt): every C++ test (cc_test) in the tree, i.e. the
 # unit and in-process tests of common/, worker/, server/, client/, the
 # in-process transports and collectives, the ps registry, membership and the
 # coordinator, plus //tests/tsan:absl_mutex_visible_test (tagged manual: it

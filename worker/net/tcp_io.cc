@@ -54,11 +54,12 @@ absl::Status WaitFd(int fd, short events, int wake_fd, absl::Time deadline) {
 // UnavailableError) on end of stream; `wait` blocks until fd may be
 // readable (its errors are returned).
 absl::Status ReadFully(const dataconn::Conn& c, uint8_t* p, size_t n, size_t* got, bool* eof,
-                       absl::FunctionRef<absl::Status()> wait) {
+                       absl::FunctionRef<absl::Status()> wait, ProgressMark* progress) {
   while (*got < n) {
     const ssize_t r = dataconn::Recv(c, p + *got, n - *got);
     if (r > 0) {
       *got += static_cast<size_t>(r);
+      TouchProgress(progress);
       continue;
     }
     if (r == 0) {

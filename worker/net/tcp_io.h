@@ -15,6 +15,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/collective/progress_mark.h"
 #include "common/net/data_conn.h"
 
 namespace lockstep {
@@ -34,9 +35,11 @@ absl::Status WaitFd(int fd, short events, int wake_fd, absl::Time deadline);
 
 // Reads until [*got, n) of p is filled. OK when done; *eof set (and
 // UnavailableError) on end of stream or a reset; `wait` blocks until fd may
-// be readable (its errors are returned).
+// be readable (its errors are returned). `progress` (optional, not owned)
+// is touched whenever a read returns bytes.
 absl::Status ReadFully(const dataconn::Conn& c, uint8_t* p, size_t n, size_t* got, bool* eof,
-                       absl::FunctionRef<absl::Status()> wait);
+                       absl::FunctionRef<absl::Status()> wait,
+                       ProgressMark* progress = nullptr);
 
 // Writes all of p (blocking via WaitFd). For the small hello only.
 absl::Status WriteFully(const dataconn::Conn& c, const uint8_t* p, size_t n, int wake_fd,

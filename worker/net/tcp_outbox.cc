@@ -23,9 +23,11 @@ using tcpio::TimeLeft;
 using tcpio::WaitFd;
 
 TcpOutbox::TcpOutbox(int rank, int world, int writer_wake_fd,
-                     int shutdown_wake_fd, absl::Duration close_timeout)
+                     int shutdown_wake_fd, absl::Duration close_timeout,
+                     ProgressMark* progress)
     : rank_(rank), writer_wake_fd_(writer_wake_fd),
-      shutdown_wake_fd_(shutdown_wake_fd), close_timeout_(close_timeout) {
+      shutdown_wake_fd_(shutdown_wake_fd), close_timeout_(close_timeout),
+      progress_(progress) {
   for (int i = 0; i < world; ++i) {
     links_.push_back(std::make_unique<TcpOutLink>());
   }
@@ -107,6 +109,7 @@ bool TcpOutbox::FlushLocked(int to, TcpOutLink& link) {
       skip = 0;
     }
     ssize_t w = dataconn::Sendv(link.sock->conn, iov, niov);
+    if (w > 0) TouchProgress(progress_);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (w <= 0) {

@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/collective/progress_mark.h"
 #include "common/fifo.h"
 #include "common/net/data_conn.h"
 
@@ -104,8 +105,10 @@ class TcpOutbox {
   // `world` links for rank `rank`; writer_wake_fd (an eventfd, owned) wakes
   // the writer; shutdown_wake_fd (not owned) is readable once the transport
   // shuts down. The writer thread starts at once.
+  // `progress` (optional, not owned, outlives this) is touched whenever a
+  // write moves bytes.
   TcpOutbox(int rank, int world, int writer_wake_fd, int shutdown_wake_fd,
-            absl::Duration close_timeout);
+            absl::Duration close_timeout, ProgressMark* progress = nullptr);
   ~TcpOutbox();  // StopWriter(); closes writer_wake_fd
   TcpOutbox(const TcpOutbox&) = delete;
   TcpOutbox& operator=(const TcpOutbox&) = delete;
@@ -157,6 +160,7 @@ class TcpOutbox {
   const int writer_wake_fd_;
   const int shutdown_wake_fd_;
   const absl::Duration close_timeout_;
+  ProgressMark* const progress_;
   std::vector<std::unique_ptr<TcpOutLink>> links_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int> pending_links_{0};  // links with a non-empty backlog

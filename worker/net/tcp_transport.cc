@@ -121,7 +121,7 @@ TcpTransport::TcpTransport(
       options_(options),
       outbox_(std::make_unique<TcpOutbox>(
           rank_, static_cast<int>(addresses_.size()), wake_fd,
-          inbox_->wake_fd, options_.close_timeout)) {}
+          inbox_->wake_fd, options_.close_timeout, options_.progress)) {}
 
 TcpTransport::~TcpTransport() { Shutdown(); }
 
@@ -316,6 +316,7 @@ absl::Status TcpTransport::SendImpl(int to, const MessageKey& key,
       const ssize_t w = dataconn::Sendv(link.sock->conn, iov, niov);
       if (w > 0) {
         done += static_cast<size_t>(w);
+        TouchProgress(options_.progress);
         continue;
       }
       if (w < 0 && errno == EINTR) continue;
@@ -390,7 +391,7 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
       }
     }
     if (s.ok()) {
-      s = ReadFully(*fd, in.hdr, kHeaderBytes, &in.hdr_got, &eof, wait);
+      s = ReadFully(*fd, in.hdr, kHeaderBytes, &in.hdr_got, &eof, wait, options_.progress);
     }
     if (eof) {
       in.hdr_got = 0;
@@ -422,7 +423,7 @@ absl::Status TcpTransport::Recv(int from, const MessageKey& key,
       return Named(from, m);
     }
     size_t got = 0;
-    s = ReadFully(*fd, out.data(), out.size(), &got, &eof, wait);
+    s = ReadFully(*fd, out.data(), out.size(), &got, &eof, wait, options_.progress);
     in.hdr_got = 0;
     if (!s.ok()) {
       in.skip_left = static_cast<int64_t>(out.size() - got);

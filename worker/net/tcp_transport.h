@@ -91,6 +91,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/transport.h"
 #include "worker/net/tcp_hub.h"
 #include "worker/net/tcp_outbox.h"
@@ -127,6 +128,10 @@ struct TcpTransportOptions {
   absl::Duration recv_spin = absl::Microseconds(50);
   // Shutdown: how long the backlog may take to drain.
   absl::Duration close_timeout = absl::Seconds(5);
+  // Touched whenever a read or write of this transport moves bytes (the
+  // job's PeerWait progress: a wait counts from the last byte). Not owned;
+  // null = none; must outlive the transport.
+  ProgressMark* progress = nullptr;
 };
 
 class TcpTransport final : public Transport {

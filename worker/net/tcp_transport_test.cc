@@ -134,6 +134,40 @@ TEST(TcpTransportTest, BacklogKeepsOrderAndBytesAndFlowControlHasADeadline) {
   }
 }
 
+// Bytes that move touch each side's progress mark (PeerWait counts a wait
+// from the last byte): the receiver's reads, and the sender's backlog
+// written after the receiver began to drain it (the writer thread).
+TEST(TcpTransportTest, MovingBytesTouchBothSidesProgressMarks) {
+  Hubs h(2);
+  ProgressMark sent, received;
+  TcpTransportOptions o0, o1;
+  o0.progress = &sent;
+  o0.max_queued_bytes = int64_t{128} << 20;
+  o1.progress = &received;
+  auto t0 = h.Make(1, 0, o0);
+  auto t1 = h.Make(1, 1, o1);
+  const size_t size = 1 << 20;
+  // Far more than loopback sockets buffer (tcp_rmem's maximum was 32 MiB
+  // on the 2026-12-04 host; 6 MiB is the kernel's default).
+  constexpr int kMessages = 96;
+  const int64_t before = ProgressMark::SteadyNanos();
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(t0->Send(1, MakeKey(1, 0, 0, i), Bytes(size, i), absl::Now() + kLong).ok());
+  }
+  EXPECT_GE(sent.last_ns(), before);  // the first bytes went straight out
+  EXPECT_EQ(received.last_ns(), 0);   // nothing read yet
+  const int64_t reading = ProgressMark::SteadyNanos();
+  std::vector<uint8_t> got(size);
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(t1->Recv(0, MakeKey(1, 0, 0, i), absl::MakeSpan(got), absl::Now() + kLong).ok());
+  }
+  EXPECT_GT(received.last_ns(), reading);
+  // The last message's bytes could only leave once rank 1 read: the sender
+  // touched its mark after `reading`.
+  EXPECT_GT(sent.last_ns(), reading);
+  EXPECT_EQ(got, Bytes(size, kMessages - 1));
+}
+
 TEST(TcpTransportTest, AbortedPartialReceiveIsSkippedByTheNextStep) {
   // A Recv that gives up half-way through a payload leaves the rest to be
   // discarded; the next step's message is still received intact.
