@@ -119,11 +119,17 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   const int64_t seq = workers_.NextSeq();
   const std::string id = absl::StrCat("w-", seq);
   const std::string reclaimed_id = reclaimed_from != nullptr ? reclaimed_from->id : "";
-  std::string displaced;  // the LOST registration's secret this one displaces
+  // Who may take the address back from this registration: the process that
+  // held it first. A LOST record that had itself displaced someone passes
+  // that right on (its own process was the usurper), unless the one
+  // registering now is that first holder, back after the usurper went LOST.
+  std::string displaced;
   for (const Worker& old : workers_.RemoveAtAddress(*address)) {
     ForgetWorkerLocked(old.seq);
-    if (old.state == v1::LOST && !old.instance_digest.empty() && old.instance_digest != digest) {
-      displaced = old.instance_digest;
+    if (old.state == v1::LOST) {
+      const std::string& first =
+          old.displaced_digest.empty() ? old.instance_digest : old.displaced_digest;
+      if (!first.empty() && first != digest) displaced = first;
     }
     if (old.job_id == 0) continue;
     Job* job = jobs_.Find(old.job_id);

@@ -260,6 +260,53 @@ TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
   EXPECT_EQ(coord_->ListWorkers().workers(0).worker_id(), "w-3");
 }
 
+// The right to take an address back stays with the process that held it
+// first: a usurper that went LOST before the real process came back (or a
+// third process after it) cannot use it to evict the real one.
+TEST_F(CoordinatorTest, OnlyTheFirstHolderOfAnAddressMayTakeItBack) {
+  v1::RegisterWorkerRequest real;
+  real.set_address("vm:7071");
+  real.set_hostname("vm");
+  real.set_pid(100);
+  real.set_instance_secret(std::string(32, 'r'));
+  v1::RegisterWorkerRequest usurper = real;
+  usurper.set_pid(666);
+  usurper.set_instance_secret(std::string(32, 'u'));
+  v1::RegisterWorkerRequest third = real;
+  third.set_pid(777);
+  third.set_instance_secret(std::string(32, 't'));
+  auto lose_all = [&] {
+    clock_.Advance(absl::Seconds(4));
+    coord_->Tick();
+  };
+  ASSERT_TRUE(coord_->RegisterWorker(real).ok());     // w-1
+  lose_all();
+  ASSERT_TRUE(coord_->RegisterWorker(usurper).ok());  // w-2 displaces w-1
+  lose_all();
+  // The real process comes back the ordinary way (w-2 is LOST) ...
+  absl::StatusOr<v1::RegisterWorkerReply> back = coord_->RegisterWorker(real);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->worker_id(), "w-3");
+  const uint64_t job = Submit(Spec(1));
+  ASSERT_EQ(Job(job).state(), v1::RUNNING);
+  // ... and the usurper cannot take the address from it.
+  EXPECT_EQ(coord_->RegisterWorker(usurper).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(coord_->ListWorkers().workers(0).worker_id(), "w-3");
+  EXPECT_EQ(Job(job).state(), v1::RUNNING);
+
+  // A chain: the real process LOST, the usurper takes the address and goes
+  // LOST, a third process takes it: the real one may still take it back,
+  // the usurper may not.
+  lose_all();
+  ASSERT_TRUE(coord_->RegisterWorker(usurper).ok());  // w-4 displaces w-3 (real)
+  lose_all();
+  ASSERT_TRUE(coord_->RegisterWorker(third).ok());  // w-5: the right passes on
+  EXPECT_EQ(coord_->RegisterWorker(usurper).status().code(), absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<v1::RegisterWorkerReply> again = coord_->RegisterWorker(real);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->worker_id(), "w-6");
+}
+
 TEST_F(CoordinatorTest, HeartbeatFromUnknownWorkerAsksToReregister) {
   EXPECT_TRUE(Beat("w-9").reregister());
   EXPECT_TRUE(Beat("bogus").reregister());

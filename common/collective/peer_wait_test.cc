@@ -34,6 +34,10 @@ TEST(PeerWaitTest, AWaitCountsFromTheLastProgress) {
   // Never negative (a progress reading newer than `now`).
   wait.progress()->TouchAt(9500 * ms);
   EXPECT_EQ(wait.CurrentAt(9000 * ms).waited, absl::ZeroDuration());
+  // An older touch (a thread preempted after reading its clock) never moves
+  // the mark back.
+  wait.progress()->TouchAt(8500 * ms);
+  EXPECT_EQ(wait.progress()->last_ns(), 9500 * ms);
 }
 
 TEST(PeerWaitTest, ARecvPublishesItsPeerUntilItReturns) {

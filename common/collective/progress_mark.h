@@ -5,9 +5,11 @@
 // The data plane's I/O loops call Touch() whenever a read or write moved at
 // least one byte (psnet::ReadFully / WriteFully for the ps clients over raw
 // TCP; the raw-TCP ring's Recv, direct Send and outbox writer thread).
-// Thread-safe: any thread may Touch or read; a relaxed store of a
-// steady-clock reading (tens of nanoseconds), so the loops may call it per
-// system call.
+// Thread-safe: any thread may Touch or read; a steady-clock reading and a
+// relaxed compare-and-swap (tens of nanoseconds), so the loops may call it
+// per system call. One mark per job, not per link: bytes on any of the
+// job's links restart every wait of that rank (bounded: those transfers
+// end, and a stalled ring stalls every link within a segment).
 #ifndef LOCKSTEP_COMMON_COLLECTIVE_PROGRESS_MARK_H_
 #define LOCKSTEP_COMMON_COLLECTIVE_PROGRESS_MARK_H_
 
@@ -26,8 +28,15 @@ class ProgressMark {
         .count();
   }
   void Touch() { TouchAt(SteadyNanos()); }
-  // As Touch, at steady-clock time `ns` (tests).
-  void TouchAt(int64_t ns) { last_ns_.store(ns, std::memory_order_relaxed); }
+  // As Touch, at steady-clock time `ns` (tests). Never moves the mark back
+  // (a thread preempted between its clock reading and its store must not
+  // hide a newer touch): a compare-and-swap that keeps the larger time.
+  void TouchAt(int64_t ns) {
+    int64_t seen = last_ns_.load(std::memory_order_relaxed);
+    while (seen < ns &&
+           !last_ns_.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+    }
+  }
   // The last Touch's steady-clock time; 0 = never.
   int64_t last_ns() const { return last_ns_.load(std::memory_order_relaxed); }
 

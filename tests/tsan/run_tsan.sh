@@ -100,7 +100,10 @@ TARGETS=()
 FLAGS=()
 for a in "$@"; do
   case "$a" in
-    --ci) mapfile -t -O "${#TARGETS[@]}" TARGETS < <(grep -o '^//[^ ]*' tests/tsan/ci_set.txt) ;;
+    --ci)
+      mapfile -t -O "${#TARGETS[@]}" TARGETS < <(grep -o '^//[^[:space:]]*' tests/tsan/ci_set.txt)
+      [ ${#TARGETS[@]} -gt 0 ] || { echo "tsan: no targets in tests/tsan/ci_set.txt" >&2; exit 1; }
+      ;;
     -*) FLAGS+=("$a") ;;
     *) TARGETS+=("$a") ;;
   esac
