@@ -43,6 +43,14 @@ for i in 1 2 3; do
 done
 cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
+# Waits until all 3 workers are IDLE again: a followed job returns at
+# SUCCEEDED, maybe before its workers' next heartbeat says IDLE, and a
+# 2-worker job submitted then takes w-3, whose stale data (dim 4) fails the
+# dataset agreement (seen once in CI, 2026-12-04: w-1 and w-3 got ps job 5).
+all_idle() {
+  for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 3 ] && return 0; sleep 0.05; done
+  fail "workers not all IDLE: $(cli workers)"
+}
 
 echo "== ring job, followed"
 out=$(cli submit --workers=2 --model=mlp:8 --dataset="$DATA" --batch=20 --steps=36 --lr=0.1 --follow --json) || fail "job 1 exit $?"
@@ -63,6 +71,7 @@ PY
 
 echo "== the same ring job over --peer_transport=tcp: in sync, same final weights"
 grpc_hash=$(json "d['final_hash']" <<<"$out")
+all_idle
 out=$(cli submit --workers=2 --peer_transport=tcp --model=mlp:8 --dataset="$DATA" --batch=20 --steps=36 --lr=0.1 --follow --json) || fail "tcp job exit $?: $out"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "tcp job: $out"
 [ "$(json "d['spec']['peer_transport']" <<<"$out")" = TCP ] || fail "tcp job spec: $out"
@@ -77,6 +86,7 @@ cli status "$tid" | sed -n 2p
 cli status "$tid" | grep -qE 'test_accuracy (0\.9|1\.0)' || fail "status does not show the accuracy: $(cli status "$tid")"
 
 echo "== a job with no test split: no accuracy where there is none"
+all_idle
 out=$(cli submit --workers=1 --model=mlp:8 --dataset=csv:train.csv --batch=20 --steps=4 --follow) || fail "no-test job exit $?: $out"
 grep -q '^no test evaluation; 4 steps' <<<"$out" || fail "no-test job follow: $out"
 nid=$(sed -n 's/^job \([0-9]*\) SUCCEEDED.*/\1/p' <<<"$out" | head -1)
@@ -87,11 +97,13 @@ grep -q "INFO  worker: job started job=$tid rank=0 world=2 worker=w-[0-9]* mode=
   || fail "worker 1 did not run job $tid over tcp"
 
 echo "== ps job on the same daemons"
+all_idle
 out=$(cli submit --workers=2 --sync=ps --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps job: $out"
 ps_hash=$(json "d['final_hash']" <<<"$out")
 
 echo "== the same ps job over the shard's raw-TCP data plane: same final weights"
+all_idle
 out=$(cli submit --workers=2 --sync=ps --ps_transport=tcp --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps tcp job exit $?: $out"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps tcp job: $out"
 [ "$(json "d['final_hash']" <<<"$out")" = "$ps_hash" ] || fail "ps tcp job weights differ from the grpc ps job's ($ps_hash): $out"
