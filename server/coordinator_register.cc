@@ -21,6 +21,17 @@ bool TokenFits(const std::string& token, const std::string& want) {
                             reinterpret_cast<const uint8_t*>(want.data()), want.size());
 }
 
+// Hex of HMAC-SHA256(key; domain, message): the worker token and the
+// instance digest.
+std::string HexMac(const std::string& key, absl::string_view domain,
+                   const std::string& message) {
+  const dataauth::Mac mac =
+      dataauth::HelloMac(key, domain, reinterpret_cast<const uint8_t*>(message.data()),
+                         message.size(), dataauth::Nonce{});
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
@@ -76,7 +87,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
           old->data_address != *data_address || !TokenFits(digest, old->instance_digest)) {
         continue;
       }
-      workers_.Find(old->id)->last_seen = now;
+      workers_.Seen(workers_.Find(old->id), now);  // live: only last_seen moves
       LogLocked(LogLevel::kInfo, "worker registration repeated",
                 {{"worker", old->id}, {"address", *address}, {"pid", request.pid()}});
       return RegistrationReplyLocked(*old);
@@ -99,21 +110,21 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
         !s.ok()) {
       return s;
     }
-  }
-  // Replacing a live registration (it fails that worker's job) needs its
-  // token: the process itself has it, a caller that only knows the
-  // address, host and pid does not (a restarted process waits until the
-  // old registration is LOST).
-  for (const Worker* old : workers_.LiveAt(*address)) {
-    if (reclaimed_from == nullptr && !TokenFits(token, WorkerToken(data_plane_key_, *old))) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "address %s is registered by live worker %s (host %s, pid %d, last heartbeat %.1f s "
-          "ago) and this registration %s its worker token; a restarted worker is accepted once "
-          "%s is LOST (%.1f s without heartbeats)",
-          *address, old->id, old->hostname, old->pid,
-          absl::ToDoubleSeconds(now - old->last_seen),
-          token.empty() ? "does not carry" : "carries another than", old->id,
-          absl::ToDoubleSeconds(options_.lost_after)));
+    // Replacing a live registration (it fails that worker's job) needs its
+    // token: the process itself has it, a caller that only knows the
+    // address, host and pid does not (a restarted process waits until the
+    // old registration is LOST).
+    for (const Worker* old : workers_.LiveAt(*address)) {
+      if (!TokenFits(token, WorkerToken(data_plane_key_, *old))) {
+        return absl::AlreadyExistsError(absl::StrFormat(
+            "address %s is registered by live worker %s (host %s, pid %d, last heartbeat %.1f s "
+            "ago) and this registration %s its worker token; a restarted worker is accepted "
+            "once %s is LOST (%.1f s without heartbeats)",
+            *address, old->id, old->hostname, old->pid,
+            absl::ToDoubleSeconds(now - old->last_seen),
+            token.empty() ? "does not carry" : "carries another than", old->id,
+            absl::ToDoubleSeconds(options_.lost_after)));
+      }
     }
   }
   const int64_t seq = workers_.NextSeq();
@@ -190,11 +201,7 @@ v1::RegisterWorkerReply Coordinator::RegistrationReplyLocked(const Worker& w) co
 }
 
 std::string Coordinator::InstanceDigest(const std::string& key, const std::string& secret) {
-  const dataauth::Mac mac = dataauth::HelloMac(key, "lockstep worker instance v1",
-                                               reinterpret_cast<const uint8_t*>(secret.data()),
-                                               secret.size(), dataauth::Nonce{});
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+  return HexMac(key, "lockstep worker instance v1", secret);
 }
 
 std::string Coordinator::WorkerToken(const std::string& key, const Worker& w) {
@@ -204,11 +211,7 @@ std::string Coordinator::WorkerToken(const std::string& key, const Worker& w) {
   const std::string message =
       absl::StrCat(w.id, std::string(1, '\0'), w.address, std::string(1, '\0'), w.hostname,
                    std::string(1, '\0'), w.pid);
-  const dataauth::Mac mac = dataauth::HelloMac(
-      key, "lockstep worker token v1", reinterpret_cast<const uint8_t*>(message.data()),
-      message.size(), dataauth::Nonce{});
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+  return HexMac(key, "lockstep worker token v1", message);
 }
 
 absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,

@@ -89,11 +89,19 @@ TEST_F(CoordinatorTest, AddressWithoutHostGetsTheCallersIp) {
   EXPECT_EQ(coord_->ListWorkers().workers_size(), 2);
 }
 
+// A registration at "vm:7071" on host vm by process `pid`, with an
+// instance secret of 32 `secret` bytes (none when secret is 0).
+v1::RegisterWorkerRequest VmRequest(int64_t pid, char secret = 0) {
+  v1::RegisterWorkerRequest r;
+  r.set_address("vm:7071");
+  r.set_hostname("vm");
+  r.set_pid(pid);
+  if (secret != 0) r.set_instance_secret(std::string(32, secret));
+  return r;
+}
+
 TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
-  v1::RegisterWorkerRequest first;
-  first.set_address("vm:7071");
-  first.set_hostname("vm");
-  first.set_pid(100);
+  v1::RegisterWorkerRequest first = VmRequest(100);
   absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(first);
   ASSERT_TRUE(w1.ok());  // w-1
   clock_.Advance(absl::Milliseconds(500));
@@ -138,12 +146,8 @@ TEST_F(CoordinatorTest, AnotherLiveWorkersAddressIsRefusedNamingBoth) {
 // with the job it may have been given meanwhile, instead of ALREADY_EXISTS
 // until that registration is LOST (and a job failed for want of a process).
 TEST_F(CoordinatorTest, ARepeatedRegistrationOfTheSameProcessGetsItsRegistrationBack) {
-  v1::RegisterWorkerRequest first;
-  first.set_address("vm:7071");
+  v1::RegisterWorkerRequest first = VmRequest(100, 's');
   first.set_data_address("vm:7072");
-  first.set_hostname("vm");
-  first.set_pid(100);
-  first.set_instance_secret(std::string(32, 's'));
   absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(first);
   ASSERT_TRUE(w1.ok()) << w1.status();
   ASSERT_EQ(w1->worker_id(), "w-1");
@@ -212,19 +216,13 @@ TEST_F(CoordinatorTest, ARepeatedRegistrationOfTheSameProcessGetsItsRegistration
 // the address back at once, and the usurper's job fails naming both. A third
 // process cannot do the same, nor the usurper take it back again.
 TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
-  v1::RegisterWorkerRequest real;
-  real.set_address("vm:7071");
-  real.set_hostname("vm");
-  real.set_pid(100);
-  real.set_instance_secret(std::string(32, 'r'));
+  const v1::RegisterWorkerRequest real = VmRequest(100, 'r');
   absl::StatusOr<v1::RegisterWorkerReply> w1 = coord_->RegisterWorker(real);
   ASSERT_TRUE(w1.ok()) << w1.status();
   clock_.Advance(absl::Seconds(4));
   coord_->Tick();
   ASSERT_EQ(WorkerState("w-1"), v1::LOST);
-  v1::RegisterWorkerRequest usurper = real;
-  usurper.set_pid(666);
-  usurper.set_instance_secret(std::string(32, 'u'));
+  const v1::RegisterWorkerRequest usurper = VmRequest(666, 'u');
   absl::StatusOr<v1::RegisterWorkerReply> w2 = coord_->RegisterWorker(usurper);
   ASSERT_TRUE(w2.ok()) << w2.status();
   ASSERT_EQ(w2->worker_id(), "w-2");
@@ -232,8 +230,7 @@ TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
   ASSERT_EQ(Job(job).state(), v1::RUNNING);
 
   // A third process (another secret) is refused while w-2 is live.
-  v1::RegisterWorkerRequest third = real;
-  third.set_instance_secret(std::string(32, 't'));
+  const v1::RegisterWorkerRequest third = VmRequest(100, 't');
   EXPECT_EQ(coord_->RegisterWorker(third).status().code(), absl::StatusCode::kAlreadyExists);
   ASSERT_EQ(Job(job).state(), v1::RUNNING);
 
@@ -264,17 +261,9 @@ TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
 // first: a usurper that went LOST before the real process came back (or a
 // third process after it) cannot use it to evict the real one.
 TEST_F(CoordinatorTest, OnlyTheFirstHolderOfAnAddressMayTakeItBack) {
-  v1::RegisterWorkerRequest real;
-  real.set_address("vm:7071");
-  real.set_hostname("vm");
-  real.set_pid(100);
-  real.set_instance_secret(std::string(32, 'r'));
-  v1::RegisterWorkerRequest usurper = real;
-  usurper.set_pid(666);
-  usurper.set_instance_secret(std::string(32, 'u'));
-  v1::RegisterWorkerRequest third = real;
-  third.set_pid(777);
-  third.set_instance_secret(std::string(32, 't'));
+  const v1::RegisterWorkerRequest real = VmRequest(100, 'r');
+  const v1::RegisterWorkerRequest usurper = VmRequest(666, 'u');
+  const v1::RegisterWorkerRequest third = VmRequest(777, 't');
   auto lose_all = [&] {
     clock_.Advance(absl::Seconds(4));
     coord_->Tick();
