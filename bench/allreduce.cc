@@ -59,6 +59,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_util.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/ring_allreduce.h"
 #include "common/process_tuning.h"
 #include "worker/net/grpc_transport.h"
@@ -85,6 +86,9 @@ ABSL_FLAG(int64_t, first_step_window_bytes, lockstep::kDefaultFirstStepWindowByt
           "AllReduceOptions.first_step_window_bytes");
 ABSL_FLAG(int, send_buffer_bytes, 0, "TcpTransportOptions.send_buffer_bytes");
 ABSL_FLAG(bool, progress_in_recv, true, "TcpTransportOptions.progress_in_recv");
+ABSL_FLAG(bool, progress_mark, true,
+          "TcpTransportOptions.progress: touch a ProgressMark whenever bytes move, as a job's "
+          "transport does (false: none, to measure what the touches cost)");
 ABSL_FLAG(int, streams_per_peer, 2, "GrpcTransportOptions.streams_per_peer");
 ABSL_FLAG(int, recv_spin_us, -1,
           "GrpcTransportOptions.recv_spin / TcpTransportOptions.recv_spin in "
@@ -334,6 +338,7 @@ int RunWorker() {
     addresses[r] = absl::StrCat("127.0.0.1:", p);
   }
 
+  ProgressMark progress;  // as a job's PeerWait progress; outlives the transport
   std::unique_ptr<GrpcTransport> grpc_transport;
   std::unique_ptr<TcpTransport> tcp_transport;
   Transport* transport = nullptr;
@@ -344,6 +349,7 @@ int RunWorker() {
     options.secret = std::string(dataauth::kSecretBytes, 'b');
     options.send_buffer_bytes = absl::GetFlag(FLAGS_send_buffer_bytes);
     options.progress_in_recv = absl::GetFlag(FLAGS_progress_in_recv);
+    if (absl::GetFlag(FLAGS_progress_mark)) options.progress = &progress;
     if (absl::GetFlag(FLAGS_recv_spin_us) >= 0) {
       options.recv_spin = absl::Microseconds(absl::GetFlag(FLAGS_recv_spin_us));
     }
@@ -637,6 +643,7 @@ RunResult RunLockstep(const std::string& self, int k, const std::string& dir,
         absl::StrCat("--direct_max_bytes=", absl::GetFlag(FLAGS_direct_max_bytes)),
         absl::StrCat("--send_buffer_bytes=", absl::GetFlag(FLAGS_send_buffer_bytes)),
         absl::StrCat("--progress_in_recv=", absl::GetFlag(FLAGS_progress_in_recv) ? "true" : "false"),
+        absl::StrCat("--progress_mark=", absl::GetFlag(FLAGS_progress_mark) ? "true" : "false"),
         absl::StrCat("--first_step_window_bytes=",
                      absl::GetFlag(FLAGS_first_step_window_bytes)),
         absl::StrCat("--stats=", absl::GetFlag(FLAGS_stats) ? "true" : "false"),
