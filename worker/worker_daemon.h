@@ -111,11 +111,12 @@ class JobTransport {
 // `peers` (address of rank r at index r: the assignment's peer_addresses for
 // GRPC, its data_addresses for TCP). `secret`: the assignment's
 // data_plane_secret (TCP connections prove it; common/net/data_auth.h).
-// `progress`: the job's PeerWait progress, for a transport that reports
-// bytes as they move (TCP; not owned, outlives the transport).
+// `progress`: the job's PeerWait progress, which every transport touches as
+// bytes move (TCP and shm per system call or copy, gRPC per message); shared
+// because gRPC's reactors may run after the transport is gone.
 using TransportFactory = std::function<absl::StatusOr<std::unique_ptr<JobTransport>>(
     v1::PeerTransport kind, uint64_t job, int rank, const std::vector<std::string>& peers,
-    const std::string& secret, ProgressMark* progress)>;
+    const std::string& secret, std::shared_ptr<ProgressMark> progress)>;
 
 // Deadline of each coordinator call made while draining (ReportDone of the
 // abandoned job, DeregisterWorker), so an unreachable coordinator delays a

@@ -239,7 +239,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         peers.assign(a.data_addresses().begin(), a.data_addresses().end());
       }
       auto transport = transports_(a.spec().peer_transport(), WireKey(a), a.rank(), peers,
-                                   a.data_plane_secret(), job->peer_wait.progress());
+                                   a.data_plane_secret(), job->peer_wait.shared_progress());
       if (!transport.ok()) return transport.status();
       // Validated at submit (spec.ring_algorithm); "" = auto.
       auto algorithm = ParseAllReduceAlgorithm(a.spec().ring_algorithm());

@@ -362,23 +362,27 @@ int main(int argc, char** argv) {
       [&peers, &worker_metrics, tcp_hub = hub->get(), peer_credentials](
           lockstep::v1::PeerTransport kind, uint64_t job, int rank,
           const std::vector<std::string>& addresses, const std::string& secret,
-          lockstep::ProgressMark* progress)
+          std::shared_ptr<lockstep::ProgressMark> progress)
           -> absl::StatusOr<std::unique_ptr<lockstep::JobTransport>> {
+        // Every transport touches the job's progress mark as bytes move: a
+        // wait counts from the last byte (common/collective/peer_wait.h).
         if (kind == lockstep::v1::SHM) {
           lockstep::ShmTransportOptions shm_options;
           shm_options.secret = secret;  // names the job's /dev/shm segments
+          shm_options.progress = progress.get();
           return Wrap(lockstep::ShmTransport::Create(job, rank, addresses, shm_options),
                       &worker_metrics, "shm");
         }
         if (kind == lockstep::v1::TCP) {
           lockstep::TcpTransportOptions tcp_options;
           tcp_options.secret = secret;  // Assignment.data_plane_secret
-          tcp_options.progress = progress;  // a wait counts from the last byte
+          tcp_options.progress = progress.get();
           return Wrap(lockstep::TcpTransport::Create(tcp_hub, job, rank, addresses, tcp_options),
                       &worker_metrics, "tcp");
         }
         lockstep::GrpcTransportOptions grpc_options;
         grpc_options.credentials = peer_credentials;
+        grpc_options.progress = std::move(progress);
         return Wrap(lockstep::GrpcTransport::Create(&peers, job, rank, addresses, grpc_options),
                     &worker_metrics, "grpc");
       });

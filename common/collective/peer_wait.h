@@ -26,9 +26,11 @@
 // (K workers pushing 100 MB each to one server on 1 Gbit/s: 6.4 s), so the
 // raw-TCP ps clients and the raw-TCP ring transport Touch progress()
 // whenever bytes move and a wait counts from the last byte: while any
-// rank's bytes still flow, not every rank waits. Over gRPC (ps or peers)
-// and shared memory a wait still counts from the start of the call (a ring
-// segment is at most 2 MiB).
+// rank's bytes still flow, not every rank waits. The gRPC peer transport
+// touches it per message read or written (a ring segment is at most 2 MiB)
+// and the shared-memory transport per copy into or out of its rings. Over
+// gRPC ps (unary Push and Pull of a whole shard) a wait still counts from
+// the start of the call.
 //
 // Threading: one thread at a time runs the combine and calls the transport
 // or the shard clients (the job thread, or the StepCombiner's thread with
@@ -40,6 +42,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "absl/time/time.h"
@@ -59,7 +62,7 @@ class PeerWait {
   //
   // `waited` runs from the later of the wait's start and the last progress
   // on the job's data plane (progress(): bytes moved by a transport that
-  // reports them: the raw-TCP ring and ps clients), so a push or pull
+  // reports them: every ring transport and the raw-TCP ps clients), so a push or pull
   // whose bytes still flow, however slowly, is not a stuck one.
   struct Waiting {
     int peer = -1;
@@ -72,7 +75,7 @@ class PeerWait {
     const int target = target_.load(std::memory_order_acquire);
     if (target == kNone) return {};
     const int64_t since =
-        std::max(since_ns_.load(std::memory_order_acquire), progress_.last_ns());
+        std::max(since_ns_.load(std::memory_order_acquire), progress_->last_ns());
     Waiting w;
     (target >= 0 ? w.peer : w.shard) = target >= 0 ? target : kShardBase - target;
     w.waited = std::max(absl::ZeroDuration(), absl::Nanoseconds(now_ns - since));
@@ -86,7 +89,11 @@ class PeerWait {
   void End() { target_.store(kNone, std::memory_order_release); }
   // The job's data-plane progress, for the transports and ps clients to
   // Touch (not owned by them; lives as long as this).
-  ProgressMark* progress() { return &progress_; }
+  ProgressMark* progress() { return progress_.get(); }
+  // The same mark, shared: for callbacks that may run after this is gone
+  // (the gRPC transport's reactors finish on gRPC's threads after the
+  // transport and the job have ended; a touch then changes nothing).
+  std::shared_ptr<ProgressMark> shared_progress() const { return progress_; }
 
  private:
   // target_: a peer rank (>= 0), none (-1), or shard s as kShardBase - s.
@@ -98,7 +105,7 @@ class PeerWait {
   }
   std::atomic<int> target_{kNone};
   std::atomic<int64_t> since_ns_{0};
-  ProgressMark progress_;
+  const std::shared_ptr<ProgressMark> progress_ = std::make_shared<ProgressMark>();
 };
 
 // Forwards everything to `inner`, publishing each Recv's wait in `wait`.

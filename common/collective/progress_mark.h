@@ -4,7 +4,9 @@
 //
 // The data plane's I/O loops call Touch() whenever a read or write moved at
 // least one byte (psnet::ReadFully / WriteFully for the ps clients over raw
-// TCP; the raw-TCP ring's Recv, direct Send and outbox writer thread).
+// TCP; the raw-TCP ring's Recv, direct Send and outbox writer thread; the
+// shared-memory ring's copies into and out of its links), and the gRPC ring
+// per message received or written (a segment, at most 2 MiB).
 // Thread-safe: any thread may Touch or read; a steady-clock reading and a
 // relaxed compare-and-swap (tens of nanoseconds), so the loops may call it
 // per system call. One mark per job, not per link: bytes on any of the

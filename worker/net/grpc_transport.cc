@@ -113,16 +113,20 @@ class OutboundStream final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public std::enable_shared_from_this<OutboundStream> {
  public:
-  OutboundStream(std::string peer_name, int64_t max_queued_bytes)
-      : peer_name_(std::move(peer_name)), max_queued_(max_queued_bytes) {}
+  OutboundStream(std::string peer_name, int64_t max_queued_bytes,
+                 std::shared_ptr<ProgressMark> progress)
+      : peer_name_(std::move(peer_name)),
+        max_queued_(max_queued_bytes),
+        progress_(std::move(progress)) {}
 
   // `channel` is the one `stub` calls on: the stream keeps a reference.
   static std::shared_ptr<OutboundStream> Start(std::shared_ptr<grpc::Channel> channel,
                                                grpc::GenericStub* stub,
                                                std::string peer_name,
-                                               int64_t max_queued_bytes) {
-    auto s = std::make_shared<OutboundStream>(std::move(peer_name),
-                                              max_queued_bytes);
+                                               int64_t max_queued_bytes,
+                                               std::shared_ptr<ProgressMark> progress) {
+    auto s = std::make_shared<OutboundStream>(std::move(peer_name), max_queued_bytes,
+                                              std::move(progress));
     s->channel_ = std::move(channel);
     {
       absl::MutexLock l(&s->mu_);
@@ -237,6 +241,8 @@ class OutboundStream final
     HandedOff();
     auto keep = shared_from_this();
     bool start = false, writes_done = false, release = false;
+    // A message went out: the job's waits count from here (peer_wait.h).
+    if (ok) TouchProgress(progress_.get());
     {
       absl::MutexLock l(&mu_);
       writing_ = false;
@@ -347,6 +353,8 @@ class OutboundStream final
 
   const std::string peer_name_;
   const int64_t max_queued_;
+  // The job's progress mark (may outlive the job: shared); nullptr = none.
+  const std::shared_ptr<ProgressMark> progress_;
   // Declared before ctx_, so released after it: the call's ClientContext
   // also holds the channel, but releases it inside libgrpc++, where the
   // reference count's atomics are invisible to ThreadSanitizer; when this
@@ -402,7 +410,7 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
     return absl::InvalidArgumentError("GrpcTransport: service is null");
   }
   absl::StatusOr<std::shared_ptr<GroupInbox>> inbox =
-      service->Attach(group, rank, std::move(peer_addresses));
+      service->Attach(group, rank, std::move(peer_addresses), options.progress);
   if (!inbox.ok()) return inbox.status();
   return std::unique_ptr<GrpcTransport>(
       new GrpcTransport(service, *std::move(inbox), std::move(options)));
@@ -484,7 +492,8 @@ absl::StatusOr<std::shared_ptr<OutboundStream>> GrpcTransport::StreamTo(
     if (channel->WaitForConnected(absl::ToChronoTime(slice))) break;
   }
   std::shared_ptr<OutboundStream> s = OutboundStream::Start(
-      channel, link.stubs[index].get(), inbox_->PeerName(to), options_.max_queued_bytes);
+      channel, link.stubs[index].get(), inbox_->PeerName(to), options_.max_queued_bytes,
+      options_.progress);
   {
     absl::MutexLock l(&mu_);
     if (shut_down_) {

@@ -77,6 +77,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/collective/progress_mark.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/collective/transport.h"
@@ -116,6 +117,11 @@ struct GrpcTransportOptions {
   // Credentials of the peer channels (common/grpcutil/tls.h); nullptr =
   // plain text.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Touched per message written (a write completed) and per message
+  // received for this group: the job's PeerWait mark, so a wait counts from
+  // the last message moved (common/collective/peer_wait.h). Shared: gRPC's
+  // reactors may run after the transport is gone. nullptr = none.
+  std::shared_ptr<ProgressMark> progress;
 };
 
 class OutboundStream;

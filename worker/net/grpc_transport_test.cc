@@ -484,5 +484,51 @@ TEST(GrpcTransportTest, SendBlockedByFlowControlTimesOut) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));
 }
 
+
+// A wait counts from the last message moved (common/collective/peer_wait.h):
+// the receiver touches its job's mark per message it receives, the sender
+// per message written. Rank 1 attaches only after rank 0 queued 32 MiB:
+// until then its stream is parked and unread, so gRPC takes a few MiB of
+// it into its buffers and flow control holds the rest (with 3 messages of
+// 2 MiB, 10 of 30 runs had every write done before the attach); the writes
+// that complete after the attach must touch rank 0's mark then.
+TEST(GrpcTransportTest, MessagesMovedTouchBothSidesProgressMarks) {
+  Cluster c(2);
+  auto mark0 = std::make_shared<ProgressMark>();
+  auto mark1 = std::make_shared<ProgressMark>();
+  GrpcTransportOptions o0;
+  o0.progress = mark0;
+  o0.streams_per_peer = 1;  // one write in flight; its write-done starts the next
+  o0.max_queued_bytes = 64 << 20;  // every Send queues while rank 1 is away
+  GrpcTransportOptions o1;
+  o1.progress = mark1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  auto t0 = GrpcTransport::Create(c.nodes[0]->service(), 9, 0, c.Addresses(), o0);
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  const std::vector<uint8_t> chunk(2 << 20, 5);
+  constexpr int kMessages = 16;
+  const int64_t before = ProgressMark::SteadyNanos();
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE((*t0)->Send(1, MakeKey(9, 0, 0, i), chunk, deadline).ok());
+  }
+  ASSERT_TRUE(c.nodes[1]->service()->AwaitParked(1, deadline));
+  const int64_t attached = ProgressMark::SteadyNanos();
+  EXPECT_EQ(mark1->last_ns(), 0);
+  auto t1 = GrpcTransport::Create(c.nodes[1]->service(), 9, 1, c.Addresses(), o1);
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  std::vector<uint8_t> out(chunk.size());
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE((*t1)->Recv(0, MakeKey(9, 0, 0, i), absl::MakeSpan(out), deadline).ok()) << i;
+    EXPECT_EQ(out, chunk) << i;
+  }
+  EXPECT_GE(mark1->last_ns(), attached);
+  // The last message arrived, so the write-done of the one before ran (it
+  // touched, then started the last write), and that message could not be
+  // written before rank 1 read.
+  EXPECT_GE(mark0->last_ns(), before);
+  EXPECT_GE(mark0->last_ns(), attached) << (attached - mark0->last_ns()) / 1000 << " us";
+  EXPECT_LE(mark0->last_ns(), ProgressMark::SteadyNanos());
+}
+
 }  // namespace
 }  // namespace lockstep

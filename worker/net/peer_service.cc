@@ -207,6 +207,7 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // Delivers the current message in seq order (holding it if it overtook a
   // predecessor sent on another stream), then reads the next one.
   void DeliverAndReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    TouchProgress(inbox_->progress.get());  // a message arrived (peer_wait.h)
     LinkIn& link = *inbox_->links[from_];
     absl::Status st;
     {
@@ -359,7 +360,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* PeerServiceImpl::Stream(
 }
 
 absl::StatusOr<std::shared_ptr<GroupInbox>> PeerServiceImpl::Attach(
-    uint64_t group, int rank, std::vector<std::string> peer_addresses) {
+    uint64_t group, int rank, std::vector<std::string> peer_addresses,
+    std::shared_ptr<ProgressMark> progress) {
   const int k = static_cast<int>(peer_addresses.size());
   if (k < 1 || rank < 0 || rank >= k) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -367,8 +369,8 @@ absl::StatusOr<std::shared_ptr<GroupInbox>> PeerServiceImpl::Attach(
         "< number of addresses",
         group, rank, k));
   }
-  auto inbox =
-      std::make_shared<GroupInbox>(group, rank, std::move(peer_addresses));
+  auto inbox = std::make_shared<GroupInbox>(group, rank, std::move(peer_addresses),
+                                            std::move(progress));
   std::vector<InboundStream*> resume;
   {
     absl::MutexLock l(&mu_);

@@ -63,6 +63,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/collective/mailbox.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/transport.h"
 #include "common/log.h"
 #include "proto/peer.grpc.pb.h"
@@ -110,10 +111,12 @@ struct LinkIn {
 // The receive state of one attached group. Created by Attach, shared by the
 // service (routing) and the group's transport.
 struct GroupInbox {
-  GroupInbox(uint64_t group, int rank, std::vector<std::string> peer_addresses)
+  GroupInbox(uint64_t group, int rank, std::vector<std::string> peer_addresses,
+             std::shared_ptr<ProgressMark> progress = nullptr)
       : group(group),
         rank(rank),
         peer_addresses(std::move(peer_addresses)),
+        progress(std::move(progress)),
         mailbox(rank, static_cast<int>(this->peer_addresses.size())) {
     for (size_t r = 0; r < this->peer_addresses.size(); ++r) {
       links.push_back(std::make_unique<LinkIn>());
@@ -124,6 +127,9 @@ struct GroupInbox {
   const int rank;
   // peer_addresses[r] is rank r's PeerService address (entry `rank` is ours).
   const std::vector<std::string> peer_addresses;
+  // Touched per message received from any peer of the group (the job's
+  // PeerWait mark); nullptr = none.
+  const std::shared_ptr<ProgressMark> progress;
   Mailbox mailbox;
   std::vector<std::unique_ptr<LinkIn>> links;  // links[r]: from rank r
 
@@ -157,9 +163,11 @@ class PeerServiceImpl final
   // Attaches group `group` as rank `rank` of peer_addresses.size() ranks and
   // resumes streams parked for it. Errors: InvalidArgumentError (rank out of
   // range, no peers), AlreadyExistsError (group attached), FailedPrecondition
-  // after Shutdown().
+  // after Shutdown(). `progress` (optional) is touched per message received
+  // for the group, on gRPC's threads.
   absl::StatusOr<std::shared_ptr<GroupInbox>> Attach(
-      uint64_t group, int rank, std::vector<std::string> peer_addresses);
+      uint64_t group, int rank, std::vector<std::string> peer_addresses,
+      std::shared_ptr<ProgressMark> progress = nullptr);
 
   // Detaches the group: its Mailbox peers are closed with `reason` (pending
   // and later Recv calls fail with it once queued messages are consumed; new

@@ -72,6 +72,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/collective/progress_mark.h"
 #include "common/collective/transport.h"
 #include "worker/net/shm_link.h"
 
@@ -93,6 +94,11 @@ struct ShmTransportOptions {
   absl::Duration recv_spin = absl::Microseconds(50);
   // Shutdown: how long the backlogs may take to drain.
   absl::Duration close_timeout = absl::Seconds(5);
+  // Touched whenever bytes go into or out of a ring (Send, the writer
+  // thread, Recv): the job's PeerWait mark, so a wait counts from the last
+  // byte moved (common/collective/peer_wait.h). Not owned; must outlive the
+  // transport (Shutdown joins the writer threads). nullptr = none.
+  ProgressMark* progress = nullptr;
 };
 
 class ShmTransport final : public Transport {

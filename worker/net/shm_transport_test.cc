@@ -420,5 +420,37 @@ TEST(ShmTransportTest, AGroupLeavesNoSegmentName) {
   }
 }
 
+
+// A wait counts from the last byte moved (common/collective/peer_wait.h):
+// the sender's mark moves when its writer thread copies backlog into the
+// ring as the reader frees space, the receiver's as it copies bytes out.
+// With a 4 KiB ring, a 1 MiB message is mostly written after the receiver
+// began reading, so both marks must be at or after that time.
+TEST(ShmTransportTest, BytesMovedTouchBothSidesProgressMarks) {
+  ProgressMark mark0, mark1;
+  const uint64_t group = next_group.fetch_add(1);
+  ShmTransportOptions o;
+  o.secret = dataauth::RandomSecret();
+  o.ring_bytes = 4096;
+  o.progress = &mark0;
+  auto t0 = ShmTransport::Create(group, 0, Names(2), o);
+  o.progress = &mark1;
+  auto t1 = ShmTransport::Create(group, 1, Names(2), o);
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  const int64_t before = ProgressMark::SteadyNanos();
+  const std::vector<uint8_t> sent = Pattern(1 << 20, 3);
+  ASSERT_TRUE((*t0)->Send(1, MakeKey(1, 1, 0, 0), sent, Soon()).ok());
+  EXPECT_GE(mark0.last_ns(), before);  // the first 4 KiB went in directly
+  EXPECT_EQ(mark1.last_ns(), 0);
+  const int64_t reading = ProgressMark::SteadyNanos();
+  std::vector<uint8_t> got(sent.size());
+  ASSERT_TRUE((*t1)->Recv(0, MakeKey(1, 1, 0, 0), absl::MakeSpan(got), Soon()).ok());
+  EXPECT_EQ(got, sent);
+  EXPECT_GE(mark1.last_ns(), reading);
+  (*t0)->Shutdown();  // joins the writer thread: its touches are visible
+  EXPECT_GE(mark0.last_ns(), reading);
+  EXPECT_LE(mark0.last_ns(), ProgressMark::SteadyNanos());
+}
+
 }  // namespace
 }  // namespace lockstep
