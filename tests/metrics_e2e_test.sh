@@ -5,6 +5,10 @@
 # accepts each daemon's exposition; a real `prometheus` server scrapes all
 # four every second while a ring job runs, and its HTTP API shows every
 # target up and lockstep_worker_steps_total growing between scrapes.
+# Every daemon runs with --http_token_file: /metrics and the status page
+# answer 401 without the token and 200 with it, /healthz stays open, and
+# Prometheus scrapes with `authorization: {credentials_file: ...}` while a
+# second scrape job without it sees the coordinator down with 401.
 # SKIPPED (exit 0, loudly) only when Debian's prometheus package is not
 # installed; deploy/setup.sh installs it, so CI runs it.
 set -uo pipefail
@@ -19,28 +23,45 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   exit 0
 fi
 
-# GET url -> stdout (python3: no curl dependency); fails on a non-200.
+# Every daemon's HTTP server asks for this token on every page but /healthz.
+printf 'http-%s\n' "$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')" >"$T/http.token"
+# GET url -> stdout (python3: no curl dependency), with the token unless
+# NOTOKEN=1; fails on a non-200.
 get() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "$T/http.token" "${NOTOKEN:-0}" <<'PY'
 import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+req = urllib.request.Request(sys.argv[1])
+if sys.argv[3] != "1":
+    req.add_header("Authorization", "Bearer " + open(sys.argv[2]).read().strip())
+with urllib.request.urlopen(req, timeout=10) as r:
     assert r.status == 200, r.status
     sys.stdout.write(r.read().decode())
+PY
+}
+# HTTP status of a GET without the token.
+status_without_token() {
+  python3 - "$1" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+        print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get("WWW-Authenticate", ""))
 PY
 }
 
 write_blobs "$T" 7 240 60
 
 "$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
-  --metrics_port_file="$T/coord.mport" 2>"$T/coord.log" & pids+=($!)
+  --metrics_port_file="$T/coord.mport" --http_token_file="$T/http.token" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"; wait_file "$T/coord.mport"
 C="127.0.0.1:$(cat "$T/coord.port")"
 "$PS" --insecure --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=0 \
-  --metrics_port_file="$T/ps.mport" 2>"$T/ps.log" & pids+=($!)
+  --metrics_port_file="$T/ps.mport" --http_token_file="$T/http.token" 2>"$T/ps.log" & pids+=($!)
 wait_file "$T/ps.mport"
 for i in 1 2; do
   "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" --metrics_port=0 \
-    --metrics_port_file="$T/w$i.mport" 2>"$T/w$i.log" & pids+=($!)
+    --metrics_port_file="$T/w$i.mport" --http_token_file="$T/http.token" 2>"$T/w$i.log" & pids+=($!)
   wait_file "$T/w$i.mport"
 done
 cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
@@ -49,10 +70,18 @@ for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && break; sleep 
 targets=()
 for d in coord ps w1 w2; do targets+=("127.0.0.1:$(cat "$T/$d.mport")"); done
 
-echo "== /healthz and promtool check metrics on every daemon"
+echo "== /healthz open, every other page needs the token, on every daemon"
 for t in "${targets[@]}"; do
-  [ "$(get "http://$t/healthz")" = ok ] || fail "$t/healthz"
+  [ "$(NOTOKEN=1 get "http://$t/healthz")" = ok ] || fail "$t/healthz"
+  st=$(status_without_token "http://$t/metrics")
+  [ "$st" = '401 Basic realm="lockstep", charset="UTF-8"' ] || fail "$t/metrics without the token: $st"
 done
+st=$(status_without_token "http://${targets[0]}/")
+[ "${st%% *}" = 401 ] || fail "the status page without the token: $st"
+get "http://${targets[0]}/" | grep -q '<html' || fail "the status page with the token"
+echo "/metrics and the status page: 401 without the token, 200 with it; /healthz open"
+
+echo "== promtool check metrics on every daemon"
 # A ps job first, so the ps shard and the workers' ps counters are not empty.
 out=$(cli submit --workers=2 --sync=ps --ps_shards=1 --model=mlp:8 --dataset='csv:train.csv;test.csv' \
   --batch=20 --steps=12 --lr=0.1 --follow --json) || fail "ps job exit $?: $out"
@@ -91,8 +120,13 @@ PP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
   echo "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}"
   echo "scrape_configs:"
   echo "  - job_name: lockstep"
+  echo "    authorization: {credentials_file: $T/http.token}"
   echo "    static_configs:"
   echo "      - targets: [$(IFS=,; echo "${targets[*]}" | sed 's/,/, /g')]"
+  # The same coordinator without the token: Prometheus must see it down (401).
+  echo "  - job_name: lockstep_notoken"
+  echo "    static_configs:"
+  echo "      - targets: [${targets[0]}]"
 } >"$T/prometheus.yml"
 promtool check config "$T/prometheus.yml" >"$T/promtool_config.out" 2>&1 \
   || fail "config: $(cat "$T/promtool_config.out")"
@@ -134,12 +168,18 @@ while time.time() < deadline and not (ok_up and ok_steps):
     time.sleep(0.2)
 print("targets up:", ok_up, "| steps grew:", ok_steps)
 with urllib.request.urlopen(base + "/api/v1/targets", timeout=5) as r:
-    t = json.load(r)["data"]["activeTargets"]
-for x in t:
-    print(" ", x["scrapeUrl"], x["health"], x.get("lastError", ""))
+    everything = json.load(r)["data"]["activeTargets"]
+for x in everything:
+    print(" ", x["labels"]["job"], x["scrapeUrl"], x["health"], x.get("lastError", ""))
+t = [x for x in everything if x["labels"]["job"] == "lockstep"]
+notoken = [x for x in everything if x["labels"]["job"] == "lockstep_notoken"]
+refused = (len(notoken) == 1 and notoken[0]["health"] == "down" and
+           "401" in notoken[0].get("lastError", ""))
+print("scraped without the token: down with 401:", refused)
 running = query('lockstep_jobs{state="RUNNING"}')
 print("lockstep_jobs{state=RUNNING}:", [r["value"][1] for r in running])
-sys.exit(0 if ok_up and ok_steps and len(t) == want_up and all(x["health"] == "up" for x in t) else 1)
+sys.exit(0 if ok_up and ok_steps and refused and len(t) == want_up and
+         all(x["health"] == "up" for x in t) else 1)
 PY
 cli cancel "$jid" >/dev/null || fail "cancel"
 echo "PASS"

@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "common/grpcutil/call_policy.h"
+#include "common/token_file.h"
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate (chain) of this process for mutual TLS on every gRPC server and "
@@ -35,25 +36,6 @@ namespace lockstep {
 namespace {
 
 constexpr size_t kMaxPemBytes = 1 << 20;
-constexpr size_t kMaxTokenBytes = 4096;
-
-absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag, const std::string& path,
-                                          size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read ", path, " (missing or not readable)"));
-  }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  std::string data = buf.str();
-  if (data.size() > limit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": ", path, " is ", data.size(), " bytes, expected at most ", limit));
-  }
-  return data;
-}
-
 absl::StatusOr<std::string> ReadPem(absl::string_view flag, const std::string& path,
                                     absl::string_view what) {
   absl::StatusOr<std::string> data = ReadSmallFile(flag, path, kMaxPemBytes);
@@ -140,22 +122,6 @@ TlsFiles TlsFilesFromFlags() {
   f.ca = absl::GetFlag(FLAGS_tls_ca);
   f.insecure = absl::GetFlag(FLAGS_insecure);
   return f;
-}
-
-absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag, const std::string& path) {
-  absl::StatusOr<std::string> data = ReadSmallFile(flag, path, kMaxTokenBytes);
-  if (!data.ok()) return data.status();
-  const absl::string_view token = absl::StripAsciiWhitespace(*data);
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is empty"));
-  }
-  for (char c : token) {
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": ", path, " must hold one token of printable ASCII without spaces"));
-    }
-  }
-  return std::string(token);
 }
 
 absl::StatusOr<GrpcSecurity> GrpcSecurity::Load(const TlsFiles& files) {

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/grpcutil/call_policy.h"
+#include "common/token_file.h"
 
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -58,10 +59,7 @@ struct TlsFiles {
 // The four flags' values.
 TlsFiles TlsFilesFromFlags();
 
-// Reads a bearer token file: its content without surrounding white space.
-// INVALID_ARGUMENT naming `flag` and the file when it cannot be read, is
-// empty, or holds more than one line or more than 4 KiB.
-absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag, const std::string& path);
+// ReadTokenFile (bearer token files) lives in common/token_file.h.
 
 class GrpcSecurity {
  public:

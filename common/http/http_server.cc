@@ -17,6 +17,7 @@
 
 #include "absl/base/internal/raw_logging.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -296,6 +297,34 @@ std::shared_ptr<const HttpHandler> HttpServer::Route(const std::string& path) co
   return best;
 }
 
+namespace {
+
+// Constant-time equality (the time depends on the lengths only).
+bool SameBytes(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+bool HttpAuthorizationCarries(absl::string_view authorization, absl::string_view token) {
+  if (token.empty()) return false;
+  absl::string_view v = absl::StripAsciiWhitespace(authorization);
+  const size_t space = v.find(' ');
+  if (space == absl::string_view::npos) return false;
+  const std::string scheme = absl::AsciiStrToLower(v.substr(0, space));
+  const absl::string_view credentials = absl::StripAsciiWhitespace(v.substr(space + 1));
+  if (scheme == "bearer") return SameBytes(credentials, token);
+  if (scheme != "basic") return false;
+  std::string user_pass;
+  if (!absl::Base64Unescape(credentials, &user_pass)) return false;
+  const size_t colon = user_pass.find(':');
+  if (colon == std::string::npos) return false;
+  return SameBytes(absl::string_view(user_pass).substr(colon + 1), token);
+}
+
 HttpResponse HttpServer::Dispatch(absl::string_view head, bool* head_only) {
   *head_only = false;
   std::vector<absl::string_view> lines = absl::StrSplit(head, '\n');
@@ -368,6 +397,22 @@ HttpResponse HttpServer::Dispatch(absl::string_view head, bool* head_only) {
     return r;
   }
   *head_only = req.method == "HEAD";
+
+  if (!options_.access_token.empty() &&
+      std::find(options_.open_paths.begin(), options_.open_paths.end(), req.path) ==
+          options_.open_paths.end()) {
+    auto auth = req.headers.find("authorization");
+    if (auth == req.headers.end() || !HttpAuthorizationCarries(auth->second, options_.access_token)) {
+      HttpResponse r = ErrorResponse(
+          401, auth == req.headers.end()
+                   ? "this page needs the daemon's HTTP token (--http_token_file): send "
+                     "\"Authorization: Bearer <token>\", or Basic with the token as password"
+                   : "the Authorization header does not carry this daemon's HTTP token "
+                     "(--http_token_file)");
+      r.headers["WWW-Authenticate"] = "Basic realm=\"lockstep\", charset=\"UTF-8\"";
+      return r;
+    }
+  }
 
   std::shared_ptr<const HttpHandler> handler = Route(req.path);
   if (handler == nullptr) return ErrorResponse(404, absl::StrCat("no page at ", req.path));

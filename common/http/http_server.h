@@ -12,6 +12,13 @@
 //     "/job/7"); otherwise 404. The path is percent-decoded; the query string
 //     is split into `HttpRequest::query` (percent- and '+'-decoded, the last
 //     value of a repeated key wins).
+//   * Access token (optional, HttpServerOptions::access_token): every path
+//     but the open ones (default "/healthz", for liveness probes) needs
+//     "Authorization: Bearer <token>" (Prometheus' `authorization`) or
+//     "Authorization: Basic" with the token as the password and any user
+//     name (a browser's prompt; Prometheus' `basic_auth`). Otherwise 401
+//     with "WWW-Authenticate: Basic realm=\"lockstep\"" and no handler
+//     runs. The comparison takes the same time whatever the guess.
 //   * Errors it answers itself: 400 malformed request line, header or
 //     escape; 408 when the request head has not arrived within
 //     `read_deadline`; 431 when the request line plus headers exceed
@@ -73,7 +80,16 @@ struct HttpServerOptions {
   absl::Duration write_deadline = absl::Seconds(5);
   // listen(2) backlog.
   int backlog = 64;
+  // Empty: every page is open. Otherwise see "Access token" above.
+  std::string access_token;
+  // Paths served without the token (exact match).
+  std::vector<std::string> open_paths = {"/healthz"};
 };
+
+// True when `authorization` (the header's value) carries `token`: "Bearer
+// <token>", or "Basic <base64 of user:token>" for any user name. Scheme
+// names are case-insensitive; the token is compared in constant time.
+bool HttpAuthorizationCarries(absl::string_view authorization, absl::string_view token);
 
 class HttpServer {
  public:

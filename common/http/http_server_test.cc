@@ -404,5 +404,57 @@ TEST(PercentDecode, Cases) {
   EXPECT_FALSE(PercentDecode("%00", false, &out));
 }
 
+
+// With an access token every page but the open ones asks for it, as Bearer
+// or as a Basic password, and no handler runs for a refused request.
+TEST(HttpServer, AccessTokenGuardsEveryPageButTheOpenOnes) {
+  HttpServerOptions o;
+  o.access_token = "s3cret-T0ken";
+  auto server = StartServer(o);
+  std::atomic<int> calls{0};
+  server->Handle("/metrics", [&](const HttpRequest&) {
+    ++calls;
+    return Text("m");
+  });
+  server->Handle("/healthz", [](const HttpRequest&) { return Text("ok"); });
+  const int port = server->port();
+  auto get = [&](const std::string& path, const std::string& auth) {
+    return Exchange(port, "GET " + path + " HTTP/1.1\r\n" +
+                              (auth.empty() ? "" : "Authorization: " + auth + "\r\n") + "\r\n");
+  };
+  const std::string none = get("/metrics", "");
+  EXPECT_EQ(StatusOf(none), 401) << none;
+  EXPECT_TRUE(absl::StrContains(none, "WWW-Authenticate: Basic realm=\"lockstep\"")) << none;
+  EXPECT_TRUE(absl::StrContains(BodyOf(none), "--http_token_file")) << none;
+  EXPECT_EQ(StatusOf(get("/metrics", "Bearer s3cret-T0ken0")), 401);
+  EXPECT_EQ(StatusOf(get("/metrics", "Bearer s3cret-T0ke")), 401);
+  EXPECT_EQ(StatusOf(get("/metrics", "Token s3cret-T0ken")), 401);
+  EXPECT_EQ(StatusOf(get("/metrics", "Bearer")), 401);
+  // "u:wrong" and "s3cret-T0ken" without a user name, in base64.
+  EXPECT_EQ(StatusOf(get("/metrics", "Basic dTp3cm9uZw==")), 401);
+  EXPECT_EQ(StatusOf(get("/metrics", "Basic czNjcmV0LVQwa2Vu")), 401);
+  EXPECT_EQ(StatusOf(get("/metrics", "Basic !!!")), 401);
+  // Unknown paths are not told apart from known ones without the token.
+  EXPECT_EQ(StatusOf(get("/no-such-page", "")), 401);
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(BodyOf(get("/metrics", "Bearer s3cret-T0ken")), "m");
+  EXPECT_EQ(BodyOf(get("/metrics", "bearer   s3cret-T0ken ")), "m");
+  // "prometheus:s3cret-T0ken" and ":s3cret-T0ken" (any user name).
+  EXPECT_EQ(BodyOf(get("/metrics", "Basic cHJvbWV0aGV1czpzM2NyZXQtVDBrZW4=")), "m");
+  EXPECT_EQ(BodyOf(get("/metrics", "Basic OnMzY3JldC1UMGtlbg==")), "m");
+  EXPECT_EQ(calls.load(), 4);
+  EXPECT_EQ(StatusOf(get("/no-such-page", "Bearer s3cret-T0ken")), 404);
+  EXPECT_EQ(BodyOf(get("/healthz", "")), "ok");  // liveness probes carry no token
+}
+
+TEST(HttpServer, AuthorizationCarries) {
+  EXPECT_TRUE(HttpAuthorizationCarries("Bearer abc", "abc"));
+  EXPECT_TRUE(HttpAuthorizationCarries("BASIC dTphYmM=", "abc"));  // u:abc
+  EXPECT_FALSE(HttpAuthorizationCarries("Bearer abc", ""));
+  EXPECT_FALSE(HttpAuthorizationCarries("Bearer abcd", "abc"));
+  EXPECT_FALSE(HttpAuthorizationCarries("Basic YWJj", "abc"));  // "abc": no colon
+  EXPECT_FALSE(HttpAuthorizationCarries("abc", "abc"));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -3,7 +3,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/flags/flag.h"
 #include "common/daemon_util.h"
+#include "common/metrics/http_token_flag.h"
+#include "common/token_file.h"
 
 namespace lockstep {
 
@@ -19,12 +22,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
     if (note != nullptr) *note = "metrics off (--metrics_port=-1)";
     return std::unique_ptr<HttpServer>();
   }
-  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(config.host, config.port);
+  HttpServerOptions options;
+  if (!config.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile("--http_token_file", config.token_file);
+    if (!token.ok()) return token.status();
+    options.access_token = *std::move(token);
+  }
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(config.host, config.port, options);
   std::string fallback;
   if (!server.ok() && config.port_is_default && config.port > 0) {
     fallback = absl::StrCat(" (default port ", config.port, " unavailable: ",
                             server.status().message(), ")");
-    server = HttpServer::Start(config.host, 0);
+    server = HttpServer::Start(config.host, 0, options);
   }
   if (!server.ok()) {
     return absl::Status(server.status().code(),
@@ -47,8 +57,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
     const std::string address = host[0] == '['
                                     ? absl::StrCat(host, ":", (*server)->port())
                                     : JoinHostPort(host, (*server)->port());
-    *note = absl::StrCat("metrics on http://", address,
-                         "/metrics and /healthz", fallback);
+    *note = absl::StrCat("metrics on http://", address, "/metrics and /healthz",
+                         options.access_token.empty() ? " (open: no --http_token_file)"
+                                                      : " (token required except /healthz)",
+                         fallback);
   }
   return server;
 }
@@ -62,6 +74,7 @@ MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
   config.port = port;
   config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
   config.port_file = port_file;
+  config.token_file = absl::GetFlag(FLAGS_http_token_file);
   return config;
 }
 

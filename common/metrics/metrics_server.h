@@ -15,6 +15,8 @@
 //   0                                     an OS-chosen port.
 //   -1                                    no HTTP server (nullptr, OK).
 // The bound port is written to port_file (if not empty) like --port_file.
+// With a token file (--http_token_file) every page but /healthz needs the
+// token (common/http/http_server.h, "Access token").
 #ifndef LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
 #define LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
 
@@ -34,20 +36,24 @@ struct MetricsServerConfig {
   bool port_is_default = false;  // see the rule above
   std::string port_file;
   std::string daemon;      // "lockstep-worker", for messages
+  std::string token_file;  // --http_token_file; "" = open pages
 };
 
 // `registry` must outlive the server. On success the server is serving (or
 // nullptr for port -1); `note` (if not null) gets a line to log, e.g.
 // "metrics on 127.0.0.1:9171 (/metrics, /healthz)". Errors name the flag:
 // INVALID_ARGUMENT "--metrics_port: expected -1..65535, got 70000",
-// UNAVAILABLE "--metrics_port: http server: cannot listen on ...".
+// UNAVAILABLE "--metrics_port: http server: cannot listen on ...",
+// INVALID_ARGUMENT "--http_token_file: <path> is empty" (or unreadable, or
+// not one printable token).
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServerConfig& config,
                                                                const MetricsRegistry* registry,
                                                                std::string* note);
 
 // The config a daemon main builds from its --metrics_host (`metrics_host`,
 // "" = `listen_host`), --metrics_port and --metrics_port_file flags;
-// port_is_default unless argv sets --metrics_port.
+// port_is_default unless argv sets --metrics_port; token_file from
+// --http_token_file.
 MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
                                                  const std::string& listen_host,
                                                  const std::string& metrics_host, int port,

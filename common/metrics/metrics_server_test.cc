@@ -18,14 +18,14 @@ namespace lockstep {
 namespace {
 
 // GET `path` from 127.0.0.1:port; the whole raw response.
-std::string Get(int port, const std::string& path) {
+std::string Get(int port, const std::string& path, const std::string& headers = "") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string req = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n", headers, "\r\n");
   EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   std::string out;
   char buf[4096];
@@ -47,7 +47,8 @@ TEST(MetricsServer, ServesMetricsAndHealthzAndWritesThePortFile) {
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_NE(*server, nullptr);
   const int port = (*server)->port();
-  EXPECT_EQ(note, absl::StrCat("metrics on http://127.0.0.1:", port, "/metrics and /healthz"));
+  EXPECT_EQ(note, absl::StrCat("metrics on http://127.0.0.1:", port,
+                               "/metrics and /healthz (open: no --http_token_file)"));
   std::ifstream f(c.port_file);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -116,6 +117,51 @@ TEST(MetricsServer, FlagOnCommandLine) {
   EXPECT_FALSE(FlagOnCommandLine(7, a, "metrics"));
   EXPECT_FALSE(FlagOnCommandLine(7, a, "later"));
   EXPECT_FALSE(FlagOnCommandLine(1, a, "metrics_port"));
+}
+
+std::string WriteFile(const std::string& name, const std::string& content) {
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  std::ofstream(path) << content;
+  return path;
+}
+
+// An OS-chosen port on loopback.
+MetricsServerConfig Loopback() {
+  MetricsServerConfig c;
+  c.host = "127.0.0.1";
+  c.port = 0;
+  return c;
+}
+
+TEST(MetricsServer, ATokenFileGuardsMetricsButNotHealthz) {
+  MetricsRegistry registry;
+  registry.AddCounter("lockstep_test_total", "Test.")->Increment(1);
+  MetricsServerConfig c = Loopback();
+  c.token_file = WriteFile("http.token", "  tok-123\n");
+  std::string note;
+  auto server = StartMetricsServer(c, &registry, &note);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_TRUE(absl::EndsWith(note, " (token required except /healthz)")) << note;
+  EXPECT_TRUE(absl::StartsWith(Get(port, "/metrics"), "HTTP/1.1 401 ")) << Get(port, "/metrics");
+  EXPECT_TRUE(absl::EndsWith(Get(port, "/healthz"), "\r\n\r\nok\n"));
+  const std::string m = Get(port, "/metrics", "Authorization: Bearer tok-123\r\n");
+  EXPECT_TRUE(absl::EndsWith(m, "lockstep_test_total 1\n")) << m;
+}
+
+TEST(MetricsServer, ABadTokenFileIsRefusedNamingTheFlagAndFile) {
+  MetricsRegistry registry;
+  MetricsServerConfig c = Loopback();
+  c.token_file = WriteFile("empty.token", " \n");
+  auto empty = StartMetricsServer(c, &registry, nullptr);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(empty.status().message(), "--http_token_file: " + c.token_file + " is empty");
+  c.token_file = "/nonexistent/http.token";
+  auto missing = StartMetricsServer(c, &registry, nullptr);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(missing.status().message(),
+                               "--http_token_file: cannot read /nonexistent/http.token"))
+      << missing.status();
 }
 
 }  // namespace

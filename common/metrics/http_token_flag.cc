@@ -1,0 +1,10 @@
+// --http_token_file: see http_token_flag.h.
+#include "common/metrics/http_token_flag.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, http_token_file, "",
+          "file holding a token (printable ASCII, one word) that the HTTP server (/metrics, the "
+          "status page) asks for on every page but /healthz: \"Authorization: Bearer <token>\" "
+          "(Prometheus' authorization.credentials_file) or Basic with the token as password (a "
+          "browser's prompt). Empty: the pages are open to anyone who reaches the port");
