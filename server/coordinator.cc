@@ -320,15 +320,19 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
   // lost-worker path's case).
   const absl::Duration fresh = 3 * options_.heartbeat_interval + absl::Seconds(1);
   const int shards = static_cast<int>(job->ps_addresses.size());
+  // The job's own bound (spec.stall_timeout_ms), else lost_after.
+  const absl::Duration stall = job->spec.stall_timeout_ms() > 0
+                                   ? absl::Milliseconds(job->spec.stall_timeout_ms())
+                                   : options_.lost_after;
   std::vector<std::string> waits;
   for (int r = 0; r < job->k; ++r) {
     const Rank& rank = job->ranks[r];
     // Every rank's latest report, fresh, says its combine has waited for a
-    // peer (ring) or a shard (ps) for at least lost_after: nothing moves,
-    // and no worker is lost.
+    // peer (ring) or a shard (ps) for at least the stall bound: nothing
+    // moves, and no worker is lost.
     const int target = ps ? rank.waiting_for_shard : rank.waiting_for;
     if (rank.worker_id.empty() || target < 0 || target >= (ps ? shards : job->k) ||
-        rank.waited < options_.lost_after || now - rank.waiting_reported > fresh) {
+        rank.waited < stall || now - rank.waiting_reported > fresh) {
       return false;
     }
     if (ps) {

@@ -519,8 +519,9 @@ class Coordinator {
   // Stuck combines: a ring job (K >= 2) whose every rank's last heartbeat
   // (fresh: within 3 heartbeat intervals + 1 s; reports are never
   // extrapolated; of the current generation) says its combine has waited
-  // for a peer for at least lost_after, or a ps job (K >= 1) whose every
-  // rank's says it has waited for a shard that long, is FAILED (not while
+  // for a peer for at least its spec.stall_timeout_ms (0 = lost_after), or
+  // a ps job (K >= 1) whose every rank's says it has waited for a shard
+  // that long, is FAILED (not while
   // regrouping), whatever its on_worker_lost, naming every wait ("every
   // rank waits for a peer while every worker heartbeats: a link between
   // workers is down (rank 1 (w-2, host h2) for rank 0 (w-1, host h1) 3.2s;

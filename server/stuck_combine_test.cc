@@ -28,7 +28,7 @@ class StuckCombineTest : public ::testing::Test {
   }
 
   // Starts a K-worker job of `mode` on fresh workers w-1..w-K (hosts h1..).
-  uint64_t Start(int k, v1::SyncMode mode = v1::RING) {
+  uint64_t Start(int k, v1::SyncMode mode = v1::RING, int64_t stall_timeout_ms = 0) {
     for (int i = 1; i <= k; ++i) {
       v1::RegisterWorkerRequest req;
       req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
@@ -44,6 +44,7 @@ class StuckCombineTest : public ::testing::Test {
     spec.set_global_batch(8 * k);
     spec.mutable_lr()->set_base_lr(0.1f);
     spec.set_steps(100);
+    spec.set_stall_timeout_ms(stall_timeout_ms);
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = spec;
     absl::StatusOr<v1::SubmitJobReply> s = coord_->SubmitJob(submit);
@@ -120,6 +121,33 @@ TEST_F(StuckCombineTest, EveryRankWaitingForAPeerFailsTheJobNamingTheWaits) {
       "is down (rank 0 (w-1, host h1) for rank 1 (w-2, host h2) "
       "3.5s; rank 1 (w-2, host "
       "h2) for rank 0 (w-1, host h1) 3.1s)");
+}
+
+// spec.stall_timeout_ms replaces lost_after for one job: waits of 3.5 s
+// (over lost_after, 3 s) leave a job with 10 s RUNNING, 10 s fails it; a
+// ps job the same.
+TEST_F(StuckCombineTest, AJobsOwnStallTimeoutReplacesLostAfter) {
+  Start(2, v1::RING, /*stall_timeout_ms=*/10000);
+  Beat(workers_[0], job_, 1, 3500);
+  Beat(workers_[1], job_, 0, 3500);
+  EXPECT_EQ(State(), v1::RUNNING);
+  Beat(workers_[0], job_, 1, 9999);
+  Beat(workers_[1], job_, 0, 9999);
+  EXPECT_EQ(State(), v1::RUNNING);
+  Beat(workers_[0], job_, 1, 10000);
+  EXPECT_TRUE(Beat(workers_[1], job_, 0, 10200).stop_job());
+  ExpectFailedWith(
+      "every rank waits for a peer while every worker heartbeats: a link between workers "
+      "is down (rank 0 (w-1, host h1) for rank 1 (w-2, host h2) 10.0s; rank 1 (w-2, host "
+      "h2) for rank 0 (w-1, host h1) 10.2s)");
+}
+
+TEST_F(StuckCombineTest, APsJobsOwnStallTimeoutReplacesLostAfter) {
+  Start(1, v1::PS, /*stall_timeout_ms=*/500);  // below lost_after: sooner
+  Beat(workers_[0], job_, -1, 499, /*shard=*/0);
+  EXPECT_EQ(State(), v1::RUNNING);
+  EXPECT_TRUE(Beat(workers_[0], job_, -1, 600, /*shard=*/0).stop_job());
+  EXPECT_EQ(State(), v1::FAILED);
 }
 
 TEST_F(StuckCombineTest, ARingOfThreeFailsOnlyWhenAllWait) {

@@ -17,6 +17,8 @@
 # E. only the ps data plane of the coordinator's own shard dropped (the
 # workers' heartbeats still reach it): the ps job FAILED within the bound
 # naming the shard every rank waits for.
+# F. as D for a job with --stall_timeout_ms=8000: FAILED
+# no sooner than 8 s after the cut (not at lost_after), within 8 s + bound.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -119,19 +121,23 @@ cut_case "C nft drop, ps/tcp" nft w-1 0 "w-2 w-3" -- --workers=3 --sync=ps --ps_
 # must be FAILED within the bound with a reason matching REASON_GLOB, its two
 # workers IDLE within the same bound, and `lockstep status` must show rank
 # 0's wait as WAITS ("rank 0 waits for rank 1: 3.1 s at its last
-# heartbeat"); the table is removed after.
+# heartbeat"); the table is removed after. With STALL_MS set (the job's
+# --stall_timeout_ms) the job must stay RUNNING until STALL_MS after the
+# cut and be FAILED within STALL_MS + BOUND_S.
 stuck_case() {
   local name=$1 ns=$2 table=$3 rules=$4 glob=$5 waits=$6; shift 7
-  local job ranks t0 t1 t2 reason
+  local job ranks t0 t1 t2 reason bound_ms=$(( ${STALL_MS:-0} + BOUND_S * 1000 ))
   job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 "$@") || fail "$name: submit: $job"
   wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
   ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
   [ "$ranks" = "w-1 w-2" ] || fail "$name: expected ranks w-1 w-2, got $ranks"
   printf 'table inet %s {\n%s\n}\n' "$table" "$rules" | on "$ns" nft -f - || fail "$name: nft"
   t0=$(now_ms)
-  wait_until $(( t0 + BOUND_S * 1000 )) is_failed "$job" || fail "$name: job $job not FAILED within ${BOUND_S}s: $(cli status "$job")"
+  wait_until $(( t0 + bound_ms )) is_failed "$job" || fail "$name: job $job not FAILED within ${bound_ms} ms: $(cli status "$job")"
   t1=$(now_ms)
-  wait_until $(( t0 + BOUND_S * 1000 )) idle w-1 w-2 || fail "$name: w-1, w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
+  [ $(( t1 - t0 )) -ge "${STALL_MS:-0}" ] \
+    || fail "$name: job $job FAILED $(( t1 - t0 )) ms after the cut, before its stall timeout ${STALL_MS} ms"
+  wait_until $(( t0 + bound_ms )) idle w-1 w-2 || fail "$name: w-1, w-2 not IDLE within ${bound_ms} ms: $(cli workers)"
   t2=$(now_ms)
   reason=$(cli status "$job" --json | json "d['reason']")
   # shellcheck disable=SC2254
@@ -169,6 +175,18 @@ stuck_case E 1 lockstep_ps_cut "  chain in { type filter hook input priority 0; 
   chain out { type filter hook output priority 0; policy accept; tcp sport 7073 drop; }" \
   "every rank waits for a parameter-server shard while every worker heartbeats: a shard is out of the workers' reach or stuck (rank 0 (w-1, host *) for shard 0 (*) *; rank 1 (w-2, host *) for shard 0 (*) *" \
   "ps shard 0" -- --sync=ps --ps_transport=tcp
+
+# F. As D, for a job with its own --stall_timeout_ms (8 s, above the
+# coordinator's lost_after of 3 s): FAILED no sooner than 8 s after the cut
+# and within 8 s + the bound, naming waits of 8 s or more. (Over the gRPC
+# ring, gRPC's keepalive broke the streams about 6 s after such a cut and
+# the workers reported that after their grace, FAILED about 10 s after the
+# cut: 2026-12-04.)
+echo "== F peer link cut, ring/tcp, the job's own --stall_timeout_ms=8000"
+STALL_MS=8000 stuck_case F 2 lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" \
+  "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *) [89].*s; rank 1 (w-2, host *) for rank 0 (w-1, host *) [89].*s)" \
+  "rank 1" -- --sync=ring --peer_transport=tcp --stall_timeout_ms=8000
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"

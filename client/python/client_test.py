@@ -380,7 +380,7 @@ class SameSpecAsCli(unittest.TestCase):
         self.check_same(dict(workers=3, sync="ps", ps_transport="tcp", steps=20,
                              resume_from="/tmp/ck/job-4/"))
         self.check_same(dict(workers=3, steps=20, on_worker_lost="wait",
-                             wait_timeout_ms=2500))
+                             wait_timeout_ms=2500, stall_timeout_ms=12000))
 
     def test_job_file_overridden_by_given_flags(self):
         self.check_same(dict(job_file=self.job_file, workers=3, lr=0.01))

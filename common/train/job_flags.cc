@@ -73,6 +73,11 @@ ABSL_FLAG(std::string, on_worker_lost, "fail",
 ABSL_FLAG(int64_t, wait_timeout_ms, 0,
           "--on_worker_lost=wait: how long a job waits for a worker to replace a lost rank "
           "before it ends FAILED naming the rank (0 = 600000, 10 minutes)");
+ABSL_FLAG(int64_t, stall_timeout_ms, 0,
+          "how long every rank may wait for a peer or ps shard (counted from the last bytes "
+          "moved) while every worker heartbeats before the job ends FAILED as stuck (0 = the "
+          "coordinator's --lost_after_ms, 3 s by default; else 100..3600000): raise it for a "
+          "job on a slow link");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");
@@ -308,6 +313,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const std::set<std::string>& given)
   }
   // (A negative value is refused by ValidateJobSpec, naming the field.)
   if (use("wait_timeout_ms")) spec.set_wait_timeout_ms(absl::GetFlag(FLAGS_wait_timeout_ms));
+  if (use("stall_timeout_ms")) spec.set_stall_timeout_ms(absl::GetFlag(FLAGS_stall_timeout_ms));
   if (use("workers")) spec.set_num_workers(absl::GetFlag(FLAGS_workers));
   if (use("ps_shards")) spec.set_ps_shards(absl::GetFlag(FLAGS_ps_shards));
   if (use("batch")) spec.set_global_batch(absl::GetFlag(FLAGS_batch));

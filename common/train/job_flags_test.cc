@@ -106,6 +106,12 @@ TEST(JobFlagsTest, OnWorkerLostFlag) {
   EXPECT_EQ(spec->on_worker_lost(), "wait");
   EXPECT_EQ(spec->wait_timeout_ms(), 2500);
   ASSERT_TRUE(FromArgs({"--on_worker_lost=fail", "--wait_timeout_ms=0"}).ok());  // defaults back
+  spec = FromArgs({"--stall_timeout_ms=12000"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->stall_timeout_ms(), 12000);
+  spec = FromArgs({"--stall_timeout_ms=0"});  // defaults back
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->stall_timeout_ms(), 0);
 }
 
 TEST(JobFlagsTest, PeerTransportFlag) {

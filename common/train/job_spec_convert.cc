@@ -116,6 +116,12 @@ absl::Status CheckWorkerLostPolicy(const JobSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec.wait_timeout_ms: expected >= 0 (0 = 10 minutes), got ", spec.wait_timeout_ms()));
   }
+  if (spec.stall_timeout_ms() != 0 &&
+      (spec.stall_timeout_ms() < kMinStallTimeoutMs || spec.stall_timeout_ms() > kMaxStallTimeoutMs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.stall_timeout_ms: expected 0 (the coordinator's --lost_after_ms) or ",
+        kMinStallTimeoutMs, "..", kMaxStallTimeoutMs, ", got ", spec.stall_timeout_ms()));
+  }
   if (p.empty() || p == "fail" || p == "shrink" || p == "wait") return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("spec.on_worker_lost: expected fail, shrink or wait, got \"", p, "\""));

@@ -74,9 +74,12 @@ absl::Status CheckDatasetSyntax(absl::string_view dataset);
 absl::Status CheckCheckpointFields(const lockstep::v1::JobSpec& spec);
 
 // spec.on_worker_lost: "", "fail", "shrink" or "wait"; anything else
-// InvalidArgument naming the field and the expected values; and
-// spec.wait_timeout_ms >= 0.
+// InvalidArgument naming the field and the expected values;
+// spec.wait_timeout_ms >= 0; spec.stall_timeout_ms 0 or in
+// [kMinStallTimeoutMs, kMaxStallTimeoutMs].
 absl::Status CheckWorkerLostPolicy(const lockstep::v1::JobSpec& spec);
+inline constexpr int64_t kMinStallTimeoutMs = 100;
+inline constexpr int64_t kMaxStallTimeoutMs = 3600000;
 
 // on_worker_lost = "wait": how long a job waits for a worker to replace a
 // lost rank (spec.wait_timeout_ms; 0 = kDefaultWaitTimeoutMs, 10 minutes).

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -162,6 +163,22 @@ TEST(ValidateJobSpecTest, WorkerLostPolicyIsFailShrinkOrWait) {
   s = ValidateJobSpec(spec);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "spec.on_worker_lost: expected fail, shrink or wait, got \"restart\"");
+}
+
+TEST(ValidateJobSpecTest, StallTimeoutIsZeroOrInItsRange) {
+  v1::JobSpec spec = Minimal();
+  for (int64_t ok : {int64_t{0}, int64_t{100}, int64_t{12000}, int64_t{3600000}}) {
+    spec.set_stall_timeout_ms(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok;
+  }
+  for (int64_t bad : {int64_t{-1}, int64_t{99}, int64_t{3600001}}) {
+    spec.set_stall_timeout_ms(bad);
+    absl::Status s = ValidateJobSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(s.message(), absl::StrCat("spec.stall_timeout_ms: expected 0 (the coordinator's "
+                                        "--lost_after_ms) or 100..3600000, got ",
+                                        bad));
+  }
 }
 
 TEST(ValidateJobSpecTest, PeerTransportDefaultsToGrpcAndAcceptsTcp) {

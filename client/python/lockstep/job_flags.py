@@ -51,6 +51,7 @@ FLAGS = (
     ("on_nonfinite", "choice", "fail", ("on_nonfinite",)),
     ("on_worker_lost", "choice", "fail", ("on_worker_lost",)),
     ("wait_timeout_ms", "int64", 0, ("wait_timeout_ms",)),
+    ("stall_timeout_ms", "int64", 0, ("stall_timeout_ms",)),
     ("workers", "int32", 4, ("num_workers",)),
     ("ps_shards", "int32", 1, ("ps_shards",)),
     ("batch", "int64", 128, ("global_batch",)),
