@@ -11,6 +11,9 @@
 # DIR/client.{pem,key}           lockstep CLI / Python  URI SAN lockstep://role/client
 # DIR/token                      the bearer token for SubmitJob/CancelJob
 #                                (coordinator --token_file, lockstep --token_file)
+# DIR/http_token                 the token of the daemons' HTTP pages (every
+#                                daemon's --http_token_file; Prometheus'
+#                                authorization.credentials_file)
 #
 # Every certificate that a server presents (coordinator, server, worker: a
 # worker serves its peers) names localhost, 127.0.0.1, ::1 and every --hosts
@@ -21,13 +24,13 @@
 # resolves), which the Python client checks instead of the host name: grpcio
 # has no custom verifier, so it sets grpc.ssl_target_name_override to
 # coordinator.role.lockstep.invalid. Keys are EC P-256, certificates valid
-# --days days (default 365). Private keys and the token are mode 0600.
+# --days days (default 365). Private keys and the tokens are mode 0600.
 # An existing DIR/ca.pem is kept (re-run with a new --hosts list to re-issue
 # the role certificates from the same CA) unless --force.
 # --k8s_secrets=FILE also writes Kubernetes Secret objects (mode 0600) that
 # deploy/k8s/ mounts at /etc/lockstep/tls: lockstep-coordinator-tls,
-# lockstep-server-tls, lockstep-worker-tls (ca.pem, tls.pem, tls.key; the
-# coordinator's also token): kubectl apply -f FILE.
+# lockstep-server-tls, lockstep-worker-tls (ca.pem, tls.pem, tls.key,
+# http_token; the coordinator's also token): kubectl apply -f FILE.
 # Docker Compose / Swarm read DIR's files as secrets (deploy/docker-compose.yml,
 # LOCKSTEP_PKI_DIR, default deploy/pki).
 set -euo pipefail
@@ -102,6 +105,9 @@ rm -f "$out/ca.srl"
 if [[ $force -eq 1 || ! -s "$out/token" ]]; then
   openssl rand -hex 32 > "$out/token"
 fi
+if [[ $force -eq 1 || ! -s "$out/http_token" ]]; then
+  openssl rand -hex 32 > "$out/http_token"
+fi
 
 if [[ -n "$k8s" ]]; then
   b64() { base64 -w0 < "$1"; }
@@ -110,12 +116,13 @@ if [[ -n "$k8s" ]]; then
       printf -- '---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: lockstep-%s-tls\n' "$role"
       printf '  labels:\n    app.kubernetes.io/name: lockstep\n    app.kubernetes.io/component: %s\n' \
         "$([ "$role" = server ] && echo ps || echo "$role")"
-      printf 'type: Opaque\ndata:\n  ca.pem: %s\n  tls.pem: %s\n  tls.key: %s\n' \
-        "$(b64 "$out/ca.pem")" "$(b64 "$out/$role.pem")" "$(b64 "$out/$role.key")"
+      printf 'type: Opaque\ndata:\n  ca.pem: %s\n  tls.pem: %s\n  tls.key: %s\n  http_token: %s\n' \
+        "$(b64 "$out/ca.pem")" "$(b64 "$out/$role.pem")" "$(b64 "$out/$role.key")" \
+        "$(b64 "$out/http_token")"
       [ "$role" = coordinator ] && printf '  token: %s\n' "$(b64 "$out/token")"
     done
   } > "$k8s"
   chmod 0600 "$k8s"
   echo "certs.sh: Kubernetes Secrets lockstep-{coordinator,server,worker}-tls in $k8s" >&2
 fi
-echo "certs.sh: CA, coordinator, server, worker and client certificates and a token in $out" >&2
+echo "certs.sh: CA, coordinator, server, worker and client certificates and tokens in $out" >&2

@@ -21,8 +21,9 @@ and scale with `docker compose up --scale worker=N`:
     (the daemons' defaults must work in containers);
   * secure by default: no daemon or health check runs with --insecure; each
     gives --tls_cert, --tls_key and --tls_ca (the coordinator also
-    --token_file) as files under /run/secrets/ that are secrets of that
-    service, declared at the top level with a file: source.
+    --token_file) and --http_token_file as files under /run/secrets/ that
+    are secrets of that service, declared at the top level with a file:
+    source.
 dockerfile: multi-stage, both stages on Debian 12, the build stage installs
   every build package of deploy/setup.sh (compilers, -dev, Bazel), the
   runtime stage copies the binaries from the build stage and runs as a
@@ -37,7 +38,7 @@ k8s: every Deployment/StatefulSet container has readiness and liveness
   headless Service in the set; no --advertise; --metrics_port=N with a
   container port "metrics" at N and prometheus.io/* pod annotations; no
   --insecure; --tls_cert, --tls_key, --tls_ca (coordinator: --token_file)
-  name files in a volume mounted from a Secret; probes are exec probes
+  and --http_token_file name files in a volume mounted from a Secret; probes are exec probes
   running `lockstep ... --tls_* ... health` (the kubelet's native gRPC probe
   speaks plain text, which a mutual-TLS daemon refuses).
 Prints every violation; exits 1 if there is one, 2 on usage errors.
@@ -95,13 +96,15 @@ def flag_values(args, flag):
     return [str(a).split("=", 1)[1] for a in args if str(a).startswith(flag + "=")]
 
 
-def check_tls_args(where, args, is_coordinator, file_ok, what):
-    """--insecure absent; each TLS flag (and the coordinator's --token_file)
-    given once, naming a file file_ok accepts (a secret's mount)."""
+def check_tls_args(where, args, is_coordinator, file_ok, what, daemon=True):
+    """--insecure absent; each TLS flag (and the coordinator's --token_file,
+    and a daemon's --http_token_file) given once, naming a file file_ok
+    accepts (a secret's mount)."""
     args = [str(a) for a in args]
     if any(a == "--insecure" or a.startswith("--insecure=") for a in args):
         err(where, "--insecure given: every daemon in the deploy files uses mutual TLS")
-    flags = TLS_FLAGS + (("--token_file",) if is_coordinator else ())
+    flags = (TLS_FLAGS + (("--token_file",) if is_coordinator else ()) +
+             (("--http_token_file",) if daemon else ()))
     for flag in flags:
         values = flag_values(args, flag)
         if len(values) != 1:
@@ -181,7 +184,7 @@ def check_compose(path):
                            lambda f: f in mounted, what)
         if isinstance(test, list) and test[:2] == ["CMD", "lockstep"]:
             check_tls_args(f"{where} health check", test[2:-1], False,
-                           lambda f: f in mounted, what)
+                           lambda f: f in mounted, what, daemon=False)
 
 
 BUILD_PACKAGE = re.compile(r"bazel-bootstrap|g\+\+|pkg-config|protobuf-compiler.*|.*-dev")
@@ -349,7 +352,8 @@ def check_k8s(paths):
                         err(cw, f"{probe}: expected an exec probe running `lockstep ... health` "
                             "with --tls_* (a native grpc probe speaks plain text)")
                 else:
-                    check_tls_args(f"{cw} {probe}", cmd[1:-1], False, in_secret, what)
+                    check_tls_args(f"{cw} {probe}", cmd[1:-1], False, in_secret, what,
+                                   daemon=False)
             port = check_metrics(cw, args, annotations)
             if port and not any(p.get("name") == "metrics" and str(p.get("containerPort")) == port
                                 for p in c.get("ports") or []):

@@ -18,7 +18,9 @@
 # Every gRPC channel uses mutual TLS: deploy/certs.sh makes a CA, per-role
 # certificates and a bearer token in the cluster's temp folder ($dir/pki) and
 # every process gets --tls_cert/--tls_key/--tls_ca (the coordinator and the
-# client also --token_file). --insecure runs everything in plain text instead.
+# client also --token_file), every daemon --http_token_file (its /metrics
+# and the status page ask for $dir/pki/http_token). --insecure runs
+# everything in plain text, with open HTTP pages, instead.
 # Needs the binaries built: bazel build -c opt //server:lockstep-coordinator
 #   //worker:lockstep-worker //client:lockstep //server/ps:lockstep-server
 set -uo pipefail
@@ -58,31 +60,36 @@ wait_file() {  # wait up to 20 s for a port file
 if [ "$insecure" = 1 ]; then
   tls() { echo --insecure; }
   token=()
+  http=()
 else
   bash deploy/certs.sh --out="$dir/pki" || { echo "cluster: deploy/certs.sh failed" >&2; exit 1; }
   tls() { echo "--tls_cert=$dir/pki/$1.pem --tls_key=$dir/pki/$1.key --tls_ca=$dir/pki/ca.pem"; }
   token=(--token_file="$dir/pki/token")
+  http=(--http_token_file="$dir/pki/http_token")
 fi
 
 ps_addrs=""
 for s in $(seq 1 "$ps_servers"); do
   "$BIN/server/ps/lockstep-server" --role=ps --listen=127.0.0.1:0 --port_file="$dir/ps$s.port" \
-    $(tls server) 2>"$dir/ps$s.log" & pids+=($!)
+    $(tls server) "${http[@]}" 2>"$dir/ps$s.log" & pids+=($!)
   wait_file "$dir/ps$s.port" "ps server $s" || exit 1
   ps_addrs="${ps_addrs:+$ps_addrs,}127.0.0.1:$(cat "$dir/ps$s.port")"
 done
 "$BIN/server/lockstep-coordinator" --listen=127.0.0.1:0 --port_file="$dir/coordinator.port" \
-  ${ps_addrs:+--ps_addresses=$ps_addrs} $(tls coordinator) "${token[@]}" \
-  2>"$dir/coordinator.log" & pids+=($!)
+  ${ps_addrs:+--ps_addresses=$ps_addrs} $(tls coordinator) "${token[@]}" "${http[@]}" \
+  --metrics_port_file="$dir/coordinator.mport" 2>"$dir/coordinator.log" & pids+=($!)
 wait_file "$dir/coordinator.port" coordinator || exit 1
 coord="127.0.0.1:$(cat "$dir/coordinator.port")"
 for i in $(seq 1 "$n"); do
   "$BIN/worker/lockstep-worker" --coordinator="$coord" --listen=127.0.0.1:0 \
-    --port_file="$dir/worker$i.port" $(tls worker) 2>"$dir/worker$i.log" & pids+=($!)
+    --port_file="$dir/worker$i.port" $(tls worker) "${http[@]}" 2>"$dir/worker$i.log" & pids+=($!)
 done
 for i in $(seq 1 "$n"); do wait_file "$dir/worker$i.port" "worker $i" || exit 1; done
 echo "cluster: coordinator $coord, $n workers${ps_addrs:+, ps $ps_addrs} (logs in $dir)," \
   "$([ "$insecure" = 1 ] && echo "plain text (--insecure)" || echo "mutual TLS (certificates in $dir/pki)")" >&2
+wait_file "$dir/coordinator.mport" "the coordinator's HTTP server" || exit 1
+echo "cluster: status page http://127.0.0.1:$(cat "$dir/coordinator.mport")/" \
+  "$([ "$insecure" = 1 ] && echo "(open)" || echo "(any user name, password: the token in $dir/pki/http_token)")" >&2
 run=(submit --workers="$n" --follow); [ "$scale" = 1 ] && run=(scale)
 cli=("$BIN/client/lockstep" --coordinator="$coord" $(tls client) "${token[@]}")
 "${cli[@]}" "${run[@]}" "${args[@]}"

@@ -341,15 +341,24 @@ class Cluster:
         m = re.search(r"--metrics_port=(\d+)", " ".join(map(str, self.doc["services"][service]["command"])))
         return int(m.group(1)) if m else None
 
-    def scrape(self, instance, port):
+    def scrape(self, instance, port, token=True):
         """GET http://ADDR:PORT/metrics from the client namespace, as a
-        Prometheus on another host would. Returns (status or None, body)."""
+        Prometheus on another host would, with the pki's http_token as a
+        Bearer token unless token=False. Returns (status or None, body); an
+        HTTP error status is returned as the status."""
         url = f"http://{self.addr[instance]}:{port}/metrics"
-        code = ("import sys, urllib.request\n"
-                "r = urllib.request.urlopen(sys.argv[1], timeout=5)\n"
-                "print(r.status); sys.stdout.write(r.read().decode())\n")
-        r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code, url],
-                check=False, timeout=15)
+        code = ("import sys, urllib.error, urllib.request\n"
+                "req = urllib.request.Request(sys.argv[1])\n"
+                "if sys.argv[2]:\n"
+                "    req.add_header('Authorization', 'Bearer ' + open(sys.argv[2]).read().strip())\n"
+                "try:\n"
+                "    r = urllib.request.urlopen(req, timeout=5)\n"
+                "    print(r.status); sys.stdout.write(r.read().decode())\n"
+                "except urllib.error.HTTPError as e:\n"
+                "    print(e.code); sys.stdout.write(e.read().decode())\n")
+        token_file = os.path.join(self.pki, "http_token") if token else ""
+        r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code, url,
+                 token_file], check=False, timeout=15)
         if r.returncode != 0:
             return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
         status, _, body = r.stdout.partition("\n")
@@ -528,6 +537,10 @@ def main(argv):
             check(f"{instance}: GET /metrics on {cluster.addr[instance]}:{port}",
                   status == 200 and "# TYPE lockstep_" in body,
                   f"HTTP {status}, {body.count(chr(10))} lines" if status else body)
+            if service == "coordinator":
+                bare, _ = cluster.scrape(instance, port, token=False)
+                check(f"{instance}: GET /metrics without the http_token is refused",
+                      bare == 401, f"HTTP {bare}")
             if service.startswith("ps-") and status == 200:
                 pushes = sum(float(line.split()[-1]) for line in body.splitlines()
                              if line.startswith("lockstep_ps_pushes_total"))
