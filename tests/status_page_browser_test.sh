@@ -186,7 +186,9 @@ job = {"job_id": "9", "state": "SUCCEEDED", "reason": "", "step": "60", "total_s
     "spec": {"name": "", "model": "softmax", "sync_mode": "RING", "num_workers": 3, "global_batch": "24"},
     "checked_steps": "60", "mismatched_steps": "0",
     "skipped_steps": "2", "last_skipped_step": "5", "last_nonfinite_ranks": [],
-    "ranks": [rank(0, 0.0025), rank(1, 0.003)],
+    "ranks": [dict(rank(0, 0.0025), waiting_for_peer=2, waiting_s=3.14),
+              dict(rank(1, 0.003), waiting_for_shard=1, waiting_s=2.26),
+              dict(rank(2, 0.003), waiting_for_peer=1, waiting_s=0.5)],
     "membership_events": [
         {"kind": "shrink", "generation": "1", "world_before": 3, "world_after": 2,
          "worker_id": "w-3", "rank": 2, "step": "42", "unix_s": 1.7e9,
@@ -251,13 +253,19 @@ assert text[1].endswith("join: w-5 as rank 2, 2 -&gt; 3 workers (generation 2), 
                         "w-5 idle"), text[1]
 ranks = re.search(r'<table id="ranks">(.*?)</table>', html, re.S).group(1)
 rows = re.findall(r'<tr data-rank="(\d)">(.*?)</tr>', ranks, re.S)
-assert len(rows) == 2, rows
+assert len(rows) == 3, rows
 parts = {r: dict(re.findall(r'<td class="ms" data-part="(\w+)">([^<]*)</td>', row)) for r, row in rows}
 assert parts["0"] == {"step": "4.000", "compute": "2.500", "exposed": "0.500", "comm": "1.000",
                       "wait": "0.250"}, parts["0"]
 assert parts["1"]["compute"] == "3.000", parts["1"]
 assert "100 MiB" in rows[0][1], rows[0][1]
-print("  skipped steps, 2 membership events and the breakdown rendered as expected")
+# Who waits for whom: rank 2's 0.5 s wait is under the 1 s threshold.
+waits = re.search(r'<ul id="rank-waits"([^>]*)>(.*?)</ul>', html, re.S)
+assert waits and "hidden" not in waits.group(1), "waits list hidden"
+lines = re.findall(r'<li data-rank="(\d)">([^<]*)</li>', waits.group(2))
+assert lines == [("0", "rank 0 waits for rank 1: 3.1 s at its last heartbeat"),
+                 ("1", "rank 1 waits for ps shard 0: 2.3 s at its last heartbeat")], lines
+print("  skipped steps, 2 membership events, the breakdown and who waits for whom rendered as expected")
 PY
 
 cli cancel "$id" >/dev/null || fail "cancel"

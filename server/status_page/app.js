@@ -358,6 +358,23 @@
       el('td', { class: 'ms', 'data-part': 'wait' }, ms(r.median_peer_wait_seconds)),
       el('td', {}, num(r.resident_bytes) > 0 ? fmt(num(r.resident_bytes) / 1048576, 1) + ' MiB' : '–'),
     ])));
+    drawWaits(job.ranks || []);
+  }
+
+  // Who waits for whom: every rank whose combine had waited a second or
+  // more at its last heartbeat, as `lockstep status` prints it ("rank 0
+  // waits for rank 1: 3.1 s at its last heartbeat"). A straggler shows as
+  // the rank the others wait for; a cut link or an unreachable shard as
+  // every rank waiting.
+  function drawWaits(ranks) {
+    const items = ranks.filter((r) => num(r.waiting_s) >= 1).map((r) => {
+      const what = num(r.waiting_for_shard) > 0 ? 'ps shard ' + (num(r.waiting_for_shard) - 1)
+        : 'rank ' + (num(r.waiting_for_peer) - 1);
+      return el('li', { 'data-rank': r.rank }, 'rank ' + r.rank + ' waits for ' + what + ': ' +
+        num(r.waiting_s).toFixed(1) + ' s at its last heartbeat');
+    });
+    $('rank-waits').replaceChildren(...items);
+    $('rank-waits').hidden = items.length === 0;
   }
 
   // Non-finite gradients skipped (on_nonfinite=skip): "2 (last at step 5;
