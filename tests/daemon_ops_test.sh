@@ -113,6 +113,9 @@ wait_health "$P"
 [ "$(health "$P" --service=lockstep.v1.ParameterServer)" = SERVING ] || fail "ps service health"
 out=$("$PROBE" "$P") || fail "reflection on the ps server: $out"
 grep -qx "service lockstep.v1.ParameterServer" <<<"$out" || fail "ps reflection: $out"
+# A second ps server on its address fails to start (no SO_REUSEPORT).
+rc=0; timeout 10 "$PS" --insecure --role=ps --listen="$P" 2>"$T/dup_ps.log" || rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a second ps server on $P: exit $rc (started?): $(cat "$T/dup_ps.log")"
 kill -TERM "$ppid"; wait_exit "$ppid" 5; rc=$?; [ "$rc" = 0 ] || fail "ps server exit $rc after SIGTERM"
 
 # long_job: submits a K=2 job that would run for ages, waits until it stepped.
@@ -176,6 +179,16 @@ for w in "$W1" "$W3"; do wait_health "$w"; done
 # job id) keeps the new job 1's peer streams apart from the old one's.
 out=$(cli submit --workers=2 --model=softmax --dataset="$DATA" --batch=16 --steps=10 --follow --json) || fail "job on the new coordinator: $out"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "job on the new coordinator: $out"
+
+echo "== a second worker on a worker's address fails to start (no SO_REUSEPORT)"
+# gRPC turns SO_REUSEPORT on by default: two workers (or ps servers, checked
+# above) on one port would share it silently, connections split between them.
+rc=0; timeout 10 "$WORKER" --insecure --coordinator="$C" --listen="$W1" --port_file="$T/dup.port" \
+  2>"$T/dup_worker.log" || rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a second worker on $W1: exit $rc (started?)"
+grep -q "cannot listen: the address is in use" "$T/dup_worker.log" || fail "dup worker: $(cat "$T/dup_worker.log")"
+[ ! -s "$T/dup.port" ] || fail "a second worker on $W1 wrote a port file"
+echo "  a second worker on $W1: exit $rc, \"cannot listen: the address is in use\""
 
 echo "== SIGTERM to idle daemons: all exit 0"
 for n in 1 3; do kill -TERM "${wpid[$n]}"; done

@@ -218,6 +218,10 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
   builder.AddListeningPort(listen, security->ServerCredentials(), &port);
+  // No SO_REUSEPORT (gRPC's default is on): a second worker given the same
+  // --listen fails to start instead of silently sharing the port (one
+  // address, one process: the coordinator's registration rules rely on it).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   peers.RegisterOn(builder);
   builder.RegisterService(&health);
   builder.RegisterService(&state_service);

@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string listen_host = lockstep::HostOfAddress(listen);  // brackets kept
   builder.AddListeningPort(listen, security->ServerCredentials(), &port);
+  // No SO_REUSEPORT (gRPC's default is on): a second server given the same
+  // --listen fails to start instead of silently sharing the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
   // One shard per Push request / Pull reply (common/grpcutil/message_limits.h).
