@@ -79,6 +79,12 @@ absl::Status PsShard::Push(uint64_t job, int64_t step, int worker,
     sl.step = step;
     sl.acc.resize(shard_len_);
     sl.early.resize(num_workers_);
+    // Every buffer a push that overtakes its predecessors may need, sized
+    // when the slot is first used (steps 0 and 1): a later step's early
+    // push reuses it, so no step after the first two allocates. Worker 0 is
+    // never early (it is folded first). The registry reserved these bytes
+    // already (PsShardWorstCaseBytes: 2 steps x K buffers).
+    for (int w = 1; w < num_workers_; ++w) sl.early[w].resize(shard_len_);
     sl.pushed.assign(num_workers_, 0);
     sl.counts.assign(num_workers_, 0);
     sl.folded = 0;
