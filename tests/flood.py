@@ -1,6 +1,7 @@
 """A bounded flood of malformed messages at lockstep daemons (issue 11).
 
-  python3 flood.py --rounds=N --seed=S --out=FILE [--until=F --progress=P] TARGET...
+  python3 flood.py --rounds=N --seed=S --out=FILE [--until=F --progress=P]
+                   [--tls_dir=PKI --tls_role=ROLE] TARGET...
   TARGET = KIND@HOST:PORT
     coordinator  lockstep.v1.Coordinator and ParameterServer (its shard)
     worker       lockstep.v1.PeerService and ReplicaState
@@ -23,6 +24,12 @@ until file F exists; P then holds the number of rounds every target has
 completed (rewritten after each). No request names the running job's id or group: the flood must be refused,
 never obeyed. Every call has a 2 s deadline; every socket a 2 s timeout.
 
+With --tls_dir every gRPC call goes over mutual TLS with PKI/ROLE.pem and
+.key (deploy/certs.sh's files): an insider holding a valid certificate of
+that role (e.g. worker), but no worker token and no bearer token. The
+raw-TCP targets get the same plain bytes (under --data_plane_tls the
+daemons expect a TLS handshake there).
+
 Writes FILE as JSON: {target: {outcome: count}} (outcome = a gRPC status
 code name, or for TCP "closed"/"timeout"/"refused"), and prints one line per
 target. Exits 1 only when a call that must be refused returned OK.
@@ -42,6 +49,16 @@ import grpc
 JOB = 987654
 WORKER = "w-987654"
 TIMEOUT = 2.0
+# (ca, key, cert) PEM bytes for mutual TLS (--tls_dir); None = plain text.
+TLS = None
+
+
+def channel(address, options=()):
+    if TLS is None:
+        return grpc.insecure_channel(address, options=list(options))
+    ca, key, cert = TLS
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(ca, key, cert),
+                               options=list(options))
 
 
 def varint(n):
@@ -180,7 +197,7 @@ def flood_grpc(kind, address, rounds, rng, tally):
     target = f"{kind}@{address}"
     opts = [("grpc.max_send_message_length", 64 << 20),
             ("grpc.max_receive_message_length", 64 << 20)]
-    ch = grpc.insecure_channel(address, options=opts)
+    ch = channel(address, opts)
     semantic = {}
     if kind == "coordinator":
         semantic = {"/lockstep.v1.Coordinator/" + m: v for m, v in coordinator_semantic().items()}
@@ -280,7 +297,7 @@ def flood_tcp(label, address, rounds, rng, tally, data_plane):
 
 
 def data_port(address):
-    ch = grpc.insecure_channel(address)
+    ch = channel(address)
     try:
         reply = ch.unary_unary("/lockstep.v1.ParameterServer/DataAddress",
                                request_serializer=lambda b: b,
@@ -307,8 +324,14 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--until", default="")
     ap.add_argument("--progress", default="")
+    ap.add_argument("--tls_dir", default="")
+    ap.add_argument("--tls_role", default="worker")
     ap.add_argument("targets", nargs="+")
     args = ap.parse_args()
+    if args.tls_dir:
+        global TLS
+        read = lambda name: open(os.path.join(args.tls_dir, name), "rb").read()
+        TLS = (read("ca.pem"), read(args.tls_role + ".key"), read(args.tls_role + ".pem"))
     tally = Tally()
     threads = []
     done = []  # rounds completed per flooding thread

@@ -20,27 +20,52 @@
 #   4  every daemon is still up and SERVING (lockstep health), and the logs of
 #      the coordinator, both workers and the ps server have "request refused"
 #      lines naming a 127.0.0.1 peer (common/grpcutil/refusal_log.h).
+# With a 6th argument "tls" (and deploy/certs.sh as the 7th: the
+# flood_tls_e2e_test target) the same on a cluster secured as deployed:
+# mutual TLS on every gRPC channel, the coordinator's bearer token, and
+# --data_plane_tls on both raw-TCP data planes; the flood comes from an
+# insider holding a valid worker certificate (no worker token, no bearer
+# token), its raw-TCP bytes meet TLS handshakes. Ring job only.
 set -uo pipefail
-COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; FLOOD="$5"
+COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; FLOOD="$5"; MODE="${6:-plain}"; CERTS_SH="${7:-}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=25
 source "$(dirname "$0")/e2e_lib.sh"
-cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
-health() { "$CLI" --insecure --coordinator="$1" health --timeout_ms=2000; }
+if [ "$MODE" = tls ]; then
+  bash "$CERTS_SH" --out="$T/pki" 2>/dev/null || fail "certs.sh"
+  tls() {  # tls ROLE: the daemon or client flags of ROLE's certificate
+    echo "--tls_cert=$T/pki/$1.pem --tls_key=$T/pki/$1.key --tls_ca=$T/pki/ca.pem"
+  }
+  SEC_PS="$(tls server) --data_plane_tls"
+  SEC_COORD="$(tls coordinator) --token_file=$T/pki/token --data_plane_tls"
+  SEC_WORKER="$(tls worker) --data_plane_tls"
+  SEC_CLI="$(tls client) --token_file=$T/pki/token"
+  FLOOD_TLS=(--tls_dir="$T/pki" --tls_role=worker)
+else
+  SEC_PS=--insecure SEC_COORD=--insecure SEC_WORKER=--insecure SEC_CLI=--insecure
+  FLOOD_TLS=()
+fi
+# shellcheck disable=SC2086  # SEC_* are lists of flags
+cli() { "$CLI" $SEC_CLI --coordinator="$C" "$@"; }
+# shellcheck disable=SC2086
+health() { "$CLI" $SEC_CLI --coordinator="$1" health --timeout_ms=2000; }
 write_blobs "$T" 11 2000 200 16
 DATA='csv:train.csv;test.csv'
 t_start=$(now_ms)
 
-"$PS" --insecure --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=-1 \
+# shellcheck disable=SC2086
+"$PS" $SEC_PS --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port=-1 \
   2>"$T/ps.log" & pids+=($!); ps_pid=$!
 wait_file "$T/ps.port"
 P="127.0.0.1:$(cat "$T/ps.port")"
-"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=-1 \
+# shellcheck disable=SC2086
+"$COORD" $SEC_COORD --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=-1 \
   --ps_addresses="$P" 2>"$T/coord.log" & pids+=($!); coord_pid=$!
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
 for i in 1 2; do
-  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
+  # shellcheck disable=SC2086
+  "$WORKER" $SEC_WORKER --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" \
     --metrics_port=-1 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   wait_file "$T/w$i.port"
@@ -67,7 +92,7 @@ run_job() {
     # least one whole round must end while the job still runs.
     local f0 fpid rounds; f0=$(now_ms)
     /usr/bin/python3 "$FLOOD" --rounds=20 --seed="$RANDOM" --out="$T/$name.flood.json" \
-      --until="$T/$name.stop" --progress="$T/$name.rounds" "${targets[@]}" \
+      --until="$T/$name.stop" --progress="$T/$name.rounds" "${FLOOD_TLS[@]}" "${targets[@]}" \
       >"$T/$name.flood.out" 2>&1 &
     fpid=$!; pids+=($fpid)
     wait_until $(( $(now_ms) + 180000 )) finished "$id" || fail "$name: job $id not finished"
@@ -87,7 +112,8 @@ RING=(--workers=2 --peer_transport=tcp --model=mlp:256,256 --dataset="$DATA" --b
 PSJOB=(--workers=2 --sync=ps --ps_transport=tcp --model=mlp:256,256 --dataset="$DATA"
        --batch=64 --steps=3500 --seed=6)
 same_hash_with_and_without ring-tcp run_job quiet flood "${RING[@]}"
-same_hash_with_and_without ps-tcp run_job quiet flood "${PSJOB[@]}"
+[ "$MODE" = tls ] || same_hash_with_and_without ps-tcp run_job quiet flood "${PSJOB[@]}"
+jobs_expected=4; [ "$MODE" = tls ] && jobs_expected=2
 
 # 4: every daemon up and serving, and naming the refused peers.
 for p in "$ps_pid" "$coord_pid" "${wpid[1]}" "${wpid[2]}"; do
@@ -99,7 +125,7 @@ done
 idle w-1 w-2 || fail "workers not IDLE after the jobs: $(cli workers)"
 # Nothing the flood sent was obeyed: the same two workers, the four jobs.
 [ "$(cli workers | grep -cE '^w-[0-9]+ ')" = 2 ] || fail "workers changed: $(cli workers)"
-[ "$(cli jobs --json | json "len(d['jobs'])")" = 4 ] || fail "jobs changed: $(cli jobs)"
+[ "$(cli jobs --json | json "len(d['jobs'])")" = "$jobs_expected" ] || fail "jobs changed: $(cli jobs)"
 for f in coord ps w1 w2; do
   n=$(grep -c 'request refused .*peer=ipv4:127\.0\.0\.1:[0-9]' "$T/$f.log")
   [ "$n" -gt 0 ] || fail "$f.log names no refused peer"
