@@ -31,8 +31,9 @@ class RefusalInterceptor : public grpc::experimental::Interceptor {
         if (s.error_message().empty() && s.error_code() == grpc::StatusCode::INTERNAL) {
           // gRPC answers a request it cannot parse with INTERNAL and an
           // empty message (proto3's InitializationErrorString()); say so,
-          // to the caller and in the log.
-          s = grpc::Status(s.error_code(),
+          // to the caller and in the log. Bytes that are no request are
+          // the caller's error, not the server's: INVALID_ARGUMENT.
+          s = grpc::Status(unparsed_ ? grpc::StatusCode::INVALID_ARGUMENT : s.error_code(),
                            absl::StrCat(method, ": malformed request: not a valid ", method,
                                         " request message", unparsed_ ? "" : " (or no message)"));
           methods->ModifySendStatus(s);

@@ -130,16 +130,18 @@ TEST(RefusalLogTest, ARealServerLogsRefusedAndUnparsableRequestsNamingThePeer) {
   }
   server->Shutdown(deadline());
   server->Wait();
-  // gRPC answers INTERNAL with an empty message; the interceptor names the
+  // gRPC answers INTERNAL with an empty message; the interceptor makes it
+  // INVALID_ARGUMENT (the caller's bytes are no request) and names the
   // method and what was wrong, to the caller and in the log.
-  EXPECT_EQ(unparsable.error_code(), grpc::StatusCode::INTERNAL) << unparsable.error_message();
+  EXPECT_EQ(unparsable.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << unparsable.error_message();
   EXPECT_EQ(unparsable.error_message(), "Check: malformed request: not a valid Check request message");
   const std::vector<std::string> lines = c.sink->lines();
   ASSERT_EQ(lines.size(), 2u) << c.sink->contents();
   EXPECT_TRUE(absl::StrContains(lines[0], "method=Check code=NOT_FOUND peer=ipv4:127.0.0.1:"))
       << lines[0];
   EXPECT_TRUE(absl::StrContains(
-      lines[1], "method=Check code=INTERNAL peer=ipv4:127.0.0.1:"))
+      lines[1], "method=Check code=INVALID_ARGUMENT peer=ipv4:127.0.0.1:"))
       << lines[1];
   EXPECT_TRUE(absl::StrContains(
       lines[1], "detail=\"Check: malformed request: not a valid Check request message\""))
