@@ -256,6 +256,10 @@ int Run(int argc, char** argv) {
     logger.Error(security.status().message());
     return kExitBadFlags;
   }
+  if (absl::Status t = CheckHttpTokenFlag(); !t.ok()) {
+    logger.Error(t.message());  // before anything serves
+    return kExitBadFlags;
+  }
   // --data_plane_tls: the ps shard's raw-TCP plane takes workers only.
   const TlsFiles data_tls_files = TlsFilesFromFlags();
   auto data_tls = DataPlaneTlsFromFlag(data_tls_files.cert, data_tls_files.key,

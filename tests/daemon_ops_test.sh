@@ -116,6 +116,7 @@ grep -qx "service lockstep.v1.ParameterServer" <<<"$out" || fail "ps reflection:
 # A second ps server on its address fails to start (no SO_REUSEPORT).
 rc=0; timeout 10 "$PS" --insecure --role=ps --listen="$P" 2>"$T/dup_ps.log" || rc=$?
 [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "a second ps server on $P: exit $rc (started?): $(cat "$T/dup_ps.log")"
+grep -q "cannot listen: the address is in use" "$T/dup_ps.log" || fail "dup ps server: $(cat "$T/dup_ps.log")"
 kill -TERM "$ppid"; wait_exit "$ppid" 5; rc=$?; [ "$rc" = 0 ] || fail "ps server exit $rc after SIGTERM"
 
 # long_job: submits a K=2 job that would run for ages, waits until it stepped.

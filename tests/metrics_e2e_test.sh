@@ -52,6 +52,19 @@ PY
 
 write_blobs "$T" 7 240 60
 
+echo "== a bad --http_token_file stops a daemon before it serves"
+for d in "$COORD" "$PS --role=ps" "$WORKER --coordinator=127.0.0.1:1"; do
+  rc=0; rm -f "$T/bad.port"
+  # shellcheck disable=SC2086  # the binary and its own flags
+  $d --insecure --listen=127.0.0.1:0 --port_file="$T/bad.port" \
+    --metrics_port=-1 --http_token_file="$T/no-such-token" 2>"$T/bad.log" || rc=$?
+  [ "$rc" = 2 ] || fail "$d with a missing token file: exit $rc: $(cat "$T/bad.log")"
+  grep -q -- "--http_token_file: cannot read $T/no-such-token" "$T/bad.log" \
+    || fail "$d: $(cat "$T/bad.log")"
+  [ ! -e "$T/bad.port" ] || fail "$d wrote its port file before refusing the token file"
+done
+echo "coordinator, ps server and worker: exit 2 naming --http_token_file, no port file"
+
 "$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port=0 \
   --metrics_port_file="$T/coord.mport" --http_token_file="$T/http.token" 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"; wait_file "$T/coord.mport"
@@ -150,10 +163,17 @@ def query(q):
         d = json.load(r)
     assert d["status"] == "success", d
     return d["data"]["result"]
+def targets():
+    with urllib.request.urlopen(base + "/api/v1/targets", timeout=5) as r:
+        return json.load(r)["data"]["activeTargets"]
+def notoken_refused():
+    n = [x for x in targets() if x["labels"]["job"] == "lockstep_notoken"]
+    return len(n) == 1 and n[0]["health"] == "down" and "401" in n[0].get("lastError", "")
 deadline = time.time() + 60
 first = None
-ok_up = ok_steps = False
-while time.time() < deadline and not (ok_up and ok_steps):
+ok_up = ok_steps = refused = False
+while time.time() < deadline and not (ok_up and ok_steps and refused):
+    refused = refused or notoken_refused()
     up = query('up{job="lockstep"}')
     ok_up = len(up) == want_up and all(r["value"][1] == "1" for r in up)
     steps = query('sum(lockstep_worker_steps_total{job="lockstep"})')
@@ -167,14 +187,10 @@ while time.time() < deadline and not (ok_up and ok_steps):
             ok_steps = True
     time.sleep(0.2)
 print("targets up:", ok_up, "| steps grew:", ok_steps)
-with urllib.request.urlopen(base + "/api/v1/targets", timeout=5) as r:
-    everything = json.load(r)["data"]["activeTargets"]
+everything = targets()
 for x in everything:
     print(" ", x["labels"]["job"], x["scrapeUrl"], x["health"], x.get("lastError", ""))
 t = [x for x in everything if x["labels"]["job"] == "lockstep"]
-notoken = [x for x in everything if x["labels"]["job"] == "lockstep_notoken"]
-refused = (len(notoken) == 1 and notoken[0]["health"] == "down" and
-           "401" in notoken[0].get("lastError", ""))
 print("scraped without the token: down with 401:", refused)
 running = query('lockstep_jobs{state="RUNNING"}')
 print("lockstep_jobs{state=RUNNING}:", [r["value"][1] for r in running])

@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
     logger.Error(security.status().message());
     return 2;
   }
+  if (absl::Status t = lockstep::CheckHttpTokenFlag(); !t.ok()) {
+    logger.Error(t.message());  // before anything serves
+    return 2;
+  }
   if (security->explicitly_insecure()) {
     logger.Warn("--insecure: gRPC in plain text; anyone who reaches the port can feed this "
                 "worker's all-reduce and read its replica state");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -224,12 +225,25 @@ int64_t PsShardWorstCaseBytes(int num_workers, int64_t shard_len) {
 }
 
 namespace {
-int64_t DefaultMaxBytes() {
+// The memory this process may use: physical memory, or its cgroup's limit
+// when that is lower (a container or a Kubernetes pod: cgroup v2
+// memory.max, v1 memory.limit_in_bytes; "max" or absent = none).
+int64_t MemoryLimitBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return int64_t{4} << 30;
-  return static_cast<int64_t>(pages) / 2 * page;
+  int64_t limit = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{8} << 30;
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    int64_t v = 0;
+    if (f >> v && v > 0 && v < limit) limit = v;  // "max" fails to parse: no limit
+  }
+  return limit;
 }
+
+// Half of what the process may use: a shard's worst case is held from its
+// first two steps (every early-push buffer is sized then).
+int64_t DefaultMaxBytes() { return MemoryLimitBytes() / 2; }
 }  // namespace
 
 PsShardRegistry::PsShardRegistry(int max_jobs, int64_t max_shard_floats)

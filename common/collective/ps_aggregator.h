@@ -203,8 +203,9 @@ struct PsRegistryLimits {
   int64_t max_shard_floats = int64_t{1} << 28;  // 1 GiB
   // Worst-case bytes all held shards may need together: per shard
   // 2 retained steps x K buffers x shard_len x 4 bytes (the running sum plus
-  // up to K-1 pushes that arrived before their turn). 0: half the physical
-  // memory.
+  // up to K-1 pushes that arrived before their turn; all of it is held from
+  // the shard's first two steps). 0: half the physical memory, or of the
+  // process's cgroup memory limit when that is lower.
   int64_t max_bytes = 0;
   // A job key with a request this recent is never evicted: a new key beyond
   // max_jobs is then refused (RESOURCE_EXHAUSTED) instead.

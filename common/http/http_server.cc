@@ -299,11 +299,14 @@ std::shared_ptr<const HttpHandler> HttpServer::Route(const std::string& path) co
 
 namespace {
 
-// Constant-time equality (the time depends on the lengths only).
-bool SameBytes(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::min(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Whether `guess` equals `token`, in a time that depends on the token's
+// length only (not on the guess's length or on where they differ).
+bool SameBytes(absl::string_view guess, absl::string_view token) {
+  unsigned char diff = guess.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); ++i) {
+    const char g = i < guess.size() ? guess[i] : 0;
+    diff |= static_cast<unsigned char>(g ^ token[i]);
+  }
   return diff == 0;
 }
 

@@ -65,6 +65,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
   return server;
 }
 
+absl::Status CheckHttpTokenFlag() {
+  const std::string path = absl::GetFlag(FLAGS_http_token_file);
+  if (path.empty()) return absl::OkStatus();
+  return ReadTokenFile("--http_token_file", path).status();
+}
+
 MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
                                                  const std::string& listen_host,
                                                  const std::string& metrics_host, int port,

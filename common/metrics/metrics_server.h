@@ -59,6 +59,12 @@ MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
                                                  const std::string& metrics_host, int port,
                                                  const std::string& port_file);
 
+// Reads --http_token_file (if given) now, so that a missing, empty or
+// malformed file stops a daemon before it serves anything (also with
+// --metrics_port=-1, where the file would otherwise never be read).
+// INVALID_ARGUMENT as StartMetricsServer's.
+absl::Status CheckHttpTokenFlag();
+
 // True when argv (before parsing) sets flag `name`: "--name=V", "--name V",
 // "-name=V" or "-name V" (flags after a bare "--" do not count).
 bool FlagOnCommandLine(int argc, char** argv, absl::string_view name);

@@ -12,6 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/flags/flag.h"
+#include "common/metrics/http_token_flag.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -162,6 +164,19 @@ TEST(MetricsServer, ABadTokenFileIsRefusedNamingTheFlagAndFile) {
   EXPECT_TRUE(absl::StartsWith(missing.status().message(),
                                "--http_token_file: cannot read /nonexistent/http.token"))
       << missing.status();
+}
+
+
+TEST(MetricsServer, CheckHttpTokenFlagReadsTheFileNow) {
+  EXPECT_TRUE(CheckHttpTokenFlag().ok());  // no flag: nothing to read
+  absl::SetFlag(&FLAGS_http_token_file, "/nonexistent/http.token");
+  absl::Status s = CheckHttpTokenFlag();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "--http_token_file: cannot read /nonexistent/http.token"))
+      << s;
+  absl::SetFlag(&FLAGS_http_token_file, WriteFile("ok.token", "tok\n"));
+  EXPECT_TRUE(CheckHttpTokenFlag().ok());
+  absl::SetFlag(&FLAGS_http_token_file, "");
 }
 
 }  // namespace

@@ -77,7 +77,10 @@ ABSL_FLAG(int64_t, stall_timeout_ms, 0,
           "how long every rank may wait for a peer or ps shard (counted from the last bytes "
           "moved) while every worker heartbeats before the job ends FAILED as stuck (0 = the "
           "coordinator's --lost_after_ms, 3 s by default; else 100..3600000): raise it for a "
-          "job on a slow link");
+          "job on a slow link. Values above the workers' --combine_timeout_ms (30 s) change "
+          "nothing (a combine ends there); values below the time one message takes (a gRPC ring "
+          "segment, up to 2 MiB; a whole shard's push or pull over --ps_transport=grpc) can fail "
+          "a healthy job");
 ABSL_FLAG(int32_t, workers, 4, "Number of workers K");
 ABSL_FLAG(int32_t, ps_shards, 1, "ps mode: number of parameter-server shards S");
 ABSL_FLAG(int64_t, batch, 128, "Global batch B: examples per step over all workers");

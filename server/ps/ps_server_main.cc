@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
     log.Error(security.status().message());
     return 2;
   }
+  if (absl::Status t = lockstep::CheckHttpTokenFlag(); !t.ok()) {
+    log.Error(t.message());  // before anything serves
+    return 2;
+  }
   // --data_plane_tls: the raw-TCP plane takes workers only.
   const lockstep::TlsFiles data_tls_files = lockstep::TlsFilesFromFlags();
   auto data_tls = lockstep::DataPlaneTlsFromFlag(data_tls_files.cert, data_tls_files.key,

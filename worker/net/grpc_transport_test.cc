@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -29,12 +30,15 @@ using ::testing::StartsWith;
 // OS-chosen loopback port.
 class Node {
  public:
-  Node() : service_(std::make_unique<PeerServiceImpl>()) {
+  // `int_args`: extra integer channel arguments of the server.
+  explicit Node(const std::vector<std::pair<std::string, int>>& int_args = {})
+      : service_(std::make_unique<PeerServiceImpl>()) {
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                        &port);
     service_->RegisterOn(b);
+    for (const auto& [name, value] : int_args) b.AddChannelArgument(name, value);
     server_ = b.BuildAndStart();
     ABSL_RAW_CHECK(server_ != nullptr && port > 0, "server did not start");
     address_ = absl::StrCat("127.0.0.1:", port);
@@ -62,8 +66,8 @@ class Node {
 };
 
 struct Cluster {
-  explicit Cluster(int k) {
-    for (int r = 0; r < k; ++r) nodes.push_back(std::make_unique<Node>());
+  explicit Cluster(int k, const std::vector<std::pair<std::string, int>>& server_args = {}) {
+    for (int r = 0; r < k; ++r) nodes.push_back(std::make_unique<Node>(server_args));
   }
   std::vector<std::string> Addresses() const {
     std::vector<std::string> a;
@@ -491,9 +495,11 @@ TEST(GrpcTransportTest, SendBlockedByFlowControlTimesOut) {
 // until then its stream is parked and unread, so gRPC takes a few MiB of
 // it into its buffers and flow control holds the rest (with 3 messages of
 // 2 MiB, 10 of 30 runs had every write done before the attach); the writes
-// that complete after the attach must touch rank 0's mark then.
+// that complete after the attach must touch rank 0's mark then. The
+// receiving servers do not probe the bandwidth-delay product, so their
+// flow-control window stays small while nothing is read.
 TEST(GrpcTransportTest, MessagesMovedTouchBothSidesProgressMarks) {
-  Cluster c(2);
+  Cluster c(2, {{GRPC_ARG_HTTP2_BDP_PROBE, 0}});
   auto mark0 = std::make_shared<ProgressMark>();
   auto mark1 = std::make_shared<ProgressMark>();
   GrpcTransportOptions o0;
@@ -513,7 +519,6 @@ TEST(GrpcTransportTest, MessagesMovedTouchBothSidesProgressMarks) {
   }
   ASSERT_TRUE(c.nodes[1]->service()->AwaitParked(1, deadline));
   const int64_t attached = ProgressMark::SteadyNanos();
-  EXPECT_EQ(mark1->last_ns(), 0);
   auto t1 = GrpcTransport::Create(c.nodes[1]->service(), 9, 1, c.Addresses(), o1);
   ASSERT_TRUE(t1.ok()) << t1.status();
   std::vector<uint8_t> out(chunk.size());
@@ -527,7 +532,6 @@ TEST(GrpcTransportTest, MessagesMovedTouchBothSidesProgressMarks) {
   // written before rank 1 read.
   EXPECT_GE(mark0->last_ns(), before);
   EXPECT_GE(mark0->last_ns(), attached) << (attached - mark0->last_ns()) / 1000 << " us";
-  EXPECT_LE(mark0->last_ns(), ProgressMark::SteadyNanos());
 }
 
 }  // namespace

@@ -207,7 +207,6 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // Delivers the current message in seq order (holding it if it overtook a
   // predecessor sent on another stream), then reads the next one.
   void DeliverAndReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    TouchProgress(inbox_->progress.get());  // a message arrived (peer_wait.h)
     LinkIn& link = *inbox_->links[from_];
     absl::Status st;
     {
@@ -271,6 +270,10 @@ class InboundStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       FinishLocked(st);
       return;
     }
+    // A message was accepted (delivered or held for its predecessors): the
+    // job's waits count from here (peer_wait.h). A refused one is no
+    // progress.
+    TouchProgress(inbox_->progress.get());
     ++messages_;
     StartRead(&buf_);
   }
