@@ -5,8 +5,9 @@
 // has: persistent connections, a lost or slow worker, hellos and frames that
 // do not fit the job (refused, the server keeps serving), cancellation and
 // server shutdown.
+// The helpers are in ps_tcp_test_util.h; the hello authentication cases in
+// ps_tcp_auth_test.cc.
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,118 +17,18 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "common/collective/chunking.h"
-#include "common/collective/collective_conformance.h"
-#include "common/collective/ps_aggregator.h"
-#include "common/psnet/ps_tcp_client.h"
-#include "common/psnet/ps_tcp_server.h"
-#include "common/psnet/ps_wire.h"
-#include "absl/synchronization/mutex.h"
-#include "common/net/data_auth.h"
+#include "common/psnet/ps_tcp_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace lockstep {
+namespace lockstep::ps_tcp_test {
 namespace {
 
 using ::testing::HasSubstr;
 
-// The data-plane secret of every job in these tests (a real job's comes
-// from the coordinator through the worker: common/net/data_auth.h).
-const std::string kSecret(dataauth::kSecretBytes, 'p');
-PsTcpClientOptions Auth() {
-  PsTcpClientOptions o;
-  o.secret = kSecret;
-  return o;
-}
-// Job keys the test servers know the secret of.
-constexpr uint64_t kRegisteredJobs = 64;
-
-// A registry and its data-plane server on 127.0.0.1:0.
-struct LocalServer {
-  explicit LocalServer(int max_jobs = 8, int64_t max_floats = PsShardRegistry::kDefaultMaxShardFloats,
-                       PsTcpServerOptions options = {})
-      : registry(max_jobs, max_floats) {
-    auto s = PsTcpServer::Start(&registry, "127.0.0.1", 0, options);
-    EXPECT_TRUE(s.ok()) << s.status();
-    server = *std::move(s);
-    address = absl::StrCat("127.0.0.1:", server->port());
-    for (uint64_t job = 0; job < kRegisteredJobs; ++job) {
-      EXPECT_TRUE(server->RegisterSecret(job, kSecret).ok());
-    }
-  }
-  PsShardRegistry registry;
-  std::unique_ptr<PsTcpServer> server;
-  std::string address;
-};
-
-// A PsTcpClient that keeps its server alive.
-class OwningClient : public PsClient {
- public:
-  OwningClient(std::shared_ptr<LocalServer> server, int shard, int k, int64_t len)
-      : server_(std::move(server)), client_(server_->address, shard, k, len, Auth()) {}
-  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                    int64_t count, absl::Time deadline) override {
-    return client_.Push(job, step, worker, g, count, deadline);
-  }
-  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                    int64_t* count, absl::Time deadline) override {
-    return client_.Pull(job, step, worker, out, count, deadline);
-  }
-  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                          int64_t count, absl::Time deadline, WireFormat wire) override {
-    return client_.StartRound(job, step, worker, g, count, deadline, wire);
-  }
-  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline, WireFormat wire) override {
-    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
-  }
-
- private:
-  std::shared_ptr<LocalServer> server_;  // declared first: destroyed last
-  PsTcpClient client_;
-};
-
-std::vector<std::unique_ptr<PsClient>> MakeTcpPsClients(int k, int shards, int64_t n) {
-  std::vector<std::unique_ptr<PsClient>> out;
-  for (int s = 0; s < shards; ++s) {
-    const Range rg = ShardBounds(n, shards, s);
-    out.push_back(
-        std::make_unique<OwningClient>(std::make_shared<LocalServer>(), s, k, rg.size()));
-  }
-  return out;
-}
-
 INSTANTIATE_TEST_SUITE_P(Tcp, PsConformanceTest,
                          ::testing::Values(PsClientFactoryParam{"Tcp", MakeTcpPsClients}),
                          PsParamName);
-
-// K workers, each with its own clients (as worker processes have), run
-// `steps` rounds of PsAllReduce over S shards; returns each worker's status.
-struct Cluster {
-  Cluster(int k, int shards, int64_t n) : k(k), n(n) {
-    for (int s = 0; s < shards; ++s) servers.push_back(std::make_shared<LocalServer>());
-    clients.resize(k);
-    for (int w = 0; w < k; ++w) {
-      for (int s = 0; s < shards; ++s) {
-        clients[w].push_back(std::make_unique<PsTcpClient>(servers[s]->address, s, k,
-                                                           ShardBounds(n, shards, s).size(),
-                                                           Auth()));
-      }
-    }
-  }
-  std::vector<PsClient*> Ptrs(int w) {
-    std::vector<PsClient*> p;
-    for (auto& c : clients[w]) p.push_back(c.get());
-    return p;
-  }
-  int k;
-  int64_t n;
-  std::vector<std::shared_ptr<LocalServer>> servers;
-  std::vector<std::vector<std::unique_ptr<PsTcpClient>>> clients;
-};
 
 TEST(PsTcpTest, ConnectionsArePersistentAcrossSteps) {
   Cluster c(3, 2, 1001);
@@ -258,84 +159,6 @@ TEST(PsTcpTest, OversizedShardIsRefusedBeforeAllocating) {
   EXPECT_TRUE(fine.Push(1, 0, 0, ten, 1, absl::Now() + absl::Seconds(5)).ok());
 }
 
-// Raw bytes on a socket: what a broken or foreign client could send.
-class RawConn {
- public:
-  explicit RawConn(const std::string& address) {
-    auto fd = psnet::Connect(address, absl::Now() + absl::Seconds(5));
-    EXPECT_TRUE(fd.ok()) << fd.status();
-    fd_ = fd.ok() ? *fd : -1;
-    // The server's challenge comes first.
-    uint8_t c[psnet::kChallengeBytes];
-    EXPECT_TRUE(psnet::ReadFully(fd_, c, sizeof(c), absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_TRUE(psnet::DecodeChallenge(c, &nonce_).ok());
-  }
-  ~RawConn() {
-    if (fd_ >= 0) close(fd_);
-  }
-  void Write(const void* p, size_t n) {
-    iovec iov[1] = {{const_cast<void*>(p), n}};
-    ASSERT_TRUE(psnet::WriteFully(fd_, iov, 1, absl::Now() + absl::Seconds(5)).ok());
-  }
-  // The hello reply's code and text.
-  std::pair<int32_t, std::string> ReadHelloReply() {
-    uint8_t r[psnet::kHelloReplyBytes];
-    EXPECT_TRUE(psnet::ReadFully(fd_, r, sizeof(r), absl::Now() + absl::Seconds(5)).ok());
-    int32_t code = -1;
-    int64_t len = 0;
-    EXPECT_TRUE(psnet::DecodeHelloReply(r, &code, &len).ok());
-    std::string text(static_cast<size_t>(len), '\0');
-    if (len > 0) {
-      EXPECT_TRUE(
-          psnet::ReadFully(fd_, text.data(), text.size(), absl::Now() + absl::Seconds(5)).ok());
-    }
-    return {code, text};
-  }
-  // The next frame and its payload as text.
-  std::pair<psnet::Frame, std::string> ReadFrame() {
-    uint8_t h[psnet::kFrameBytes];
-    psnet::Frame f;
-    EXPECT_TRUE(psnet::ReadFully(fd_, h, sizeof(h), absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_TRUE(psnet::DecodeFrame(h, &f).ok());
-    std::string text(static_cast<size_t>(std::min<int64_t>(f.len, 1 << 20)), '\0');
-    if (!text.empty()) {
-      EXPECT_TRUE(
-          psnet::ReadFully(fd_, text.data(), text.size(), absl::Now() + absl::Seconds(5)).ok());
-    }
-    return {f, text};
-  }
-  bool ClosedByPeer() {
-    uint8_t b;
-    bool eof = false;
-    absl::Status s = psnet::ReadFully(fd_, &b, 1, absl::Now() + absl::Seconds(5), &eof);
-    return !s.ok() && s.code() == absl::StatusCode::kUnavailable;
-  }
-  void Hello(uint64_t job, int shard, int k, int64_t len,
-             const std::string& secret = kSecret, WireFormat wire = WireFormat::kFloat32,
-             uint8_t wire_byte_override = 0) {
-    psnet::Hello h;
-    h.job = job;
-    h.shard = shard;
-    h.num_workers = k;
-    h.shard_len = len;
-    h.wire = wire;
-    uint8_t b[psnet::kHelloBytes];
-    psnet::EncodeHello(h, secret, nonce_, b);
-    if (wire_byte_override != 0) b[32] = wire_byte_override;  // the wire field (ps_wire.h)
-    Write(b, sizeof(b));
-  }
-  const dataauth::Nonce& nonce() const { return nonce_; }
-  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
-  void Frame(const psnet::Frame& f) {
-    uint8_t b[psnet::kFrameBytes];
-    psnet::EncodeFrame(f, b);
-    Write(b, sizeof(b));
-  }
-
- private:
-  int fd_ = -1;
-  dataauth::Nonce nonce_{};
-};
 
 TEST(PsTcpTest, BadHellosAndFramesAreAnsweredClosedAndCounted) {
   auto server = std::make_shared<LocalServer>();
@@ -527,175 +350,5 @@ TEST(PsTcpTest, UnreachableServerIsNamed) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("ps shard 1 (" + address + ", tcp)"));
 }
 
-
-// ---- data-plane authentication (issue 11)
-
-// A stranger without the job's secret (or with another job's), a job whose
-// secret was never registered, a hello cut short: refused before anything is
-// looked up or allocated, named with the peer's address; the job goes on.
-TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
-  std::vector<std::string> logged;
-  absl::Mutex log_mu;
-  PsTcpServerOptions o;
-  o.on_reject = [&](const std::string& why) {
-    absl::MutexLock l(&log_mu);
-    logged.push_back(why);
-  };
-  auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
-  for (const std::string& secret :
-       {std::string(dataauth::kSecretBytes, 'x'), std::string(dataauth::kSecretBytes, 'q')}) {
-    RawConn c(server->address);
-    c.Hello(5, 0, 2, 3, secret);
-    auto [code, text] = c.ReadHelloReply();
-    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
-    EXPECT_THAT(text, HasSubstr("hello for job 5 shard 0 has a wrong mac"));
-    EXPECT_TRUE(c.ClosedByPeer());
-  }
-  {
-    RawConn c(server->address);
-    c.Hello(kRegisteredJobs + 5, 0, 2, 3);  // nobody registered this job's secret
-    auto [code, text] = c.ReadHelloReply();
-    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
-    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 69"));
-  }
-  {
-    RawConn c(server->address);
-    psnet::Hello h;
-    h.job = 5;
-    h.num_workers = 2;
-    h.shard_len = 3;
-    uint8_t b[psnet::kHelloBytes];
-    psnet::EncodeHello(h, kSecret, c.nonce(), b);
-    c.Write(b, psnet::kHelloFieldBytes);  // no mac
-    c.ShutdownWrite();
-    EXPECT_TRUE(c.ClosedByPeer());
-  }
-  EXPECT_EQ(server->registry.num_jobs(), 0);  // nothing allocated for any of them
-  EXPECT_EQ(server->server->rejected_connections(), 4);
-  {
-    absl::MutexLock l(&log_mu);
-    ASSERT_EQ(logged.size(), 4u);
-    EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
-    EXPECT_THAT(logged[0], HasSubstr("wrong mac"));
-    EXPECT_THAT(logged[3], HasSubstr("closed or silent before its 72-byte hello"));
-  }
-  // The real job's client connects and works.
-  PsTcpClient a(server->address, 0, 1, 3, Auth());
-  const std::vector<float> g = {1, 2, 3};
-  std::vector<float> out(3);
-  int64_t count = 0;
-  const absl::Time soon = absl::Now() + absl::Seconds(10);
-  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
-  ASSERT_TRUE(
-      a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
-  EXPECT_EQ(out, g);
-  // A client without the secret is refused, naming why.
-  PsTcpClient no_secret(server->address, 0, 1, 3);
-  absl::Status s = no_secret.Push(5, 1, 0, g, 1, soon);
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-}
-
-// A hello recorded on one connection (a valid one) does not fit another's
-// challenge.
-TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {
-  auto server = std::make_shared<LocalServer>();
-  std::vector<uint8_t> recorded(psnet::kHelloBytes);
-  {
-    RawConn c(server->address);
-    psnet::Hello h;
-    h.job = 5;
-    h.num_workers = 2;
-    h.shard_len = 3;
-    psnet::EncodeHello(h, kSecret, c.nonce(), recorded.data());
-    c.Write(recorded.data(), recorded.size());
-    auto [code, text] = c.ReadHelloReply();
-    EXPECT_EQ(code, 0) << text;
-  }
-  RawConn replay(server->address);
-  replay.Write(recorded.data(), recorded.size());
-  auto [code, text] = replay.ReadHelloReply();
-  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(text, HasSubstr("wrong mac"));
-}
-
-TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
-  LocalServer server;
-  EXPECT_TRUE(server.server->RegisterSecret(5, kSecret).ok());  // the same again: fine
-  const absl::Status other =
-      server.server->RegisterSecret(5, std::string(dataauth::kSecretBytes, 'o'));
-  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
-  EXPECT_EQ(server.server->RegisterSecret(500, "short").code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-// Secrets are bounded without dropping a running job's: when full, a new
-// job's secret replaces only one idle for secret_idle with no open
-// connection (the idlest), else it is refused naming the limit. (Before,
-// the oldest registration was forgotten first in, first out: a long job's
-// secret went after enough later job starts and its next reconnect was
-// refused.)
-TEST(PsTcpAuthTest, FullSecretTableEvictsOnlyIdleJobsWithoutConnections) {
-  absl::Mutex mu;
-  absl::Time now = absl::FromUnixSeconds(1000000);
-  PsTcpServerOptions options;
-  options.max_secrets = kRegisteredJobs + 2;
-  options.secret_idle = absl::Minutes(10);
-  options.now = [&] {
-    absl::MutexLock l(&mu);
-    return now;
-  };
-  auto advance = [&](absl::Duration d) {
-    absl::MutexLock l(&mu);
-    now += d;
-  };
-  // Jobs 0..63 registered at t0 (LocalServer), 100 and 101 a minute later.
-  LocalServer server(8, PsShardRegistry::kDefaultMaxShardFloats, options);
-  advance(absl::Minutes(1));
-  ASSERT_TRUE(server.server->RegisterSecret(100, kSecret).ok());
-  ASSERT_TRUE(server.server->RegisterSecret(101, kSecret).ok());
-  const absl::Status full = server.server->RegisterSecret(102, kSecret);
-  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
-  EXPECT_THAT(std::string(full.message()), HasSubstr("holds 66 data-plane secrets"));
-  EXPECT_THAT(std::string(full.message()), HasSubstr("active within the last 10m"));
-
-  auto hello = [&](RawConn* c, uint64_t job) {
-    std::vector<uint8_t> b(psnet::kHelloBytes);
-    psnet::Hello h;
-    h.job = job;
-    h.num_workers = 2;
-    h.shard_len = 3;
-    psnet::EncodeHello(h, kSecret, c->nonce(), b.data());
-    c->Write(b.data(), b.size());
-    return c->ReadHelloReply();
-  };
-  // Job 0 (the long job) connects once at t0+1min and keeps its connection.
-  RawConn long_job(server.address);
-  ASSERT_EQ(hello(&long_job, 0).first, 0);
-  // Twenty minutes later every t0 secret is idle, but job 0 is connected:
-  // the idlest other one (job 1: ties go to the lowest id) makes room.
-  advance(absl::Minutes(20));
-  ASSERT_TRUE(server.server->RegisterSecret(102, kSecret).ok());
-  {
-    RawConn c(server.address);
-    auto [code, text] = hello(&c, 1);
-    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied)) << text;
-    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 1"));
-  }
-  {  // the connected job's secret is still there: it may reconnect
-    RawConn c(server.address);
-    auto [code, text] = hello(&c, 0);
-    EXPECT_EQ(code, 0) << text;
-  }
-  // The 64 idle, unconnected secrets (2..63, 100, 101) make room for 64 new
-  // jobs; the 65th is refused: job 0 (connected) and 102 (fresh) stay.
-  for (uint64_t job = 200; job < 264; ++job) {
-    ASSERT_TRUE(server.server->RegisterSecret(job, kSecret).ok()) << job;
-  }
-  EXPECT_EQ(server.server->RegisterSecret(264, kSecret).code(),
-            absl::StatusCode::kResourceExhausted);
-  RawConn again(server.address);
-  EXPECT_EQ(hello(&again, 0).first, 0);
-}
-
 }  // namespace
-}  // namespace lockstep
+}  // namespace lockstep::ps_tcp_test

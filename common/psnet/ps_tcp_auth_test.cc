@@ -1,0 +1,192 @@
+// The raw-TCP ps data plane's hello authentication (issue 11): forged,
+// unregistered, truncated and replayed hellos are refused before anything is
+// looked up or allocated; the secret table keeps the first secret and evicts
+// only idle jobs. Helpers: ps_tcp_test_util.h.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/psnet/ps_tcp_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace lockstep::ps_tcp_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---- data-plane authentication (issue 11)
+
+// A stranger without the job's secret (or with another job's), a job whose
+// secret was never registered, a hello cut short: refused before anything is
+// looked up or allocated, named with the peer's address; the job goes on.
+TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
+  std::vector<std::string> logged;
+  absl::Mutex log_mu;
+  PsTcpServerOptions o;
+  o.on_reject = [&](const std::string& why) {
+    absl::MutexLock l(&log_mu);
+    logged.push_back(why);
+  };
+  auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
+  for (const std::string& secret :
+       {std::string(dataauth::kSecretBytes, 'x'), std::string(dataauth::kSecretBytes, 'q')}) {
+    RawConn c(server->address);
+    c.Hello(5, 0, 2, 3, secret);
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("hello for job 5 shard 0 has a wrong mac"));
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  {
+    RawConn c(server->address);
+    c.Hello(kRegisteredJobs + 5, 0, 2, 3);  // nobody registered this job's secret
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 69"));
+  }
+  {
+    RawConn c(server->address);
+    psnet::Hello h;
+    h.job = 5;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    uint8_t b[psnet::kHelloBytes];
+    psnet::EncodeHello(h, kSecret, c.nonce(), b);
+    c.Write(b, psnet::kHelloFieldBytes);  // no mac
+    c.ShutdownWrite();
+    EXPECT_TRUE(c.ClosedByPeer());
+  }
+  EXPECT_EQ(server->registry.num_jobs(), 0);  // nothing allocated for any of them
+  EXPECT_EQ(server->server->rejected_connections(), 4);
+  {
+    absl::MutexLock l(&log_mu);
+    ASSERT_EQ(logged.size(), 4u);
+    EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
+    EXPECT_THAT(logged[0], HasSubstr("wrong mac"));
+    EXPECT_THAT(logged[3], HasSubstr("closed or silent before its 72-byte hello"));
+  }
+  // The real job's client connects and works.
+  PsTcpClient a(server->address, 0, 1, 3, Auth());
+  const std::vector<float> g = {1, 2, 3};
+  std::vector<float> out(3);
+  int64_t count = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
+  ASSERT_TRUE(
+      a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
+  EXPECT_EQ(out, g);
+  // A client without the secret is refused, naming why.
+  PsTcpClient no_secret(server->address, 0, 1, 3);
+  absl::Status s = no_secret.Push(5, 1, 0, g, 1, soon);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
+// A hello recorded on one connection (a valid one) does not fit another's
+// challenge.
+TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {
+  auto server = std::make_shared<LocalServer>();
+  std::vector<uint8_t> recorded(psnet::kHelloBytes);
+  {
+    RawConn c(server->address);
+    psnet::Hello h;
+    h.job = 5;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    psnet::EncodeHello(h, kSecret, c.nonce(), recorded.data());
+    c.Write(recorded.data(), recorded.size());
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, 0) << text;
+  }
+  RawConn replay(server->address);
+  replay.Write(recorded.data(), recorded.size());
+  auto [code, text] = replay.ReadHelloReply();
+  EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(text, HasSubstr("wrong mac"));
+}
+
+TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
+  LocalServer server;
+  EXPECT_TRUE(server.server->RegisterSecret(5, kSecret).ok());  // the same again: fine
+  const absl::Status other =
+      server.server->RegisterSecret(5, std::string(dataauth::kSecretBytes, 'o'));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_EQ(server.server->RegisterSecret(500, "short").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Secrets are bounded without dropping a running job's: when full, a new
+// job's secret replaces only one idle for secret_idle with no open
+// connection (the idlest), else it is refused naming the limit. (Before,
+// the oldest registration was forgotten first in, first out: a long job's
+// secret went after enough later job starts and its next reconnect was
+// refused.)
+TEST(PsTcpAuthTest, FullSecretTableEvictsOnlyIdleJobsWithoutConnections) {
+  absl::Mutex mu;
+  absl::Time now = absl::FromUnixSeconds(1000000);
+  PsTcpServerOptions options;
+  options.max_secrets = kRegisteredJobs + 2;
+  options.secret_idle = absl::Minutes(10);
+  options.now = [&] {
+    absl::MutexLock l(&mu);
+    return now;
+  };
+  auto advance = [&](absl::Duration d) {
+    absl::MutexLock l(&mu);
+    now += d;
+  };
+  // Jobs 0..63 registered at t0 (LocalServer), 100 and 101 a minute later.
+  LocalServer server(8, PsShardRegistry::kDefaultMaxShardFloats, options);
+  advance(absl::Minutes(1));
+  ASSERT_TRUE(server.server->RegisterSecret(100, kSecret).ok());
+  ASSERT_TRUE(server.server->RegisterSecret(101, kSecret).ok());
+  const absl::Status full = server.server->RegisterSecret(102, kSecret);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(std::string(full.message()), HasSubstr("holds 66 data-plane secrets"));
+  EXPECT_THAT(std::string(full.message()), HasSubstr("active within the last 10m"));
+
+  auto hello = [&](RawConn* c, uint64_t job) {
+    std::vector<uint8_t> b(psnet::kHelloBytes);
+    psnet::Hello h;
+    h.job = job;
+    h.num_workers = 2;
+    h.shard_len = 3;
+    psnet::EncodeHello(h, kSecret, c->nonce(), b.data());
+    c->Write(b.data(), b.size());
+    return c->ReadHelloReply();
+  };
+  // Job 0 (the long job) connects once at t0+1min and keeps its connection.
+  RawConn long_job(server.address);
+  ASSERT_EQ(hello(&long_job, 0).first, 0);
+  // Twenty minutes later every t0 secret is idle, but job 0 is connected:
+  // the idlest other one (job 1: ties go to the lowest id) makes room.
+  advance(absl::Minutes(20));
+  ASSERT_TRUE(server.server->RegisterSecret(102, kSecret).ok());
+  {
+    RawConn c(server.address);
+    auto [code, text] = hello(&c, 1);
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied)) << text;
+    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 1"));
+  }
+  {  // the connected job's secret is still there: it may reconnect
+    RawConn c(server.address);
+    auto [code, text] = hello(&c, 0);
+    EXPECT_EQ(code, 0) << text;
+  }
+  // The 64 idle, unconnected secrets (2..63, 100, 101) make room for 64 new
+  // jobs; the 65th is refused: job 0 (connected) and 102 (fresh) stay.
+  for (uint64_t job = 200; job < 264; ++job) {
+    ASSERT_TRUE(server.server->RegisterSecret(job, kSecret).ok()) << job;
+  }
+  EXPECT_EQ(server.server->RegisterSecret(264, kSecret).code(),
+            absl::StatusCode::kResourceExhausted);
+  RawConn again(server.address);
+  EXPECT_EQ(hello(&again, 0).first, 0);
+}
+
+}  // namespace
+}  // namespace lockstep::ps_tcp_test
