@@ -73,6 +73,35 @@ class OwningTransport : public Transport {
   std::unique_ptr<Transport> inner_;
 };
 
+// The same for a PsClient: forwards every call to `inner` and keeps `owner`
+// (e.g. the server the client talks to) alive as long as itself.
+class OwningPsClient : public PsClient {
+ public:
+  OwningPsClient(std::shared_ptr<void> owner, std::unique_ptr<PsClient> inner)
+      : owner_(std::move(owner)), inner_(std::move(inner)) {}
+  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
+                    int64_t count, absl::Time deadline) override {
+    return inner_->Push(job, step, worker, g, count, deadline);
+  }
+  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                    int64_t* count, absl::Time deadline) override {
+    return inner_->Pull(job, step, worker, out, count, deadline);
+  }
+  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
+                          int64_t count, absl::Time deadline, WireFormat wire) override {
+    return inner_->StartRound(job, step, worker, g, count, deadline, wire);
+  }
+  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
+                           int64_t* count, absl::Time deadline, WireFormat wire) override {
+    return inner_->FinishRound(job, step, worker, out, count, deadline, wire);
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  std::shared_ptr<void> owner_;  // declared first: destroyed last
+  std::unique_ptr<PsClient> inner_;
+};
+
 // Returns world_size fresh, connected endpoints with endpoints[r]->rank() ==
 // r. The endpoints own (or share ownership of) everything they use.
 using TransportFactory =

@@ -63,38 +63,18 @@ struct LocalServer {
 };
 
 // A PsTcpClient that keeps its server alive.
-class OwningClient : public PsClient {
- public:
-  OwningClient(std::shared_ptr<LocalServer> server, int shard, int k, int64_t len)
-      : server_(std::move(server)), client_(server_->address, shard, k, len, Auth()) {}
-  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                    int64_t count, absl::Time deadline) override {
-    return client_.Push(job, step, worker, g, count, deadline);
-  }
-  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                    int64_t* count, absl::Time deadline) override {
-    return client_.Pull(job, step, worker, out, count, deadline);
-  }
-  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                          int64_t count, absl::Time deadline, WireFormat wire) override {
-    return client_.StartRound(job, step, worker, g, count, deadline, wire);
-  }
-  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline, WireFormat wire) override {
-    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
-  }
-
- private:
-  std::shared_ptr<LocalServer> server_;  // declared first: destroyed last
-  PsTcpClient client_;
-};
+inline std::unique_ptr<PsClient> OwningClient(std::shared_ptr<LocalServer> server, int shard,
+                                              int k, int64_t len) {
+  auto client = std::make_unique<PsTcpClient>(server->address, shard, k, len, Auth());
+  return std::make_unique<OwningPsClient>(std::move(server), std::move(client));
+}
 
 inline std::vector<std::unique_ptr<PsClient>> MakeTcpPsClients(int k, int shards, int64_t n) {
   std::vector<std::unique_ptr<PsClient>> out;
   for (int s = 0; s < shards; ++s) {
     const Range rg = ShardBounds(n, shards, s);
     out.push_back(
-        std::make_unique<OwningClient>(std::make_shared<LocalServer>(), s, k, rg.size()));
+        OwningClient(std::make_shared<LocalServer>(), s, k, rg.size()));
   }
   return out;
 }

@@ -42,39 +42,19 @@ std::shared_ptr<LocalPs> StartPs(int max_jobs = 8) {
 }
 
 // A GrpcPsClient that keeps its server alive.
-class OwningClient : public PsClient {
- public:
-  OwningClient(std::shared_ptr<LocalPs> ps, int shard, int k, int64_t len)
-      : ps_(std::move(ps)),
-        client_(grpc::CreateChannel(ps_->address, grpc::InsecureChannelCredentials()),
-                ps_->address, shard, k, len) {}
-  absl::Status Push(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                    int64_t count, absl::Time deadline) override {
-    return client_.Push(job, step, worker, g, count, deadline);
-  }
-  absl::Status Pull(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                    int64_t* count, absl::Time deadline) override {
-    return client_.Pull(job, step, worker, out, count, deadline);
-  }
-  absl::Status StartRound(uint64_t job, int64_t step, int worker, absl::Span<const float> g,
-                          int64_t count, absl::Time deadline, WireFormat wire) override {
-    return client_.StartRound(job, step, worker, g, count, deadline, wire);
-  }
-  absl::Status FinishRound(uint64_t job, int64_t step, int worker, absl::Span<float> out,
-                           int64_t* count, absl::Time deadline, WireFormat wire) override {
-    return client_.FinishRound(job, step, worker, out, count, deadline, wire);
-  }
-
- private:
-  std::shared_ptr<LocalPs> ps_;
-  GrpcPsClient client_;
-};
+std::unique_ptr<PsClient> OwningClient(std::shared_ptr<LocalPs> ps, int shard, int k,
+                                       int64_t len) {
+  auto client = std::make_unique<GrpcPsClient>(
+      grpc::CreateChannel(ps->address, grpc::InsecureChannelCredentials()), ps->address, shard,
+      k, len);
+  return std::make_unique<OwningPsClient>(std::move(ps), std::move(client));
+}
 
 std::vector<std::unique_ptr<PsClient>> MakeGrpcPsClients(int k, int shards, int64_t n) {
   std::vector<std::unique_ptr<PsClient>> out;
   for (int s = 0; s < shards; ++s) {
     auto [b, e] = ShardBounds(n, shards, s);
-    out.push_back(std::make_unique<OwningClient>(StartPs(), s, k, e - b));
+    out.push_back(OwningClient(StartPs(), s, k, e - b));
   }
   return out;
 }
@@ -159,22 +139,22 @@ TEST(PsServiceTest, UnreachableServerIsNamed) {
 // restarted coordinator's group keys may sort below the old ones.
 TEST(PsServiceEvictionTest, NeverDropsAJobWithRecentTraffic) {
   std::shared_ptr<LocalPs> local = StartPs(/*max_jobs=*/2);
-  OwningClient c(local, 0, 2, 1);
+  std::unique_ptr<PsClient> c = OwningClient(local, 0, 2, 1);
   const absl::Time soon = absl::Now() + absl::Seconds(10);
   const float one[1] = {1.0f}, two[1] = {2.0f};
-  ASSERT_TRUE(c.Push(9, 0, 0, one, 1, soon).ok());  // created first
-  ASSERT_TRUE(c.Push(3, 0, 0, one, 1, soon).ok());  // lowest key
+  ASSERT_TRUE(c->Push(9, 0, 0, one, 1, soon).ok());  // created first
+  ASSERT_TRUE(c->Push(3, 0, 0, one, 1, soon).ok());  // lowest key
   // A third job while both are mid-step: refused, naming the limit (the
   // old policy dropped job 9's shard and its first push).
-  absl::Status third = c.Push(20, 0, 0, one, 1, soon);
+  absl::Status third = c->Push(20, 0, 0, one, 1, soon);
   EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
   EXPECT_NE(third.message().find("holds 2 jobs (its limit, --max_jobs)"), std::string::npos)
       << third;
   for (uint64_t job : {3, 9}) {
-    ASSERT_TRUE(c.Push(job, 0, 1, two, 1, soon).ok());
+    ASSERT_TRUE(c->Push(job, 0, 1, two, 1, soon).ok());
     float out[1] = {0};
     int64_t count = 0;
-    absl::Status pulled = c.Pull(job, 0, 0, out, &count, absl::Now() + absl::Seconds(5));
+    absl::Status pulled = c->Pull(job, 0, 0, out, &count, absl::Now() + absl::Seconds(5));
     ASSERT_TRUE(pulled.ok()) << "job " << job << ": " << pulled;
     EXPECT_EQ(out[0], 3.0f);
     EXPECT_EQ(count, 2);
