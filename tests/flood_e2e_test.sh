@@ -102,6 +102,16 @@ run_job() {
     wait "$fpid" || { cat "$T/$name.flood.out"; fail "$name: flood.py failed"; }
     sed 's/^/  /' "$T/$name.flood.out"
     [ "$rounds" -ge 1 ] || fail "$name: the job ended before one round of the flood did"
+    # Malformed requests are the caller's error: INVALID_ARGUMENT naming the
+    # method, never gRPC's INTERNAL or UNIMPLEMENTED (refusal_log.h).
+    python3 - "$T/$name.flood.json" <<'PY' || fail "$name: a gRPC target answered INTERNAL or UNIMPLEMENTED"
+import json, sys
+bad = {t: {c: n for c, n in codes.items() if c in ("INTERNAL", "UNIMPLEMENTED")}
+       for t, codes in json.load(open(sys.argv[1])).items()}
+bad = {t: c for t, c in bad.items() if c}
+print("  INTERNAL/UNIMPLEMENTED answers:", bad or "none")
+sys.exit(1 if bad else 0)
+PY
     echo "$name: $rounds whole flood round(s) during the job's last $fl_ms ms"
   fi
   finish_job "$name" "$id" "$t0"

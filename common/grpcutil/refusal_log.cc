@@ -28,7 +28,11 @@ class RefusalInterceptor : public grpc::experimental::Interceptor {
       if (RefusalLog::IsRefusal(s.error_code())) {
         const std::string method =
             info_->method() != nullptr ? std::string(ShortMethodName(info_->method())) : "";
-        if (s.error_message().empty() && s.error_code() == grpc::StatusCode::INTERNAL) {
+        // (A server-streaming callback method answers bytes it cannot
+        // parse with UNIMPLEMENTED and no message: the same case.)
+        if (s.error_message().empty() &&
+            (s.error_code() == grpc::StatusCode::INTERNAL ||
+             (unparsed_ && s.error_code() == grpc::StatusCode::UNIMPLEMENTED))) {
           // gRPC answers a request it cannot parse with INTERNAL and an
           // empty message (proto3's InitializationErrorString()); say so,
           // to the caller and in the log. Bytes that are no request are
