@@ -1,5 +1,6 @@
 #include "common/token_file.h"
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -30,6 +31,15 @@ absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag, const std::str
         absl::StrCat(flag, ": ", path, " is ", data.size(), " bytes, expected at most ", limit));
   }
   return data;
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  uint32_t diff = static_cast<uint32_t>(a.size() ^ b.size());
+  if (b.empty()) return a.empty();
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<uint8_t>(a[i]) ^ static_cast<uint8_t>(b[i % b.size()]);
+  }
+  return diff == 0;
 }
 
 absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag, const std::string& path) {

@@ -256,8 +256,9 @@ int Run(int argc, char** argv) {
     logger.Error(security.status().message());
     return kExitBadFlags;
   }
-  if (absl::Status t = CheckHttpTokenFlag(); !t.ok()) {
-    logger.Error(t.message());  // before anything serves
+  const absl::StatusOr<std::string> http_token = HttpTokenFromFlag();
+  if (!http_token.ok()) {
+    logger.Error(http_token.status().message());  // before anything serves
     return kExitBadFlags;
   }
   // --data_plane_tls: the ps shard's raw-TCP plane takes workers only.
@@ -436,7 +437,7 @@ int Run(int argc, char** argv) {
   // The metrics server (on by default) also serves the status page.
   const MetricsServerConfig metrics_config = MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
   std::string metrics_note;
   absl::StatusOr<std::unique_ptr<HttpServer>> metrics_http =
       StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

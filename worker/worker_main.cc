@@ -164,8 +164,9 @@ int main(int argc, char** argv) {
     logger.Error(security.status().message());
     return 2;
   }
-  if (absl::Status t = lockstep::CheckHttpTokenFlag(); !t.ok()) {
-    logger.Error(t.message());  // before anything serves
+  const absl::StatusOr<std::string> http_token = lockstep::HttpTokenFromFlag();
+  if (!http_token.ok()) {
+    logger.Error(http_token.status().message());  // before anything serves
     return 2;
   }
   if (security->explicitly_insecure()) {
@@ -285,7 +286,7 @@ int main(int argc, char** argv) {
   lockstep::WorkerMetrics worker_metrics(&metrics_registry);
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

@@ -109,17 +109,6 @@ const MethodRule* FindMethodRule(absl::string_view method) {
   return nullptr;
 }
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  // Every byte of `a` is compared (against b's bytes cyclically when the
-  // lengths differ), so the time depends on the lengths only.
-  uint32_t diff = static_cast<uint32_t>(a.size() ^ b.size());
-  if (b.empty()) return a.empty();
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<uint8_t>(a[i]) ^ static_cast<uint8_t>(b[i % b.size()]);
-  }
-  return diff == 0;
-}
-
 absl::Status AuthorizeCall(absl::string_view method, PeerRole role,
                            absl::string_view authorization, absl::string_view token) {
   const MethodRule* rule = FindMethodRule(method);

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/token_file.h"
 
 namespace lockstep {
 
@@ -79,8 +80,7 @@ struct MethodRule {
 // nullptr when the method is not in the table.
 const MethodRule* FindMethodRule(absl::string_view method);
 
-// True iff a == b, in time that depends only on the lengths.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+// ConstantTimeEquals (the bearer token's check) is in common/token_file.h.
 
 // The decision for one call: `method` the full method name, `role` the
 // caller's certificate role, `authorization` the value of its

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/token_file.h"
 
 namespace lockstep {
 namespace {
@@ -297,21 +298,6 @@ std::shared_ptr<const HttpHandler> HttpServer::Route(const std::string& path) co
   return best;
 }
 
-namespace {
-
-// Whether `guess` equals `token`, in a time that depends on the token's
-// length only (not on the guess's length or on where they differ).
-bool SameBytes(absl::string_view guess, absl::string_view token) {
-  unsigned char diff = guess.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < token.size(); ++i) {
-    const char g = i < guess.size() ? guess[i] : 0;
-    diff |= static_cast<unsigned char>(g ^ token[i]);
-  }
-  return diff == 0;
-}
-
-}  // namespace
-
 bool HttpAuthorizationCarries(absl::string_view authorization, absl::string_view token) {
   if (token.empty()) return false;
   absl::string_view v = absl::StripAsciiWhitespace(authorization);
@@ -319,13 +305,13 @@ bool HttpAuthorizationCarries(absl::string_view authorization, absl::string_view
   if (space == absl::string_view::npos) return false;
   const std::string scheme = absl::AsciiStrToLower(v.substr(0, space));
   const absl::string_view credentials = absl::StripAsciiWhitespace(v.substr(space + 1));
-  if (scheme == "bearer") return SameBytes(credentials, token);
+  if (scheme == "bearer") return ConstantTimeEquals(credentials, token);
   if (scheme != "basic") return false;
   std::string user_pass;
   if (!absl::Base64Unescape(credentials, &user_pass)) return false;
   const size_t colon = user_pass.find(':');
   if (colon == std::string::npos) return false;
-  return SameBytes(absl::string_view(user_pass).substr(colon + 1), token);
+  return ConstantTimeEquals(absl::string_view(user_pass).substr(colon + 1), token);
 }
 
 HttpResponse HttpServer::Dispatch(absl::string_view head, bool* head_only) {

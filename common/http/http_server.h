@@ -18,7 +18,8 @@
 //     "Authorization: Basic" with the token as the password and any user
 //     name (a browser's prompt; Prometheus' `basic_auth`). Otherwise 401
 //     with "WWW-Authenticate: Basic realm=\"lockstep\"" and no handler
-//     runs. The comparison takes the same time whatever the guess.
+//     runs. The comparison (ConstantTimeEquals, common/token_file.h) takes
+//     a time that depends on the lengths only.
 //   * Errors it answers itself: 400 malformed request line, header or
 //     escape; 408 when the request head has not arrived within
 //     `read_deadline`; 431 when the request line plus headers exceed

@@ -23,11 +23,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
     return std::unique_ptr<HttpServer>();
   }
   HttpServerOptions options;
-  if (!config.token_file.empty()) {
-    absl::StatusOr<std::string> token = ReadTokenFile("--http_token_file", config.token_file);
-    if (!token.ok()) return token.status();
-    options.access_token = *std::move(token);
-  }
+  options.access_token = config.access_token;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(config.host, config.port, options);
   std::string fallback;
@@ -65,22 +61,23 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
   return server;
 }
 
-absl::Status CheckHttpTokenFlag() {
+absl::StatusOr<std::string> HttpTokenFromFlag() {
   const std::string path = absl::GetFlag(FLAGS_http_token_file);
-  if (path.empty()) return absl::OkStatus();
-  return ReadTokenFile("--http_token_file", path).status();
+  if (path.empty()) return std::string();
+  return ReadTokenFile("--http_token_file", path);
 }
 
 MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
                                                  const std::string& listen_host,
                                                  const std::string& metrics_host, int port,
-                                                 const std::string& port_file) {
+                                                 const std::string& port_file,
+                                                 const std::string& access_token) {
   MetricsServerConfig config;
   config.host = metrics_host.empty() ? listen_host : metrics_host;
   config.port = port;
   config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
   config.port_file = port_file;
-  config.token_file = absl::GetFlag(FLAGS_http_token_file);
+  config.access_token = access_token;
   return config;
 }
 

@@ -36,7 +36,7 @@ struct MetricsServerConfig {
   bool port_is_default = false;  // see the rule above
   std::string port_file;
   std::string daemon;      // "lockstep-worker", for messages
-  std::string token_file;  // --http_token_file; "" = open pages
+  std::string access_token;  // from --http_token_file (HttpTokenFromFlag); "" = open pages
 };
 
 // `registry` must outlive the server. On success the server is serving (or
@@ -44,26 +44,26 @@ struct MetricsServerConfig {
 // "metrics on 127.0.0.1:9171 (/metrics, /healthz)". Errors name the flag:
 // INVALID_ARGUMENT "--metrics_port: expected -1..65535, got 70000",
 // UNAVAILABLE "--metrics_port: http server: cannot listen on ...",
-// INVALID_ARGUMENT "--http_token_file: <path> is empty" (or unreadable, or
-// not one printable token).
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServerConfig& config,
                                                                const MetricsRegistry* registry,
                                                                std::string* note);
 
 // The config a daemon main builds from its --metrics_host (`metrics_host`,
 // "" = `listen_host`), --metrics_port and --metrics_port_file flags;
-// port_is_default unless argv sets --metrics_port; token_file from
-// --http_token_file.
+// port_is_default unless argv sets --metrics_port; `access_token` is
+// HttpTokenFromFlag's.
 MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
                                                  const std::string& listen_host,
                                                  const std::string& metrics_host, int port,
-                                                 const std::string& port_file);
+                                                 const std::string& port_file,
+                                                 const std::string& access_token);
 
-// Reads --http_token_file (if given) now, so that a missing, empty or
-// malformed file stops a daemon before it serves anything (also with
-// --metrics_port=-1, where the file would otherwise never be read).
-// INVALID_ARGUMENT as StartMetricsServer's.
-absl::Status CheckHttpTokenFlag();
+// The token in --http_token_file ("" without the flag), read once, when a
+// daemon starts: a missing, empty or malformed file stops it before it
+// serves anything (also with --metrics_port=-1). INVALID_ARGUMENT
+// "--http_token_file: <path> is empty" (or unreadable, or not one printable
+// token).
+absl::StatusOr<std::string> HttpTokenFromFlag();
 
 // True when argv (before parsing) sets flag `name`: "--name=V", "--name V",
 // "-name=V" or "-name V" (flags after a bare "--" do not count).

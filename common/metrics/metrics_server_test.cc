@@ -135,11 +135,11 @@ MetricsServerConfig Loopback() {
   return c;
 }
 
-TEST(MetricsServer, ATokenFileGuardsMetricsButNotHealthz) {
+TEST(MetricsServer, ATokenGuardsMetricsButNotHealthz) {
   MetricsRegistry registry;
   registry.AddCounter("lockstep_test_total", "Test.")->Increment(1);
   MetricsServerConfig c = Loopback();
-  c.token_file = WriteFile("http.token", "  tok-123\n");
+  c.access_token = "tok-123";
   std::string note;
   auto server = StartMetricsServer(c, &registry, &note);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -151,31 +151,27 @@ TEST(MetricsServer, ATokenFileGuardsMetricsButNotHealthz) {
   EXPECT_TRUE(absl::EndsWith(m, "lockstep_test_total 1\n")) << m;
 }
 
-TEST(MetricsServer, ABadTokenFileIsRefusedNamingTheFlagAndFile) {
-  MetricsRegistry registry;
-  MetricsServerConfig c = Loopback();
-  c.token_file = WriteFile("empty.token", " \n");
-  auto empty = StartMetricsServer(c, &registry, nullptr);
+// --http_token_file is read once, at start; a bad file is refused naming
+// the flag and the file.
+TEST(MetricsServer, HttpTokenFromFlagReadsTheFileOrRefusesIt) {
+  absl::StatusOr<std::string> none = HttpTokenFromFlag();  // no flag: no token
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, "");
+  absl::SetFlag(&FLAGS_http_token_file, WriteFile("http.token", "  tok-123\n"));
+  absl::StatusOr<std::string> token = HttpTokenFromFlag();
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "tok-123");
+  const std::string empty_path = WriteFile("empty.token", " \n");
+  absl::SetFlag(&FLAGS_http_token_file, empty_path);
+  absl::StatusOr<std::string> empty = HttpTokenFromFlag();
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(empty.status().message(), "--http_token_file: " + c.token_file + " is empty");
-  c.token_file = "/nonexistent/http.token";
-  auto missing = StartMetricsServer(c, &registry, nullptr);
+  EXPECT_EQ(empty.status().message(), "--http_token_file: " + empty_path + " is empty");
+  absl::SetFlag(&FLAGS_http_token_file, "/nonexistent/http.token");
+  absl::StatusOr<std::string> missing = HttpTokenFromFlag();
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(missing.status().message(),
                                "--http_token_file: cannot read /nonexistent/http.token"))
       << missing.status();
-}
-
-
-TEST(MetricsServer, CheckHttpTokenFlagReadsTheFileNow) {
-  EXPECT_TRUE(CheckHttpTokenFlag().ok());  // no flag: nothing to read
-  absl::SetFlag(&FLAGS_http_token_file, "/nonexistent/http.token");
-  absl::Status s = CheckHttpTokenFlag();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StartsWith(s.message(), "--http_token_file: cannot read /nonexistent/http.token"))
-      << s;
-  absl::SetFlag(&FLAGS_http_token_file, WriteFile("ok.token", "tok\n"));
-  EXPECT_TRUE(CheckHttpTokenFlag().ok());
   absl::SetFlag(&FLAGS_http_token_file, "");
 }
 

@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
     log.Error(security.status().message());
     return 2;
   }
-  if (absl::Status t = lockstep::CheckHttpTokenFlag(); !t.ok()) {
-    log.Error(t.message());  // before anything serves
+  const absl::StatusOr<std::string> http_token = lockstep::HttpTokenFromFlag();
+  if (!http_token.ok()) {
+    log.Error(http_token.status().message());  // before anything serves
     return 2;
   }
   // --data_plane_tls: the raw-TCP plane takes workers only.
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
                          {"data_port", data_plane != nullptr ? data_plane->port() : -1}});
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file));
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
