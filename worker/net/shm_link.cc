@@ -99,7 +99,8 @@ std::string ShmLink::SegmentName(const std::string& secret, const ShmLinkId& id)
 absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, Side side,
                                                        const ShmLinkId& id, int64_t capacity,
                                                        absl::Time deadline,
-                                                       const std::atomic<bool>* cancel) {
+                                                       const std::atomic<bool>* cancel,
+                                                       ProgressMark* progress) {
   if (!ValidCapacity(capacity)) {
     return absl::InvalidArgumentError(absl::StrCat("shared-memory ring size: expected a power of two in [",
                                                    kMinCapacity, ", ", kMaxCapacity, "], got ",
@@ -215,7 +216,7 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, 
     }
   }
   std::unique_ptr<ShmLink> link(
-      new ShmLink(name, side, capacity, static_cast<uint8_t*>(p), map_bytes));
+      new ShmLink(name, side, capacity, static_cast<uint8_t*>(p), map_bytes, progress));
   const uint32_t pid = static_cast<uint32_t>(getpid());
   (side == Side::kWriter ? l->writer_pid : l->reader_pid).store(pid == 0 ? 1 : pid);
   link->local_ = side == Side::kWriter ? l->head.load() : l->tail.load();
@@ -223,12 +224,14 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmLink::Open(const std::string& name, 
   return link;
 }
 
-ShmLink::ShmLink(std::string name, Side side, int64_t capacity, uint8_t* base, size_t map_bytes)
+ShmLink::ShmLink(std::string name, Side side, int64_t capacity, uint8_t* base, size_t map_bytes,
+                 ProgressMark* progress)
     : name_(std::move(name)),
       side_(side),
       capacity_(capacity),
       base_(base),
-      map_bytes_(map_bytes) {}
+      map_bytes_(map_bytes),
+      progress_(progress) {}
 
 ShmLink::~ShmLink() {
   Layout* l = layout();
@@ -327,6 +330,7 @@ absl::StatusOr<size_t> ShmLink::Write(absl::Span<const uint8_t> a, absl::Span<co
     if (n < part.size()) break;
   }
   if (written == 0) return written;
+  TouchProgress(progress_);
   local_ = head + written;
   l->head.store(local_, std::memory_order_release);
   l->data_seq.fetch_add(1, std::memory_order_seq_cst);
@@ -377,6 +381,7 @@ void ShmLink::Peek(size_t offset, uint8_t* out, size_t n) const {
 
 void ShmLink::Consume(size_t n) {
   if (n == 0) return;
+  TouchProgress(progress_);
   Layout* l = layout();
   local_ += n;
   l->tail.store(local_, std::memory_order_release);

@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/collective/progress_mark.h"
 
 namespace lockstep {
 
@@ -102,11 +103,13 @@ class ShmLink {
   // A failed Open changes nothing in a segment it did not create (the
   // peer's link stays intact); one it created is removed again. `cancel`
   // (may be null) ends the waits for the peer early (CancelledError is not
-  // used: DeadlineExceededError).
+  // used: DeadlineExceededError). `progress` (may be null; not owned, must
+  // outlive the link) is touched whenever Write or Consume moves bytes.
   static absl::StatusOr<std::unique_ptr<ShmLink>> Open(const std::string& name, Side side,
                                                        const ShmLinkId& id, int64_t capacity,
                                                        absl::Time deadline,
-                                                       const std::atomic<bool>* cancel = nullptr);
+                                                       const std::atomic<bool>* cancel = nullptr,
+                                                       ProgressMark* progress = nullptr);
 
   // Removes the names of this user's /dev/shm/lockstep-* segments last
   // modified more than `older_than` ago (a link's name matters only until
@@ -154,7 +157,8 @@ class ShmLink {
 
  private:
   struct Layout;
-  ShmLink(std::string name, Side side, int64_t capacity, uint8_t* base, size_t map_bytes);
+  ShmLink(std::string name, Side side, int64_t capacity, uint8_t* base, size_t map_bytes,
+          ProgressMark* progress);
   Layout* layout() const;
   uint8_t* data() const { return base_ + kHeaderBytes; }
   absl::Status Corrupt(uint64_t head, uint64_t tail) const;
@@ -165,6 +169,7 @@ class ShmLink {
   const int64_t capacity_;
   uint8_t* const base_;
   const size_t map_bytes_;
+  ProgressMark* const progress_;  // nullable
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> unlinked_{false};
   uint64_t local_ = 0;  // head (writer) or tail (reader): only this side moves it

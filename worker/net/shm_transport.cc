@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<ShmLink>> ShmTransport::OpenLink(int from, int to
   const ShmLinkId id{group_, static_cast<uint32_t>(from), static_cast<uint32_t>(to),
                      static_cast<uint32_t>(world_size())};
   return ShmLink::Open(ShmLink::SegmentName(options_.secret, id), side, id, options_.ring_bytes,
-                       deadline, &shut_down_);
+                       deadline, &shut_down_, options_.progress);
 }
 
 absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const uint8_t> data,
@@ -142,7 +142,6 @@ absl::Status ShmTransport::Send(int to, const MessageKey& key, absl::Span<const 
       return Named(to, n.status());
     }
     written = *n;
-    if (written > 0) TouchProgress(options_.progress);
   }
   const size_t total = kHeaderBytes + data.size();
   if (written < total) {
@@ -206,7 +205,6 @@ void ShmTransport::WriterLoop(int to) {
         }
         o.front_done += *n;
         o.backlog_bytes -= static_cast<int64_t>(*n);
-        if (*n > 0) TouchProgress(options_.progress);
         if (o.front_done < f.size()) break;  // the ring is full
         o.backlog.pop_front();
         o.front_done = 0;
@@ -273,7 +271,6 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
       if (!avail.ok()) return avail.status();
       const size_t n = static_cast<size_t>(std::min<int64_t>(in.skip, *avail));
       link.Consume(n);
-      if (n > 0) TouchProgress(options_.progress);
       in.skip -= static_cast<int64_t>(n);
     }
     return absl::OkStatus();
@@ -296,7 +293,6 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
     }
     if (IsStale(f.key, key)) {
       link.Consume(kHeaderBytes);
-      TouchProgress(options_.progress);
       in.skip = f.len;
       ++skipped;
       stale_.fetch_add(1);
@@ -308,7 +304,6 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
       return Named(from, m);  // not consumed
     }
     link.Consume(kHeaderBytes);
-    TouchProgress(options_.progress);
     size_t got = 0;
     while (got < out.size()) {
       absl::StatusOr<size_t> avail = link.Available();
@@ -330,7 +325,6 @@ absl::Status ShmTransport::RecvLocked(int from, InLink& in, const MessageKey& ke
       const size_t n = std::min(*avail, out.size() - got);
       link.Peek(0, out.data() + got, n);
       link.Consume(n);
-      TouchProgress(options_.progress);  // n > 0: *avail > 0 here
       got += n;
     }
     return absl::OkStatus();

@@ -94,10 +94,11 @@ struct ShmTransportOptions {
   absl::Duration recv_spin = absl::Microseconds(50);
   // Shutdown: how long the backlogs may take to drain.
   absl::Duration close_timeout = absl::Seconds(5);
-  // Touched whenever bytes go into or out of a ring (Send, the writer
-  // thread, Recv): the job's PeerWait mark, so a wait counts from the last
-  // byte moved (common/collective/peer_wait.h). Not owned; must outlive the
-  // transport (Shutdown joins the writer threads). nullptr = none.
+  // Touched whenever bytes go into or out of a ring (each link's Write and
+  // Consume, shm_link.h: Send, the writer thread, Recv): the job's PeerWait
+  // mark, so a wait counts from the last byte moved
+  // (common/collective/peer_wait.h). Not owned; must outlive the transport
+  // (Shutdown joins the writer threads and closes the links). nullptr = none.
   ProgressMark* progress = nullptr;
 };
 
