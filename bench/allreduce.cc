@@ -37,7 +37,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -46,8 +45,6 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -55,19 +52,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_rank.h"
 #include "bench/bench_util.h"
-#include "common/collective/progress_mark.h"
 #include "common/collective/ring_allreduce.h"
-#include "common/process_tuning.h"
-#include "worker/net/grpc_transport.h"
-#include "worker/net/peer_service.h"
-#include "common/net/data_auth.h"
-#include "worker/net/tcp_transport.h"
-#include "common/net/data_conn.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,16777216,67108864",
           "buffer sizes in bytes (float32 elements = size / 4)");
