@@ -1,8 +1,6 @@
 #include "common/grpcutil/tls.h"
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -15,8 +13,6 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "common/grpcutil/call_policy.h"
 #include "common/token_file.h"
 
