@@ -82,10 +82,10 @@ std::string SyncSummary(const v1::JobStatus& j, const v1::SyncHistory& sync) {
                                            : "all replicas in sync at every step");
 }
 
-// "ps", or "ring/grpc" / "ring/tcp": how the job combines gradients and, in
-// ring mode, over which peer transport.
+// "ring/tcp", "ring/grpc", "ring/shm", "ps/tcp" or "ps/grpc": how the job
+// combines gradients and over which data plane (as the worker logs it).
 std::string ModeName(const v1::JobSpec& spec) {
-  if (spec.sync_mode() == v1::PS) return "ps";
+  if (spec.sync_mode() == v1::PS) return absl::StrCat("ps/", PeerTransportName(spec.ps_transport()));
   return absl::StrCat("ring/", PeerTransportName(spec.peer_transport()));
 }
 

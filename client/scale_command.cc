@@ -114,7 +114,8 @@ std::string Title(const v1::JobSpec& spec, bool weak) {
   const std::string data = spec.data().dataset().empty() ? "fashion-mnist" : spec.data().dataset();
   const std::string mode =
       spec.sync_mode() == v1::PS
-          ? absl::StrCat("ps S=", std::max(1, spec.ps_shards()))
+          ? absl::StrCat("ps/", PeerTransportName(spec.ps_transport()), " S=",
+                         std::max(1, spec.ps_shards()))
           : absl::StrCat("ring/", PeerTransportName(spec.peer_transport()));
   return absl::StrFormat("%s on %s, %s, %s %d, %d steps", spec.model(), data, mode,
                          weak ? "batch per worker" : "global batch", spec.global_batch(),

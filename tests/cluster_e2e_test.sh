@@ -96,9 +96,9 @@ cli jobs | grep -E "^$nid +SUCCEEDED" | grep -qE ' - +in sync$' || fail "jobs sh
 grep -q "INFO  worker: job started job=$tid rank=0 world=2 worker=w-[0-9]* mode=ring/tcp" "$T/w1.log" \
   || fail "worker 1 did not run job $tid over tcp"
 
-echo "== ps job on the same daemons"
+echo "== ps job on the same daemons, over gRPC"
 all_idle
-out=$(cli submit --workers=2 --sync=ps --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"
+out=$(cli submit --workers=2 --sync=ps --ps_transport=grpc --model=softmax --dataset="$DATA" --batch=16 --steps=30 --follow --json) || fail "ps job exit $?"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "ps job: $out"
 ps_hash=$(json "d['final_hash']" <<<"$out")
 

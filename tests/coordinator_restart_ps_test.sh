@@ -78,7 +78,8 @@ for transport in grpc tcp; do
 done
 
 echo "== ps/grpc: coordinator SIGKILLed as the workers finish, restarted at once"
-SPEC=(--model=mlp:8 --dataset="$DATA" --workers=2 --batch=24 --steps=$STEPS --lr=0.1 --sync=ps)
+SPEC=(--model=mlp:8 --dataset="$DATA" --workers=2 --batch=24 --steps=$STEPS --lr=0.1 --sync=ps
+      --ps_transport=grpc)
 wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
 o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
 J3=$(cli submit "${SPEC[@]}") || fail "submit: $J3"

@@ -26,7 +26,7 @@ import sys
 TIMEOUT = 10.0
 
 
-def challenge(s, magic):
+def challenge(s, magic, want_version):
     buf = b""
     while len(buf) < 40:
         got = s.recv(40 - len(buf))
@@ -34,7 +34,7 @@ def challenge(s, magic):
             raise RuntimeError("closed before the challenge")
         buf += got
     m, version = struct.unpack("<II", buf[:8])
-    if m != magic or version != 2:
+    if m != magic or version != want_version:
         raise RuntimeError(f"unexpected challenge magic 0x{m:08x} version {version}")
     return buf[8:]
 
@@ -71,9 +71,12 @@ def attempt(kind, host, port, group, how):
             fields = struct.pack("<IIQiiqQ", 0x48504B4C, 2, group, 0, 2, 10, 0)
             frame = struct.pack("<IIQqiiqqq", 0x46504B4C, 3, group, 5, 0, 0, 1, 40, 0) + b"\0" * 40
         else:
-            fields = struct.pack("<IIQIIIIQ", 0x48534B4C, 2, group, 0, 1, 2, 0, 0)
+            # Ring hello version 3: the fields, then the connector's nonce.
+            fields = (struct.pack("<IIQIIIIQ", 0x48534B4C, 3, group, 0, 1, 2, 0, 0) +
+                      os.urandom(32))
             frame = struct.pack("<IIQqiiq", 0x46534B4C, 0, group, 5, 0, 0, 16) + b"\x7f" * 16
-        challenge(s, 0x43504B4C if ps else 0x43534B4C)  # the nonce is no use without the secret
+        # The nonce is no use without the secret. Versions: ps 2, ring 3.
+        challenge(s, 0x43504B4C if ps else 0x43534B4C, 2 if ps else 3)
         if how == "v1":
             old = bytearray(fields)
             old[4:8] = struct.pack("<I", 1)
@@ -82,7 +85,7 @@ def attempt(kind, host, port, group, how):
             if how == "forged":
                 s.sendall(fields + os.urandom(32) + frame * 4)
             elif how == "cut":
-                s.sendall(fields)
+                s.sendall(fields[:40])
                 s.shutdown(socket.SHUT_WR)
         ok, what = refused(s, ps)
         return ok, what, me

@@ -278,8 +278,9 @@ def flood_tcp(label, address, rounds, rng, tally, data_plane):
                  (b"PRI * HTTP/2.0\r\n", False, 0.0),
                  (b"", False, 0.2)]
         if data_plane:
-            hello = (struct.pack("<IIQIIIIQ", 0x48534B4C, 2, JOB, 0, 1, 2, 0, 0) +
-                     rng.randbytes(32))
+            # Ring hello version 3: fields, connector nonce, a random mac.
+            hello = (struct.pack("<IIQIIIIQ", 0x48534B4C, 3, JOB, 0, 1, 2, 0, 0) +
+                     rng.randbytes(64))
             ps_hello = (struct.pack("<IIQIIIIQ", 0x48504B4C, 2, JOB, 0, 0, 2, 10, 0) +
                         rng.randbytes(32))
             frame = struct.pack("<IIQqiiq", 0x46534B4C, 0, JOB, 5, 0, 0, 1 << 40)

@@ -84,7 +84,7 @@ echo "normal job after the refusal: SUCCEEDED"
 # 3: a ps shard over 4 MiB over gRPC.
 t0=$(now_ms)
 big=$(cli submit --workers=2 --sync=ps --model=mlp:1100,1000 --dataset="$DATA" --batch=16 \
-  --steps=4) || fail "submit of the big-shard ps job: $big"
+  --steps=4 --ps_transport=grpc) || fail "submit of the big-shard ps job: $big"
 wait_until $(( $(now_ms) + 90000 )) finished "$big" || fail "ps job not finished: $(cli status "$big")"
 [ "$(state_of "$big")" = SUCCEEDED ] \
   || fail "ps job with a 4.4 MB shard: expected SUCCEEDED, got $(cli status "$big")"

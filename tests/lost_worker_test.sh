@@ -65,7 +65,7 @@ lost_case() {
     'BEGIN { printf "%s: job %s FAILED %.2f s after SIG%s, survivors (%s) idle after %.2f s; reason: %s\n", n, j, a / 1000, s, v, b / 1000, r }'
 }
 
-lost_case "SIGKILL ring/grpc K=3" KILL 3 w-3 2 "w-1 w-2" -- --workers=3
+lost_case "SIGKILL ring/grpc K=3" KILL 3 w-3 2 "w-1 w-2" -- --workers=3 --peer_transport=grpc
 lost_case "SIGSTOP ring/tcp K=2" STOP 2 w-2 1 "w-1" -- --workers=2 --peer_transport=tcp
 kill -CONT "${wpid[2]}"
 # The frozen worker, thawed, learns its job ended and is IDLE again.

@@ -61,7 +61,7 @@ start_cluster() {
 }
 run_jobs() {  # trains the same job over ring tcp, ring grpc, ps and ps tcp; prints the hashes
   local hashes=()
-  for mode in "--sync=ring --peer_transport=tcp" "--sync=ring --peer_transport=grpc" "--sync=ps" \
+  for mode in "--sync=ring --peer_transport=tcp" "--sync=ring --peer_transport=grpc" "--sync=ps --ps_transport=grpc" \
       "--sync=ps --ps_transport=tcp"; do
     out=$(cli submit --workers=3 --model=softmax --steps=30 --batch=48 $mode --follow --json) \
       || fail "$1 $mode: exit $? $out"

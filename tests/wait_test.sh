@@ -110,7 +110,7 @@ has_case timeout || { echo PASS; exit 0; }
 
 echo "== no replacement: wait_timeout_ms=2000, ps/grpc"
 a=$(cli submit --workers=3 --on_worker_lost=wait --wait_timeout_ms=2000 --model=mlp:8 --dataset="$DATA" \
-  --batch=24 --steps=100000 --lr=0.1 --sync=ps) || fail "T: submit: $a"
+  --batch=24 --steps=100000 --lr=0.1 --sync=ps --ps_transport=grpc) || fail "T: submit: $a"
 victim=${live[0]#w-}
 vrank=$(poll_rank_at "$a" 20 "w-$victim") || fail "T: no progress: $(cli status "$a")"
 kill_worker "$victim"

@@ -359,6 +359,11 @@ class SameSpecAsCli(unittest.TestCase):
 
     def test_defaults(self):
         self.check_same({})  # K = 4 by default
+        # Both data planes default to raw TCP, as in `lockstep submit`.
+        spec = lockstep.job_spec_from_flags()
+        self.assertEqual((spec.peer_transport, spec.ps_transport),
+                         (lockstep.job_pb2.TCP, lockstep.job_pb2.TCP))
+        self.check_same(dict(workers=3, sync="ps", peer_transport="grpc", ps_transport="grpc"))
 
     def test_many_flags(self):
         self.check_same(dict(name="py", model="mlp:32,16", workers=3, batch=96, steps=7,

@@ -35,10 +35,13 @@ ABSL_FLAG(int64_t, dim, 0, "libsvm: number of features (0 = largest index seen)"
 ABSL_FLAG(int32_t, num_classes, 0, "0 = infer from labels, -1 = regression targets");
 ABSL_FLAG(std::string, libsvm_labels, "auto", "libsvm: auto | signed | class");
 ABSL_FLAG(std::string, sync, "ring", "ring | ps: how the workers combine gradients");
-ABSL_FLAG(std::string, peer_transport, "grpc",
-          "grpc | tcp | shm: ring mode's peer data plane (grpc: each worker's gRPC server; "
-          "tcp: raw sockets to each worker's --data_port; shm: shared memory, every "
-          "worker on one host); ignored in ps mode");
+ABSL_FLAG(std::string, peer_transport, "tcp",
+          "tcp | grpc | shm: ring mode's peer data plane (tcp, the default: raw sockets to "
+          "each worker's --data_port, authenticated with the job's secret, encrypted only "
+          "with the workers' --data_plane_tls; grpc: each worker's gRPC server, encrypted "
+          "whenever the daemons use TLS, slower; shm: shared memory, every worker on one "
+          "host); ignored in ps mode. A --job_file that does not name it keeps the "
+          "JobSpec default, grpc");
 ABSL_FLAG(int64_t, bucket_bytes, 0,
           "Overlap the gradient combine with backward in buckets of this many bytes "
           "(0 = default: off; -1 = off: combine after backward; 262144 = 4 buckets for "
@@ -49,10 +52,12 @@ ABSL_FLAG(std::string, compression, "none",
 ABSL_FLAG(std::string, ring_algorithm, "auto",
           "auto | ring | direct: ring mode's all-reduce (auto: direct while (K-1) x the "
           "gradient is at most 1 MiB, else ring; ring jobs only)");
-ABSL_FLAG(std::string, ps_transport, "grpc",
-          "grpc | tcp: ps mode's data plane (grpc: Push/Pull RPCs to each shard's gRPC "
-          "server; tcp: raw sockets to each shard's data port, much faster); ignored in ring "
-          "mode");
+ABSL_FLAG(std::string, ps_transport, "tcp",
+          "tcp | grpc: ps mode's data plane (tcp, the default: raw sockets to each shard's "
+          "data port, authenticated with the job's secret, encrypted only with "
+          "--data_plane_tls, several times faster; grpc: Push/Pull RPCs to each shard's gRPC "
+          "server, encrypted whenever the daemons use TLS); ignored in ring mode. A "
+          "--job_file that does not name it keeps the JobSpec default, grpc");
 ABSL_FLAG(std::string, on_divergence, "repair",
           "repair | halt: when a replica's weights or optimizer state drift from the "
           "majority's, copy a majority rank's state into it at a step boundary and continue "

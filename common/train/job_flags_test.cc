@@ -35,7 +35,12 @@ TEST(JobFlagsTest, DefaultsAreTheMainJob) {
   EXPECT_EQ(spec->num_workers(), 4);
   EXPECT_EQ(spec->global_batch(), 128);
   EXPECT_EQ(spec->lr().decay(), "cosine");
-  EXPECT_EQ(spec->peer_transport(), v1::GRPC);
+  // Both data planes default to raw TCP (the fast path); the JobSpec's own
+  // default (a job file that names neither) stays GRPC = 0 for old clients.
+  EXPECT_EQ(spec->peer_transport(), v1::TCP);
+  EXPECT_EQ(spec->ps_transport(), v1::TCP);
+  EXPECT_EQ(v1::JobSpec().peer_transport(), v1::GRPC);
+  EXPECT_EQ(v1::JobSpec().ps_transport(), v1::GRPC);
 }
 
 TEST(JobFlagsTest, JobFileWithCommandLineOverrides) {
@@ -129,11 +134,11 @@ TEST(JobFlagsTest, PeerTransportFlag) {
   EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc, tcp or shm, got \"TCP\"");
   spec = FromArgs({"--peer_transport=quic"});
   EXPECT_EQ(spec.status().message(), "--peer_transport: expected grpc, tcp or shm, got \"quic\"");
-  absl::SetFlag(&FLAGS_peer_transport, "grpc");
+  absl::SetFlag(&FLAGS_peer_transport, "tcp");
   // The ps data plane has no shared-memory transport.
   spec = FromArgs({"--ps_transport=shm"});
   EXPECT_EQ(spec.status().message(), "--ps_transport: expected grpc or tcp, got \"shm\"");
-  absl::SetFlag(&FLAGS_ps_transport, "grpc");
+  absl::SetFlag(&FLAGS_ps_transport, "tcp");
 }
 
 TEST(JobFlagsTest, OverlapAndCompressionFlags) {
@@ -177,7 +182,7 @@ TEST(JobFlagsTest, PeerTransportFromJobFileAndOverride) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->peer_transport(), v1::GRPC);
   absl::SetFlag(&FLAGS_job_file, "");
-  absl::SetFlag(&FLAGS_peer_transport, "grpc");
+  absl::SetFlag(&FLAGS_peer_transport, "tcp");
 }
 
 TEST(JobFlagsTest, PeerTransportNamesRoundTrip) {

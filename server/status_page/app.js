@@ -102,7 +102,7 @@
   }
   function mode(spec) {
     if (!spec) return '';
-    if (spec.sync_mode === 'PS') return 'ps';
+    if (spec.sync_mode === 'PS') return 'ps/' + String(spec.ps_transport || 'GRPC').toLowerCase();
     return 'ring/' + String(spec.peer_transport || 'GRPC').toLowerCase();
   }
   function stepText(job) {

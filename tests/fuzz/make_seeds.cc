@@ -132,9 +132,16 @@ void TcpWire() {
   // The fuzz target's fixed secret and nonce: this hello verifies.
   lockstep::dataauth::Nonce nonce;
   nonce.fill(0x5a);
-  tcpwire::EncodeHello(tcpwire::Hello{77, 1, 0, 3},
-                       std::string(lockstep::dataauth::kSecretBytes, 'f'), nonce, b);
+  // The fuzz target's fixed connector nonce for its accept case.
+  lockstep::dataauth::Nonce own;
+  own.fill(0xa5);
+  const std::string secret(lockstep::dataauth::kSecretBytes, 'f');
+  tcpwire::EncodeHello(tcpwire::Hello{77, 1, 0, 3}, secret, nonce, own, b);
   Write("tcp_wire_fuzz", "hello", std::string(1, 1) + Bytes(b, tcpwire::kHelloBytes));
+  // Its accept (verifies in the target's accept case).
+  uint8_t acc[tcpwire::kAcceptBytes];
+  tcpwire::EncodeAccept(b, secret, nonce, acc);
+  Write("tcp_wire_fuzz", "accept", std::string(1, 3) + Bytes(acc, tcpwire::kAcceptBytes));
   tcpwire::EncodeChallenge(nonce, b);
   Write("tcp_wire_fuzz", "challenge", std::string(1, 2) + Bytes(b, tcpwire::kChallengeBytes));
   tcpwire::EncodeFrame(lockstep::MakeKey(5, 12, 3, 1), 4096, b);

@@ -146,7 +146,7 @@ TEST(TcpTransportTest, ConnectionsQueuedFromOnePeerAreCapped) {
 TEST(TcpHelloAuthTest, WireHelloVerifiesOnlyUnderItsSecretAndNonce) {
   const dataauth::Nonce nonce = dataauth::RandomNonce();
   const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2, nonce);
-  ASSERT_EQ(hello.size(), 72u);
+  ASSERT_EQ(hello.size(), 104u);
   tcpwire::Hello h;
   ASSERT_TRUE(tcpwire::DecodeHello(hello.data(), &h).ok());
   EXPECT_EQ(h.group, 7u);
@@ -172,6 +172,135 @@ TEST(TcpHelloAuthTest, WireHelloVerifiesOnlyUnderItsSecretAndNonce) {
   c[4] = 1;  // version 1
   EXPECT_THAT(std::string(tcpwire::DecodeChallenge(c, &got).message()),
               HasSubstr("bad challenge"));
+}
+
+// The acceptor's answer: it verifies only for the hello it answers (whose
+// connector nonce makes it fresh), under the job's secret and the
+// challenge; the hello's own mac cannot pass as an accept.
+TEST(TcpHelloAuthTest, WireAcceptVerifiesOnlyForItsHelloSecretAndNonce) {
+  const dataauth::Nonce nonce = dataauth::RandomNonce();
+  const std::vector<uint8_t> hello = HelloBytes(7, 0, 1, 2, nonce);
+  uint8_t accept[tcpwire::kAcceptBytes];
+  ASSERT_EQ(sizeof(accept), 40u);
+  tcpwire::EncodeAccept(hello.data(), kSecret, nonce, accept);
+  EXPECT_TRUE(tcpwire::VerifyAccept(accept, hello.data(), kSecret, nonce).ok());
+  const absl::Status other_secret = tcpwire::VerifyAccept(
+      accept, hello.data(), std::string(dataauth::kSecretBytes, 't'), nonce);
+  EXPECT_EQ(other_secret.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(other_secret.message()),
+              HasSubstr("its accept of our hello (rank 0 to group 7 rank 1) has a wrong mac"));
+  EXPECT_FALSE(tcpwire::VerifyAccept(accept, hello.data(), kSecret, dataauth::RandomNonce()).ok());
+  // Recorded on another connection: the same fields, another connector nonce.
+  const std::vector<uint8_t> other_hello = HelloBytes(7, 0, 1, 2, nonce);
+  EXPECT_FALSE(tcpwire::VerifyAccept(accept, other_hello.data(), kSecret, nonce).ok());
+  for (size_t i = 0; i < sizeof(accept); ++i) {
+    uint8_t changed[tcpwire::kAcceptBytes];
+    std::memcpy(changed, accept, sizeof(accept));
+    changed[i] ^= 0x01;
+    EXPECT_FALSE(tcpwire::VerifyAccept(changed, hello.data(), kSecret, nonce).ok()) << "byte " << i;
+  }
+  // The hello's mac reflected back as an accept: another domain, refused.
+  uint8_t reflected[tcpwire::kAcceptBytes];
+  std::memcpy(reflected, accept, 8);
+  std::memcpy(reflected + 8, hello.data() + tcpwire::kHelloSignedBytes, dataauth::kMacBytes);
+  EXPECT_EQ(tcpwire::VerifyAccept(reflected, hello.data(), kSecret, nonce).code(),
+            absl::StatusCode::kPermissionDenied);
+  // Version 2 (no accept) is named.
+  accept[4] = 2;
+  const absl::Status v2 = tcpwire::VerifyAccept(accept, hello.data(), kSecret, nonce);
+  EXPECT_EQ(v2.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v2.message()), HasSubstr("bad accept: magic 0x41534b4c version 2"));
+}
+
+// A stranger listening at a peer rank's address (say, a port taken over
+// after the peer died) that does not hold the job's secret: it gets the
+// hello, but its accept does not fit, so the send fails naming the peer and
+// no frame byte reaches it. The stranger that does hold the secret (the
+// control) gets the frame, so the check can fail.
+TEST(TcpHelloAuthTest, AStrangerAtAPeersAddressGetsNoFrame) {
+  enum Answer { kForged, kReflected, kRecorded, kSilentClose, kGenuine };
+  for (Answer answer : {kForged, kReflected, kRecorded, kSilentClose, kGenuine}) {
+    SCOPED_TRACE(answer);
+    Hubs h(1);
+    std::string stranger;
+    const int lfd = LoopbackSocket(&stranger);
+    auto t0 = TcpTransport::Create(h.hubs[0].get(), 7, 0, {h.Addresses()[0], stranger},
+                                   WithSecret({}));
+    ASSERT_TRUE(t0.ok()) << t0.status();
+    std::vector<uint8_t> after_hello;  // every byte the stranger got after the hello
+    std::thread fake([&] {
+      const int c = accept(lfd, nullptr, nullptr);
+      const dataauth::Nonce challenge = dataauth::RandomNonce();
+      uint8_t ch[tcpwire::kChallengeBytes];
+      tcpwire::EncodeChallenge(challenge, ch);
+      EXPECT_EQ(send(c, ch, sizeof(ch), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ch)));
+      timeval tv{};
+      tv.tv_sec = 10;
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      uint8_t hello[tcpwire::kHelloBytes];
+      EXPECT_EQ(recv(c, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
+      uint8_t ans[tcpwire::kAcceptBytes];
+      switch (answer) {
+        case kForged:  // the right layout, a made-up mac
+          tcpwire::EncodeAccept(hello, std::string(dataauth::kSecretBytes, 'x'), challenge, ans);
+          break;
+        case kReflected:  // the hello's own mac sent back
+          tcpwire::EncodeAccept(hello, kSecret, challenge, ans);
+          std::memcpy(ans + 8, hello + tcpwire::kHelloSignedBytes, dataauth::kMacBytes);
+          break;
+        case kRecorded: {  // a genuine accept of another connection's hello
+          const std::vector<uint8_t> other = HelloBytes(7, 0, 1, 2, challenge);
+          tcpwire::EncodeAccept(other.data(), kSecret, challenge, ans);
+          break;
+        }
+        case kSilentClose:
+          break;
+        case kGenuine:
+          tcpwire::EncodeAccept(hello, kSecret, challenge, ans);
+          break;
+      }
+      if (answer != kSilentClose) {
+        EXPECT_EQ(send(c, ans, sizeof(ans), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ans)));
+        // Until the transport closes the connection (or 10 s).
+        uint8_t buf[256];
+        for (;;) {
+          const ssize_t n = recv(c, buf, sizeof(buf), 0);
+          if (n <= 0) break;
+          after_hello.insert(after_hello.end(), buf, buf + n);
+          if (answer == kGenuine && after_hello.size() >= tcpwire::kHeaderBytes + 4) break;
+        }
+      }
+      close(c);
+    });
+    const uint8_t msg[4] = {1, 2, 3, 4};
+    const absl::Status sent =
+        (*t0)->Send(1, MessageKey{7, 0, 0, 0}, msg, absl::Now() + absl::Seconds(10));
+    if (answer == kGenuine) {
+      EXPECT_TRUE(sent.ok()) << sent;
+      (*t0)->Shutdown();  // the fake reads the frame; then the transport closes
+    } else {
+      EXPECT_FALSE(sent.ok());
+      EXPECT_THAT(std::string(sent.message()),
+                  HasSubstr(absl::StrCat("peer rank 1 (", stranger, ")")));
+      if (answer == kSilentClose) {
+        EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+        EXPECT_THAT(std::string(sent.message()), HasSubstr("without accepting our hello"));
+      } else {
+        EXPECT_EQ(sent.code(), absl::StatusCode::kPermissionDenied) << sent;
+        EXPECT_THAT(std::string(sent.message()), HasSubstr("does not hold the job's secret"));
+      }
+    }
+    fake.join();
+    close(lfd);
+    if (answer == kGenuine) {
+      ASSERT_GE(after_hello.size(), tcpwire::kHeaderBytes + 4);
+      tcpwire::Frame f;
+      ASSERT_TRUE(tcpwire::DecodeFrame(after_hello.data(), &f));
+      EXPECT_EQ(f.len, 4);
+    } else {
+      EXPECT_TRUE(after_hello.empty()) << after_hello.size() << " bytes reached the stranger";
+    }
+  }
 }
 
 // A stranger that does not know the job's secret (or knows another job's)
@@ -319,16 +448,9 @@ TEST(TcpHelloAuthTest, RanksSharingAHubAttachInAnyOrder) {
 TEST(TcpHelloAuthTest, AReplayedHelloIsRefused) {
   Hubs h(2);
   // A fake rank 1: a plain listening socket that challenges and records.
-  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(lfd, 4), 0);
-  socklen_t len = sizeof(a);
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  auto t0 = TcpTransport::Create(h.hubs[0].get(), 7, 0,
-                                 {h.Addresses()[0], absl::StrCat("127.0.0.1:", ntohs(a.sin_port))},
+  std::string fake_address;
+  const int lfd = LoopbackSocket(&fake_address);
+  auto t0 = TcpTransport::Create(h.hubs[0].get(), 7, 0, {h.Addresses()[0], fake_address},
                                  WithSecret({}));
   ASSERT_TRUE(t0.ok()) << t0.status();
   std::vector<uint8_t> recorded(tcpwire::kHelloBytes);
@@ -374,7 +496,7 @@ TEST(TcpHelloAuthTest, ATruncatedHelloIsRefused) {
   close(fd);
   EXPECT_EQ(h.hubs[1]->rejected_connections(), 1);
   EXPECT_THAT(h.hubs[1]->last_rejection(),
-              HasSubstr("no complete hello (40 of 72 bytes): end of stream"));
+              HasSubstr("no complete hello (40 of 104 bytes): end of stream"));
 }
 
 // Review finding: one source address cannot take every park slot with

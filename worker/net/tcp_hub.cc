@@ -153,6 +153,7 @@ int TcpPeerHub::parked_connections() const {
 
 absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
   std::vector<std::string> refused;  // reported once mu_ is released
+  std::vector<Parked> claimed;        // verified: accepted once mu_ is released
   absl::Status st = [&]() -> absl::Status {
   absl::MutexLock l(&mu_);
   const auto id = std::make_pair(inbox->group, inbox->rank);
@@ -182,21 +183,48 @@ absl::Status TcpPeerHub::Attach(const std::shared_ptr<TcpInbox>& inbox) {
           "world size %d",
           p.peer, p.from, p.world, p.group, p.to, inbox->world);
       refused.push_back(last_rejection_);
-    } else if (const auto d = inbox->Deliver(p.from, p.conn); d != TcpInbox::Delivery::kQueued) {
-      dataconn::Close(p.conn);
-      if (d == TcpInbox::Delivery::kFull) {
-        ++rejected_;
-        last_rejection_ =
-            absl::StrCat("connection from ", p.peer, ": ", QueueFullMessage(p.from, p.group, p.to));
-        refused.push_back(last_rejection_);
-      }
+    } else {
+      claimed.push_back(std::move(p));  // accepted and delivered below, unlocked
     }
   }
   parked_.swap(keep);
   return absl::OkStatus();
   }();
   Report(refused);
+  // In arrival order (FIFO per peer holds for every connection that carries
+  // frames: see AcceptAndDeliver).
+  for (Parked& p : claimed) {
+    const std::string why =
+        AcceptAndDeliver(*inbox, p.hello.data(), p.nonce, p.from, p.conn);
+    if (!why.empty()) Reject(p.conn, p.peer, why);
+  }
   return st;
+}
+
+std::string TcpPeerHub::AcceptAndDeliver(TcpInbox& inbox, const uint8_t* hello,
+                                         const dataauth::Nonce& nonce, int from,
+                                         dataconn::Conn conn) {
+  uint8_t accept[tcpwire::kAcceptBytes];
+  tcpwire::EncodeAccept(hello, inbox.secret, nonce, accept);
+  // 40 bytes into a fresh socket's empty send buffer: this does not wait in
+  // practice; the deadline bounds it anyway (the accept thread serves
+  // every connection).
+  absl::Status s = tcpio::WriteFully(conn, accept, sizeof(accept), inbox.wake_fd,
+                                     absl::Now() + absl::Seconds(1));
+  if (!s.ok()) {
+    dataconn::Close(conn);  // it went away, or the transport shut down
+    return "";
+  }
+  switch (inbox.Deliver(from, conn)) {
+    case TcpInbox::Delivery::kQueued:
+      return "";
+    case TcpInbox::Delivery::kShutDown:
+      dataconn::Close(conn);
+      return "";
+    case TcpInbox::Delivery::kFull:
+      break;
+  }
+  return QueueFullMessage(from, inbox.group, inbox.rank);
 }
 
 void TcpPeerHub::Report(const std::vector<std::string>& reasons) const {
@@ -450,16 +478,9 @@ void TcpPeerHub::HandleHello(PendingHello& p) {
                    from, world, group, to, inbox->world));
     return;
   }
-  switch (inbox->Deliver(static_cast<int>(from), fd)) {
-    case TcpInbox::Delivery::kQueued:
-      return;
-    case TcpInbox::Delivery::kShutDown:
-      dataconn::Close(fd);
-      return;
-    case TcpInbox::Delivery::kFull:
-      Reject(fd, p.peer, QueueFullMessage(static_cast<int>(from), group, static_cast<int>(to)));
-      return;
-  }
+  const std::string why =
+      AcceptAndDeliver(*inbox, p.buf, p.nonce, static_cast<int>(from), fd);
+  if (!why.empty()) Reject(fd, p.peer, why);
 }
 
 }  // namespace lockstep

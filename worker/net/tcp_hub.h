@@ -11,6 +11,11 @@
 //     under the inbox's secret (constant-time check). Refusals name the
 //     peer's address and what was wrong, and go to options.on_reject (the
 //     daemon logs them).
+//   * A connection reaches its inbox only after the hub has answered its
+//     hello with an accept (tcp_wire.h): the HMAC, under the same secret, of
+//     the hello (which carries the connector's own nonce). The connector
+//     checks it before it sends a frame, so both ends prove the job's
+//     secret.
 //   * A connection whose hello is missing, malformed or names a rank /
 //     world size that does not fit is closed and counted
 //     (rejected_connections, last_rejection naming why); the hub keeps
@@ -254,6 +259,15 @@ class TcpPeerHub {
   // Sends p's challenge; false if it could not (p rejected).
   bool SendChallenge(PendingHello& p);
   void HandleHello(PendingHello& p);
+  // Answers a verified hello with its accept (tcp_wire.h), then hands the
+  // connection to `inbox`; closes it (and says why, empty when not
+  // counted as a refusal) if the accept cannot be written or the inbox
+  // refuses it. Not with mu_ held. The accept goes out before the inbox can
+  // read the connection (a TLS session is never used by two threads), and a
+  // connector sends no frame before it has the accept, so a connection
+  // delivered out of arrival order carries no frame yet.
+  std::string AcceptAndDeliver(TcpInbox& inbox, const uint8_t* hello,
+                               const dataauth::Nonce& nonce, int from, dataconn::Conn conn);
   // Counts, reports (options_.on_reject) and closes. Not with mu_ held.
   void Reject(dataconn::Conn& c, const std::string& peer, const std::string& why);
   void Report(const std::vector<std::string>& reasons) const;

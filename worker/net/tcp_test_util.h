@@ -82,8 +82,23 @@ inline std::vector<uint8_t> HelloBytes(uint64_t group, uint32_t from, uint32_t t
   h.from = from;
   h.to = to;
   h.world = world;
-  tcpwire::EncodeHello(h, secret, nonce, hello.data());
+  tcpwire::EncodeHello(h, secret, nonce, dataauth::RandomNonce(), hello.data());
   return hello;
+}
+
+// A plain socket bound to an OS-chosen loopback port (listening unless
+// `listening` is false); returns the fd and sets *address ("127.0.0.1:P").
+inline int LoopbackSocket(std::string* address, bool listening = true) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *address = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  return fd;
 }
 
 inline void SendAll(int fd, const std::vector<uint8_t>& bytes) {
@@ -126,8 +141,9 @@ inline void ExpectClosedByHub(int fd) {
   timeval tv{};
   tv.tv_sec = 10;
   ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
-  // The hub's challenge may still be unread: skip it (and only it).
-  char c[tcpwire::kChallengeBytes + 1];
+  // The hub's challenge may still be unread, and its accept if the hello was
+  // accepted before the refusal (a full queue): skip them (and only them).
+  char c[tcpwire::kChallengeBytes + tcpwire::kAcceptBytes + 1];
   size_t skipped = 0;
   ssize_t n = 0;
   int err = 0;
@@ -136,7 +152,7 @@ inline void ExpectClosedByHub(int fd) {
     err = errno;
     if (n <= 0) break;
     skipped += static_cast<size_t>(n);
-    if (skipped > tcpwire::kChallengeBytes) break;  // more than a challenge: fail below
+    if (skipped > tcpwire::kChallengeBytes + tcpwire::kAcceptBytes) break;  // fail below
   }
   EXPECT_TRUE(n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK))
       << "recv returned " << n << ", errno " << err

@@ -3,10 +3,13 @@
 // Wire format (all integers little-endian, as x86-64 stores them):
 //   challenge, acceptor -> connector on accept (40 bytes): 'LKSC',
 //     version, 32-byte nonce
-//   hello, once per connection, connector -> acceptor (72 bytes):
+//   hello, once per connection, connector -> acceptor (104 bytes):
 //     u32 magic 'LKSH' | u32 version | u64 group | u32 from | u32 to |
-//     u32 world | u32 0 | u64 0 | HMAC-SHA256 (job secret; the 40 bytes
-//     before it and the nonce)
+//     u32 world | u32 0 | u64 0 | 32-byte connector nonce | HMAC-SHA256
+//     (job secret; the 72 bytes before it and the challenge's nonce)
+//   accept, acceptor -> connector once the hello fits (40 bytes): 'LKSA',
+//     version, HMAC-SHA256 (job secret, another domain; the same bytes).
+//     No frame is sent before it has been checked.
 //   frame, once per message (40 bytes, then `len` payload bytes):
 //     u32 magic 'LKSF' | u32 flags (0) | u64 job | i64 step | i32 phase |
 //     i32 chunk | i64 len
@@ -233,12 +236,36 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
       tcpwire::Hello{group_, static_cast<uint32_t>(rank_),
                      static_cast<uint32_t>(to),
                      static_cast<uint32_t>(world_size())},
-      options_.secret, nonce, h);
+      options_.secret, nonce, dataauth::RandomNonce(), h);
   s = WriteFully(conn, h, sizeof(h), inbox_->wake_fd, until);
   if (!s.ok()) {
     dataconn::Close(conn);
     return absl::UnavailableError(
         absl::StrCat("cannot send the hello: ", s.message()));
+  }
+  // Its accept: it proves the peer holds the job's secret before any frame
+  // goes out. It comes once the peer's rank has attached (the peer parks our
+  // hello until then), so it is waited for until the send's own deadline,
+  // not only connect_timeout.
+  uint8_t a[tcpwire::kAcceptBytes];
+  got = 0;
+  eof = false;
+  s = ReadFully(conn, a, sizeof(a), &got, &eof,
+                [&] { return WaitFd(fd, POLLIN, inbox_->wake_fd, std::max(until, deadline)); });
+  if (s.ok()) s = tcpwire::VerifyAccept(a, h, options_.secret, nonce);
+  if (!s.ok()) {
+    dataconn::Close(conn);
+    if (s.code() == absl::StatusCode::kCancelled) return s;
+    if (eof) {
+      return absl::UnavailableError(absl::StrCat(
+          "it closed the connection without accepting our hello (", got, " of ", sizeof(a),
+          " bytes; it refused the hello: see its log)"));
+    }
+    return absl::Status(s.code() == absl::StatusCode::kPermissionDenied
+                            ? absl::StatusCode::kPermissionDenied
+                            : absl::StatusCode::kUnavailable,
+                        absl::StrCat("no valid accept of our hello (", got, " of ", sizeof(a),
+                                     " bytes): ", s.message()));
   }
   link.AdoptLocked(conn);
   link.broken = absl::OkStatus();

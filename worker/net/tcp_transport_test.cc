@@ -47,17 +47,31 @@ INSTANTIATE_TEST_SUITE_P(
     TransportParamName);
 
 
+// Rank 1 does not exist yet when rank 0 sends: its hub parks rank 0's
+// connection, and rank 0's Send waits (within its deadline) for the accept
+// that rank 1's secret makes, which comes when rank 1 attaches.
 TEST(TcpTransportTest, RanksMayAttachAfterTheirPeersSent) {
   Hubs h(2);
   auto t0 = h.Make(5, 0);
   const std::vector<uint8_t> msg = Bytes(1000, 3);
-  // Rank 1 does not exist yet: the hub parks the connection.
-  ASSERT_TRUE(t0->Send(1, MakeKey(5, 0, 0, 0), msg, absl::Now() + kLong).ok());
+  std::atomic<bool> sent{false};
+  std::thread sender([&] {
+    EXPECT_TRUE(t0->Send(1, MakeKey(5, 0, 0, 0), msg, absl::Now() + kLong).ok());
+    sent.store(true);
+  });
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (h.hubs[1]->parked_connections() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  ASSERT_EQ(h.hubs[1]->parked_connections(), 1);
+  EXPECT_FALSE(sent.load());  // no accept yet: no frame went out
   auto t1 = h.Make(5, 1);
   std::vector<uint8_t> got(msg.size());
   absl::Status s = t1->Recv(0, MakeKey(5, 0, 0, 0), absl::MakeSpan(got),
                             absl::Now() + kLong);
+  sender.join();
   ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(sent.load());
   EXPECT_EQ(got, msg);
   EXPECT_EQ(h.hubs[1]->parked_connections(), 0);
 }
@@ -314,24 +328,17 @@ TEST(TcpTransportTest, ConcurrentBigSendIsWrittenWhileAnotherThreadWaits) {
 TEST(TcpTransportTest, UnreachablePeerIsUnavailableNamingIt) {
   Hubs h(1);
   // A port nobody listens on: bind one and close it.
-  const int probe = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len);
-  const int dead_port = ntohs(a.sin_port);
-  close(probe);
+  std::string dead;
+  close(LoopbackSocket(&dead, /*listening=*/false));
   auto t = TcpTransport::Create(
       h.hubs[0].get(), 1, 0,
-      {h.Addresses()[0], absl::StrCat("127.0.0.1:", dead_port)}, WithSecret({}));
+      {h.Addresses()[0], dead}, WithSecret({}));
   ASSERT_TRUE(t.ok()) << t.status();
   absl::Status s = (*t)->Send(1, MakeKey(1, 0, 0, 0), Bytes(4, 0),
                               absl::Now() + absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr(absl::StrCat("peer rank 1 (127.0.0.1:", dead_port)));
+              HasSubstr(absl::StrCat("peer rank 1 (", dead)));
 }
 
 TEST(TcpTransportTest, BadArgumentsAreRejected) {

@@ -46,7 +46,7 @@ absl::Status DecodeChallenge(const uint8_t* p, dataauth::Nonce* nonce) {
 }
 
 void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
-                 uint8_t* p) {
+                 const dataauth::Nonce& own_nonce, uint8_t* p) {
   std::memset(p, 0, kHelloBytes);
   Put<uint32_t>(p, 0, kHelloMagic);
   Put<uint32_t>(p, 4, kVersion);
@@ -54,19 +54,52 @@ void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce
   Put<uint32_t>(p, 16, h.from);
   Put<uint32_t>(p, 20, h.to);
   Put<uint32_t>(p, 24, h.world);
-  const dataauth::Mac mac = dataauth::HelloMac(secret, kHelloDomain, p, kHeaderBytes, challenge);
-  std::memcpy(p + kHeaderBytes, mac.data(), mac.size());
+  std::memcpy(p + kHeaderBytes, own_nonce.data(), own_nonce.size());
+  const dataauth::Mac mac =
+      dataauth::HelloMac(secret, kHelloDomain, p, kHelloSignedBytes, challenge);
+  std::memcpy(p + kHelloSignedBytes, mac.data(), mac.size());
 }
 
 absl::Status VerifyHello(const uint8_t* p, absl::string_view secret,
                          const dataauth::Nonce& challenge) {
   const dataauth::Mac want =
-      dataauth::HelloMac(secret, kHelloDomain, p, kHeaderBytes, challenge);
-  if (dataauth::MacEqual(want.data(), p + kHeaderBytes, want.size())) return absl::OkStatus();
+      dataauth::HelloMac(secret, kHelloDomain, p, kHelloSignedBytes, challenge);
+  if (dataauth::MacEqual(want.data(), p + kHelloSignedBytes, want.size())) {
+    return absl::OkStatus();
+  }
   return absl::PermissionDeniedError(absl::StrFormat(
       "hello from rank %d for group %d rank %d has a wrong mac (not this job's secret, or a "
       "hello recorded on another connection)",
       Get<uint32_t>(p, 16), Get<uint64_t>(p, 8), Get<uint32_t>(p, 20)));
+}
+
+void EncodeAccept(const uint8_t* hello, absl::string_view secret,
+                  const dataauth::Nonce& challenge, uint8_t* p) {
+  Put<uint32_t>(p, 0, kAcceptMagic);
+  Put<uint32_t>(p, 4, kVersion);
+  const dataauth::Mac mac =
+      dataauth::HelloMac(secret, kAcceptDomain, hello, kHelloSignedBytes, challenge);
+  std::memcpy(p + 8, mac.data(), mac.size());
+}
+
+absl::Status VerifyAccept(const uint8_t* p, const uint8_t* hello, absl::string_view secret,
+                          const dataauth::Nonce& challenge) {
+  const uint32_t magic = Get<uint32_t>(p, 0);
+  const uint32_t version = Get<uint32_t>(p, 4);
+  if (magic != kAcceptMagic || version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad accept: magic 0x%08x version %d, expected 0x%08x version %d (not a lockstep "
+        "peer, or one of another version?)",
+        magic, version, kAcceptMagic, kVersion));
+  }
+  const dataauth::Mac want =
+      dataauth::HelloMac(secret, kAcceptDomain, hello, kHelloSignedBytes, challenge);
+  if (dataauth::MacEqual(want.data(), p + 8, want.size())) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "its accept of our hello (rank %d to group %d rank %d) has a wrong mac: it does not hold "
+      "the job's secret (a stranger at the peer's address, or an accept recorded on another "
+      "connection)",
+      Get<uint32_t>(hello, 16), Get<uint64_t>(hello, 8), Get<uint32_t>(hello, 20)));
 }
 
 absl::Status DecodeHello(const uint8_t* p, Hello* h) {

@@ -7,14 +7,25 @@
 //   challenge, once per connection, acceptor -> connector, sent on accept
 //   (40 bytes):
 //     u32 magic 'LKSC' | u32 version | 32-byte random nonce
-//   hello, once per connection, connector -> acceptor, in answer (72 bytes):
+//   hello, once per connection, connector -> acceptor, in answer (104 bytes):
 //     u32 magic 'LKSH' | u32 version | u64 group | u32 from | u32 to |
-//     u32 world | u32 0 | u64 0 | 32-byte mac
+//     u32 world | u32 0 | u64 0 | 32-byte connector nonce | 32-byte mac
 //   mac = HMAC-SHA256 under the job's data-plane secret of
-//     "lockstep tcp hello v2" || 0x00 || the hello's first 40 bytes ||
+//     "lockstep tcp hello v3" || 0x00 || the hello's first 72 bytes ||
 //     the challenge's nonce (common/net/data_auth.h)
-// The acceptor checks the mac in constant time before it reads any frame; a
-// hello recorded on one connection does not fit another's nonce.
+//   accept, once per connection, acceptor -> connector, once the hello's mac
+//   fits (40 bytes):
+//     u32 magic 'LKSA' | u32 version | 32-byte mac
+//   mac = HMAC-SHA256 under the same secret of
+//     "lockstep tcp accept v3" || 0x00 || the hello's first 72 bytes ||
+//     the challenge's nonce
+// The acceptor checks the hello's mac in constant time before it reads any
+// frame; the connector checks the accept's before it sends any frame. So
+// both ends prove they hold the job's secret: a stranger at a peer's
+// address (a port taken over after the peer died) learns nothing of the
+// job's gradients. Each side's nonce makes the other's mac fresh: a hello
+// or accept recorded on one connection does not fit another, and the
+// domains keep a hello's mac from passing as an accept.
 //   frame, once per message (40 bytes, then `len` payload bytes):
 //     u32 magic 'LKSF' | u32 flags (0) | u64 job | i64 step | i32 phase |
 //     i32 chunk | i64 len
@@ -36,12 +47,17 @@ namespace tcpwire {
 constexpr uint32_t kHelloMagic = 0x48534b4c;  // "LKSH"
 constexpr uint32_t kFrameMagic = 0x46534b4c;  // "LKSF"
 constexpr uint32_t kChallengeMagic = 0x43534b4c;  // "LKSC"
-// 2: challenge and mac (version 1's hellos were not authenticated).
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kAcceptMagic = 0x41534b4c;  // "LKSA"
+// 3: the acceptor proves the secret too (accept; connector nonce in the
+// hello). 2: challenge and hello mac. 1: no authentication.
+constexpr uint32_t kVersion = 3;
 constexpr size_t kHeaderBytes = 40;  // frame header; the hello's fields
-constexpr size_t kChallengeBytes = 8 + dataauth::kNonceBytes;       // 40
-constexpr size_t kHelloBytes = kHeaderBytes + dataauth::kMacBytes;  // 72
-constexpr char kHelloDomain[] = "lockstep tcp hello v2";
+constexpr size_t kChallengeBytes = 8 + dataauth::kNonceBytes;                // 40
+constexpr size_t kHelloSignedBytes = kHeaderBytes + dataauth::kNonceBytes;   // 72
+constexpr size_t kHelloBytes = kHelloSignedBytes + dataauth::kMacBytes;      // 104
+constexpr size_t kAcceptBytes = 8 + dataauth::kMacBytes;                     // 40
+constexpr char kHelloDomain[] = "lockstep tcp hello v3";
+constexpr char kAcceptDomain[] = "lockstep tcp accept v3";
 // Sanity bound on a frame's payload (a corrupt length must not make the
 // reader skip forever).
 constexpr int64_t kMaxFrameBytes = int64_t{1} << 40;
@@ -79,9 +95,10 @@ void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t* p);  // kChallengeBy
 // InvalidArgumentError "bad challenge: ..." naming the magic and version.
 absl::Status DecodeChallenge(const uint8_t* p, dataauth::Nonce* nonce);
 
-// Writes kHelloBytes: the fields and the mac under `secret` over `challenge`.
+// Writes kHelloBytes: the fields, `own_nonce` (fresh per connection: the
+// accept's mac covers it) and the mac under `secret` over `challenge`.
 void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
-                 uint8_t* p);
+                 const dataauth::Nonce& own_nonce, uint8_t* p);
 // Reads the fields (the first kHeaderBytes of a hello; the mac is checked by
 // VerifyHello once the receiver's secret is known). InvalidArgumentError
 // "bad hello: ..." naming the magic and version, or the ranks, unless magic
@@ -93,6 +110,18 @@ absl::Status DecodeHello(const uint8_t* p, Hello* h);
 // does not fit (another job's secret, a forged or replayed hello).
 absl::Status VerifyHello(const uint8_t* p, absl::string_view secret,
                          const dataauth::Nonce& challenge);
+
+// The acceptor's answer to a verified hello (kHelloBytes at `hello`):
+// writes kAcceptBytes to p.
+void EncodeAccept(const uint8_t* hello, absl::string_view secret,
+                  const dataauth::Nonce& challenge, uint8_t* p);
+// The connector's check of the kAcceptBytes at p against the hello it sent
+// and the challenge it answered (constant time). InvalidArgumentError "bad
+// accept: ..." naming the magic and version; PermissionDeniedError when the
+// mac does not fit (the acceptor does not hold the job's secret: a stranger
+// at the peer's address, or an answer recorded on another connection).
+absl::Status VerifyAccept(const uint8_t* p, const uint8_t* hello, absl::string_view secret,
+                          const dataauth::Nonce& challenge);
 
 }  // namespace tcpwire
 }  // namespace lockstep

@@ -130,13 +130,14 @@ class JobStatus(_View):
 
     @property
     def mode(self):
-        """"ps", "ring/grpc" or "ring/tcp", as `lockstep status` shows it."""
-        if self.spec.sync_mode == job_pb2.PS:
-            return "ps"
+        """"ring/tcp", "ring/grpc", "ring/shm", "ps/tcp" or "ps/grpc", as
+        `lockstep status` shows it."""
+        ps = self.spec.sync_mode == job_pb2.PS
+        transport = self.spec.ps_transport if ps else self.spec.peer_transport
         try:
-            return "ring/" + job_pb2.PeerTransport.Name(self.spec.peer_transport).lower()
+            return ("ps/" if ps else "ring/") + job_pb2.PeerTransport.Name(transport).lower()
         except ValueError:
-            return "ring/unknown"
+            return ("ps" if ps else "ring") + "/unknown"
 
 
 @dataclasses.dataclass(frozen=True)
