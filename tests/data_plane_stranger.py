@@ -54,10 +54,10 @@ def refused(s, ps):
     except socket.timeout:
         return False, "still open after %.0f s" % TIMEOUT
     if ps:
-        if len(data) < 16:
+        if len(data) < 48:
             return True, "closed (%d bytes)" % len(data)
         magic, code, n = struct.unpack("<IiQ", data[:16])
-        text = data[16:16 + n].decode(errors="replace")
+        text = data[48:48 + n].decode(errors="replace")
         return magic == 0x52504B4C and code != 0, f"hello reply code {code}: {text}"
     return len(data) == 0, "closed"
 
@@ -68,15 +68,16 @@ def attempt(kind, host, port, group, how):
     me = "%s:%d" % s.getsockname()[:2]  # printed: the logs must name this port
     try:
         if ps:
-            fields = struct.pack("<IIQiiqQ", 0x48504B4C, 2, group, 0, 2, 10, 0)
+            # ps hello version 3: the fields, then the client's nonce.
+            fields = struct.pack("<IIQiiqQ", 0x48504B4C, 3, group, 0, 2, 10, 0) + os.urandom(32)
             frame = struct.pack("<IIQqiiqqq", 0x46504B4C, 3, group, 5, 0, 0, 1, 40, 0) + b"\0" * 40
         else:
             # Ring hello version 3: the fields, then the connector's nonce.
             fields = (struct.pack("<IIQIIIIQ", 0x48534B4C, 3, group, 0, 1, 2, 0, 0) +
                       os.urandom(32))
             frame = struct.pack("<IIQqiiq", 0x46534B4C, 0, group, 5, 0, 0, 16) + b"\x7f" * 16
-        # The nonce is no use without the secret. Versions: ps 2, ring 3.
-        challenge(s, 0x43504B4C if ps else 0x43534B4C, 2 if ps else 3)
+        # The nonce is no use without the secret (version 3 on both planes).
+        challenge(s, 0x43504B4C if ps else 0x43534B4C, 3)
         if how == "v1":
             old = bytearray(fields)
             old[4:8] = struct.pack("<I", 1)

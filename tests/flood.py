@@ -281,8 +281,8 @@ def flood_tcp(label, address, rounds, rng, tally, data_plane):
             # Ring hello version 3: fields, connector nonce, a random mac.
             hello = (struct.pack("<IIQIIIIQ", 0x48534B4C, 3, JOB, 0, 1, 2, 0, 0) +
                      rng.randbytes(64))
-            ps_hello = (struct.pack("<IIQIIIIQ", 0x48504B4C, 2, JOB, 0, 0, 2, 10, 0) +
-                        rng.randbytes(32))
+            ps_hello = (struct.pack("<IIQIIIIQ", 0x48504B4C, 3, JOB, 0, 0, 2, 10, 0) +
+                        rng.randbytes(64))
             frame = struct.pack("<IIQqiiq", 0x46534B4C, 0, JOB, 5, 0, 0, 1 << 40)
             cases += [(hello[:10], True, 0.0), (hello, True, 0.0), (ps_hello, True, 0.0),
                       (frame, True, 0.0), (rng.randbytes(1 << 20), True, 0.0),

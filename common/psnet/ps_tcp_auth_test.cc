@@ -2,11 +2,13 @@
 // unregistered, truncated and replayed hellos are refused before anything is
 // looked up or allocated; the secret table keeps the first secret and evicts
 // only idle jobs. Helpers: ps_tcp_test_util.h.
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,15 @@ namespace lockstep::ps_tcp_test {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Job 5's hello fields: shard 0 of K workers, 3 floats.
+psnet::Hello Job5(int k) {
+  psnet::Hello h;
+  h.job = 5;
+  h.num_workers = k;
+  h.shard_len = 3;
+  return h;
+}
 
 // ---- data-plane authentication (issue 11)
 
@@ -51,12 +62,8 @@ TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
   }
   {
     RawConn c(server->address);
-    psnet::Hello h;
-    h.job = 5;
-    h.num_workers = 2;
-    h.shard_len = 3;
     uint8_t b[psnet::kHelloBytes];
-    psnet::EncodeHello(h, kSecret, c.nonce(), b);
+    psnet::EncodeHello(Job5(2), kSecret, c.nonce(), dataauth::RandomNonce(), b);
     c.Write(b, psnet::kHelloFieldBytes);  // no mac
     c.ShutdownWrite();
     EXPECT_TRUE(c.ClosedByPeer());
@@ -68,7 +75,7 @@ TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
     ASSERT_EQ(logged.size(), 4u);
     EXPECT_THAT(logged[0], HasSubstr("connection from 127.0.0.1:"));
     EXPECT_THAT(logged[0], HasSubstr("wrong mac"));
-    EXPECT_THAT(logged[3], HasSubstr("closed or silent before its 72-byte hello"));
+    EXPECT_THAT(logged[3], HasSubstr("closed or silent before its 104-byte hello"));
   }
   // The real job's client connects and works.
   PsTcpClient a(server->address, 0, 1, 3, Auth());
@@ -93,11 +100,7 @@ TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {
   std::vector<uint8_t> recorded(psnet::kHelloBytes);
   {
     RawConn c(server->address);
-    psnet::Hello h;
-    h.job = 5;
-    h.num_workers = 2;
-    h.shard_len = 3;
-    psnet::EncodeHello(h, kSecret, c.nonce(), recorded.data());
+    psnet::EncodeHello(Job5(2), kSecret, c.nonce(), dataauth::RandomNonce(), recorded.data());
     c.Write(recorded.data(), recorded.size());
     auto [code, text] = c.ReadHelloReply();
     EXPECT_EQ(code, 0) << text;
@@ -107,6 +110,122 @@ TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {
   auto [code, text] = replay.ReadHelloReply();
   EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(text, HasSubstr("wrong mac"));
+}
+
+// The server's side of the proof: a reply verifies only for the hello it
+// answers, under the job's secret and the challenge.
+TEST(PsTcpAuthTest, WireReplyVerifiesOnlyForItsHelloSecretAndNonce) {
+  const dataauth::Nonce nonce = dataauth::RandomNonce();
+  const psnet::Hello h = Job5(2);
+  uint8_t hello[psnet::kHelloBytes];
+  psnet::EncodeHello(h, kSecret, nonce, dataauth::RandomNonce(), hello);
+  uint8_t r[psnet::kHelloReplyBytes];
+  ASSERT_EQ(sizeof(r), 48u);
+  psnet::EncodeHelloReply(0, 0, r);
+  psnet::SignHelloReply(hello, kSecret, nonce, r);
+  EXPECT_TRUE(psnet::VerifyHelloReply(r, hello, kSecret, nonce).ok());
+  const absl::Status other =
+      psnet::VerifyHelloReply(r, hello, std::string(dataauth::kSecretBytes, 'x'), nonce);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(other.message()),
+              HasSubstr("its hello reply for job 5 shard 0 has a wrong mac"));
+  EXPECT_FALSE(psnet::VerifyHelloReply(r, hello, kSecret, dataauth::RandomNonce()).ok());
+  uint8_t other_hello[psnet::kHelloBytes];  // the same fields, another client nonce
+  psnet::EncodeHello(h, kSecret, nonce, dataauth::RandomNonce(), other_hello);
+  EXPECT_FALSE(psnet::VerifyHelloReply(r, other_hello, kSecret, nonce).ok());
+  for (size_t i = 0; i < sizeof(r); ++i) {
+    uint8_t changed[psnet::kHelloReplyBytes];
+    std::memcpy(changed, r, sizeof(r));
+    changed[i] ^= 0x01;
+    EXPECT_FALSE(psnet::VerifyHelloReply(changed, hello, kSecret, nonce).ok()) << "byte " << i;
+  }
+  // The hello's own mac as the reply's: another domain, refused.
+  std::memcpy(r + psnet::kHelloReplyFieldBytes, hello + psnet::kHelloSignedBytes,
+              dataauth::kMacBytes);
+  EXPECT_FALSE(psnet::VerifyHelloReply(r, hello, kSecret, nonce).ok());
+}
+
+// A stranger listening at a shard's data address that does not hold the
+// job's secret: it gets the hello, but its "accepted" reply does not fit,
+// so the client's request fails naming the shard and no frame byte reaches
+// it. A stranger that does hold the secret (the control) gets the ROUND.
+TEST(PsTcpAuthTest, AStrangerAtTheShardsAddressGetsNoFrame) {
+  enum Answer { kForged, kUnsigned, kRecorded, kGenuine };
+  for (Answer answer : {kForged, kUnsigned, kRecorded, kGenuine}) {
+    SCOPED_TRACE(answer);
+    int port = 0;
+    absl::StatusOr<int> lfd = psnet::Listen("127.0.0.1", 0, &port);
+    ASSERT_TRUE(lfd.ok()) << lfd.status();
+    const std::string address = absl::StrCat("127.0.0.1:", port);
+    std::vector<uint8_t> after_hello;
+    std::thread fake([&] {
+      const absl::Time soon = absl::Now() + absl::Seconds(10);
+      // psnet::Listen's socket does not block: wait for the client first.
+      EXPECT_TRUE(psnet::WaitFd(*lfd, POLLIN, soon).ok());
+      const int c = accept(*lfd, nullptr, nullptr);
+      ASSERT_GE(c, 0) << psnet::Errno("accept");
+      const dataauth::Nonce challenge = dataauth::RandomNonce();
+      uint8_t ch[psnet::kChallengeBytes];
+      psnet::EncodeChallenge(challenge, ch);
+      iovec iov[1] = {{ch, sizeof(ch)}};
+      EXPECT_TRUE(psnet::WriteFully(c, iov, 1, soon).ok());
+      uint8_t hello[psnet::kHelloBytes];
+      EXPECT_TRUE(psnet::ReadFully(c, hello, sizeof(hello), soon).ok());
+      uint8_t r[psnet::kHelloReplyBytes];
+      psnet::EncodeHelloReply(0, 0, r);  // "accepted"
+      switch (answer) {
+        case kForged:
+          psnet::SignHelloReply(hello, std::string(dataauth::kSecretBytes, 'x'), challenge, r);
+          break;
+        case kUnsigned:  // a version-2 server's reply: no mac
+          break;
+        case kRecorded: {  // a genuine reply to another connection's hello
+          uint8_t other[psnet::kHelloBytes];
+          psnet::EncodeHello(Job5(1), kSecret, challenge, dataauth::RandomNonce(), other);
+          psnet::SignHelloReply(other, kSecret, challenge, r);
+          break;
+        }
+        case kGenuine:
+          psnet::SignHelloReply(hello, kSecret, challenge, r);
+          break;
+      }
+      iovec riov[1] = {{r, sizeof(r)}};
+      EXPECT_TRUE(psnet::WriteFully(c, riov, 1, soon).ok());
+      uint8_t buf[256];
+      for (;;) {  // until the client closes (or 10 s)
+        const ssize_t n = recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        after_hello.insert(after_hello.end(), buf, buf + n);
+        if (answer == kGenuine && after_hello.size() >= psnet::kFrameBytes) break;
+      }
+      close(c);
+    });
+    {
+      PsTcpClient client(address, 0, 1, 3, Auth());
+      const std::vector<float> g = {1, 2, 3};
+      const absl::Status s = client.StartRound(5, 0, 0, g, 1, absl::Now() + absl::Seconds(10),
+                                               WireFormat::kFloat32);
+      if (answer == kGenuine) {
+        EXPECT_TRUE(s.ok()) << s;
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+        EXPECT_THAT(std::string(s.message()), HasSubstr(address));
+        EXPECT_THAT(std::string(s.message()),
+                    HasSubstr("does not hold the job's data-plane secret"));
+      }
+      client.Cancel();  // closes the connection: the fake's read ends
+    }
+    fake.join();
+    close(*lfd);
+    if (answer == kGenuine) {
+      ASSERT_GE(after_hello.size(), psnet::kFrameBytes);
+      psnet::Frame f;
+      ASSERT_TRUE(psnet::DecodeFrame(after_hello.data(), &f).ok());
+      EXPECT_EQ(f.kind, static_cast<uint32_t>(psnet::Kind::kRound));
+    } else {
+      EXPECT_TRUE(after_hello.empty()) << after_hello.size() << " bytes reached the stranger";
+    }
+  }
 }
 
 TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
@@ -155,7 +274,7 @@ TEST(PsTcpAuthTest, FullSecretTableEvictsOnlyIdleJobsWithoutConnections) {
     h.job = job;
     h.num_workers = 2;
     h.shard_len = 3;
-    psnet::EncodeHello(h, kSecret, c->nonce(), b.data());
+    psnet::EncodeHello(h, kSecret, c->nonce(), dataauth::RandomNonce(), b.data());
     c->Write(b.data(), b.size());
     return c->ReadHelloReply();
   };

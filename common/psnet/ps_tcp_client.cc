@@ -153,7 +153,7 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, WireFormat 
   absl::Status s = psnet::ReadFully(c.io, cb, sizeof(cb), until);
   if (s.ok()) s = psnet::DecodeChallenge(cb, &nonce);
   uint8_t hb[psnet::kHelloBytes];
-  psnet::EncodeHello(h, options_.secret, nonce, hb);
+  psnet::EncodeHello(h, options_.secret, nonce, dataauth::RandomNonce(), hb);
   iovec iov[1] = {{hb, sizeof(hb)}};
   if (s.ok()) s = psnet::WriteFully(c.io, iov, 1, until);
   uint8_t rb[psnet::kHelloReplyBytes];
@@ -178,6 +178,12 @@ absl::StatusOr<PsTcpClient::Conn> PsTcpClient::Acquire(uint64_t job, WireFormat 
     Release(c, false);
     return Named(absl::Status(CodeFromWire(code),
                               absl::StrCat("the server refused the connection: ", text)));
+  }
+  // Accepted: before any frame, the server must prove it holds the secret.
+  if (absl::Status proof = psnet::VerifyHelloReply(rb, hb, options_.secret, nonce);
+      !proof.ok()) {
+    Release(c, false);
+    return Named(proof);
   }
   return c;
 }

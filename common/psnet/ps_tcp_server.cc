@@ -320,9 +320,10 @@ void PsTcpServer::Serve(Conn* conn) {
   }
   psnet::Hello hello;
   absl::Status st = psnet::DecodeHello(hb, &hello);
+  std::string secret;
   if (st.ok()) {
     // Authenticated before anything is looked up or allocated for it.
-    const std::string secret = SecretOf(hello.job);
+    secret = SecretOf(hello.job);
     if (secret.empty()) {
       st = absl::PermissionDeniedError(absl::StrFormat(
           "hello for job %d shard %d: this server has no data-plane secret for job %d (its "
@@ -358,6 +359,9 @@ void PsTcpServer::Serve(Conn* conn) {
     uint8_t r[psnet::kHelloReplyBytes];
     psnet::EncodeHelloReply(static_cast<int32_t>(st.code()), static_cast<int64_t>(text.size()),
                             r);
+    // Accepted: prove we hold the job's secret too (the client checks it
+    // before it sends a frame).
+    if (st.ok()) psnet::SignHelloReply(hb, secret, nonce, r);
     iovec iov[2] = {{r, sizeof(r)}, {const_cast<char*>(text.data()), text.size()}};
     // Counted before the answer goes out (a client that read it sees it).
     if (!st.ok()) Reject(absl::StrCat(from, "hello refused: ", st.message()));

@@ -167,7 +167,7 @@ class RawConn {
     h.shard_len = len;
     h.wire = wire;
     uint8_t b[psnet::kHelloBytes];
-    psnet::EncodeHello(h, secret, nonce_, b);
+    psnet::EncodeHello(h, secret, nonce_, dataauth::RandomNonce(), b);
     if (wire_byte_override != 0) b[32] = wire_byte_override;  // the wire field (ps_wire.h)
     Write(b, sizeof(b));
   }

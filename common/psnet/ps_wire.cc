@@ -79,7 +79,7 @@ absl::Status DecodeChallenge(const uint8_t in[kChallengeBytes], dataauth::Nonce*
 }
 
 void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
-                 uint8_t out[kHelloBytes]) {
+                 const dataauth::Nonce& own_nonce, uint8_t out[kHelloBytes]) {
   std::memset(out, 0, kHelloBytes);
   Put<uint32_t>(out, 0, kHelloMagic);
   Put<uint32_t>(out, 4, kVersion);
@@ -88,16 +88,17 @@ void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce
   Put<int32_t>(out, 20, h.num_workers);
   Put<int64_t>(out, 24, h.shard_len);
   Put<uint32_t>(out, 32, static_cast<uint32_t>(WireFormatCode(h.wire)));
+  std::memcpy(out + kHelloFieldBytes, own_nonce.data(), own_nonce.size());
   const dataauth::Mac mac =
-      dataauth::HelloMac(secret, kHelloDomain, out, kHelloFieldBytes, challenge);
-  std::memcpy(out + kHelloFieldBytes, mac.data(), mac.size());
+      dataauth::HelloMac(secret, kHelloDomain, out, kHelloSignedBytes, challenge);
+  std::memcpy(out + kHelloSignedBytes, mac.data(), mac.size());
 }
 
 absl::Status VerifyHello(const uint8_t in[kHelloBytes], absl::string_view secret,
                          const dataauth::Nonce& challenge) {
   const dataauth::Mac want =
-      dataauth::HelloMac(secret, kHelloDomain, in, kHelloFieldBytes, challenge);
-  if (dataauth::MacEqual(want.data(), in + kHelloFieldBytes, want.size())) {
+      dataauth::HelloMac(secret, kHelloDomain, in, kHelloSignedBytes, challenge);
+  if (dataauth::MacEqual(want.data(), in + kHelloSignedBytes, want.size())) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrFormat(
@@ -130,9 +131,41 @@ absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h) {
 }
 
 void EncodeHelloReply(int32_t code, int64_t len, uint8_t out[kHelloReplyBytes]) {
+  std::memset(out, 0, kHelloReplyBytes);
   Put<uint32_t>(out, 0, kHelloReplyMagic);
   Put<int32_t>(out, 4, code);
   Put<int64_t>(out, 8, len);
+}
+
+namespace {
+// The reply's mac: over its fields and the hello's signed bytes.
+dataauth::Mac ReplyMac(const uint8_t reply[kHelloReplyBytes], const uint8_t hello[kHelloBytes],
+                       absl::string_view secret, const dataauth::Nonce& challenge) {
+  uint8_t m[kHelloReplyFieldBytes + kHelloSignedBytes];
+  std::memcpy(m, reply, kHelloReplyFieldBytes);
+  std::memcpy(m + kHelloReplyFieldBytes, hello, kHelloSignedBytes);
+  return dataauth::HelloMac(secret, kReplyDomain, m, sizeof(m), challenge);
+}
+}  // namespace
+
+void SignHelloReply(const uint8_t hello[kHelloBytes], absl::string_view secret,
+                    const dataauth::Nonce& challenge, uint8_t out[kHelloReplyBytes]) {
+  const dataauth::Mac mac = ReplyMac(out, hello, secret, challenge);
+  std::memcpy(out + kHelloReplyFieldBytes, mac.data(), mac.size());
+}
+
+absl::Status VerifyHelloReply(const uint8_t reply[kHelloReplyBytes],
+                              const uint8_t hello[kHelloBytes], absl::string_view secret,
+                              const dataauth::Nonce& challenge) {
+  const dataauth::Mac want = ReplyMac(reply, hello, secret, challenge);
+  if (dataauth::MacEqual(want.data(), reply + kHelloReplyFieldBytes, want.size())) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "its hello reply for job %d shard %d has a wrong mac: it does not hold the job's "
+      "data-plane secret (a stranger at the shard's data address, or a reply recorded on "
+      "another connection)",
+      Get<uint64_t>(hello, 8), Get<int32_t>(hello, 16)));
 }
 
 absl::Status DecodeHelloReply(const uint8_t in[kHelloReplyBytes], int32_t* code, int64_t* len) {

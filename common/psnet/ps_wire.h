@@ -6,22 +6,31 @@
 //
 //   server -> client, once, on accept:  challenge (40 bytes)
 //     u32 magic 'LKPC' | u32 version | 32-byte random nonce
-//   client -> server, once:  hello (72 bytes)
+//   client -> server, once:  hello (104 bytes)
 //     u32 magic 'LKPH' | u32 version | u64 job | i32 shard | i32 num_workers |
-//     i64 shard_len | u32 wire | u32 0 | 32-byte mac
+//     i64 shard_len | u32 wire | u32 0 | 32-byte client nonce | 32-byte mac
 //     wire: how the connection's shard values travel (JobSpec.compression,
 //     wire_format.h): 0 float32, 1 bf16, 2 fp16 (2-byte values, rounded
 //     once by the sender; the server sums float32). Any other value is
 //     refused naming the field. (Clients before bf16/fp16 sent 0 here.)
 //     mac = HMAC-SHA256 under the job's data-plane secret (the coordinator's
 //     Assignment.data_plane_secret, which the workers registered with this
-//     server through DataAddress) of "lockstep ps hello v2" || 0x00 || the
-//     hello's first 40 bytes || the challenge's nonce
-//     (common/net/data_auth.h). Checked in constant time before anything
-//     else: a job without a registered secret, another secret or a hello
-//     recorded on another connection is refused (PERMISSION_DENIED).
-//   server -> client, once:  hello reply (16 bytes, then `len` bytes of text)
-//     u32 magic 'LKPR' | i32 code (absl::StatusCode; 0 = accepted) | i64 len
+//     server through DataAddress) of "lockstep ps hello v3" || 0x00 || the
+//     hello's first 72 bytes (fields and client nonce) || the challenge's
+//     nonce (common/net/data_auth.h). Checked in constant time before
+//     anything else: a job without a registered secret, another secret or a
+//     hello recorded on another connection is refused (PERMISSION_DENIED).
+//   server -> client, once:  hello reply (48 bytes, then `len` bytes of text)
+//     u32 magic 'LKPR' | i32 code (absl::StatusCode; 0 = accepted) | i64 len |
+//     32-byte mac
+//     mac (code 0 only; zeros on a refusal, which the server may not have a
+//     secret for) = HMAC-SHA256 under the job's secret of "lockstep ps reply
+//     v3" || 0x00 || the reply's first 16 bytes || the hello's first 72
+//     bytes || the challenge's nonce. The client checks it in constant time
+//     before it sends any frame: a stranger at the shard's data address
+//     (one that does not hold the job's secret) gets the hello and nothing
+//     else; the client nonce makes a recorded reply useless on another
+//     connection.
 //
 // The server checks the hello against the job's shard before it allocates
 // anything (PsShardRegistry: the first hello or gRPC request of a job fixes
@@ -81,13 +90,17 @@ constexpr uint32_t kHelloMagic = 0x48504b4c;       // "LKPH"
 constexpr uint32_t kHelloReplyMagic = 0x52504b4c;  // "LKPR"
 constexpr uint32_t kFrameMagic = 0x46504b4c;       // "LKPF"
 constexpr uint32_t kChallengeMagic = 0x43504b4c;   // "LKPC"
-// 2: challenge and mac (version 1's hellos were not authenticated).
-constexpr uint32_t kVersion = 2;
+// 3: the server proves the secret too (client nonce, reply mac). 2:
+// challenge and hello mac. 1: no authentication.
+constexpr uint32_t kVersion = 3;
 constexpr size_t kChallengeBytes = 8 + dataauth::kNonceBytes;  // 40
 constexpr size_t kHelloFieldBytes = 40;
-constexpr size_t kHelloBytes = kHelloFieldBytes + dataauth::kMacBytes;  // 72
-constexpr char kHelloDomain[] = "lockstep ps hello v2";
-constexpr size_t kHelloReplyBytes = 16;
+constexpr size_t kHelloSignedBytes = kHelloFieldBytes + dataauth::kNonceBytes;  // 72
+constexpr size_t kHelloBytes = kHelloSignedBytes + dataauth::kMacBytes;        // 104
+constexpr char kHelloDomain[] = "lockstep ps hello v3";
+constexpr char kReplyDomain[] = "lockstep ps reply v3";
+constexpr size_t kHelloReplyFieldBytes = 16;
+constexpr size_t kHelloReplyBytes = kHelloReplyFieldBytes + dataauth::kMacBytes;  // 48
 constexpr size_t kFrameBytes = 56;
 constexpr int64_t kMaxErrorBytes = 4096;
 // Longest a PULL or ROUND waits at the server for the step's other pushes.
@@ -125,9 +138,10 @@ struct Frame {
 void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t out[kChallengeBytes]);
 // InvalidArgumentError naming what is wrong (magic, version).
 absl::Status DecodeChallenge(const uint8_t in[kChallengeBytes], dataauth::Nonce* nonce);
-// The fields and the mac under `secret` over `challenge`.
+// The fields, `own_nonce` (fresh per connection: the reply's mac covers
+// it) and the mac under `secret` over `challenge`.
 void EncodeHello(const Hello& h, absl::string_view secret, const dataauth::Nonce& challenge,
-                 uint8_t out[kHelloBytes]);
+                 const dataauth::Nonce& own_nonce, uint8_t out[kHelloBytes]);
 // The fields (InvalidArgumentError naming what is wrong: magic, version,
 // wire);
 // the mac is checked by VerifyHello once the job's secret is looked up.
@@ -136,7 +150,20 @@ absl::Status DecodeHello(const uint8_t in[kHelloBytes], Hello* h);
 // (constant-time comparison).
 absl::Status VerifyHello(const uint8_t in[kHelloBytes], absl::string_view secret,
                          const dataauth::Nonce& challenge);
+// The reply's fields; its mac zeros (a refusal's).
 void EncodeHelloReply(int32_t code, int64_t len, uint8_t out[kHelloReplyBytes]);
+// Writes the mac of an encoded reply `out` answering `hello` (kHelloBytes)
+// under `secret` and `challenge`: the server's proof that it holds the
+// job's secret (accepted hellos only).
+void SignHelloReply(const uint8_t hello[kHelloBytes], absl::string_view secret,
+                    const dataauth::Nonce& challenge, uint8_t out[kHelloReplyBytes]);
+// The client's check of a reply to the hello it sent (constant time):
+// PermissionDeniedError when the mac does not fit (the server does not
+// hold the job's secret: a stranger at the shard's data address, or a reply
+// recorded on another connection).
+absl::Status VerifyHelloReply(const uint8_t reply[kHelloReplyBytes],
+                              const uint8_t hello[kHelloBytes], absl::string_view secret,
+                              const dataauth::Nonce& challenge);
 absl::Status DecodeHelloReply(const uint8_t in[kHelloReplyBytes], int32_t* code,
                               int64_t* len);
 void EncodeFrame(const Frame& f, uint8_t out[kFrameBytes]);

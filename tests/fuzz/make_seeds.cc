@@ -108,8 +108,24 @@ void PsWire() {
   // The fuzz target's fixed secret and nonce: this hello verifies.
   lockstep::dataauth::Nonce nonce;
   nonce.fill(0x5a);
-  psnet::EncodeHello(h, std::string(lockstep::dataauth::kSecretBytes, 'f'), nonce, b);
+  // Its client nonce: the fuzz target's fixed one for its reply case.
+  lockstep::dataauth::Nonce own;
+  own.fill(0xa5);
+  const std::string secret(lockstep::dataauth::kSecretBytes, 'f');
+  psnet::EncodeHello(h, secret, nonce, own, b);
   Write("ps_wire_fuzz", "hello", std::string(1, 0) + Bytes(b, psnet::kHelloBytes));
+  // An accepted reply to that hello (shard 0's: the target's fixed hello).
+  {
+    psnet::Hello h0 = h;
+    h0.shard = 0;
+    uint8_t hb[psnet::kHelloBytes];
+    psnet::EncodeHello(h0, secret, nonce, own, hb);
+    uint8_t r[psnet::kHelloReplyBytes];
+    psnet::EncodeHelloReply(0, 0, r);
+    psnet::SignHelloReply(hb, secret, nonce, r);
+    Write("ps_wire_fuzz", "hello_reply_accepted",
+          std::string(1, 1) + Bytes(r, psnet::kHelloReplyBytes));
+  }
   psnet::EncodeChallenge(nonce, b);
   Write("ps_wire_fuzz", "challenge", std::string(1, 3) + Bytes(b, psnet::kChallengeBytes));
   psnet::EncodeHelloReply(3, 20, b);

@@ -1,9 +1,11 @@
 // Fuzz target: the raw-TCP parameter-server wire codec
 // (common/psnet/ps_wire.h): hello (and its mac check), hello reply, frame
 // and challenge decoders.
-// Input: byte 0 % 4 picks the decoder, the rest (zero-padded to 72 bytes)
+// Input: byte 0 % 4 picks the decoder, the rest (zero-padded to 104 bytes)
 // is the header. A hello's mac verifies under the fixed secret and nonce
-// only if the input is exactly what EncodeHello writes for its fields. Checks no decoder crashes or overflows, that what decodes
+// only if the input is exactly what EncodeHello writes for its fields and
+// client nonce; a hello reply's mac (for a fixed hello) only if it is
+// exactly what SignHelloReply writes for its fields. Checks no decoder crashes or overflows, that what decodes
 // re-encodes to the same bytes (round trip), and that an accepted frame has
 // len >= 0.
 #include <cstddef>
@@ -30,7 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const bool verified = psnet::VerifyHello(buf, secret, nonce).ok();
       if (psnet::DecodeHello(buf, &h).ok()) {
         uint8_t again[psnet::kHelloBytes];
-        psnet::EncodeHello(h, secret, nonce, again);
+        lockstep::dataauth::Nonce own;
+        std::memcpy(own.data(), buf + psnet::kHelloFieldBytes, own.size());
+        psnet::EncodeHello(h, secret, nonce, own, again);
         psnet::Hello h2;
         if (!psnet::DecodeHello(again, &h2).ok() || h2.job != h.job ||
             h2.shard != h.shard || h2.num_workers != h.num_workers ||
@@ -51,6 +55,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 1: {
+      lockstep::dataauth::Nonce own;
+      own.fill(0xa5);
+      psnet::Hello fixed;
+      fixed.job = 5;
+      fixed.num_workers = 2;
+      fixed.shard_len = 1000;
+      uint8_t hello[psnet::kHelloBytes];
+      psnet::EncodeHello(fixed, secret, nonce, own, hello);
+      uint8_t want[psnet::kHelloReplyBytes];
+      std::memcpy(want, buf, psnet::kHelloReplyFieldBytes);
+      psnet::SignHelloReply(hello, secret, nonce, want);
+      const bool verified = psnet::VerifyHelloReply(buf, hello, secret, nonce).ok();
+      if (verified != (std::memcmp(want, buf, sizeof(want)) == 0)) std::abort();
       int32_t code = 0;
       int64_t len = 0;
       if (psnet::DecodeHelloReply(buf, &code, &len).ok()) {
