@@ -342,23 +342,32 @@ class Cluster:
         return int(m.group(1)) if m else None
 
     def scrape(self, instance, port, token=True):
-        """GET http://ADDR:PORT/metrics from the client namespace, as a
-        Prometheus on another host would, with the pki's http_token as a
-        Bearer token unless token=False. Returns (status or None, body); an
-        HTTP error status is returned as the status."""
-        url = f"http://{self.addr[instance]}:{port}/metrics"
-        code = ("import sys, urllib.error, urllib.request\n"
-                "req = urllib.request.Request(sys.argv[1])\n"
-                "if sys.argv[2]:\n"
-                "    req.add_header('Authorization', 'Bearer ' + open(sys.argv[2]).read().strip())\n"
-                "try:\n"
-                "    r = urllib.request.urlopen(req, timeout=5)\n"
-                "    print(r.status); sys.stdout.write(r.read().decode())\n"
-                "except urllib.error.HTTPError as e:\n"
-                "    print(e.code); sys.stdout.write(e.read().decode())\n")
+        """GET https://ADDR:PORT/metrics from the client namespace, as a
+        Prometheus on another host would (the file runs every daemon with
+        --http_tls): the chain verified against the pki's CA and the name
+        against the instance's role, <role>.role.lockstep.invalid (what a
+        scrape job's tls_config.server_name says: certificates name roles,
+        not addresses), with the pki's http_token as a Bearer token unless
+        token=False. Returns (status or None, body); an HTTP error status is
+        returned as the status."""
+        role = ("coordinator" if instance == "coordinator" else
+                "server" if instance.startswith("ps") else "worker")
+        code = ("import http.client, socket, ssl, sys\n"
+                "host, port, ca, token_file, name = sys.argv[1:6]\n"
+                "ctx = ssl.create_default_context(cafile=ca)\n"
+                "sock = socket.create_connection((host, int(port)), timeout=5)\n"
+                "c = http.client.HTTPSConnection(host, int(port), timeout=5, context=ctx)\n"
+                "c.sock = ctx.wrap_socket(sock, server_hostname=name)\n"
+                "headers = {}\n"
+                "if token_file:\n"
+                "    headers['Authorization'] = 'Bearer ' + open(token_file).read().strip()\n"
+                "c.request('GET', '/metrics', headers=headers)\n"
+                "r = c.getresponse()\n"
+                "print(r.status); sys.stdout.write(r.read().decode())\n")
         token_file = os.path.join(self.pki, "http_token") if token else ""
-        r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code, url,
-                 token_file], check=False, timeout=15)
+        r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code,
+                 self.addr[instance], str(port), os.path.join(self.pki, "ca.pem"), token_file,
+                 f"{role}.role.lockstep.invalid"], check=False, timeout=15)
         if r.returncode != 0:
             return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
         status, _, body = r.stdout.partition("\n")
@@ -534,7 +543,7 @@ def main(argv):
                 check(f"{instance}: compose gives --metrics_port", False)
                 continue
             status, body = cluster.scrape(instance, port)
-            check(f"{instance}: GET /metrics on {cluster.addr[instance]}:{port}",
+            check(f"{instance}: GET https://{cluster.addr[instance]}:{port}/metrics (CA and role name verified)",
                   status == 200 and "# TYPE lockstep_" in body,
                   f"HTTP {status}, {body.count(chr(10))} lines" if status else body)
             if service == "coordinator":

@@ -269,6 +269,13 @@ int Run(int argc, char** argv) {
     logger.Error(data_tls.status().message());
     return kExitBadFlags;
   }
+  // --http_tls: the metrics pages and the status page over HTTPS with the
+  // coordinator's certificate.
+  const auto http_tls = HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key);
+  if (!http_tls.ok()) {
+    logger.Error(http_tls.status().message());
+    return kExitBadFlags;
+  }
   std::string token;
   if (const std::string token_file = absl::GetFlag(FLAGS_token_file); !token_file.empty()) {
     if (!security->tls()) {
@@ -437,7 +444,8 @@ int Run(int argc, char** argv) {
   // The metrics server (on by default) also serves the status page.
   const MetricsServerConfig metrics_config = MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token,
+      *http_tls);
   std::string metrics_note;
   absl::StatusOr<std::unique_ptr<HttpServer>> metrics_http =
       StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
@@ -454,7 +462,7 @@ int Run(int argc, char** argv) {
           path, [&status_page](const HttpRequest& r) { return status_page.Handle(r); });
     }
     logger.Info("status page",
-                {{"url", absl::StrCat("http://",
+                {{"url", absl::StrCat(metrics_config.tls != nullptr ? "https://" : "http://",
                                       JoinHostPort(metrics_config.host, (*metrics_http)->port()),
                                       "/")}});
   }

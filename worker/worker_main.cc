@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
                                                     {"server"});
   auto coordinator_ps_data_tls = lockstep::DataPlaneTlsFromFlag(
       tls_files.cert, tls_files.key, tls_files.ca, {"coordinator"});
-  for (const auto* t : {&ring_tls, &ps_data_tls, &coordinator_ps_data_tls}) {
+  // --http_tls: the metrics pages over HTTPS with this worker's certificate.
+  auto http_tls = lockstep::HttpTlsFromFlag(tls_files.cert, tls_files.key);
+  for (const auto* t : {&ring_tls, &ps_data_tls, &coordinator_ps_data_tls, &http_tls}) {
     if (!t->ok()) {
       logger.Error(t->status().message());
       return 2;
@@ -286,7 +288,8 @@ int main(int argc, char** argv) {
   lockstep::WorkerMetrics worker_metrics(&metrics_registry);
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token,
+      *http_tls);
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);

@@ -87,10 +87,14 @@ WaitResult WaitFor(int fd, short events, int wake_fd, absl::Time deadline) {
   }
 }
 
-// Writes all of `data` before the deadline; false if it could not.
-bool WriteAll(int fd, absl::string_view data, int wake_fd, absl::Time deadline) {
+// Writes all of `data` before the deadline; false if it could not. (With
+// TLS a write that returned EAGAIN is retried with the same bytes, as
+// dataconn::Sendv asks.)
+bool WriteAll(const dataconn::Conn& c, absl::string_view data, int wake_fd,
+              absl::Time deadline) {
+  const int fd = c.fd;
   while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    const ssize_t n = dataconn::Send(c, data.data(), data.size());
     if (n > 0) {
       data.remove_prefix(static_cast<size_t>(n));
       continue;
@@ -448,6 +452,10 @@ void HttpServer::AcceptLoop() {
       continue;
     }
     absl::MutexLock lock(&conns_mu_);
+    if (active_ >= options_.max_connections && options_.tls != nullptr) {
+      ::close(fd);  // no plain-text answer on an HTTPS port
+      continue;
+    }
     if (active_ >= options_.max_connections) {
       // Best effort and non-blocking: the accept thread never waits on a client.
       const std::string r =
@@ -483,17 +491,29 @@ void HttpServer::ReapFinished() {
 void HttpServer::Serve(Conn* conn) {
   const int fd = conn->fd;
   const absl::Time read_deadline = absl::Now() + options_.read_deadline;
+  dataconn::Conn io = dataconn::Plain(fd);
+  bool respond = true, head_only = false;
+  if (options_.tls != nullptr) {
+    // HTTPS: the handshake first, within the request's read deadline. A
+    // client that fails it (plain HTTP, no common version) gets no answer.
+    absl::StatusOr<dataconn::Conn> started = dataconn::StartTls(*options_.tls, fd, true);
+    if (started.ok()) {
+      io = *started;
+      respond = dataconn::Handshake(*options_.tls, io, wake_fd_, read_deadline).ok();
+    } else {
+      respond = false;
+    }
+  }
   std::string buf;
   const size_t limit = options_.max_header_bytes;
   size_t head_len = absl::string_view::npos;
   HttpResponse response;
-  bool respond = true, head_only = false;
   char chunk[4096];
-  while (true) {
+  while (respond) {
     // Read no further than the limit (plus one byte to detect overflow):
     // bytes past the head are a body this server never reads.
     const size_t want = std::min(sizeof(chunk), limit + 1 - buf.size());
-    const ssize_t n = ::recv(fd, chunk, want, 0);
+    const ssize_t n = dataconn::Recv(io, chunk, want);
     if (n > 0) {
       const size_t scan_from = buf.size() >= 2 ? buf.size() - 2 : 0;
       buf.append(chunk, static_cast<size_t>(n));
@@ -539,7 +559,7 @@ void HttpServer::Serve(Conn* conn) {
   bool linger = false;
   if (respond && !shutting_down_.load()) {
     const absl::Time write_deadline = absl::Now() + options_.write_deadline;
-    linger = WriteAll(fd, Serialize(response, head_only), wake_fd_, write_deadline);
+    linger = WriteAll(io, Serialize(response, head_only), wake_fd_, write_deadline);
   }
   {
     // The request is done: free its slot now, so a client that reconnects
@@ -555,11 +575,11 @@ void HttpServer::Serve(Conn* conn) {
     // still sends (at most 500 ms and 1 MiB), so an unread request body does
     // not turn the close into a reset that could destroy the response in
     // flight.
-    ::shutdown(fd, SHUT_WR);
+    dataconn::ShutdownWrite(io);
     const absl::Time drain_deadline = absl::Now() + absl::Milliseconds(500);
     size_t drained = 0;
     while (drained < (1 << 20)) {
-      const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+      const ssize_t n = dataconn::Recv(io, chunk, sizeof(chunk));
       if (n > 0) {
         drained += static_cast<size_t>(n);
         continue;
@@ -572,7 +592,7 @@ void HttpServer::Serve(Conn* conn) {
       }
     }
   }
-  ::close(fd);
+  dataconn::Close(io);  // the session (if any) and the socket
   absl::MutexLock lock(&conns_mu_);
   if (linger) --lingering_;
   conn->fd = -1;

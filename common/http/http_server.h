@@ -20,6 +20,11 @@
 //     with "WWW-Authenticate: Basic realm=\"lockstep\"" and no handler
 //     runs. The comparison (ConstantTimeEquals, common/token_file.h) takes
 //     a time that depends on the lengths only.
+//   * HTTPS (optional, HttpServerOptions::tls, a server-only context:
+//     dataconn::DataTls::CreateServerOnly): every connection is a TLS
+//     session first; its handshake must finish within `read_deadline` and a
+//     client that does not speak TLS is closed without an answer. The
+//     access token then travels encrypted.
 //   * Errors it answers itself: 400 malformed request line, header or
 //     escape; 408 when the request head has not arrived within
 //     `read_deadline`; 431 when the request line plus headers exceed
@@ -63,6 +68,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/http/http.h"
+#include "common/net/data_conn.h"
 
 namespace lockstep {
 
@@ -85,6 +91,8 @@ struct HttpServerOptions {
   std::string access_token;
   // Paths served without the token (exact match).
   std::vector<std::string> open_paths = {"/healthz"};
+  // Null: plain HTTP. Otherwise HTTPS with this server-only context.
+  std::shared_ptr<const dataconn::DataTls> tls;
 };
 
 // True when `authorization` (the header's value) carries `token`: "Bearer

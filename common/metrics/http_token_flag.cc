@@ -8,3 +8,9 @@ ABSL_FLAG(std::string, http_token_file, "",
           "status page) asks for on every page but /healthz: \"Authorization: Bearer <token>\" "
           "(Prometheus' authorization.credentials_file) or Basic with the token as password (a "
           "browser's prompt). Empty: the pages are open to anyone who reaches the port");
+ABSL_FLAG(bool, http_tls, false,
+          "serve the HTTP pages (/metrics, /healthz, the status page) over HTTPS with this "
+          "daemon's --tls_cert/--tls_key (clients verify it against the cluster's CA, "
+          "--tls_ca; Prometheus: scheme: https and tls_config.ca_file), so the "
+          "--http_token_file token does not cross the network in clear text. Needs TLS (not "
+          "--insecure)");

@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
   }
   HttpServerOptions options;
   options.access_token = config.access_token;
+  options.tls = config.tls;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(config.host, config.port, options);
   std::string fallback;
@@ -53,7 +54,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
     const std::string address = host[0] == '['
                                     ? absl::StrCat(host, ":", (*server)->port())
                                     : JoinHostPort(host, (*server)->port());
-    *note = absl::StrCat("metrics on http://", address, "/metrics and /healthz",
+    *note = absl::StrCat("metrics on ", options.tls != nullptr ? "https://" : "http://", address,
+                         "/metrics and /healthz",
                          options.access_token.empty() ? " (open: no --http_token_file)"
                                                       : " (token required except /healthz)",
                          fallback);
@@ -67,17 +69,28 @@ absl::StatusOr<std::string> HttpTokenFromFlag() {
   return ReadTokenFile("--http_token_file", path);
 }
 
-MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
-                                                 const std::string& listen_host,
-                                                 const std::string& metrics_host, int port,
-                                                 const std::string& port_file,
-                                                 const std::string& access_token) {
+absl::StatusOr<std::shared_ptr<const dataconn::DataTls>> HttpTlsFromFlag(const std::string& cert,
+                                                                        const std::string& key) {
+  if (!absl::GetFlag(FLAGS_http_tls)) return std::shared_ptr<const dataconn::DataTls>();
+  if (cert.empty() || key.empty()) {
+    return absl::InvalidArgumentError(
+        "--http_tls: needs this daemon's certificate (--tls_cert and --tls_key; not "
+        "--insecure)");
+  }
+  return dataconn::DataTls::CreateServerOnly(cert, key);
+}
+
+MetricsServerConfig MetricsServerConfigFromFlags(
+    int argc, char** argv, const std::string& listen_host, const std::string& metrics_host,
+    int port, const std::string& port_file, const std::string& access_token,
+    std::shared_ptr<const dataconn::DataTls> tls) {
   MetricsServerConfig config;
   config.host = metrics_host.empty() ? listen_host : metrics_host;
   config.port = port;
   config.port_is_default = !FlagOnCommandLine(argc, argv, "metrics_port");
   config.port_file = port_file;
   config.access_token = access_token;
+  config.tls = std::move(tls);
   return config;
 }
 

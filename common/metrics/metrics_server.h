@@ -16,7 +16,8 @@
 //   -1                                    no HTTP server (nullptr, OK).
 // The bound port is written to port_file (if not empty) like --port_file.
 // With a token file (--http_token_file) every page but /healthz needs the
-// token (common/http/http_server.h, "Access token").
+// token (common/http/http_server.h, "Access token"); with --http_tls the
+// server speaks HTTPS only (HttpServerOptions::tls).
 #ifndef LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
 #define LOCKSTEP_COMMON_METRICS_METRICS_SERVER_H_
 
@@ -27,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "common/http/http_server.h"
 #include "common/metrics/metrics.h"
+#include "common/net/data_conn.h"
 
 namespace lockstep {
 
@@ -37,6 +39,7 @@ struct MetricsServerConfig {
   std::string port_file;
   std::string daemon;      // "lockstep-worker", for messages
   std::string access_token;  // from --http_token_file (HttpTokenFromFlag); "" = open pages
+  std::shared_ptr<const dataconn::DataTls> tls;  // from --http_tls (HttpTlsFromFlag); null = HTTP
 };
 
 // `registry` must outlive the server. On success the server is serving (or
@@ -52,11 +55,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsServer(const MetricsServ
 // "" = `listen_host`), --metrics_port and --metrics_port_file flags;
 // port_is_default unless argv sets --metrics_port; `access_token` is
 // HttpTokenFromFlag's.
-MetricsServerConfig MetricsServerConfigFromFlags(int argc, char** argv,
-                                                 const std::string& listen_host,
-                                                 const std::string& metrics_host, int port,
-                                                 const std::string& port_file,
-                                                 const std::string& access_token);
+// `tls` is HttpTlsFromFlag's.
+MetricsServerConfig MetricsServerConfigFromFlags(
+    int argc, char** argv, const std::string& listen_host, const std::string& metrics_host,
+    int port, const std::string& port_file, const std::string& access_token,
+    std::shared_ptr<const dataconn::DataTls> tls);
+
+// --http_tls: null without the flag; with it the server-only TLS context of
+// the daemon's certificate and key (`cert`, `key`: its --tls_cert and
+// --tls_key), read once at start. INVALID_ARGUMENT naming --http_tls when
+// the daemon has no certificate (--insecure) or a file does not load.
+absl::StatusOr<std::shared_ptr<const dataconn::DataTls>> HttpTlsFromFlag(const std::string& cert,
+                                                                        const std::string& key);
 
 // The token in --http_token_file ("" without the flag), read once, when a
 // daemon starts: a missing, empty or malformed file stops it before it

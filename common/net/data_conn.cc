@@ -40,6 +40,26 @@ std::string SslErrors() {
   return out.empty() ? std::string("no detail") : out;
 }
 
+// Loads this process's certificate chain and key into ctx and checks that
+// they match; InvalidArgumentError "<flag>: <what> \"<file>\": <OpenSSL>".
+absl::Status UseCertificateAndKey(SSL_CTX* ctx, const std::string& cert_file,
+                                  const std::string& key_file, absl::string_view flag) {
+  auto fail = [&](const std::string& what, const std::string& file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", what, " \"", file, "\": ", SslErrors()));
+  };
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
+    return fail("cannot use the certificate (--tls_cert)", cert_file);
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return fail("cannot use the private key (--tls_key)", key_file);
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    return fail("the private key does not match the certificate (--tls_key)", key_file);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::Create(
@@ -64,14 +84,10 @@ absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::Create(
   SSL_CTX_set_ciphersuites(ctx,
                            "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                            "TLS_CHACHA20_POLY1305_SHA256");
-  if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
-    return fail("cannot use the certificate (--tls_cert)", cert_file);
-  }
-  if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return fail("cannot use the private key (--tls_key)", key_file);
-  }
-  if (SSL_CTX_check_private_key(ctx) != 1) {
-    return fail("the private key does not match the certificate (--tls_key)", key_file);
+  if (absl::Status s = UseCertificateAndKey(ctx, cert_file, key_file, "data-plane TLS");
+      !s.ok()) {
+    SSL_CTX_free(ctx);
+    return s;
   }
   if (SSL_CTX_load_verify_locations(ctx, ca_file.c_str(), nullptr) != 1) {
     return fail("cannot load the CA (--tls_ca)", ca_file);
@@ -88,6 +104,26 @@ absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::Create(
   SSL_CTX_set_read_ahead(ctx, 1);
   SSL_CTX_set_default_read_buffer_len(ctx, kReadAheadBytes);
   return std::shared_ptr<const DataTls>(new DataTls(ctx, std::move(peer_roles)));
+}
+
+absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::CreateServerOnly(
+    const std::string& cert_file, const std::string& key_file) {
+  ERR_clear_error();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) {
+    return absl::InternalError(absl::StrCat("HTTPS: SSL_CTX_new: ", SslErrors()));
+  }
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  if (absl::Status s = UseCertificateAndKey(ctx, cert_file, key_file, "--http_tls"); !s.ok()) {
+    SSL_CTX_free(ctx);
+    return s;
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_num_tickets(ctx, 0);  // one request per connection: nothing to resume
+  SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  return std::shared_ptr<const DataTls>(new DataTls(ctx, {}));
 }
 
 DataTls::~DataTls() { SSL_CTX_free(ctx_); }
@@ -159,6 +195,15 @@ ssize_t Sendv(const Conn& c, const iovec* iov, int iovcnt) {
 // SSL_has_pending: decrypted bytes, or read-ahead bytes not processed yet.
 bool Pending(const Conn& c) { return c.ssl != nullptr && SSL_has_pending(c.ssl) == 1; }
 
+void ShutdownWrite(const Conn& c) {
+  if (c.ssl != nullptr) {
+    ERR_clear_error();
+    (void)SSL_shutdown(c.ssl);  // queues close_notify; non-blocking socket: never waits
+    ERR_clear_error();
+  }
+  shutdown(c.fd, SHUT_WR);
+}
+
 void Close(Conn& c) {
   if (c.ssl != nullptr) SSL_free(c.ssl);
   if (c.fd >= 0) close(c.fd);
@@ -214,6 +259,7 @@ absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write
   errno = 0;
   const int r = SSL_do_handshake(c.ssl);
   if (r == 1) {
+    if (tls.peer_roles().empty()) return true;  // server-only (HTTPS): no client certificate
     const std::string role = PeerRole(c);
     if (std::find(tls.peer_roles().begin(), tls.peer_roles().end(), role) ==
         tls.peer_roles().end()) {
@@ -242,7 +288,9 @@ absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write
   }
   return absl::UnavailableError(absl::StrCat(
       "TLS handshake failed: ", why,
-      " (--data_plane_tls must be on at both ends, with certificates from one CA)"));
+      tls.peer_roles().empty()
+          ? " (the client must speak HTTPS: --http_tls is on)"
+          : " (--data_plane_tls must be on at both ends, with certificates from one CA)"));
 }
 
 absl::Status Handshake(const DataTls& tls, Conn& c, int wake_fd, absl::Time deadline) {

@@ -59,6 +59,12 @@ class DataTls {
   static absl::StatusOr<std::shared_ptr<const DataTls>> Create(
       const std::string& cert_file, const std::string& key_file, const std::string& ca_file,
       std::vector<std::string> peer_roles);
+  // A server-only context (the daemons' HTTPS pages, --http_tls): this
+  // process's certificate and key; clients present no certificate (a
+  // browser, Prometheus) and are not checked here (the HTTP token is). TLS
+  // 1.2 or 1.3. peer_roles() is empty.
+  static absl::StatusOr<std::shared_ptr<const DataTls>> CreateServerOnly(
+      const std::string& cert_file, const std::string& key_file);
   ~DataTls();
   DataTls(const DataTls&) = delete;
   DataTls& operator=(const DataTls&) = delete;
@@ -98,13 +104,16 @@ bool Pending(const Conn& c);
 // Frees the session (no close_notify: the planes' framing knows where its
 // streams end) and closes the socket. c becomes invalid.
 void Close(Conn& c);
+// Ends this side's stream: with TLS a close_notify (best effort, never
+// waits), then shutdown(SHUT_WR) of the socket.
+void ShutdownWrite(const Conn& c);
 
 // Starts a TLS session on fd (made non-blocking). `server`: the accepting
 // side. The handshake is run by HandshakeStep / Handshake.
 absl::StatusOr<Conn> StartTls(const DataTls& tls, int fd, bool server);
 
 // One non-blocking step of the handshake: OK(true) when done (and the peer's
-// role checked), OK(false) to be called again once fd is readable (or
+// role checked, unless the context has no peer roles: CreateServerOnly), OK(false) to be called again once fd is readable (or
 // writable: *want_write). UnavailableError naming what failed ("TLS
 // handshake: certificate verify failed", "peer certificate has role client,
 // expected worker").

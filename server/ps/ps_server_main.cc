@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
     log.Error(data_tls.status().message());
     return 2;
   }
+  // --http_tls: the metrics pages over HTTPS with this server's certificate.
+  const auto http_tls = lockstep::HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key);
+  if (!http_tls.ok()) {
+    log.Error(http_tls.status().message());
+    return 2;
+  }
   if (security->explicitly_insecure()) {
     log.Warn("--insecure: gRPC in plain text; anyone who reaches the port can push gradients");
   }
@@ -184,7 +190,8 @@ int main(int argc, char** argv) {
                          {"data_port", data_plane != nullptr ? data_plane->port() : -1}});
   const lockstep::MetricsServerConfig metrics_config = lockstep::MetricsServerConfigFromFlags(
       argc, argv, listen_host, absl::GetFlag(FLAGS_metrics_host),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token);
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file), *http_token,
+      *http_tls);
   std::string metrics_note;
   auto metrics_http =
       lockstep::StartMetricsServer(metrics_config, &metrics_registry, &metrics_note);
