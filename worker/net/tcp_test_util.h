@@ -94,7 +94,9 @@ inline int LoopbackSocket(std::string* address, bool listening = true) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  if (listening) {
+    EXPECT_EQ(listen(fd, 4), 0);
+  }
   socklen_t len = sizeof(a);
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   *address = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
