@@ -474,9 +474,12 @@ void TcpTransport::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  outbox_->BeginShutdown();  // Sends waiting for room return
+  // First wake every wait on the inbox's eventfd: Recvs, and the connects
+  // of Sends (a Send waiting for a late peer's accept holds its link's
+  // lock, which BeginShutdown takes next).
+  inbox_->Shutdown();
   hub_->Detach(inbox_.get());
-  inbox_->Shutdown();  // wakes every Recv / connect wait
+  outbox_->BeginShutdown();  // Sends waiting for room return
   // Drains the backlog for up to close_timeout, then closes the outbound
   // sockets (peers see end-of-stream).
   outbox_->StopWriterAndClose();

@@ -118,6 +118,27 @@ TEST(TcpTransportTest, ShutdownWakesABlockedRecv) {
             absl::StatusCode::kCancelled);
 }
 
+// A Send waiting for a late peer's accept (its hello parked at the peer's
+// hub) holds its link; Shutdown must wake it at once, not wait for the
+// Send's deadline.
+TEST(TcpTransportTest, ShutdownWakesASendWaitingForItsAccept) {
+  Hubs h(2);
+  auto t0 = h.Make(1, 0);
+  absl::Status s;
+  const std::vector<uint8_t> msg = Bytes(8, 1);
+  std::thread sender([&] { s = t0->Send(1, MakeKey(1, 0, 0, 0), msg, absl::Now() + kLong); });
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (h.hubs[1]->parked_connections() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling with a deadline
+  }
+  ASSERT_EQ(h.hubs[1]->parked_connections(), 1);
+  const absl::Time start = absl::Now();
+  t0->Shutdown();
+  sender.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, kLong / 2);
+}
+
 TEST(TcpTransportTest, BacklogKeepsOrderAndBytesAndFlowControlHasADeadline) {
   Hubs h(2);
   TcpTransportOptions o;
