@@ -452,18 +452,17 @@ void HttpServer::AcceptLoop() {
       continue;
     }
     absl::MutexLock lock(&conns_mu_);
-    if (active_ >= options_.max_connections && options_.tls != nullptr) {
-      ::close(fd);  // no plain-text answer on an HTTPS port
-      continue;
-    }
     if (active_ >= options_.max_connections) {
-      // Best effort and non-blocking: the accept thread never waits on a client.
-      const std::string r =
-          Serialize(ErrorResponse(503, absl::StrCat("more than ", options_.max_connections,
-                                                    " connections in progress")),
-                    false);
-      (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
-      ::shutdown(fd, SHUT_WR);
+      // Best effort and non-blocking: the accept thread never waits on a
+      // client. No plain-text answer on an HTTPS port: just the close.
+      if (options_.tls == nullptr) {
+        const std::string r =
+            Serialize(ErrorResponse(503, absl::StrCat("more than ", options_.max_connections,
+                                                      " connections in progress")),
+                      false);
+        (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
+        ::shutdown(fd, SHUT_WR);
+      }
       ::close(fd);
       continue;
     }

@@ -113,10 +113,11 @@ void ShutdownWrite(const Conn& c);
 absl::StatusOr<Conn> StartTls(const DataTls& tls, int fd, bool server);
 
 // One non-blocking step of the handshake: OK(true) when done (and the peer's
-// role checked, unless the context has no peer roles: CreateServerOnly), OK(false) to be called again once fd is readable (or
-// writable: *want_write). UnavailableError naming what failed ("TLS
-// handshake: certificate verify failed", "peer certificate has role client,
-// expected worker").
+// role checked, unless the context has no peer roles: CreateServerOnly),
+// OK(false) to be called again once fd is readable (or writable:
+// *want_write). UnavailableError naming what failed ("TLS handshake:
+// certificate verify failed", "peer certificate has role client, expected
+// worker").
 absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write);
 
 // The whole handshake, waiting with poll until `deadline`; wake_fd (>= 0)

@@ -229,14 +229,8 @@ TEST(TcpHelloAuthTest, AStrangerAtAPeersAddressGetsNoFrame) {
     ASSERT_TRUE(t0.ok()) << t0.status();
     std::vector<uint8_t> after_hello;  // every byte the stranger got after the hello
     std::thread fake([&] {
-      const int c = accept(lfd, nullptr, nullptr);
-      const dataauth::Nonce challenge = dataauth::RandomNonce();
-      uint8_t ch[tcpwire::kChallengeBytes];
-      tcpwire::EncodeChallenge(challenge, ch);
-      EXPECT_EQ(send(c, ch, sizeof(ch), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ch)));
-      timeval tv{};
-      tv.tv_sec = 10;
-      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      dataauth::Nonce challenge{};
+      const int c = AcceptAndChallenge(lfd, &challenge);
       uint8_t hello[tcpwire::kHelloBytes];
       EXPECT_EQ(recv(c, hello, sizeof(hello), MSG_WAITALL), static_cast<ssize_t>(sizeof(hello)));
       uint8_t ans[tcpwire::kAcceptBytes];
@@ -455,13 +449,8 @@ TEST(TcpHelloAuthTest, AReplayedHelloIsRefused) {
   ASSERT_TRUE(t0.ok()) << t0.status();
   std::vector<uint8_t> recorded(tcpwire::kHelloBytes);
   std::thread fake([&] {
-    const int c = accept(lfd, nullptr, nullptr);
-    uint8_t ch[tcpwire::kChallengeBytes];
-    tcpwire::EncodeChallenge(dataauth::RandomNonce(), ch);
-    EXPECT_EQ(send(c, ch, sizeof(ch), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ch)));
-    timeval tv{};
-    tv.tv_sec = 10;
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    dataauth::Nonce challenge{};
+    const int c = AcceptAndChallenge(lfd, &challenge);
     EXPECT_EQ(recv(c, recorded.data(), recorded.size(), MSG_WAITALL),
               static_cast<ssize_t>(recorded.size()));
     close(c);

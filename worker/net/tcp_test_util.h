@@ -103,6 +103,21 @@ inline int LoopbackSocket(std::string* address, bool listening = true) {
   return fd;
 }
 
+// Plays a hub on listening socket `lfd`: accepts one connection, sends it a
+// fresh challenge (*challenge) and gives its reads a 10 s timeout. Returns
+// the connection's fd.
+inline int AcceptAndChallenge(int lfd, dataauth::Nonce* challenge) {
+  const int c = accept(lfd, nullptr, nullptr);
+  *challenge = dataauth::RandomNonce();
+  uint8_t ch[tcpwire::kChallengeBytes];
+  tcpwire::EncodeChallenge(*challenge, ch);
+  EXPECT_EQ(send(c, ch, sizeof(ch), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ch)));
+  timeval tv{};
+  tv.tv_sec = 10;
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return c;
+}
+
 inline void SendAll(int fd, const std::vector<uint8_t>& bytes) {
   EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(bytes.size()));

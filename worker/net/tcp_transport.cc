@@ -245,13 +245,13 @@ absl::Status TcpTransport::ConnectLocked(int to, TcpOutLink& link,
   }
   // Its accept: it proves the peer holds the job's secret before any frame
   // goes out. It comes once the peer's rank has attached (the peer parks our
-  // hello until then), so it is waited for until the send's own deadline,
-  // not only connect_timeout.
+  // hello until then), so it is waited for until the send's own deadline
+  // (`until` above is at most that), not only connect_timeout.
   uint8_t a[tcpwire::kAcceptBytes];
   got = 0;
   eof = false;
   s = ReadFully(conn, a, sizeof(a), &got, &eof,
-                [&] { return WaitFd(fd, POLLIN, inbox_->wake_fd, std::max(until, deadline)); });
+                [&] { return WaitFd(fd, POLLIN, inbox_->wake_fd, deadline); });
   if (s.ok()) s = tcpwire::VerifyAccept(a, h, options_.secret, nonce);
   if (!s.ok()) {
     dataconn::Close(conn);

@@ -26,6 +26,22 @@ bool DecodeFrame(const uint8_t* p, Frame* f) {
   return f->len >= 0 && f->len <= kMaxFrameBytes;
 }
 
+namespace {
+
+// The magic and version that open a challenge or an accept:
+// InvalidArgumentError "bad <what>: magic ... version ..." unless they fit.
+absl::Status CheckMagicAndVersion(const uint8_t* p, uint32_t want_magic, const char* what) {
+  const uint32_t magic = Get<uint32_t>(p, 0);
+  const uint32_t version = Get<uint32_t>(p, 4);
+  if (magic == want_magic && version == kVersion) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "bad %s: magic 0x%08x version %d, expected 0x%08x version %d (not a lockstep peer, or "
+      "one of another version?)",
+      what, magic, version, want_magic, kVersion));
+}
+
+}  // namespace
+
 void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t* p) {
   Put<uint32_t>(p, 0, kChallengeMagic);
   Put<uint32_t>(p, 4, kVersion);
@@ -33,14 +49,7 @@ void EncodeChallenge(const dataauth::Nonce& nonce, uint8_t* p) {
 }
 
 absl::Status DecodeChallenge(const uint8_t* p, dataauth::Nonce* nonce) {
-  const uint32_t magic = Get<uint32_t>(p, 0);
-  const uint32_t version = Get<uint32_t>(p, 4);
-  if (magic != kChallengeMagic || version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "bad challenge: magic 0x%08x version %d, expected 0x%08x version %d (not a lockstep "
-        "peer, or one of another version?)",
-        magic, version, kChallengeMagic, kVersion));
-  }
+  if (absl::Status s = CheckMagicAndVersion(p, kChallengeMagic, "challenge"); !s.ok()) return s;
   std::memcpy(nonce->data(), p + 8, nonce->size());
   return absl::OkStatus();
 }
@@ -84,14 +93,7 @@ void EncodeAccept(const uint8_t* hello, absl::string_view secret,
 
 absl::Status VerifyAccept(const uint8_t* p, const uint8_t* hello, absl::string_view secret,
                           const dataauth::Nonce& challenge) {
-  const uint32_t magic = Get<uint32_t>(p, 0);
-  const uint32_t version = Get<uint32_t>(p, 4);
-  if (magic != kAcceptMagic || version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "bad accept: magic 0x%08x version %d, expected 0x%08x version %d (not a lockstep "
-        "peer, or one of another version?)",
-        magic, version, kAcceptMagic, kVersion));
-  }
+  if (absl::Status s = CheckMagicAndVersion(p, kAcceptMagic, "accept"); !s.ok()) return s;
   const dataauth::Mac want =
       dataauth::HelloMac(secret, kAcceptDomain, hello, kHelloSignedBytes, challenge);
   if (dataauth::MacEqual(want.data(), p + 8, want.size())) return absl::OkStatus();
