@@ -33,6 +33,10 @@ ABSL_FLAG(double, link_gbps, 10, "scale: the model's link bandwidth, Gbit/s (> 0
 ABSL_FLAG(double, link_latency_us, 50, "scale: the model's link latency, microseconds (>= 0)");
 ABSL_FLAG(std::string, extrapolate, "16,32,64,128,256,512,1024",
           "scale: worker counts the fitted model predicts");
+ABSL_FLAG(std::string, alpha_probe_model, "auto",
+          "scale: after each repeat, run the job once more at the smallest K > 1 with this "
+          "(smaller or larger) model, so the fit can separate alpha from beta: auto (softmax for "
+          "an mlp, mlp:256 for softmax, none for linear/logistic) | none | a --model value");
 ABSL_FLAG(int32_t, max_ps_shards, 64,
           "scale: the model tries ps with S = 1, 2, 4, ... up to this many shards");
 
@@ -147,6 +151,13 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
     return Exit(absl::InvalidArgumentError("--job_timeout_s: expected >= 1"));
   }
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  const std::string probe_flag = absl::GetFlag(FLAGS_alpha_probe_model);
+  options.probe_model = ProbeModelFor(probe_flag, spec->model());
+  if (!options.probe_model.empty() && options.probe_model == spec->model()) {
+    return Exit(absl::InvalidArgumentError(absl::StrCat(
+        "--alpha_probe_model: expected a model with a different gradient size than --model=",
+        spec->model(), " (or none)")));
+  }
   const double threshold = absl::GetFlag(FLAGS_threshold);
   if (!(threshold > 0 && threshold <= 1)) {
     return Exit(absl::InvalidArgumentError(
@@ -197,6 +208,11 @@ int ScaleCommand(const std::string& coordinator, const std::set<std::string>& gi
   report.skipped = run->skipped;
   report.first_below = scaling::FirstKBelow(report.rows, threshold);
   model.parameter_count = run->parameter_count;
+  model.probe = run->probe;
+  if (probe_flag == "auto" && options.probe_model.empty()) {
+    model.probe.note = absl::StrCat("no alpha probe for --model=", spec->model(),
+                                    ": name one with --alpha_probe_model");
+  }
   AddModel(&report, model);
   if (!report.has_model && !run->parameter_note.empty()) report.model_note = run->parameter_note;
   report.link = absl::StrFormat("%g Gbit/s, %g us", gbps, latency_us);

@@ -265,6 +265,15 @@ std::string ScaleJson(const ScaleReport& r, const std::vector<std::string>& file
     }
     absl::StrAppend(&out, "]}");
   }
+  absl::StrAppend(&out, ",\"probe\":");
+  if (r.probe_model.empty()) {
+    absl::StrAppend(&out, "null");
+  } else {
+    absl::StrAppend(&out, "{\"model\":", JsonQuote(r.probe_model), ",\"k\":", r.probe_k,
+                    ",\"bytes\":", JsonNum(r.probe_bytes),
+                    ",\"transfer_ms\":", JsonNum(Ms(r.probe_transfer_seconds)),
+                    ",\"used\":", r.probe_used ? "true" : "false", "}");
+  }
   absl::StrAppend(&out, ",\"notes\":", JsonStrings(r.notes), ",\"files\":", JsonStrings(files),
                   "}\n");
   return out;

@@ -31,6 +31,12 @@ struct ScaleReport {
   double gradient_bytes = 0;
   std::vector<scaling::Prediction> predictions;
   std::vector<std::string> notes;    // printed under the table and the figure
+  // The alpha probe (scale_runner.h ProbeRun): "" = none ran.
+  std::string probe_model;
+  int probe_k = 0;
+  double probe_bytes = 0;              // its gradient on the wire
+  double probe_transfer_seconds = 0;   // communication - peer wait per step
+  bool probe_used = false;             // one of the fit's samples
 };
 
 // Header: k,global_batch,examples_per_s,ideal_examples_per_s,efficiency,
@@ -59,8 +65,8 @@ std::string ScaleTable(const ScaleReport& report);
 // times in ms), model ({"fitted": false, "note"} or the fit: alpha_s,
 // beta_s_per_byte, points, rms_residual_s, inferred, note, link, link_alpha_s,
 // link_beta_s_per_byte, gradient_bytes, exposed_fraction, predictions with
-// the model CSV's columns), notes and `files` (the paths written). A
-// non-finite figure is null.
+// the model CSV's columns), probe (null, or model, k, bytes, transfer_ms,
+// used), notes and `files` (the paths written). A non-finite figure is null.
 std::string ScaleJson(const ScaleReport& report, const std::vector<std::string>& files);
 
 // Writes `text` to `path`; errors name the file.

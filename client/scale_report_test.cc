@@ -210,6 +210,21 @@ TEST(ScaleReport, JsonHoldsTheRowsTheModelAndTheFiles) {
   EXPECT_NEAR(pred.at("comm_ms").number_value(), 4, 1e-9);
   EXPECT_EQ(pred.at("efficiency").number_value(), 0.75);
   EXPECT_EQ(pred.at("ring_ms").kind_case(), Value::kNullValue);
+  EXPECT_EQ(j.fields().at("probe").kind_case(), Value::kNullValue);  // no probe ran
+
+  // The alpha probe, when one ran.
+  r.probe_model = "softmax";
+  r.probe_k = 2;
+  r.probe_bytes = 31400;
+  r.probe_transfer_seconds = 49e-6;
+  r.probe_used = true;
+  j = parse(ScaleJson(r, {}));
+  const auto& probe = j.fields().at("probe").struct_value().fields();
+  EXPECT_EQ(probe.at("model").string_value(), "softmax");
+  EXPECT_EQ(probe.at("k").number_value(), 2);
+  EXPECT_EQ(probe.at("bytes").number_value(), 31400);
+  EXPECT_NEAR(probe.at("transfer_ms").number_value(), 0.049, 1e-12);
+  EXPECT_TRUE(probe.at("used").bool_value());
 }
 
 TEST(ScaleReport, TableSaysWhereEfficiencyFalls) {

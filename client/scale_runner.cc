@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -57,6 +58,51 @@ absl::StatusOr<v1::JobStatus> RunOne(ScaleBackend* backend, const v1::JobSpec& s
     }
     backend->Sleep(options.poll);
   }
+}
+
+// The probe's sample, appended to *samples when usable; a note either way.
+// `crowded_fit`: the job's samples are themselves from crowded K (nothing
+// else was measured), so a crowded probe is as good as they are.
+void AddProbeSample(const ModelOptions& o, double job_bytes, int shards, bool crowded_fit,
+                    std::vector<scaling::CommSample>* samples, ScaleReport* report) {
+  const ProbeRun& p = o.probe;
+  std::vector<std::string>* notes = &report->notes;
+  if (!p.note.empty()) notes->push_back(p.note);
+  if (p.model.empty() || p.parameter_count <= 0) return;
+  const double bytes = static_cast<double>(o.bytes_per_value) * p.parameter_count;
+  const double seconds = std::max(0.0, p.m.communication_seconds - p.m.peer_wait_seconds);
+  report->probe_model = p.model;
+  report->probe_k = p.k;
+  report->probe_bytes = bytes;
+  report->probe_transfer_seconds = seconds;
+  const std::string what = absl::StrFormat("alpha probe: %s (%d parameters, %.1f KB) at K=%d",
+                                           p.model, p.parameter_count, bytes / 1e3, p.k);
+  if (!p.m.has_timing) {
+    notes->push_back(absl::StrCat(what, ": the workers reported no timing; not used"));
+    return;
+  }
+  if (bytes == job_bytes) {
+    notes->push_back(absl::StrCat(what, ": the same gradient size as the job; not used"));
+    return;
+  }
+  if (samples->empty()) {
+    notes->push_back(absl::StrCat(what, ": no measured K of the job itself is in the fit; not "
+                                        "used (a second size, not a substitute)"));
+    return;
+  }
+  const bool crowded = o.local_cpus > 0 && !o.local_host.empty() &&
+                       p.m.busiest_host == o.local_host && p.m.max_workers_per_host > o.local_cpus;
+  if (crowded && !crowded_fit) {
+    notes->push_back(absl::StrFormat("%s ran more workers on %s than its %d CPUs; not used", what,
+                                     o.local_host, o.local_cpus));
+    return;
+  }
+  samples->push_back(scaling::CommSample{p.k, shards, bytes, seconds});
+  report->probe_used = true;
+  notes->push_back(absl::StrFormat("%s: %.3f ms transfer per step (communication %.3f - peer "
+                                   "wait %.3f), in the fit",
+                                   what, seconds * 1e3, p.m.communication_seconds * 1e3,
+                                   p.m.peer_wait_seconds * 1e3));
 }
 
 }  // namespace
@@ -178,6 +224,22 @@ absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& opt
         "smallest K (", options.ks.front(), ")"));
   }
   std::vector<std::vector<scaling::Measurement>> runs(run.measured_ks.size());
+  std::vector<scaling::Measurement> probe_runs;
+  int probe_k = 0;
+  if (!options.probe_model.empty()) {
+    // The fit's rows (AddModel): every K above the smallest in a ring, every
+    // K in ps. The probe runs at the smallest of them.
+    const bool ps = options.base.sync_mode() == v1::PS;
+    if (ps) {
+      probe_k = run.measured_ks.front();
+    } else if (run.measured_ks.size() > 1) {
+      probe_k = run.measured_ks[1];
+    } else {
+      run.probe.note = absl::StrCat(
+          "no alpha probe: only K=", run.measured_ks.front(),
+          " measured (a ring's fit uses the K above the smallest)");
+    }
+  }
   for (int rep = 0; rep < options.repeats; ++rep) {
     for (size_t i = 0; i < run.measured_ks.size(); ++i) {
       const int k = run.measured_ks[i];
@@ -208,9 +270,54 @@ absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& opt
         }
       }
     }
+    if (probe_k > 0) {
+      v1::JobSpec spec = options.base;
+      spec.set_model(options.probe_model);
+      spec.set_num_workers(probe_k);
+      spec.set_global_batch(options.weak ? batch * probe_k : batch);
+      spec.set_name(absl::StrCat("scale alpha probe K=", probe_k, " ", options.probe_model));
+      uint64_t id = 0;
+      absl::StatusOr<v1::JobStatus> st = RunOne(backend, spec, options, &id);
+      if (!st.ok()) {
+        return absl::Status(st.status().code(), absl::StrCat("alpha probe (--alpha_probe_model=",
+                                                             options.probe_model, "): ",
+                                                             st.status().message()));
+      }
+      run.probe.job_ids.push_back(id);
+      probe_runs.push_back(MeasurementFromStatus(probe_k, *st));
+      if (progress) {
+        progress(absl::StrFormat("alpha probe %s K=%d run %d/%d: job %d, %.0f examples/s",
+                                 options.probe_model, probe_k, rep + 1, options.repeats, id,
+                                 st->examples_per_second()));
+      }
+      if (run.probe.parameter_count == 0 && run.probe.note.empty()) {
+        absl::StatusOr<int64_t> n = backend->ParameterCount(id);
+        if (n.ok() && *n > 0) {
+          run.probe.parameter_count = *n;
+        } else {
+          run.probe.note = absl::StrCat(
+              "alpha probe job ", id, ": parameter count unknown (",
+              n.ok() ? std::string("no weights") : std::string(n.status().message()),
+              "): not used");
+        }
+      }
+    }
   }
   for (const auto& r : runs) run.measurements.push_back(MedianMeasurement(r));
+  if (probe_k > 0) {
+    run.probe.model = options.probe_model;
+    run.probe.k = probe_k;
+    run.probe.m = MedianMeasurement(probe_runs);
+  }
   return run;
+}
+
+std::string ProbeModelFor(const std::string& flag, const std::string& job_model) {
+  if (flag == "none" || flag.empty()) return "";
+  if (flag != "auto") return flag;
+  if (absl::StartsWith(job_model, "mlp:")) return "softmax";
+  if (job_model == "softmax") return "mlp:256";
+  return "";
 }
 
 void AddModel(ScaleReport* report, const ModelOptions& o) {
@@ -253,8 +360,10 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
       exposed_share.push_back(std::min(1.0, row.m.exposed_seconds / row.m.communication_seconds));
     }
   }
+  bool kept_crowded = false;
   if (!crowded.empty()) {
     const bool keep = samples.empty();
+    kept_crowded = keep;
     report->notes.push_back(absl::StrFormat(
         "K=%s ran more workers on %s than its %d CPUs: %s", absl::StrJoin(crowded_ks, ","),
         o.local_host, o.local_cpus,
@@ -265,6 +374,8 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
       for (const scaling::Row& row : report->rows) inferred = inferred || !row.m.has_timing;
     }
   }
+  AddProbeSample(o, gradient_bytes, shards, kept_crowded, &samples,
+                 report);
   absl::StatusOr<scaling::AlphaBetaFit> fit = scaling::FitAlphaBeta(samples);
   if (!fit.ok()) {
     report->model_note = std::string(fit.status().message());

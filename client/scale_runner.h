@@ -52,6 +52,23 @@ struct ScaleOptions {
   int repeats = 1;            // runs per K (median)
   absl::Duration job_timeout = absl::Minutes(10);  // per job, from submission
   absl::Duration poll = absl::Milliseconds(100);
+  // The alpha probe ("" = none): after each repeat's runs, the same job with
+  // this model instead (a much smaller gradient) at the probe K: the
+  // smallest measured K > 1 (ring), or the smallest measured K (ps, where
+  // K = 1 communicates too). Two gradient sizes at one K separate the
+  // per-round cost alpha from the per-byte cost beta, which a single host
+  // cannot do from K alone (K above its CPUs measures CPU sharing).
+  std::string probe_model;
+};
+
+// The probe's result (ScaleRun::probe).
+struct ProbeRun {
+  std::string model;              // "" = no probe ran (note says why, when one was asked for)
+  int k = 0;
+  scaling::Measurement m;         // median over the repeats
+  int64_t parameter_count = 0;    // 0 = unknown
+  std::vector<uint64_t> job_ids;
+  std::string note;
 };
 
 struct ScaleRun {
@@ -62,6 +79,7 @@ struct ScaleRun {
   std::vector<uint64_t> job_ids;
   int64_t parameter_count = 0;   // 0 = could not be read (parameter_note says why)
   std::string parameter_note;
+  ProbeRun probe;
 };
 
 // Validates the options (InvalidArgument naming the flag: empty or
@@ -99,7 +117,16 @@ struct ModelOptions {
   // of the fit (report->notes says so) unless nothing else is left.
   std::string local_host;
   int local_cpus = 0;
+  // ScaleRun::probe: a second gradient size for the fit (used when it
+  // reported timing and its parameter count is known; notes say so).
+  ProbeRun probe;
 };
+
+// "auto" -> the probe model for a job's model: "softmax" for an mlp (one
+// layer, ~1/26 of mlp:256's gradient on 784 features), "mlp:256" for
+// softmax, "" for linear and logistic (no model of the same task with a
+// different size: name one); "none" or "" -> ""; anything else as given.
+std::string ProbeModelFor(const std::string& flag, const std::string& job_model);
 
 // Fits alpha and beta to report->rows (each row above the smallest K, and
 // in ps mode the smallest K too: a ps at K = 1 still communicates) and
@@ -110,8 +137,10 @@ struct ModelOptions {
 // step, global batch / examples/s, minus its reported exposed
 // communication, at least half the wall time; times K0 for strong scaling),
 // batch at K = 1, 4 bytes per parameter, and the median share of
-// communication that was exposed (1 without a breakdown). Sets has_model,
-// or model_note saying why not.
+// communication that was exposed (1 without a breakdown). The probe (when
+// it has timing and a parameter count) is one more sample: its
+// communication minus peer wait, at its own gradient size, under the same
+// crowding rule. Sets has_model, or model_note saying why not.
 void AddModel(ScaleReport* report, const ModelOptions& options);
 
 // "1,2,4,8" -> {1, 2, 4, 8}; InvalidArgument naming `flag` for anything

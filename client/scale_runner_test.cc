@@ -4,6 +4,9 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace lockstep {
 namespace {
 
@@ -14,7 +17,9 @@ class FakeBackend : public ScaleBackend {
   int idle = 4;
   std::map<int, double> eps;      // K -> examples/s
   std::map<int, double> step_s;   // K -> per-rank median step seconds (0: no timing)
+  std::map<std::string, double> comm_s;  // model -> transfer seconds per step (when timed)
   v1::JobState final_state = v1::SUCCEEDED;
+  std::string fail_model;  // jobs of this model end FAILED
   bool never_ends = false;
   std::vector<v1::JobSpec> submitted;
   std::vector<uint64_t> cancelled;
@@ -38,8 +43,9 @@ class FakeBackend : public ScaleBackend {
       st.set_step(3);
       return st;
     }
-    st.set_state(final_state);
-    if (final_state != v1::SUCCEEDED) st.set_reason("rank 1 lost");
+    const v1::JobState state = spec.model() == fail_model ? v1::FAILED : final_state;
+    st.set_state(state);
+    if (state != v1::SUCCEEDED) st.set_reason("rank 1 lost");
     st.set_step(spec.steps());
     // Repeats differ: run r of a K gets eps x (1 + 0.1 r).
     int runs_of_k = 0;
@@ -50,7 +56,16 @@ class FakeBackend : public ScaleBackend {
       rs->set_rank(r);
       rs->set_hostname(r < 3 ? "a" : "b");
       const double s = step_s[k];
-      if (s > 0) {
+      auto c = comm_s.find(spec.model());
+      if (s > 0 && c != comm_s.end()) {
+        // Every rank: compute 0.6 s x s, the model's communication (ring
+        // alpha-beta) plus a 1 ms peer wait, all of it exposed.
+        rs->set_median_step_seconds(s);
+        rs->set_median_compute_seconds(0.6 * s);
+        rs->set_median_communication_seconds(c->second + 0.001);
+        rs->set_median_exposed_seconds(c->second + 0.001);
+        rs->set_median_peer_wait_seconds(0.001);
+      } else if (s > 0) {
         // Rank r: compute 0.6 s, communication 0.3 s + r x 0.02, exposed
         // 0.2 s, wait 0.1 s + r x 0.02.
         rs->set_median_step_seconds(s);
@@ -66,7 +81,10 @@ class FakeBackend : public ScaleBackend {
     cancelled.push_back(id);
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> ParameterCount(uint64_t) override { return 203530; }
+  // mlp:256 on 784 features has 203,530 parameters, softmax 7,850.
+  absl::StatusOr<int64_t> ParameterCount(uint64_t id) override {
+    return submitted.at(id - 1).model() == "softmax" ? 7850 : 203530;
+  }
   void Sleep(absl::Duration d) override { now += d; }
   absl::Time Now() override { return now; }
 };
@@ -150,6 +168,130 @@ TEST(ScaleRunner, RepeatsInterleaveAndTakeTheMedian) {
   // Runs at x1.0, x1.1, x1.2: the median is x1.1.
   EXPECT_DOUBLE_EQ(run->measurements[0].examples_per_second, 1100);
   EXPECT_DOUBLE_EQ(run->measurements[1].examples_per_second, 1980);
+}
+
+// On one 2-CPU host only K = 2 is both parallel and uncrowded: the probe
+// (the same job with softmax, 26x less gradient) gives the fit a second
+// gradient size at K = 2, and alpha and beta come out exactly.
+TEST(ScaleRunner, AlphaProbeSeparatesAlphaFromBeta) {
+  const scaling::AlphaBeta truth{20e-6, 0.3e-9};
+  FakeBackend b;
+  b.idle = 4;
+  b.eps = {{1, 1000}, {2, 1800}, {4, 2000}};
+  b.step_s = {{1, 0.002}, {2, 0.002}, {4, 0.004}};
+  b.comm_s = {{"mlp:256", scaling::RingAllReduceSeconds(2, 4.0 * 203530, truth)},
+              {"softmax", scaling::RingAllReduceSeconds(2, 4.0 * 7850, truth)}};
+  ScaleOptions o = Options({1, 2, 4});
+  o.repeats = 2;
+  o.probe_model = ProbeModelFor("auto", o.base.model());
+  EXPECT_EQ(o.probe_model, "softmax");
+  std::vector<std::string> lines;
+  auto run = RunScale(&b, o, [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_TRUE(run.ok()) << run.status();
+  // Each repeat: K = 1, 2, 4, then the probe at K = 2 (the smallest K > 1).
+  std::vector<std::string> order;
+  for (const auto& s : b.submitted) order.push_back(absl::StrCat(s.model(), "/", s.num_workers()));
+  EXPECT_EQ(order, (std::vector<std::string>{"mlp:256/1", "mlp:256/2", "mlp:256/4", "softmax/2",
+                                             "mlp:256/1", "mlp:256/2", "mlp:256/4",
+                                             "softmax/2"}));
+  EXPECT_EQ(b.submitted[3].global_batch(), 256);
+  EXPECT_EQ(b.submitted[3].name(), "scale alpha probe K=2 softmax");
+  EXPECT_EQ(run->probe.model, "softmax");
+  EXPECT_EQ(run->probe.k, 2);
+  EXPECT_EQ(run->probe.parameter_count, 7850);
+  EXPECT_EQ(run->probe.job_ids, (std::vector<uint64_t>{4, 8}));
+  EXPECT_EQ(lines.size(), 8u);
+  EXPECT_EQ(run->measurements.size(), 3u);  // the probe is not a row
+
+  ScaleReport report;
+  report.rows = scaling::Summarize(run->measurements);
+  for (auto& row : report.rows) {  // K = 4 crowds this 2-CPU host
+    row.m.busiest_host = "vm";
+    row.m.max_workers_per_host = row.m.k;
+  }
+  ModelOptions mo;
+  mo.parameter_count = run->parameter_count;
+  mo.extrapolate = {16};
+  mo.local_host = "vm";
+  mo.local_cpus = 2;
+  mo.probe = run->probe;
+  mo.probe.m.busiest_host = "vm";
+  mo.probe.m.max_workers_per_host = 2;
+  AddModel(&report, mo);
+  ASSERT_TRUE(report.has_model) << report.model_note;
+  EXPECT_EQ(report.fit.points, 2);
+  EXPECT_EQ(report.fit.note, "");
+  EXPECT_NEAR(report.fit.ab.alpha, 20e-6, 1e-12);
+  EXPECT_NEAR(report.fit.ab.beta, 0.3e-9, 1e-17);
+  EXPECT_TRUE(report.probe_used);
+  EXPECT_EQ(report.probe_k, 2);
+  EXPECT_DOUBLE_EQ(report.probe_bytes, 31400);
+  ASSERT_EQ(report.notes.size(), 2u);
+  EXPECT_EQ(report.notes[1],
+            "alpha probe: softmax (7850 parameters, 31.4 KB) at K=2: 0.049 ms transfer per step "
+            "(communication 1.049 - peer wait 1.000), in the fit")
+      << report.notes[1];
+
+  // Without the probe the same rows cannot separate them.
+  ScaleReport without;
+  without.rows = report.rows;
+  mo.probe = ProbeRun();
+  AddModel(&without, mo);
+  EXPECT_EQ(without.fit.points, 1);
+  EXPECT_EQ(without.fit.ab.alpha, 0);
+  EXPECT_FALSE(without.probe_used);
+}
+
+TEST(ScaleRunner, AlphaProbeModelAndWhenItCannotRun) {
+  EXPECT_EQ(ProbeModelFor("auto", "mlp:256,128"), "softmax");
+  EXPECT_EQ(ProbeModelFor("auto", "softmax"), "mlp:256");
+  EXPECT_EQ(ProbeModelFor("auto", "linear"), "");
+  EXPECT_EQ(ProbeModelFor("none", "mlp:256"), "");
+  EXPECT_EQ(ProbeModelFor("mlp:32", "mlp:256"), "mlp:32");
+  // Only K = 1 (ring): no row to fit, so no probe job is submitted.
+  FakeBackend b;
+  b.eps = {{1, 1000}};
+  ScaleOptions o = Options({1, 2});
+  o.probe_model = "softmax";
+  b.idle = 1;
+  auto run = RunScale(&b, o, nullptr);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(b.submitted.size(), 1u);
+  EXPECT_EQ(run->probe.model, "");
+  EXPECT_EQ(run->probe.note,
+            "no alpha probe: only K=1 measured (a ring's fit uses the K above the smallest)");
+  // ps communicates at K = 1 too: the probe runs there.
+  FakeBackend p;
+  p.eps = {{1, 1000}};
+  o.base.set_sync_mode(v1::PS);
+  p.idle = 1;
+  run = RunScale(&p, o, nullptr);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(p.submitted.size(), 2u);
+  EXPECT_EQ(p.submitted[1].model(), "softmax");
+  EXPECT_EQ(run->probe.k, 1);
+  // A probe with no timing is named and not used.
+  ScaleReport report;
+  report.rows = scaling::Summarize(run->measurements);
+  ModelOptions mo;
+  mo.mode = v1::PS;
+  mo.parameter_count = run->parameter_count;
+  mo.extrapolate = {16};
+  mo.probe = run->probe;
+  AddModel(&report, mo);
+  EXPECT_FALSE(report.probe_used);
+  EXPECT_NE(absl::StrJoin(report.notes, "|").find("reported no timing; not used"),
+            std::string::npos)
+      << absl::StrJoin(report.notes, "|");
+  // A probe that fails ends the run with an error naming it.
+  FakeBackend f;
+  f.eps = {{1, 1000}, {2, 1800}};
+  f.fail_model = "softmax";
+  o.base.set_sync_mode(v1::RING);
+  auto failed = RunScale(&f, o, nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(failed.status().message(),
+            "alpha probe (--alpha_probe_model=softmax): K=2: job 3 FAILED: rank 1 lost");
 }
 
 TEST(ScaleRunner, FailedJobNamesKJobAndReason) {

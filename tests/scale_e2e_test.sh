@@ -37,10 +37,15 @@ cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
 JOB=(--model=mlp:16 --dataset=csv:train.csv --batch=20 --lr=0.1 --steps=30)
 
 echo "== weak scaling, K = 1,2,4 with two workers"
-out=$(cli scale "${JOB[@]}" --workers_list=1,2,4 --out="$T/weak" --job_timeout_s=60) \
-  || fail "scale exit $?: $out"
+out=$(cli scale "${JOB[@]}" --workers_list=1,2,4 --out="$T/weak" --job_timeout_s=60 2>"$T/weak.err") \
+  || fail "scale exit $?: $out $(cat "$T/weak.err")"
 echo "$out"
 grep -q "skipped K=4" <<<"$out" || fail "K=4 not reported skipped"
+# The alpha probe (--alpha_probe_model=auto: softmax for an mlp) ran at K=2
+# and is the fit's second sample: two gradient sizes at one K.
+grep -Eq "alpha probe softmax K=2 run 1/1: job [0-9]+" "$T/weak.err" || fail "no alpha probe run"
+grep -Eq "alpha probe: softmax \(21 parameters, 0.1 KB\) at K=2: [0-9.]+ ms transfer per step .*, in the fit" \
+  <<<"$out" || fail "alpha probe not in the fit"
 grep -Eq "efficiency (falls below 0.80 at K=2|stays at or above 0.80)" <<<"$out" || fail "no threshold line"
 python3 - "$T/weak" <<'PY' || fail "weak outputs"
 import csv, sys, xml.etree.ElementTree as ET
