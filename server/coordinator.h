@@ -259,6 +259,7 @@
 #include "proto/job.pb.h"
 #include "server/job_series.h"
 #include "server/job_store.h"
+#include "server/ps_control.h"
 #include "server/rank_timing.h"
 #include "common/net/data_auth.h"
 #include "server/state/state_db.h"
@@ -314,6 +315,12 @@ struct CoordinatorOptions {
   // generation's when the job ends. Stale shards are freed at once instead
   // of staying until the registry's idle eviction.
   std::function<void(uint64_t group_key)> forget_ps_group;
+  // The ps servers of --ps_addresses (server/ps_control.h; not owned, null:
+  // none): each ps job on them gets its group keys' data-plane secrets
+  // (when the first assignment of a generation goes out, before its workers
+  // can ask the shard) and, like forget_ps_group, the keys nobody uses any
+  // more.
+  PsControl* ps_control = nullptr;
 };
 
 class Coordinator {
@@ -359,6 +366,12 @@ class Coordinator {
   // it before every call that names a worker
   // (server/coordinator_service.cc).
   absl::Status CheckWorkerToken(const std::string& worker_id, const std::string& token);
+  // Whether `secret` is the data-plane secret this coordinator gives job key
+  // `job` (a group key, or its shape-agreement key with bit 63 set): what
+  // its own ps shard checks a worker's DataAddress registration against, so
+  // a worker certificate cannot claim another job's key there. Constant-time
+  // comparison. Any thread.
+  bool IsDataPlaneSecret(uint64_t job, const std::string& secret) const;
   absl::StatusOr<lockstep::v1::HeartbeatReply> Heartbeat(
       const lockstep::v1::HeartbeatRequest& request);
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStep(
@@ -501,10 +514,14 @@ class Coordinator {
   // A regroup's start was decided (membership.h): forgets the older
   // generations' ps groups, logs "job regrouped", notifies watchers.
   void JobRegroupedLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CoordinatorOptions::forget_ps_group for `job`'s generations below
-  // `below` (coordinator_membership.cc); nothing unless the job is on the
-  // coordinator's own shard.
+  // Forgets `job`'s ps groups of the generations below `below`
+  // (coordinator_membership.cc): CoordinatorOptions::forget_ps_group on the
+  // coordinator's own shard, ps_control->Forget on --ps_addresses shards.
   void ForgetPsGroupsLocked(const Job& job, int64_t below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A ps job over TCP on --ps_addresses shards: the first time an
+  // assignment of its current generation goes out, gives the shards that
+  // generation's data-plane secret (ps_control->SetSecrets, both keys).
+  void SetPsSecretsLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The group key (Assignment.group_key) of `job`'s generation `generation`.
   uint64_t GroupKeyLocked(const Job& job, int64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -634,7 +651,7 @@ class Coordinator {
   Clock* const clock_;
   const Logger log_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::string advertise_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   JobStore jobs_ ABSL_GUARDED_BY(mu_);

@@ -263,6 +263,73 @@ TEST_F(CoordinatorTest, PsModeUsesFirstShardsOfConfiguredAddresses) {
   EXPECT_EQ(SubmitRaw(spec).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// What the coordinator told its --ps_addresses shards (server/ps_control.h).
+struct RecordingPsControl : PsControl {
+  struct Call {
+    std::vector<std::string> shards;
+    std::vector<PsJobSecret> secrets;
+    std::vector<uint64_t> forget;
+  };
+  std::vector<Call> sets, forgets;
+  void SetSecrets(const std::vector<std::string>& shards,
+                  std::vector<PsJobSecret> secrets) override {
+    sets.push_back({shards, std::move(secrets), {}});
+  }
+  void Forget(const std::vector<std::string>& shards, std::vector<uint64_t> jobs) override {
+    forgets.push_back({shards, {}, std::move(jobs)});
+  }
+};
+
+// A ps job over TCP on --ps_addresses shards: the shards get its data-plane
+// secret for both of its keys once, with its first assignment (before any
+// of its workers can ask them), and are told to forget both keys when it
+// ends. The coordinator's own shard checks registrations against the same
+// secret (IsDataPlaneSecret). A gRPC ps job needs no secret.
+TEST_F(CoordinatorTest, PsShardsGetTheJobsSecretFromTheCoordinator) {
+  RecordingPsControl control;
+  CoordinatorOptions o = DefaultOptions();
+  o.ps_addresses = {"ps0:1", "ps1:1"};
+  o.ps_control = &control;
+  Reset(o);
+  const std::string w1 = Register(1), w2 = Register(2);
+  v1::JobSpec spec = Spec(2, v1::PS);
+  spec.set_ps_shards(2);
+  spec.set_ps_transport(v1::TCP);
+  const uint64_t job = Submit(spec);
+  const v1::HeartbeatReply b1 = Beat(w1);
+  ASSERT_TRUE(b1.has_assignment());
+  const uint64_t key = b1.assignment().group_key();
+  const std::string secret = b1.assignment().data_plane_secret();
+  const uint64_t shape = key | (uint64_t{1} << 63);
+  ASSERT_EQ(control.sets.size(), 1u);
+  EXPECT_EQ(control.sets[0].shards, (std::vector<std::string>{"ps0:1", "ps1:1"}));
+  ASSERT_EQ(control.sets[0].secrets.size(), 2u);
+  EXPECT_EQ(control.sets[0].secrets[0].job, key);
+  EXPECT_EQ(control.sets[0].secrets[1].job, shape);
+  EXPECT_EQ(control.sets[0].secrets[0].secret, secret);
+  EXPECT_EQ(control.sets[0].secrets[1].secret, secret);
+  ASSERT_TRUE(Beat(w2).has_assignment());
+  Beat(w1, job);
+  Beat(w2, job);
+  EXPECT_EQ(control.sets.size(), 1u);  // once per generation
+  EXPECT_TRUE(coord_->IsDataPlaneSecret(key, secret));
+  EXPECT_TRUE(coord_->IsDataPlaneSecret(shape, secret));
+  EXPECT_FALSE(coord_->IsDataPlaneSecret(key + 1, secret));
+  EXPECT_FALSE(coord_->IsDataPlaneSecret(key, std::string(secret.size(), 'x')));
+  EXPECT_FALSE(coord_->IsDataPlaneSecret(key, ""));
+  EXPECT_TRUE(control.forgets.empty());
+  ASSERT_TRUE(coord_->CancelJob(job).ok());
+  ASSERT_EQ(control.forgets.size(), 1u);
+  EXPECT_EQ(control.forgets[0].shards, control.sets[0].shards);
+  EXPECT_EQ(control.forgets[0].forget, (std::vector<uint64_t>{key, shape}));
+
+  spec.set_ps_transport(v1::GRPC);
+  Submit(spec);
+  Beat(w1);
+  ASSERT_TRUE(Beat(w2).has_assignment());
+  EXPECT_EQ(control.sets.size(), 1u);
+}
+
 TEST_F(CoordinatorTest, SyncHistoryIsCappedButCountersExact) {
   CoordinatorOptions o = DefaultOptions();
   o.max_sync_history = 3;

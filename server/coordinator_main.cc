@@ -61,6 +61,7 @@
 #include "common/log_flags.h"
 #include "common/shutdown_signal.h"
 #include "server/coordinator.h"
+#include "server/grpc_ps_control.h"
 #include "server/coordinator_service.h"
 #include "common/grpcutil/message_limits.h"
 #include "common/grpcutil/refusal_log.h"
@@ -340,6 +341,19 @@ int Run(int argc, char** argv) {
   // forgets the groups of its jobs nobody uses any more.
   PsShardRegistry ps_registry;
   options.forget_ps_group = [&ps_registry](uint64_t group) { ps_registry.Forget(group); };
+  // --ps_addresses shards get each ps job's data-plane secrets and the keys
+  // nobody uses any more from the coordinator (server/ps_control.h), over
+  // the coordinator's certificate to a ps-server one.
+  std::unique_ptr<GrpcPsControl> ps_control;
+  if (!options.ps_addresses.empty()) {
+    ps_control = std::make_unique<GrpcPsControl>(
+        [creds = security->ChannelCredentials(RoleBit(PeerRole::kServer))](
+            const std::string& address) {
+          return CreateLimitedChannel(address, 1 << 20, creds);
+        },
+        &logger);
+    options.ps_control = ps_control.get();
+  }
   Coordinator coordinator(options, &clock);
   if (state_db != nullptr) {
     if (absl::Status s = coordinator.AttachStateDb(state_db.get()); !s.ok()) {
@@ -413,10 +427,20 @@ int Run(int argc, char** argv) {
       return kExitBindFailed;
     }
     ps_data_plane = *std::move(started);
-    ps_service.SetSecretRegistrar(
-        [plane = ps_data_plane.get()](uint64_t job, const std::string& secret) {
-          return plane->RegisterSecret(job, secret);
-        });
+    // The coordinator's own shard checks a worker's secret against the one
+    // it derives for the job key, so a worker certificate cannot claim
+    // another job's key here. No Control: it needs none.
+    PsService::SecretHooks hooks;
+    hooks.register_secret = [&coordinator, plane = ps_data_plane.get()](
+                                uint64_t job, const std::string& secret, absl::Time deadline) {
+      if (!coordinator.IsDataPlaneSecret(job, secret)) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "ps data plane: job ", job,
+            ": not the data-plane secret this coordinator gave the job"));
+      }
+      return plane->RegisterSecret(job, secret, deadline);
+    };
+    ps_service.SetSecretHooks(std::move(hooks));
     ps_service.SetDataAddress(ps_data_plane->port());
   }
 

@@ -54,13 +54,43 @@ void Coordinator::JobRegroupedLocked(Job* job) {
 }
 
 void Coordinator::ForgetPsGroupsLocked(const Job& job, int64_t below) {
-  if (!options_.forget_ps_group || !job.coordinator_ps_shard) return;
-  constexpr uint64_t kShapeRound = uint64_t{1} << 63;  // worker/job_runner.h ShapeAgreementJob
+  if (job.spec.sync_mode() != v1::PS) return;
+  std::vector<uint64_t> keys;
   for (int64_t g = 0; g < below; ++g) {
     const uint64_t key = GroupKeyLocked(job, g);
-    options_.forget_ps_group(key);
-    options_.forget_ps_group(key | kShapeRound);
+    keys.push_back(key);
+    keys.push_back(key | kShapeRoundBit);
   }
+  if (job.coordinator_ps_shard) {
+    if (!options_.forget_ps_group) return;
+    for (uint64_t key : keys) options_.forget_ps_group(key);
+  } else if (options_.ps_control != nullptr && !job.ps_addresses.empty() && !keys.empty()) {
+    options_.ps_control->Forget(job.ps_addresses, std::move(keys));
+  }
+}
+
+void Coordinator::SetPsSecretsLocked(Job* job) {
+  if (options_.ps_control == nullptr || job->coordinator_ps_shard || job->ps_addresses.empty() ||
+      job->spec.sync_mode() != v1::PS || job->spec.ps_transport() != v1::TCP ||
+      job->ps_secrets_generation == job->membership.generation) {
+    return;
+  }
+  job->ps_secrets_generation = job->membership.generation;
+  const uint64_t key = GroupKeyLocked(*job, job->membership.generation);
+  const std::string secret = dataauth::JobGroupSecret(data_plane_key_, key);
+  options_.ps_control->SetSecrets(job->ps_addresses,
+                                  {PsJobSecret{key, secret}, PsJobSecret{key | kShapeRoundBit, secret}});
+}
+
+bool Coordinator::IsDataPlaneSecret(uint64_t job, const std::string& secret) const {
+  std::string expected;
+  {
+    absl::MutexLock l(&mu_);
+    expected = dataauth::JobGroupSecret(data_plane_key_, job & ~kShapeRoundBit);
+  }
+  return secret.size() == expected.size() &&
+         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(secret.data()),
+                            reinterpret_cast<const uint8_t*>(expected.data()), expected.size());
 }
 
 void Coordinator::ExpireWaitsLocked(absl::Time now) {

@@ -148,6 +148,9 @@ PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1 /usr/bin/python3 "$PROBE" \
   "$PSA|/lockstep.v1.ParameterServer/Push|unary|$PKI/client|-|PERMISSION_DENIED" \
   "$PSA|/lockstep.v1.ParameterServer/Pull|unary|$PKI/client|-|PERMISSION_DENIED" \
   "$PSA|/lockstep.v1.ParameterServer/Push|unary|-|-|UNAVAILABLE" \
+  "$PSA|/lockstep.v1.ParameterServer/Control|unary|$PKI/worker|-|PERMISSION_DENIED" \
+  "$PSA|/lockstep.v1.ParameterServer/Control|unary|$PKI/server|-|PERMISSION_DENIED" \
+  "$PSA|/lockstep.v1.ParameterServer/Control|unary|$PKI/client|$TOKEN|PERMISSION_DENIED" \
   "$W1|/lockstep.v1.PeerService/Stream|stream_unary|$PKI/client|-|PERMISSION_DENIED" \
   "$W1|/lockstep.v1.PeerService/Stream|stream_unary|$T/other/worker|-|UNAVAILABLE" \
   "$W1|/lockstep.v1.ReplicaState/FetchState|unary_stream|$PKI/client|-|PERMISSION_DENIED" \

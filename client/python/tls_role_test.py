@@ -9,7 +9,11 @@ through the handshake) over mutual TLS with one certificate at a time:
   * the coordinator's: accepted, also at 127.0.0.2, which the certificate
     does not name (the client checks the role, not the host it dials);
   * a worker's and a ps server's (a stolen key posing as the coordinator),
-    and the coordinator's of another CA: the handshake fails (UNAVAILABLE).
+    and the coordinator's of another CA: the handshake fails (UNAVAILABLE);
+  * one from the cluster's CA that carries the coordinator's DNS name but
+    the role URI SAN lockstep://role/worker (as another tool might issue
+    it): the grpc handshake would pass on the DNS name, the client's own
+    role check refuses it (UNAUTHENTICATED), as the C++ channels do.
 """
 import os
 import subprocess
@@ -41,6 +45,20 @@ def serve(pki, role):
     assert port > 0, "no port"
     server.start()
     return server, port
+
+
+def issue_mismatched(pki, name):
+    """pki/name.{pem,key}: the coordinator's DNS role name, a worker's role URI."""
+    key, csr, ext, pem = (f"{pki}/{name}.key", f"{pki}/{name}.csr", f"{pki}/{name}.ext",
+                          f"{pki}/{name}.pem")
+    run = lambda *a: subprocess.run(list(a), check=True, stderr=subprocess.DEVNULL)
+    run("openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
+    run("openssl", "req", "-new", "-key", key, "-subj", "/O=lockstep/CN=mismatched", "-out", csr)
+    with open(ext, "w") as f:
+        f.write("subjectAltName=URI:lockstep://role/worker,DNS:coordinator.role.lockstep.invalid,"
+                "IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    run("openssl", "x509", "-req", "-in", csr, "-CA", f"{pki}/ca.pem", "-CAkey", f"{pki}/ca.key",
+        "-CAcreateserial", "-days", "2", "-sha256", "-extfile", ext, "-out", pem)
 
 
 def code_of(pki, host, port):
@@ -84,6 +102,9 @@ def main():
            grpc.StatusCode.UNAVAILABLE)
     expect("another CA's coordinator", other, "coordinator", "127.0.0.1",
            grpc.StatusCode.UNAVAILABLE)
+    issue_mismatched(pki, "mismatched")
+    expect("coordinator's DNS name, worker's role URI", pki, "mismatched", "127.0.0.1",
+           grpc.StatusCode.UNAUTHENTICATED)
     if failures:
         print(f"FAIL: {len(failures)} case(s): {', '.join(failures)}")
         return 1

@@ -10,6 +10,7 @@ namespace {
 
 constexpr RoleSet kWorker = RoleBit(PeerRole::kWorker);
 constexpr RoleSet kClient = RoleBit(PeerRole::kClient);
+constexpr RoleSet kCoordinator = RoleBit(PeerRole::kCoordinator);
 
 struct Entry {
   absl::string_view method;
@@ -37,6 +38,7 @@ constexpr Entry kTable[] = {
     {"/lockstep.v1.ParameterServer/Push", {kWorker, false}},
     {"/lockstep.v1.ParameterServer/Pull", {kWorker, false}},
     {"/lockstep.v1.ParameterServer/DataAddress", {kWorker, false}},
+    {"/lockstep.v1.ParameterServer/Control", {kCoordinator, false}},
     {"/lockstep.v1.PeerService/Stream", {kWorker, false}},
     {"/lockstep.v1.ReplicaState/FetchState", {kWorker, false}},
     {"/grpc.health.v1.Health/Check", {kAnyRole, false}},

@@ -18,6 +18,7 @@
 //   Coordinator GetJob, ListJobs, ListWorkers, GetSyncHistory, WatchJob,
 //     GetWeights                                                   client
 //   ParameterServer Push, Pull, DataAddress                        worker
+//   ParameterServer Control                                        coordinator
 //   PeerService Stream, ReplicaState FetchState                    worker
 //   grpc.health.v1.Health *, grpc.reflection.v1alpha.ServerReflection *
 //                                                                  any role

@@ -55,6 +55,21 @@ TEST(CallPolicyTest, ClientCannotCallWorkerRpcs) {
   }
 }
 
+// Only the coordinator sets ps data-plane secrets and forgets job keys: a
+// worker certificate (which may register a secret through DataAddress) may
+// not, nor may a ps server's or a client's.
+TEST(CallPolicyTest, OnlyTheCoordinatorControlsPsServers) {
+  const char* m = "/lockstep.v1.ParameterServer/Control";
+  EXPECT_EQ(Code(m, PeerRole::kCoordinator), absl::StatusCode::kOk);
+  for (PeerRole r : {PeerRole::kWorker, PeerRole::kServer, PeerRole::kClient, PeerRole::kNone}) {
+    EXPECT_EQ(Code(m, r, "Bearer s3cret-token"), absl::StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(Code("/lockstep.v1.ParameterServer/DataAddress", PeerRole::kWorker),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code("/lockstep.v1.ParameterServer/DataAddress", PeerRole::kCoordinator),
+            absl::StatusCode::kPermissionDenied);
+}
+
 TEST(CallPolicyTest, SubmitAndCancelNeedTheToken) {
   for (const char* m :
        {"/lockstep.v1.Coordinator/SubmitJob", "/lockstep.v1.Coordinator/CancelJob"}) {

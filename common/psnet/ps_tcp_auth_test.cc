@@ -30,6 +30,18 @@ psnet::Hello Job5(int k) {
   return h;
 }
 
+// One K=1 round of job 5 (shard 0, 3 floats) on `a`: its sum is its push.
+void OneRoundOfJob5(PsTcpClient& a) {
+  const std::vector<float> g = {1, 2, 3};
+  std::vector<float> out(3);
+  int64_t count = 0;
+  const absl::Time soon = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
+  ASSERT_TRUE(
+      a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
+  EXPECT_EQ(out, g);
+}
+
 // ---- data-plane authentication (issue 11)
 
 // A stranger without the job's secret (or with another job's), a job whose
@@ -79,14 +91,9 @@ TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
   }
   // The real job's client connects and works.
   PsTcpClient a(server->address, 0, 1, 3, Auth());
+  OneRoundOfJob5(a);
   const std::vector<float> g = {1, 2, 3};
-  std::vector<float> out(3);
-  int64_t count = 0;
   const absl::Time soon = absl::Now() + absl::Seconds(10);
-  ASSERT_TRUE(a.StartRound(5, 0, 0, g, 1, soon, WireFormat::kFloat32).ok());
-  ASSERT_TRUE(
-      a.FinishRound(5, 0, 0, absl::MakeSpan(out), &count, soon, WireFormat::kFloat32).ok());
-  EXPECT_EQ(out, g);
   // A client without the secret is refused, naming why.
   PsTcpClient no_secret(server->address, 0, 1, 3);
   absl::Status s = no_secret.Push(5, 1, 0, g, 1, soon);
@@ -236,6 +243,60 @@ TEST(PsTcpAuthTest, RegisterSecretKeepsTheFirstAndChecksItsLength) {
   EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
   EXPECT_EQ(server.server->RegisterSecret(500, "short").code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// In plain text the coordinator's secret replaces whatever a worker
+// registered first.
+TEST(PsTcpAuthTest, TheCoordinatorsSecretReplacesAFirstRegistration) {
+  LocalServer server;
+  const std::string bogus(dataauth::kSecretBytes, 'b');
+  ASSERT_TRUE(server.server->RegisterSecret(70, bogus).ok());  // a stranger was first
+  ASSERT_TRUE(server.server->SetCoordinatorSecret(70, kSecret).ok());
+  EXPECT_TRUE(server.server->RegisterSecret(70, kSecret).ok());
+  EXPECT_EQ(server.server->RegisterSecret(70, bogus).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(server.server->SetCoordinatorSecret(71, "short").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Under TLS (secrets_from_coordinator) a worker's registration stores
+// nothing: it waits for the coordinator's secret and must match it; hellos
+// authenticate only under the coordinator's; Shutdown ends a wait.
+TEST(PsTcpAuthTest, InCoordinatorModeOnlyTheCoordinatorFixesASecret) {
+  PsShardRegistry registry(8);
+  PsTcpServerOptions o;
+  o.secrets_from_coordinator = true;
+  auto started = PsTcpServer::Start(&registry, "127.0.0.1", 0, o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<PsTcpServer> server = *std::move(started);
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
+  const std::string bogus(dataauth::kSecretBytes, 'b');
+  const absl::Status early = server->RegisterSecret(5, bogus, absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+  EXPECT_THAT(early.message(), HasSubstr("job 5: the coordinator has not set"));
+  {
+    RawConn c(address);
+    c.Hello(5, 0, 1, 3, bogus);  // the stranger's registration fixed nothing
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("no data-plane secret for job 5"));
+  }
+  ASSERT_TRUE(server->SetCoordinatorSecret(5, kSecret).ok());
+  EXPECT_EQ(server->RegisterSecret(5, bogus).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(server->RegisterSecret(5, kSecret).ok());
+  {
+    RawConn c(address);
+    c.Hello(5, 0, 1, 3, bogus);
+    auto [code, text] = c.ReadHelloReply();
+    EXPECT_EQ(code, static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT(text, HasSubstr("wrong mac"));
+  }
+  PsTcpClient a(address, 0, 1, 3, Auth());
+  OneRoundOfJob5(a);
+  absl::Status waited;
+  std::thread t([&] { waited = server->RegisterSecret(6, kSecret, absl::InfiniteFuture()); });
+  server->Shutdown();
+  t.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
 }
 
 // Secrets are bounded without dropping a running job's: when full, a new

@@ -147,24 +147,85 @@ void PsTcpServer::Reject(const std::string& why) {
   if (options_.on_reject) options_.on_reject(why);
 }
 
-absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret) {
-  if (secret.size() != dataauth::kSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ps data plane: job %d: data_plane_secret has %d bytes, expected %d", job,
-        secret.size(), dataauth::kSecretBytes));
+namespace {
+
+absl::Status CheckSecretLength(uint64_t job, const std::string& secret) {
+  if (secret.size() == dataauth::kSecretBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "ps data plane: job %d: data_plane_secret has %d bytes, expected %d", job, secret.size(),
+      dataauth::kSecretBytes));
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  return a.size() == b.size() &&
+         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(a.data()),
+                            reinterpret_cast<const uint8_t*>(b.data()), a.size());
+}
+
+}  // namespace
+
+absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret,
+                                         absl::Time deadline) {
+  if (absl::Status s = CheckSecretLength(job, secret); !s.ok()) return s;
+  if (options_.secrets_from_coordinator) {
+    absl::MutexLock l(&mu_);
+    auto set = [this, job] {
+      mu_.AssertReaderHeld();
+      auto it = secrets_.find(job);
+      return shut_down_ || (it != secrets_.end() && it->second.from_coordinator);
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&set), deadline);
+    if (shut_down_) return absl::UnavailableError("ps data plane: shutting down");
+    auto it = secrets_.find(job);
+    if (it == secrets_.end() || !it->second.from_coordinator) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "ps data plane: job %d: the coordinator has not set this job's data-plane secret at "
+          "this server (it sets it when the job starts; is this server in the coordinator's "
+          "--ps_addresses, and can the coordinator reach it?)",
+          job));
+    }
+    if (!SameSecret(it->second.secret, secret)) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "ps data plane: job %d: not the data-plane secret the coordinator set for it", job));
+    }
+    it->second.last_active = std::max(it->second.last_active, Now());
+    return absl::OkStatus();
   }
   const absl::Time now = Now();
   absl::MutexLock l(&mu_);
   auto it = secrets_.find(job);
   if (it != secrets_.end()) {
-    if (dataauth::MacEqual(reinterpret_cast<const uint8_t*>(it->second.secret.data()),
-                           reinterpret_cast<const uint8_t*>(secret.data()), secret.size())) {
+    if (SameSecret(it->second.secret, secret)) {
       it->second.last_active = std::max(it->second.last_active, now);
       return absl::OkStatus();
     }
     return absl::PermissionDeniedError(absl::StrFormat(
         "ps data plane: job %d already has another data-plane secret at this server", job));
   }
+  return InsertSecretLocked(job, secret, now, /*from_coordinator=*/false);
+}
+
+absl::Status PsTcpServer::SetCoordinatorSecret(uint64_t job, const std::string& secret) {
+  if (absl::Status s = CheckSecretLength(job, secret); !s.ok()) return s;
+  const absl::Time now = Now();
+  absl::MutexLock l(&mu_);
+  auto it = secrets_.find(job);
+  if (it != secrets_.end()) {
+    it->second.secret = secret;
+    it->second.from_coordinator = true;
+    it->second.last_active = std::max(it->second.last_active, now);
+    return absl::OkStatus();
+  }
+  return InsertSecretLocked(job, secret, now, /*from_coordinator=*/true);
+}
+
+void PsTcpServer::ForgetSecret(uint64_t job) {
+  absl::MutexLock l(&mu_);
+  secrets_.erase(job);
+}
+
+absl::Status PsTcpServer::InsertSecretLocked(uint64_t job, const std::string& secret,
+                                             absl::Time now, bool from_coordinator) {
   if (secrets_.size() >= options_.max_secrets) {
     // Only a secret idle for secret_idle with no open connection may go
     // (the idlest; a running job's is never dropped).
@@ -190,7 +251,9 @@ absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret
     }
     secrets_.erase(victim);
   }
-  secrets_.emplace(job, Secret{secret, now});
+  Secret entry{secret, now};
+  entry.from_coordinator = from_coordinator;
+  secrets_.emplace(job, std::move(entry));
   return absl::OkStatus();
 }
 

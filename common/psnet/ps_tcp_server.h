@@ -71,6 +71,15 @@ struct PsTcpServerOptions {
   // secret is never dropped.
   size_t max_secrets = 4096;
   absl::Duration secret_idle = absl::Minutes(10);
+  // Under TLS (lockstep-server with --tls_*): only the coordinator fixes a
+  // job's secret (SetCoordinatorSecret, from the ps service's Control RPC,
+  // which only a coordinator certificate may call). RegisterSecret then
+  // checks a worker's secret against it, waiting for it up to the caller's
+  // deadline, and never stores one of its own, so a worker certificate
+  // cannot claim a job key before that job's workers do. False (plain
+  // text): the first registration fixes a job's secret, and the
+  // coordinator's replaces it.
+  bool secrets_from_coordinator = false;
   // The clock of secret idleness; empty = absl::Now (tests pass a fake one).
   std::function<absl::Time()> now;
   // --data_plane_tls: every connection is a mutual TLS session (the client
@@ -105,7 +114,26 @@ class PsTcpServer {
   // limit (the job's DataAddress fails with it). Re-registering the same
   // secret, and every authenticated hello, mark the job active.
   // Thread-safe.
-  absl::Status RegisterSecret(uint64_t job, const std::string& secret);
+  //
+  // With options.secrets_from_coordinator, nothing is stored: the call
+  // waits until SetCoordinatorSecret set job's secret (or `deadline`, or
+  // Shutdown), then OK when `secret` is that one (the job is marked
+  // active), PermissionDeniedError when not, DeadlineExceededError naming
+  // the job when the coordinator set none by then, UnavailableError when
+  // shut down.
+  absl::Status RegisterSecret(uint64_t job, const std::string& secret,
+                              absl::Time deadline = absl::InfinitePast());
+
+  // The coordinator's secret for `job`: stored (replacing any other, a
+  // worker's registration in plain text included), and every RegisterSecret
+  // waiting for it is woken. The table's limit as in RegisterSecret.
+  // Thread-safe; never blocks on I/O.
+  absl::Status SetCoordinatorSecret(uint64_t job, const std::string& secret);
+
+  // Drops job's secret (the coordinator's word that no rank uses the key
+  // any more): later hellos for it are refused; open connections keep
+  // going. Thread-safe.
+  void ForgetSecret(uint64_t job);
 
   // Hellos and frames refused (see the header comment), and the last reason.
   int64_t rejected_connections() const;
@@ -127,7 +155,12 @@ class PsTcpServer {
   struct Secret {
     std::string secret;
     absl::Time last_active;  // registration, authenticated hello, or a connection ending
+    bool from_coordinator = false;  // SetCoordinatorSecret
   };
+  // Stores a new job's secret, evicting an idle one when the table is full
+  // (RegisterSecret's rule), or ResourceExhaustedError.
+  absl::Status InsertSecretLocked(uint64_t job, const std::string& secret, absl::Time now,
+                                  bool from_coordinator) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PsTcpServer(PsShardRegistry* registry, int listen_fd, int wake_fd, int port,
               PsTcpServerOptions options);

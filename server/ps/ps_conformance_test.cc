@@ -169,9 +169,7 @@ struct DualPs {
     auto tcp = PsTcpServer::Start(&registry, "127.0.0.1", 0);
     EXPECT_TRUE(tcp.ok()) << tcp.status();
     data_plane = *std::move(tcp);
-    service.SetSecretRegistrar([plane = data_plane.get()](uint64_t job, const std::string& s) {
-      return plane->RegisterSecret(job, s);
-    });
+    service.SetSecretHooks(DataPlaneSecretHooks(data_plane.get()));
     service.SetDataAddress(data_plane->port());
     grpc::ServerBuilder b;
     int port = 0;

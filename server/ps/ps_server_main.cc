@@ -159,6 +159,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_data_port) >= 0) {
     lockstep::PsTcpServerOptions tcp_options;
     tcp_options.tls = *data_tls;
+    // Under TLS only the coordinator (Control, coordinator certificates
+    // only) fixes a job's data-plane secret; in plain text anyone could
+    // call Control, so the first registration does as before.
+    tcp_options.secrets_from_coordinator = security->tls();
     // A refused data-plane connection is logged naming its address and why,
     // within a line budget (common/log_budget.h).
     tcp_options.on_reject = [&data_refusals](const std::string& why) {
@@ -172,9 +176,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     data_plane = *std::move(started);
-    service.SetSecretRegistrar([plane = data_plane.get()](uint64_t job, const std::string& secret) {
-      return plane->RegisterSecret(job, secret);
-    });
+    service.SetSecretHooks(lockstep::DataPlaneSecretHooks(data_plane.get()));
     service.SetDataAddress(data_plane->port());
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpcutil/grpc_status.h"
+#include "common/net/data_auth.h"
 
 namespace lockstep {
 
@@ -23,27 +24,77 @@ void PsService::SetDataAddress(int port, std::string host) {
   data_port_ = port;
 }
 
-void PsService::SetSecretRegistrar(SecretRegistrar registrar) {
-  absl::MutexLock l(&data_mu_);
-  register_secret_ = std::move(registrar);
+PsService::SecretHooks DataPlaneSecretHooks(PsTcpServer* plane) {
+  PsService::SecretHooks hooks;
+  hooks.register_secret = [plane](uint64_t job, const std::string& secret, absl::Time deadline) {
+    return plane->RegisterSecret(job, secret, deadline);
+  };
+  hooks.set_secret = [plane](uint64_t job, const std::string& secret) {
+    return plane->SetCoordinatorSecret(job, secret);
+  };
+  hooks.forget_secret = [plane](uint64_t job) { plane->ForgetSecret(job); };
+  return hooks;
 }
 
-grpc::Status PsService::DataAddress(grpc::ServerContext*, const v1::DataAddressRequest* req,
+void PsService::SetSecretHooks(SecretHooks hooks) {
+  absl::MutexLock l(&data_mu_);
+  secret_hooks_ = std::move(hooks);
+}
+
+grpc::Status PsService::DataAddress(grpc::ServerContext* ctx, const v1::DataAddressRequest* req,
                                     v1::DataAddressReply* reply) {
-  SecretRegistrar registrar;
+  SecretHooks hooks;
   {
     absl::MutexLock l(&data_mu_);
     reply->set_port(data_port_);
     reply->set_host(data_host_);
-    registrar = register_secret_;
+    hooks = secret_hooks_;
   }
   if (req->data_plane_secret().empty() || reply->port() == 0) return grpc::Status::OK;
-  if (!registrar) {
+  if (!hooks.register_secret) {
     return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
         "ps DataAddress: job ", req->job(),
         ": this server's TCP data plane takes no data-plane secrets")));
   }
-  return ToGrpcStatus(registrar(req->job(), req->data_plane_secret()));
+  absl::Time deadline = absl::Now() + kMaxSecretWait;
+  if (ctx != nullptr) deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
+  return ToGrpcStatus(hooks.register_secret(req->job(), req->data_plane_secret(), deadline));
+}
+
+grpc::Status PsService::Control(grpc::ServerContext*, const v1::PsControlRequest* req,
+                                v1::PsControlReply*) {
+  // Checked whole before anything is applied.
+  if (req->secrets_size() > kMaxControlEntries || req->forget_jobs_size() > kMaxControlEntries) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "ps Control: ", req->secrets_size(), " secrets and ", req->forget_jobs_size(),
+        " forget_jobs, expected at most ", kMaxControlEntries, " of each")));
+  }
+  for (const v1::JobSecret& js : req->secrets()) {
+    if (js.data_plane_secret().size() != dataauth::kSecretBytes) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ps Control: secrets: job ", js.job(), ": data_plane_secret has ",
+          js.data_plane_secret().size(), " bytes, expected ", dataauth::kSecretBytes)));
+    }
+  }
+  SecretHooks hooks;
+  {
+    absl::MutexLock l(&data_mu_);
+    hooks = secret_hooks_;
+  }
+  if (req->secrets_size() > 0 && !hooks.set_secret) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "ps Control: this server has no TCP data plane to take data-plane secrets"));
+  }
+  for (const v1::JobSecret& js : req->secrets()) {
+    if (absl::Status s = hooks.set_secret(js.job(), js.data_plane_secret()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  for (uint64_t job : req->forget_jobs()) {
+    registry_->Forget(job);
+    if (hooks.forget_secret) hooks.forget_secret(job);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,

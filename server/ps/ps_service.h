@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/collective/ps_aggregator.h"
+#include "common/psnet/ps_tcp_server.h"
 #include "proto/ps.grpc.pb.h"
 
 namespace lockstep {
@@ -56,11 +57,28 @@ class PsService final : public v1::ParameterServer::Service {
   // What DataAddress answers: the raw-TCP data plane's port (0 = none) and
   // host ("" = the host the caller dialed). Any thread.
   void SetDataAddress(int port, std::string host = "");
-  // Where DataAddress registers a job's data-plane secret (the TCP data
-  // plane's PsTcpServer::RegisterSecret). Unset: a request carrying a
-  // secret is FAILED_PRECONDITION. Any thread.
-  using SecretRegistrar = std::function<absl::Status(uint64_t job, const std::string& secret)>;
-  void SetSecretRegistrar(SecretRegistrar registrar);
+  // The TCP data plane's secret table (PsTcpServer), as DataAddress and
+  // Control use it. Unset (no TCP data plane): a DataAddress carrying a
+  // secret, and a Control setting one, are FAILED_PRECONDITION. Any thread.
+  struct SecretHooks {
+    // A worker's registration (DataAddress): PsTcpServer::RegisterSecret,
+    // which may wait until `deadline` for the coordinator's secret.
+    std::function<absl::Status(uint64_t job, const std::string& secret, absl::Time deadline)>
+        register_secret;
+    // The coordinator's (Control): PsTcpServer::SetCoordinatorSecret.
+    std::function<absl::Status(uint64_t job, const std::string& secret)> set_secret;
+    // Control's forget_jobs: PsTcpServer::ForgetSecret.
+    std::function<void(uint64_t job)> forget_secret;
+  };
+  void SetSecretHooks(SecretHooks hooks);
+  // The longest a DataAddress waits for the coordinator's secret (also
+  // bounded by the call's deadline).
+  static constexpr absl::Duration kMaxSecretWait = absl::Seconds(10);
+  // Control's bound on each list.
+  static constexpr int kMaxControlEntries = 256;
+
+  grpc::Status Control(grpc::ServerContext* ctx, const v1::PsControlRequest* req,
+                       v1::PsControlReply* reply) override;
 
   // Jobs currently held (for tests and status).
   int num_jobs() const { return registry_->num_jobs(); }
@@ -85,12 +103,16 @@ class PsService final : public v1::ParameterServer::Service {
   absl::Mutex data_mu_;
   int data_port_ ABSL_GUARDED_BY(data_mu_) = 0;
   std::string data_host_ ABSL_GUARDED_BY(data_mu_);
-  SecretRegistrar register_secret_ ABSL_GUARDED_BY(data_mu_);
+  SecretHooks secret_hooks_ ABSL_GUARDED_BY(data_mu_);
   // Scratch for pushes, reused across calls (a fresh 1 MB buffer per push
   // costs page faults); guarded by its own mutex, one per concurrent push.
   absl::Mutex scratch_mu_;
   std::vector<std::unique_ptr<std::vector<float>>> scratch_ ABSL_GUARDED_BY(scratch_mu_);
 };
+
+// The hooks of `plane`'s secret table (not owned; it must outlive the
+// service's calls).
+PsService::SecretHooks DataPlaneSecretHooks(PsTcpServer* plane);
 
 }  // namespace lockstep
 

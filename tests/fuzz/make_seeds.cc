@@ -315,6 +315,24 @@ void PsServiceSeeds() {
   AppendRecord(&s, 1, q.SerializeAsString());
   AppendRecord(&s, 2, "");
   Write("ps_service_fuzz", "push_push_pull", s);
+  // The coordinator sets job 5's secret, a worker registers it (and a wrong
+  // one), then the coordinator forgets the job.
+  std::string c;
+  v1::PsControlRequest set;
+  v1::JobSecret* js = set.add_secrets();
+  js->set_job(5);
+  js->set_data_plane_secret(std::string(32, 's'));
+  AppendRecord(&c, 3, set.SerializeAsString());
+  v1::DataAddressRequest d;
+  d.set_job(5);
+  d.set_data_plane_secret(std::string(32, 's'));
+  AppendRecord(&c, 2, d.SerializeAsString());
+  d.set_data_plane_secret(std::string(32, 'x'));
+  AppendRecord(&c, 2, d.SerializeAsString());
+  v1::PsControlRequest forget;
+  forget.add_forget_jobs(5);
+  AppendRecord(&c, 3, forget.SerializeAsString());
+  Write("ps_service_fuzz", "control_set_register_forget", c);
 }
 
 }  // namespace

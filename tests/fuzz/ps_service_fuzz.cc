@@ -1,7 +1,9 @@
 // Fuzz target: the parameter-server gRPC handlers (server/ps/ps_service.h:
-// Push, Pull, DataAddress) and the shard registry behind them, called
-// directly (no network) with requests decoded from the input.
-// Input: records (fuzz_records.h); op % 3: 0 Push, 1 Pull, 2 DataAddress;
+// Push, Pull, DataAddress, Control) and the shard registry and raw-TCP
+// plane's secret table behind them, called directly (no network) with
+// requests decoded from the input.
+// Input: records (fuzz_records.h); op % 4: 0 Push, 1 Pull, 2 DataAddress
+// (the record's bytes as its request, waiting at most 2 ms), 3 Control;
 // the bytes are the request proto (a malformed one is skipped). A Pull's
 // wait is forced to at most 2 ms so that a missing push costs no time.
 // Checks that no request (absurd shard_len, num_workers, worker rank, step,
@@ -12,6 +14,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "absl/time/clock.h"
+#include "common/psnet/ps_tcp_server.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/server_context.h"
 #include "proto/ps.pb.h"
@@ -27,13 +31,29 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lockstep;
-  PsService service(/*max_jobs=*/4);
+  PsShardRegistry registry(/*max_jobs=*/4);
+  PsService service(&registry);
+  // The plane's secret table as a TLS lockstep-server runs it (its socket
+  // is never dialed).
+  PsTcpServerOptions options;
+  options.secrets_from_coordinator = true;
+  options.max_secrets = 8;
+  auto plane = PsTcpServer::Start(&registry, "127.0.0.1", 0, options);
+  if (!plane.ok()) std::abort();
+  PsService::SecretHooks hooks = DataPlaneSecretHooks(plane->get());
+  // DataAddress waits for the coordinator's secret: at most 2 ms here.
+  hooks.register_secret = [p = plane->get()](uint64_t job, const std::string& secret,
+                                              absl::Time) {
+    return p->RegisterSecret(job, secret, absl::Now() + absl::Milliseconds(2));
+  };
+  service.SetSecretHooks(std::move(hooks));
+  service.SetDataAddress((*plane)->port());
   grpc::ServerContext ctx;
   fuzz::RecordReader in(data, size);
   fuzz::Record r;
   int ops = 0;
   while (in.Next(&r) && ++ops <= 128) {
-    switch (r.op % 3) {
+    switch (r.op % 4) {
       case 0: {
         v1::PushRequest q;
         v1::PushReply a;
@@ -54,13 +74,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         break;
       }
-      default: {
+      case 2: {
         v1::DataAddressRequest q;
         v1::DataAddressReply a;
-        (void)service.DataAddress(&ctx, &q, &a);
+        if (q.ParseFromArray(r.data, static_cast<int>(r.size))) {
+          (void)service.DataAddress(&ctx, &q, &a);
+        }
+        break;
+      }
+      default: {
+        v1::PsControlRequest q;
+        v1::PsControlReply a;
+        if (q.ParseFromArray(r.data, static_cast<int>(r.size))) {
+          (void)service.Control(&ctx, &q, &a);
+        }
         break;
       }
     }
   }
+  (*plane)->Shutdown();
   return 0;
 }

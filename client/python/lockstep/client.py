@@ -24,13 +24,22 @@ has no custom certificate verifier, so the client checks the role through
 the host-name check: it overrides the name it verifies
 (grpc.ssl_target_name_override) with that SAN, and not the host it dials.
 A worker's or ps server's certificate, or one without that SAN (made by an
-older certs.sh: re-issue it), fails the handshake (UNAVAILABLE). Secure by default, as the CLI:
+older certs.sh: re-issue it), fails the handshake (UNAVAILABLE). Before its
+first call the client also makes one TLS handshake of its own (Python's
+ssl, the same CA, client certificate and name) and reads the role URI SAN
+the C++ channels read: a certificate whose first lockstep://role/<role> is
+not coordinator is refused UNAUTHENTICATED, so a certificate that carries
+the coordinator's DNS name but another role (issued by another tool) is
+refused here as by the C++ client. Secure by default, as the CLI:
 one of tls_* or insecure=True (plain text, warns) is required, else
 ValueError.
 """
 
 import math
 import os
+import socket
+import ssl
+import threading
 import time
 import warnings
 
@@ -151,6 +160,52 @@ def _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure)
 # its role URI SAN): the name a TLS channel verifies instead of the host it
 # dials, so the check is "the server is the coordinator" (see the module doc).
 COORDINATOR_ROLE_NAME = "coordinator.role.lockstep.invalid"
+# The URI SAN prefix of a role (common/grpcutil/call_policy.h kRoleUriPrefix).
+ROLE_URI_PREFIX = "lockstep://role/"
+
+
+def _host_port(address):
+    """("host", port) of "host:port" or "[v6]:port"; ValueError otherwise."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address: expected host:port, got {address!r}")
+    return host, int(port)
+
+
+def role_of_sans(sans):
+    """The role of the first lockstep://role/<role> URI SAN among
+    getpeercert()'s subjectAltName pairs, or "" (as call_policy.h reads it)."""
+    for kind, value in sans:
+        if kind == "URI" and value.startswith(ROLE_URI_PREFIX):
+            return value[len(ROLE_URI_PREFIX):]
+    return ""
+
+
+def check_coordinator_role(address, tls_ca, tls_cert, tls_key, timeout):
+    """One TLS handshake with the server at `address` (the CA, our
+    certificate, the coordinator's role name); LockstepError UNAVAILABLE if it
+    fails, UNAUTHENTICATED if its certificate's role is not coordinator."""
+    host, port = _host_port(address)
+    ctx = ssl.create_default_context(cafile=tls_ca)
+    ctx.load_cert_chain(tls_cert, tls_key)
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with ctx.wrap_socket(sock, server_hostname=COORDINATOR_ROLE_NAME) as tls:
+                cert = tls.getpeercert()
+    except (OSError, ssl.SSLError) as e:  # SSLCertVerificationError included
+        raise LockstepError(grpc.StatusCode.UNAVAILABLE,
+                            f"{address}: TLS handshake failed: {e}", "connect") from None
+    role = role_of_sans(cert.get("subjectAltName", ()))
+    if role != "coordinator":
+        raise LockstepError(grpc.StatusCode.UNAUTHENTICATED,
+                            f"{address}: the server's certificate has role {role or 'none'} "
+                            f"({ROLE_URI_PREFIX}<role> URI SAN), expected coordinator: not the "
+                            "coordinator", "connect")
 
 
 def _split_layout(names, shapes, total, job_id):
@@ -194,6 +249,11 @@ class Client:
         self.address = address
         self.timeout = _check_timeout("timeout", timeout, allow_none=False)
         creds = _channel_credentials(tls_ca, tls_cert, tls_key, token, token_file, insecure)
+        # The role check of the module doc, once, before the first call.
+        self._role_check = (None if creds is None else
+                            (lambda: check_coordinator_role(address, tls_ca, tls_cert, tls_key,
+                                                            self.timeout)))
+        self._role_lock = threading.Lock()
         if insecure:
             warnings.warn("lockstep.Client(insecure=True): plain text, no authentication")
         self._channel = (grpc.insecure_channel(address) if creds is None
@@ -213,7 +273,14 @@ class Client:
     def __repr__(self):
         return f"lockstep.Client({self.address!r})"
 
+    def _check_role(self):
+        with self._role_lock:
+            if self._role_check is not None:
+                self._role_check()  # raises; checked again on the next call
+                self._role_check = None
+
     def _call(self, rpc, request):
+        self._check_role()
         try:
             return getattr(self._stub, rpc)(request, timeout=self.timeout)
         except grpc.RpcError as e:
@@ -303,6 +370,7 @@ class Client:
         """
         job_id = _job_id(job)
         timeout = _check_timeout("timeout", timeout, allow_none=True)
+        self._check_role()
         deadline = None if timeout is None else time.monotonic() + timeout
         last, timed_out = None, False
         for attempt in range(_FOLLOW_ATTEMPTS):
@@ -344,6 +412,7 @@ class Client:
         """
         job_id = _job_id(job)
         timeout = _check_timeout("timeout", timeout, allow_none=False)
+        self._check_role()
         call = self._stub.GetWeights(coordinator_pb2.WeightsRequest(job_id=job_id),
                                      timeout=timeout)
         parts, names, shapes, total, received = [], [], [], None, 0

@@ -1,0 +1,153 @@
+// GrpcPsControl against a real ps service and TCP data plane in process
+// (plain-text gRPC on 127.0.0.1, OS-chosen ports), the plane in the mode a
+// TLS lockstep-server runs it (secrets only from the coordinator).
+#include "server/grpc_ps_control.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "common/net/data_auth.h"
+#include "common/psnet/ps_tcp_server.h"
+#include "server/ps/ps_service.h"
+
+namespace lockstep {
+namespace {
+
+class GrpcPsControlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PsTcpServerOptions o;
+    o.secrets_from_coordinator = true;
+    auto tcp = PsTcpServer::Start(&registry_, "127.0.0.1", 0, o);
+    ASSERT_TRUE(tcp.ok()) << tcp.status();
+    plane_ = *std::move(tcp);
+    service_.SetSecretHooks(DataPlaneSecretHooks(plane_.get()));
+    service_.SetDataAddress(plane_->port());
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service_);
+    server_ = b.BuildAndStart();
+    address_ = "127.0.0.1:" + std::to_string(port);
+    control_ = std::make_unique<GrpcPsControl>(
+        [](const std::string& a) {
+          return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+        },
+        nullptr);
+  }
+  void TearDown() override {
+    control_.reset();
+    server_->Shutdown();
+    plane_->Shutdown();
+  }
+  // A worker's DataAddress registration, as worker_daemon_job.cc makes it.
+  grpc::Status WorkerRegisters(uint64_t job, const std::string& secret, absl::Duration wait) {
+    auto stub = v1::ParameterServer::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    v1::DataAddressRequest req;
+    req.set_job(job);
+    req.set_data_plane_secret(secret);
+    v1::DataAddressReply reply;
+    return stub->DataAddress(&ctx, req, &reply);
+  }
+
+  PsShardRegistry registry_;
+  PsService service_{&registry_};
+  std::unique_ptr<PsTcpServer> plane_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<GrpcPsControl> control_;
+};
+
+// A worker that asks before the coordinator's secret arrived waits for it;
+// a worker certificate's own secret never fixes a job key.
+TEST_F(GrpcPsControlTest, WorkersWaitForTheCoordinatorsSecretAndMustMatchIt) {
+  const std::string secret = dataauth::RandomSecret();
+  const std::string bogus = dataauth::RandomSecret();
+  const uint64_t key = 7, shape = 7 | (uint64_t{1} << 63);
+  // A stranger claims the key first: refused at its deadline, nothing kept.
+  grpc::Status early = WorkerRegisters(key, bogus, absl::Milliseconds(200));
+  EXPECT_EQ(early.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << early.error_message();
+  grpc::Status waiting;
+  std::thread worker([&] { waiting = WorkerRegisters(key, secret, absl::Seconds(20)); });
+  control_->SetSecrets({address_}, {PsJobSecret{key, secret}, PsJobSecret{shape, secret}});
+  worker.join();
+  EXPECT_TRUE(waiting.ok()) << waiting.error_message();
+  ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(control_->delivered(), 1);
+  EXPECT_TRUE(WorkerRegisters(shape, secret, absl::Seconds(5)).ok());
+  // Now that the coordinator set it, another secret is refused at once.
+  grpc::Status wrong = WorkerRegisters(key, bogus, absl::Seconds(20));
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(wrong.error_message().find("not the data-plane secret the coordinator set"),
+            std::string::npos)
+      << wrong.error_message();
+}
+
+// The coordinator's forget drops the job key's shards and its secret.
+TEST_F(GrpcPsControlTest, ForgetDropsTheShardsAndTheSecret) {
+  const std::string secret = dataauth::RandomSecret();
+  control_->SetSecrets({address_}, {PsJobSecret{9, secret}});
+  ASSERT_TRUE(registry_.GetShard(9, 0, 2, 16).ok());
+  ASSERT_TRUE(registry_.GetShard(10, 0, 2, 16).ok());
+  ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_TRUE(WorkerRegisters(9, secret, absl::Seconds(5)).ok());
+  EXPECT_EQ(registry_.num_jobs(), 2);
+  control_->Forget({address_}, {9});
+  ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(registry_.num_jobs(), 1);  // job 10 stays
+  EXPECT_EQ(WorkerRegisters(9, secret, absl::Milliseconds(200)).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(control_->delivered(), 2);
+  EXPECT_EQ(control_->failed(), 0);
+}
+
+// A shard that cannot be reached is tried kTries times, then counted failed;
+// the next message still goes out.
+TEST_F(GrpcPsControlTest, AnUnreachableShardIsCountedAndTheRestGoOn) {
+  const std::string secret = dataauth::RandomSecret();
+  control_->SetSecrets({"127.0.0.1:1", address_}, {PsJobSecret{11, secret}});
+  ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(60)));
+  EXPECT_EQ(control_->failed(), 1);
+  EXPECT_EQ(control_->delivered(), 1);
+  EXPECT_TRUE(WorkerRegisters(11, secret, absl::Seconds(5)).ok());
+}
+
+// Control checks the whole request before applying any of it.
+TEST_F(GrpcPsControlTest, ControlRefusesMalformedRequestsWhole) {
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  auto call = [&](const v1::PsControlRequest& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::PsControlReply reply;
+    return stub->Control(&ctx, req, &reply);
+  };
+  v1::PsControlRequest req;
+  v1::JobSecret* good = req.add_secrets();
+  good->set_job(12);
+  good->set_data_plane_secret(dataauth::RandomSecret());
+  v1::JobSecret* bad = req.add_secrets();
+  bad->set_job(13);
+  bad->set_data_plane_secret("short");
+  grpc::Status s = call(req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("job 13: data_plane_secret has 5 bytes, expected 32"),
+            std::string::npos)
+      << s.error_message();
+  // Job 12's secret was not applied either.
+  EXPECT_EQ(WorkerRegisters(12, good->data_plane_secret(), absl::Milliseconds(200)).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  v1::PsControlRequest many;
+  for (int i = 0; i <= PsService::kMaxControlEntries; ++i) many.add_forget_jobs(i);
+  s = call(many);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("expected at most 256"), std::string::npos) << s.error_message();
+}
+
+}  // namespace
+}  // namespace lockstep
