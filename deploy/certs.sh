@@ -9,6 +9,8 @@
 # DIR/server.{pem,key}           lockstep-server (ps)   URI SAN lockstep://role/server
 # DIR/worker.{pem,key}           lockstep-worker        URI SAN lockstep://role/worker
 # DIR/client.{pem,key}           lockstep CLI / Python  URI SAN lockstep://role/client
+# DIR/metrics.{pem,key}          Prometheus (scraping   URI SAN lockstep://role/metrics
+#                                daemons with --http_client_certs; no gRPC method admits it)
 # DIR/token                      the bearer token for SubmitJob/CancelJob
 #                                (coordinator --token_file, lockstep --token_file)
 # DIR/http_token                 the token of the daemons' HTTP pages (every
@@ -99,6 +101,7 @@ issue coordinator "URI:lockstep://role/coordinator,DNS:coordinator.role.lockstep
 issue server "URI:lockstep://role/server,DNS:server.role.lockstep.invalid,$san_hosts" "serverAuth,clientAuth"
 issue worker "URI:lockstep://role/worker,DNS:worker.role.lockstep.invalid,$san_hosts" "serverAuth,clientAuth"
 issue client "URI:lockstep://role/client" "clientAuth"
+issue metrics "URI:lockstep://role/metrics" "clientAuth"
 chmod 0644 "$out/ca.pem"
 rm -f "$out/ca.srl"
 

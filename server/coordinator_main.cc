@@ -272,7 +272,7 @@ int Run(int argc, char** argv) {
   }
   // --http_tls: the metrics pages and the status page over HTTPS with the
   // coordinator's certificate.
-  const auto http_tls = HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key);
+  const auto http_tls = HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key, data_tls_files.ca);
   if (!http_tls.ok()) {
     logger.Error(http_tls.status().message());
     return kExitBadFlags;

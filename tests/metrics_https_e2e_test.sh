@@ -10,7 +10,11 @@
 #     answer; the daemon keeps serving after both;
 #   * a real prometheus scrapes all three with scheme https, tls_config
 #     ca_file and the token: every target up;
-#   * --http_tls with --insecure exits 2 naming the flag, before serving.
+#   * --http_tls with --insecure exits 2 naming the flag, before serving;
+#   * --http_client_certs (a second ps server): a client without a
+#     certificate, or with a worker's, gets no HTTP answer; the metrics
+#     certificate gets its pages; prometheus scrapes it with
+#     tls_config.cert_file/key_file; without --http_tls the flag exits 2.
 # SKIPPED (exit 0, loudly) only when Debian's prometheus is not installed.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; PS="$4"; CERTS="$5"
@@ -30,12 +34,15 @@ PKI="$T/pki"
 tls() { echo "--tls_cert=$PKI/$1.pem --tls_key=$PKI/$1.key --tls_ca=$PKI/ca.pem"; }
 HTTP=(--http_token_file="$PKI/http_token" --http_tls --metrics_port=0)
 
-# fetch URL [CA|none] [token|notoken]: prints "STATUS BODY-HEAD" or "ERROR <what>".
+# fetch URL [CA|none] [token|notoken] [ROLE]: prints "STATUS BODY-HEAD" or
+# "ERROR <what>"; ROLE: present PKI/ROLE.pem as the client certificate.
 fetch() {
-  python3 - "$1" "${2:-$PKI/ca.pem}" "${3:-token}" "$PKI/http_token" <<'PY'
+  python3 - "$1" "${2:-$PKI/ca.pem}" "${3:-token}" "$PKI/http_token" "${4:+$PKI/$4}" <<'PY'
 import ssl, sys, urllib.error, urllib.request
-url, ca, tok, tokfile = sys.argv[1:5]
+url, ca, tok, tokfile, cert = sys.argv[1:6]
 ctx = ssl.create_default_context(cafile=None if ca == "none" else ca)
+if cert:
+    ctx.load_cert_chain(cert + ".pem", cert + ".key")
 req = urllib.request.Request(url)
 if tok == "token":
     req.add_header("Authorization", "Bearer " + open(tokfile).read().strip())
@@ -79,6 +86,13 @@ for d in "$COORD" "$PS --role=ps" "$WORKER --coordinator=127.0.0.1:1"; do
   [ ! -e "$T/bad.port" ] || fail "$d wrote its port file before refusing --http_tls"
 done
 echo "coordinator, ps server and worker: exit 2 naming --http_tls, no port file"
+rc=0
+# shellcheck disable=SC2046
+"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/bad.port" --metrics_port=0 \
+  --http_client_certs $(tls server) 2>"$T/bad.log" || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--http_client_certs: needs --http_tls" "$T/bad.log" \
+  || fail "--http_client_certs without --http_tls: exit $rc: $(cat "$T/bad.log")"
+echo "--http_client_certs without --http_tls: exit 2 naming it"
 
 # shellcheck disable=SC2046
 "$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port_file="$T/ps.mport" \
@@ -119,7 +133,24 @@ echo "plain HTTP: $r"
 r=$(fetch "https://${targets[0]}/healthz" "$PKI/ca.pem" notoken); [ "$r" = "200 ok " ] \
   || fail "not serving after the refusals: $r"
 
-echo "== a real prometheus scrapes all three over https"
+echo "== --http_client_certs: only the cluster's metrics (or client) certificate gets the pages"
+# shellcheck disable=SC2046
+"$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps2.port" --metrics_port_file="$T/ps2.mport" \
+  "${HTTP[@]}" --http_client_certs $(tls server) 2>"$T/ps2.log" & pids+=($!)
+wait_file "$T/ps2.mport"
+M="127.0.0.1:$(cat "$T/ps2.mport")"
+r=$(fetch "https://$M/healthz" "$PKI/ca.pem" notoken)
+[ "${r%% *}" = ERROR ] || fail "no client certificate: $r"
+echo "no client certificate: $r"
+r=$(fetch "https://$M/metrics" "$PKI/ca.pem" token worker)
+[ "${r%% *}" = ERROR ] || fail "a worker's certificate: $r"
+echo "a worker's certificate: $r"
+r=$(fetch "https://$M/metrics" "$PKI/ca.pem" notoken metrics); [ "$r" = 401 ] || fail "metrics certificate, no token: $r"
+r=$(fetch "https://$M/metrics" "$PKI/ca.pem" token metrics); [ "${r%% *}" = 200 ] || fail "metrics certificate: $r"
+r=$(fetch "https://$M/healthz" "$PKI/ca.pem" notoken client); [ "$r" = "200 ok " ] || fail "client certificate: $r"
+echo "metrics certificate: 401 without the token, 200 with it; client certificate: /healthz 200"
+
+echo "== a real prometheus scrapes all four over https (the fourth with its certificate)"
 PP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 {
   echo "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}"
@@ -130,13 +161,19 @@ PP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
   echo "    authorization: {credentials_file: $PKI/http_token}"
   echo "    static_configs:"
   echo "      - targets: [$(IFS=,; echo "${targets[*]}" | sed 's/,/, /g')]"
+  echo "  - job_name: lockstep-client-certs"
+  echo "    scheme: https"
+  echo "    tls_config: {ca_file: $PKI/ca.pem, cert_file: $PKI/metrics.pem, key_file: $PKI/metrics.key}"
+  echo "    authorization: {credentials_file: $PKI/http_token}"
+  echo "    static_configs:"
+  echo "      - targets: [$M]"
 } >"$T/prometheus.yml"
 if command -v promtool >/dev/null; then
   promtool check config "$T/prometheus.yml" >"$T/promtool.out" 2>&1 || fail "config: $(cat "$T/promtool.out")"
 fi
 prometheus --config.file="$T/prometheus.yml" --storage.tsdb.path="$T/tsdb" \
   --web.listen-address="127.0.0.1:$PP" 2>"$T/prometheus.log" & pids+=($!)
-python3 - "http://127.0.0.1:$PP" "${#targets[@]}" <<'PY' || fail "prometheus did not scrape every target over https"
+python3 - "http://127.0.0.1:$PP" "$(( ${#targets[@]} + 1 ))" <<'PY' || fail "prometheus did not scrape every target over https"
 import json, sys, time, urllib.request
 base, want = sys.argv[1], int(sys.argv[2])
 deadline = time.time() + 60

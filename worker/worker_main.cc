@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
   auto coordinator_ps_data_tls = lockstep::DataPlaneTlsFromFlag(
       tls_files.cert, tls_files.key, tls_files.ca, {"coordinator"});
   // --http_tls: the metrics pages over HTTPS with this worker's certificate.
-  auto http_tls = lockstep::HttpTlsFromFlag(tls_files.cert, tls_files.key);
+  auto http_tls = lockstep::HttpTlsFromFlag(tls_files.cert, tls_files.key, tls_files.ca);
   for (const auto* t : {&ring_tls, &ps_data_tls, &coordinator_ps_data_tls, &http_tls}) {
     if (!t->ok()) {
       logger.Error(t->status().message());

@@ -23,6 +23,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 int Connect(int port) {
@@ -152,6 +153,52 @@ TEST(HttpServerTls, PlainHttpAndAnotherCaAreRefusedAndServingGoesOn) {
   auto client = testcerts::Tls("https", "client", {"coordinator"});
   EXPECT_THAT(TlsExchange(h.server->port(), *client, Get("/healthz")),
               StartsWith("HTTP/1.1 200 OK\r\n"));
+}
+
+// --http_client_certs: a client must present a certificate of the
+// cluster's CA with role metrics or client; none, another CA's or another
+// role's is refused (also for /healthz), and serving goes on.
+TEST(HttpServerTls, ClientCertificatesOfTheCaAndRoleOnly) {
+  const std::string dir = testcerts::Pki("https");
+  auto tls = dataconn::DataTls::CreateServerWithClientCerts(
+      dir + "/coordinator.pem", dir + "/coordinator.key", dir + "/ca.pem", {"metrics", "client"});
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  HttpServerOptions o;
+  o.tls = *tls;
+  auto s = HttpServer::Start("127.0.0.1", 0, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::unique_ptr<HttpServer> server = *std::move(s);
+  server->Handle("/metrics", [](const HttpRequest&) {
+    HttpResponse r;
+    r.body = "up 1\n";
+    return r;
+  });
+  const int port = server->port();
+  for (const char* role : {"metrics", "client"}) {
+    auto c = testcerts::Tls("https", role, {"coordinator"});
+    EXPECT_THAT(TlsExchange(port, *c, Get("/metrics")), StartsWith("HTTP/1.1 200 OK\r\n"))
+        << role;
+  }
+  // A worker's certificate (our CA, another role): the server ends the
+  // connection after the handshake, before any request is read.
+  auto worker = testcerts::Tls("https", "worker", {"coordinator"});
+  EXPECT_THAT(TlsExchange(port, *worker, Get("/healthz")), Not(HasSubstr("HTTP/1.1")));
+  // Another CA's metrics certificate: the server refuses it in the handshake.
+  auto stranger = dataconn::DataTls::Create(testcerts::Pki("https-other") + "/metrics.pem",
+                                            testcerts::Pki("https-other") + "/metrics.key",
+                                            dir + "/ca.pem", {"coordinator"});
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  EXPECT_THAT(TlsExchange(port, **stranger, Get("/healthz")), Not(HasSubstr("HTTP/1.1")));
+  // (A client with no certificate at all: tests/metrics_https_e2e_test.)
+  // Still serving.
+  auto c = testcerts::Tls("https", "metrics", {"coordinator"});
+  EXPECT_THAT(TlsExchange(port, *c, Get("/metrics")), StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_EQ(dataconn::DataTls::CreateServerWithClientCerts(dir + "/coordinator.pem",
+                                                           dir + "/coordinator.key",
+                                                           dir + "/no-ca.pem", {"metrics"})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HttpServerTls, BadFilesNameTheFlagAndTheFile) {

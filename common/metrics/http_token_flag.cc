@@ -14,3 +14,9 @@ ABSL_FLAG(bool, http_tls, false,
           "--tls_ca; Prometheus: scheme: https and tls_config.ca_file), so the "
           "--http_token_file token does not cross the network in clear text. Needs TLS (not "
           "--insecure)");
+ABSL_FLAG(bool, http_client_certs, false,
+          "with --http_tls: HTTPS clients must present a certificate from the cluster's CA "
+          "(--tls_ca) with role metrics (deploy/certs.sh writes metrics.pem/metrics.key for "
+          "Prometheus: tls_config.cert_file/key_file) or client (the CLI's, for a browser); "
+          "others fail the TLS handshake, /healthz included. The token of --http_token_file, "
+          "if given, is asked for as well");

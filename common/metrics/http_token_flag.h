@@ -13,5 +13,6 @@
 
 ABSL_DECLARE_FLAG(std::string, http_token_file);
 ABSL_DECLARE_FLAG(bool, http_tls);
+ABSL_DECLARE_FLAG(bool, http_client_certs);
 
 #endif  // LOCKSTEP_COMMON_METRICS_HTTP_TOKEN_FLAG_H_

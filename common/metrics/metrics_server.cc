@@ -70,12 +70,23 @@ absl::StatusOr<std::string> HttpTokenFromFlag() {
 }
 
 absl::StatusOr<std::shared_ptr<const dataconn::DataTls>> HttpTlsFromFlag(const std::string& cert,
-                                                                        const std::string& key) {
-  if (!absl::GetFlag(FLAGS_http_tls)) return std::shared_ptr<const dataconn::DataTls>();
+                                                                        const std::string& key,
+                                                                        const std::string& ca) {
+  const bool client_certs = absl::GetFlag(FLAGS_http_client_certs);
+  if (!absl::GetFlag(FLAGS_http_tls)) {
+    if (client_certs) {
+      return absl::InvalidArgumentError(
+          "--http_client_certs: needs --http_tls (client certificates are a TLS feature)");
+    }
+    return std::shared_ptr<const dataconn::DataTls>();
+  }
   if (cert.empty() || key.empty()) {
     return absl::InvalidArgumentError(
         "--http_tls: needs this daemon's certificate (--tls_cert and --tls_key; not "
         "--insecure)");
+  }
+  if (client_certs) {
+    return dataconn::DataTls::CreateServerWithClientCerts(cert, key, ca, {"metrics", "client"});
   }
   return dataconn::DataTls::CreateServerOnly(cert, key);
 }

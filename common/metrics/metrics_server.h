@@ -63,10 +63,14 @@ MetricsServerConfig MetricsServerConfigFromFlags(
 
 // --http_tls: null without the flag; with it the server-only TLS context of
 // the daemon's certificate and key (`cert`, `key`: its --tls_cert and
-// --tls_key), read once at start. INVALID_ARGUMENT naming --http_tls when
-// the daemon has no certificate (--insecure) or a file does not load.
+// --tls_key), read once at start; with --http_client_certs too, clients
+// must present a certificate from `ca` (its --tls_ca) with role metrics or
+// client. INVALID_ARGUMENT naming --http_tls when the daemon has no
+// certificate (--insecure) or a file does not load, naming
+// --http_client_certs when it comes without --http_tls.
 absl::StatusOr<std::shared_ptr<const dataconn::DataTls>> HttpTlsFromFlag(const std::string& cert,
-                                                                        const std::string& key);
+                                                                        const std::string& key,
+                                                                        const std::string& ca);
 
 // The token in --http_token_file ("" without the flag), read once, when a
 // daemon starts: a missing, empty or malformed file stops it before it

@@ -123,7 +123,33 @@ absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::CreateServerOnly(
   SSL_CTX_set_num_tickets(ctx, 0);  // one request per connection: nothing to resume
   SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  return std::shared_ptr<const DataTls>(new DataTls(ctx, {}));
+  return std::shared_ptr<const DataTls>(new DataTls(ctx, {}, /*https=*/true));
+}
+
+absl::StatusOr<std::shared_ptr<const DataTls>> DataTls::CreateServerWithClientCerts(
+    const std::string& cert_file, const std::string& key_file, const std::string& client_ca,
+    std::vector<std::string> client_roles) {
+  if (client_roles.empty()) {
+    return absl::InvalidArgumentError("--http_client_certs: no client role to accept");
+  }
+  absl::StatusOr<std::shared_ptr<const DataTls>> base = CreateServerOnly(cert_file, key_file);
+  if (!base.ok()) return base.status();
+  SSL_CTX* ctx = (*base)->ctx();
+  SSL_CTX_up_ref(ctx);  // the new DataTls owns a reference; `base` frees its own
+  ERR_clear_error();
+  if (SSL_CTX_load_verify_locations(ctx, client_ca.c_str(), nullptr) != 1) {
+    const std::string e = SslErrors();
+    SSL_CTX_free(ctx);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http_client_certs: cannot load the CA (--tls_ca) \"", client_ca, "\": ", e));
+  }
+  // The CA's name is sent in the CertificateRequest, so a client with
+  // several certificates (a browser) offers the right one.
+  if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str())) {
+    SSL_CTX_set_client_CA_list(ctx, names);
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return std::shared_ptr<const DataTls>(new DataTls(ctx, std::move(client_roles), /*https=*/true));
 }
 
 DataTls::~DataTls() { SSL_CTX_free(ctx_); }
@@ -259,7 +285,7 @@ absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write
   errno = 0;
   const int r = SSL_do_handshake(c.ssl);
   if (r == 1) {
-    if (tls.peer_roles().empty()) return true;  // server-only (HTTPS): no client certificate
+    if (tls.peer_roles().empty()) return true;  // HTTPS without client certificates
     const std::string role = PeerRole(c);
     if (std::find(tls.peer_roles().begin(), tls.peer_roles().end(), role) ==
         tls.peer_roles().end()) {
@@ -288,9 +314,11 @@ absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write
   }
   return absl::UnavailableError(absl::StrCat(
       "TLS handshake failed: ", why,
-      tls.peer_roles().empty()
+      !tls.https() ? " (--data_plane_tls must be on at both ends, with certificates from one CA)"
+      : tls.peer_roles().empty()
           ? " (the client must speak HTTPS: --http_tls is on)"
-          : " (--data_plane_tls must be on at both ends, with certificates from one CA)"));
+          : " (the client must speak HTTPS with a certificate from the cluster's CA: "
+            "--http_client_certs is on)"));
 }
 
 absl::Status Handshake(const DataTls& tls, Conn& c, int wake_fd, absl::Time deadline) {

@@ -65,18 +65,29 @@ class DataTls {
   // 1.2 or 1.3. peer_roles() is empty.
   static absl::StatusOr<std::shared_ptr<const DataTls>> CreateServerOnly(
       const std::string& cert_file, const std::string& key_file);
+  // The same, but clients must present a certificate from `client_ca`
+  // whose role (URI SAN lockstep://role/<role>) is one of `client_roles`
+  // (--http_client_certs: "metrics" or "client"); a client without one, of
+  // another CA or role fails the handshake. Errors name --http_client_certs
+  // and the file.
+  static absl::StatusOr<std::shared_ptr<const DataTls>> CreateServerWithClientCerts(
+      const std::string& cert_file, const std::string& key_file, const std::string& client_ca,
+      std::vector<std::string> client_roles);
   ~DataTls();
   DataTls(const DataTls&) = delete;
   DataTls& operator=(const DataTls&) = delete;
 
   ssl_ctx_st* ctx() const { return ctx_; }
   const std::vector<std::string>& peer_roles() const { return peer_roles_; }
+  // A context of the HTTPS pages (CreateServerOnly / WithClientCerts).
+  bool https() const { return https_; }
 
  private:
-  DataTls(ssl_ctx_st* ctx, std::vector<std::string> peer_roles)
-      : ctx_(ctx), peer_roles_(std::move(peer_roles)) {}
+  DataTls(ssl_ctx_st* ctx, std::vector<std::string> peer_roles, bool https = false)
+      : ctx_(ctx), peer_roles_(std::move(peer_roles)), https_(https) {}
   ssl_ctx_st* const ctx_;
   const std::vector<std::string> peer_roles_;
+  const bool https_;
 };
 
 // One connection: the socket and, with TLS, its session. A plain value (16

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   // --http_tls: the metrics pages over HTTPS with this server's certificate.
-  const auto http_tls = lockstep::HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key);
+  const auto http_tls = lockstep::HttpTlsFromFlag(data_tls_files.cert, data_tls_files.key,
+                                                     data_tls_files.ca);
   if (!http_tls.ok()) {
     log.Error(http_tls.status().message());
     return 2;
