@@ -405,7 +405,20 @@ class ClientCommands::Impl {
   int Jobs() {
     absl::StatusOr<v1::JobList> listed = rpc_.ListJobs();
     if (!listed.ok()) return Fail("jobs", listed.status());
-    const v1::JobList& list = *listed;
+    v1::JobList& list = *listed;
+    // --all: the older evicted jobs too, page by page (each page at most
+    // 1000 jobs, about 1 MiB), merged in id order.
+    for (uint64_t before = list.evicted_next_before(); o_.all && before > 0;) {
+      absl::StatusOr<v1::JobList> page = rpc_.ListJobs(before);
+      if (!page.ok()) return Fail("jobs", page.status());
+      if (page->jobs_size() == 0 || page->evicted_next_before() >= before) break;
+      list.set_evicted_listed(list.evicted_listed() + page->evicted_listed());
+      for (v1::JobStatus& j : *page->mutable_jobs()) *list.add_jobs() = std::move(j);
+      before = page->evicted_next_before();
+      list.set_evicted_next_before(before);
+    }
+    std::sort(list.mutable_jobs()->begin(), list.mutable_jobs()->end(),
+              [](const v1::JobStatus& a, const v1::JobStatus& b) { return a.job_id() < b.job_id(); });
     if (o_.json) {
       std::printf("%s\n", Json(list).c_str());
       return 0;
@@ -430,9 +443,10 @@ class ClientCommands::Impl {
                   "in memory; %s)\n",
                   static_cast<long long>(list.evicted_jobs() - list.evicted_listed()),
                   static_cast<long long>(list.max_finished_jobs_in_memory()),
-                  list.state_db_has_evicted()
-                      ? "`lockstep status|sync ID` reads them from its state database"
-                      : "they are forgotten (no --state_dir)");
+                  !list.state_db_has_evicted() ? "they are forgotten (no --state_dir)"
+                  : list.evicted_next_before() > 0
+                      ? "`lockstep jobs --all` lists them from its state database"
+                      : "`lockstep status|sync ID` reads them from its state database");
     }
     return 0;
   }

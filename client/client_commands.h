@@ -31,7 +31,7 @@ struct ClientCommandOptions {
   bool no_wait = false;      // --no_wait (submit, resume)
   int64_t from_step = 0;     // --from_step (resume)
   int64_t max_entries = 20;  // --max_entries (sync)
-  bool all = false;          // --all (sync)
+  bool all = false;          // --all (sync, jobs)
   std::string out;           // --out (export)
   absl::Duration rpc_timeout = absl::Seconds(10);  // each RPC's (>= 1 s)
 };

@@ -72,9 +72,11 @@ absl::StatusOr<v1::SyncHistory> CoordinatorClient::GetSyncHistoryPage(uint64_t i
       *this, stub_.get(), &v1::Coordinator::Stub::GetSyncHistory, req);
 }
 
-absl::StatusOr<v1::JobList> CoordinatorClient::ListJobs() {
+absl::StatusOr<v1::JobList> CoordinatorClient::ListJobs(uint64_t evicted_before) {
+  v1::ListRequest req;
+  req.set_evicted_before(evicted_before);
   return Unary<v1::ListRequest, v1::JobList>(*this, stub_.get(),
-                                             &v1::Coordinator::Stub::ListJobs, v1::ListRequest());
+                                             &v1::Coordinator::Stub::ListJobs, req);
 }
 
 absl::StatusOr<v1::WorkerList> CoordinatorClient::ListWorkers() {

@@ -41,7 +41,8 @@ class CoordinatorClient {
   // max_entries (0 = the coordinator's cap); next_step -1 at the newest.
   absl::StatusOr<v1::SyncHistory> GetSyncHistoryPage(uint64_t id, int64_t from_step,
                                                      int64_t max_entries);
-  absl::StatusOr<v1::JobList> ListJobs();
+  // evicted_before > 0: a later page of evicted jobs (ListRequest).
+  absl::StatusOr<v1::JobList> ListJobs(uint64_t evicted_before = 0);
   absl::StatusOr<v1::WorkerList> ListWorkers();
 
   // For the streaming calls (WatchJob, GetWeights), whose deadlines the

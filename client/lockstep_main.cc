@@ -45,7 +45,8 @@ ABSL_FLAG(int64_t, max_entries, 20,
           "sync: most recent checks to list (0 = as many as one reply holds, a few thousand)");
 ABSL_FLAG(bool, all, false,
           "sync: list every check from step 0, page by page (older ones from the coordinator's "
-          "--state_dir database)");
+          "--state_dir database); jobs: every evicted job the state database holds too, page "
+          "by page (else the newest 1000)");
 ABSL_FLAG(std::string, out, "",
           "export: output file (.npz: one array per tensor; .npy: flat); scale: output prefix "
           "(PREFIX.csv, PREFIX.model.csv, PREFIX.svg; default \"scale\")");
@@ -93,7 +94,7 @@ int Usage() {
                "  submit [job flags] [--follow] [--no_wait]   submit a job, print its id\n"
                "  status JOB       job state, progress and per-rank sync\n"
                "  sync JOB         per-step hash agreement history\n"
-               "  jobs             all jobs\n"
+               "  jobs [--all]     all jobs (--all: every evicted one the state database holds)\n"
                "  workers          registered workers\n"
                "  cancel JOB       cancel a job\n"
                "  resume JOB [--from_step=N] [--follow]   a new job that continues JOB from\n"

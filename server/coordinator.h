@@ -288,6 +288,10 @@ struct CoordinatorOptions {
   // Finished jobs kept in memory (>= 1); older ones are evicted
   // (--max_finished_jobs_in_memory).
   int64_t max_finished_jobs_in_memory = 1000;
+  // ListJobs: evicted jobs listed from the state database per page (also
+  // at most about kMaxListedEvictedBytes); older ones are a later page
+  // (ListRequest.evicted_before).
+  int64_t max_listed_evicted_jobs = 1000;
   // SubmitJob refuses a job whose memory need per worker (a lower bound,
   // server/submit_memory.h) exceeds this, or that fewer than min(K, live)
   // live workers can hold by their advertised limits: RESOURCE_EXHAUSTED
@@ -406,7 +410,9 @@ class Coordinator {
   // Ascending job id: the jobs in memory; with_evicted (the ListJobs RPC)
   // adds the evicted ones the state database has (AddEvictedJobs), which
   // reads SQLite: the metrics and the status page leave it out.
-  lockstep::v1::JobList ListJobs(bool with_evicted = false);
+  // evicted_before > 0 (ListRequest.evicted_before, with_evicted): a later
+  // page, the evicted jobs below that id only.
+  lockstep::v1::JobList ListJobs(bool with_evicted = false, uint64_t evicted_before = 0);
   lockstep::v1::WorkerList ListWorkers();  // registration order
   absl::StatusOr<lockstep::v1::JobStatus> CancelJob(uint64_t job_id);
   // max_entries: 0 = every kept check, else the most recent max_entries
@@ -608,10 +614,11 @@ class Coordinator {
                                                   absl::Time last_sent, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   // ListJobs: the evicted jobs from the state database (the newest
-  // kMaxListedEvictedJobs, about kMaxListedEvictedBytes), merged into
-  // `list` in id order; nothing without a database.
-  void AddEvictedJobs(lockstep::v1::JobList* list) ABSL_LOCKS_EXCLUDED(mu_);
-  static constexpr int64_t kMaxListedEvictedJobs = 1000;
+  // options.max_listed_evicted_jobs below `before` (0: all), about
+  // kMaxListedEvictedBytes), merged into `list` in id order, and
+  // evicted_next_before when older ones are left; nothing without a
+  // database.
+  void AddEvictedJobs(lockstep::v1::JobList* list, uint64_t before) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr size_t kMaxListedEvictedBytes = size_t{1} << 20;
 
   // State database (coordinator_state.cc). No-ops without one.

@@ -70,7 +70,7 @@ void Coordinator::EvictFinishedJobsLocked() {
   }
 }
 
-void Coordinator::AddEvictedJobs(v1::JobList* list) {
+void Coordinator::AddEvictedJobs(v1::JobList* list, uint64_t before) {
   StateDb* db = nullptr;
   std::set<uint64_t> in_memory;
   uint64_t next_id = 0;
@@ -83,15 +83,18 @@ void Coordinator::AddEvictedJobs(v1::JobList* list) {
   }
   // Ids handed out before this call and not in memory then: evicted (a job
   // evicted since is listed twice at worst, never missed).
+  bool more = false;
   absl::StatusOr<std::vector<v1::JobStatus>> stored = db->ReadJobStatuses(
-      next_id, [&](uint64_t id) { return in_memory.count(id) == 0; }, kMaxListedEvictedJobs,
-      kMaxListedEvictedBytes);
+      before > 0 ? std::min<uint64_t>(before, next_id) : next_id,
+      [&](uint64_t id) { return in_memory.count(id) == 0; }, options_.max_listed_evicted_jobs,
+      kMaxListedEvictedBytes, &more);
   if (!stored.ok() || stored->empty()) return;  // listed as not listed
   {
     absl::MutexLock lock(&mu_);
     for (v1::JobStatus& s : *stored) s.set_has_weights(weights_.Has(s.job_id()));
   }
   list->set_evicted_listed(static_cast<int64_t>(stored->size()));
+  if (more) list->set_evicted_next_before(stored->front().job_id());  // the oldest listed
   auto* jobs = list->mutable_jobs();
   for (v1::JobStatus& s : *stored) *jobs->Add() = std::move(s);
   std::sort(jobs->begin(), jobs->end(), [](const v1::JobStatus& a, const v1::JobStatus& b) {

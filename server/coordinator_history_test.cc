@@ -48,7 +48,8 @@ class CoordinatorHistoryTest : public ::testing::Test {
  protected:
   CoordinatorHistoryTest() : clock_(absl::FromUnixSeconds(1700000000 + 1000)) {}
 
-  void Start(bool with_db, int64_t max_finished = 1000, int max_weights = 8) {
+  void Start(bool with_db, int64_t max_finished = 1000, int max_weights = 8,
+             int64_t listed_per_page = 1000) {
     if (with_db) {
       auto db = StateDb::Open({TempDir()});
       ASSERT_TRUE(db.ok()) << db.status();
@@ -59,6 +60,7 @@ class CoordinatorHistoryTest : public ::testing::Test {
     o.max_sync_history = kWindow;
     o.max_finished_jobs_in_memory = max_finished;
     o.max_jobs_with_weights = max_weights;
+    o.max_listed_evicted_jobs = listed_per_page;
     coord_ = std::make_unique<Coordinator>(o, &clock_);
     if (db_ != nullptr) {
       ASSERT_TRUE(coord_->AttachStateDb(db_.get()).ok());
@@ -289,6 +291,34 @@ TEST_F(CoordinatorHistoryTest, FinishedJobsBeyondTheBoundAreEvictedWithoutADatab
   EXPECT_EQ(list.evicted_jobs(), 2);
   EXPECT_EQ(list.max_finished_jobs_in_memory(), 2);
   EXPECT_FALSE(list.state_db_has_evicted());
+}
+
+// More evicted jobs than one page lists: the first page has the jobs in
+// memory and the newest evicted ones, evicted_next_before names where the
+// next starts, and the pages together list every job once.
+TEST_F(CoordinatorHistoryTest, EvictedJobsComeInPages) {
+  Start(/*with_db=*/true, /*max_finished=*/1, /*max_weights=*/8, /*listed_per_page=*/2);
+  std::vector<uint64_t> jobs;
+  for (int i = 0; i < 5; ++i) jobs.push_back(RunJob(3, /*bad=*/false, /*finish=*/true));
+  coord_->Tick();
+  ASSERT_TRUE(db_->Flush(absl::Now() + absl::Seconds(30)).ok());
+  v1::JobList first = coord_->ListJobs(/*with_evicted=*/true);
+  EXPECT_EQ(first.evicted_jobs(), 4);
+  ASSERT_EQ(first.jobs_size(), 3);  // jobs 3 and 4 from the database, 5 in memory
+  EXPECT_EQ(first.jobs(0).job_id(), jobs[2]);
+  EXPECT_EQ(first.jobs(2).job_id(), jobs[4]);
+  EXPECT_EQ(first.evicted_listed(), 2);
+  EXPECT_EQ(first.evicted_next_before(), jobs[2]);
+  v1::JobList second = coord_->ListJobs(true, first.evicted_next_before());
+  ASSERT_EQ(second.jobs_size(), 2);  // evicted only: 1 and 2
+  EXPECT_EQ(second.jobs(0).job_id(), jobs[0]);
+  EXPECT_EQ(second.jobs(1).job_id(), jobs[1]);
+  EXPECT_EQ(second.jobs(0).state(), v1::SUCCEEDED);
+  EXPECT_EQ(second.evicted_next_before(), 0u);  // nothing older
+  // Below the oldest: an empty page.
+  v1::JobList none = coord_->ListJobs(true, jobs[0]);
+  EXPECT_EQ(none.jobs_size(), 0);
+  EXPECT_EQ(none.evicted_next_before(), 0u);
 }
 
 TEST_F(CoordinatorHistoryTest, EvictedJobsAnswerFromTheDatabase) {

@@ -100,6 +100,9 @@ ABSL_FLAG(int32_t, max_weights_jobs, 8, "keep the final weights of this many job
 ABSL_FLAG(int64_t, max_finished_jobs_in_memory, 1000,
           "finished jobs kept in memory (>= 1); older ones are evicted: with --state_dir "
           "status and sync still read them from the database, without it they are forgotten");
+ABSL_FLAG(int64_t, max_listed_evicted_jobs, 1000,
+          "ListJobs (lockstep jobs): evicted jobs listed from the --state_dir database per page "
+          "(>= 1; older ones are later pages: lockstep jobs --all)");
 ABSL_FLAG(std::string, metrics_host, "",
           "host of the HTTP server for Prometheus (GET /metrics, /healthz) and the status page "
           "(GET /, /api/...); default: the --listen host");
@@ -319,6 +322,12 @@ int Run(int argc, char** argv) {
   options.ps_addresses = absl::GetFlag(FLAGS_ps_addresses);
   options.max_jobs_with_weights = absl::GetFlag(FLAGS_max_weights_jobs);
   options.max_finished_jobs_in_memory = absl::GetFlag(FLAGS_max_finished_jobs_in_memory);
+  if (absl::GetFlag(FLAGS_max_listed_evicted_jobs) < 1) {
+    logger.Error(absl::StrCat("--max_listed_evicted_jobs: expected >= 1, got ",
+                              absl::GetFlag(FLAGS_max_listed_evicted_jobs)));
+    return 2;
+  }
+  options.max_listed_evicted_jobs = absl::GetFlag(FLAGS_max_listed_evicted_jobs);
   if (absl::GetFlag(FLAGS_max_job_memory_bytes) < 0) {
     logger.Error(absl::StrCat("--max_job_memory_bytes: expected >= 0 bytes (0 = no limit), got ",
                               absl::GetFlag(FLAGS_max_job_memory_bytes)));

@@ -66,17 +66,20 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(uint64_t job_id) {
   return EvictedJobStatus(job_id, not_found);  // from the state database, if any
 }
 
-v1::JobList Coordinator::ListJobs(bool with_evicted) {
+v1::JobList Coordinator::ListJobs(bool with_evicted, uint64_t evicted_before) {
   const absl::Time now = clock_->Now();
   v1::JobList list;
+  const bool later_page = with_evicted && evicted_before > 0;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
+    if (!later_page) {
+      for (const auto& [id, job] : jobs_.all()) *list.add_jobs() = StatusLocked(*job, now);
+    }
     list.set_evicted_jobs(jobs_.evicted());
     list.set_max_finished_jobs_in_memory(jobs_.limits().max_finished_jobs);
     list.set_state_db_has_evicted(state_db_ != nullptr);
   }
-  if (with_evicted) AddEvictedJobs(&list);  // from the state database, if any (no lock held)
+  if (with_evicted) AddEvictedJobs(&list, evicted_before);  // from the database (no lock held)
   return list;
 }
 

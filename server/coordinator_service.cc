@@ -223,7 +223,8 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::JobRef* 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListRequest* request,
                                           v1::JobList* reply) {
   if (grpc::Status s = CheckSize("ListJobs", *request); !s.ok()) return s;
-  *reply = coordinator_->ListJobs(/*with_evicted=*/true);  // from the state database too
+  // From the state database too; a later page when evicted_before is set.
+  *reply = coordinator_->ListJobs(/*with_evicted=*/true, request->evicted_before());
   return grpc::Status::OK;
 }
 

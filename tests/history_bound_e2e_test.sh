@@ -95,6 +95,19 @@ run_phase() {  # run_phase NAME STEPS [coordinator flags...]
     cli export "$JOB" --out="$T/evicted.npy" > "$T/$name-export.out" 2>&1 ||
       fail "$name: export of the evicted job: $(cat "$T/$name-export.out")"
     echo "== $name: job $JOB evicted from memory; jobs lists it, follow and export answer from the database"
+    # A third job: two evicted, one page of one (--max_listed_evicted_jobs=1):
+    # `jobs` lists the newer, says the other is left and how to list it;
+    # `jobs --all` pages through both.
+    cli submit --workers=4 --model=softmax --batch=8 --steps=20 --dataset="$DATA" --follow \
+      > "$T/$name-third.out" 2>&1 || fail "$name: third job: $(tail -3 "$T/$name-third.out")"
+    evicted2() { [ "$(cli jobs --json | json "int(d.get('evicted_jobs', 0))")" = 2 ]; }
+    wait_until $(( $(now_ms) + 10000 )) evicted2 || fail "$name: two jobs not evicted: $(cli jobs)"
+    cli jobs | tee "$T/$name-jobs3.out" | grep -q "(1 older finished job(s) not listed: .*\`lockstep jobs --all\` lists them" \
+      || fail "$name: jobs does not point at --all: $(cat "$T/$name-jobs3.out")"
+    cli jobs --all --json | json "int(d['evicted_listed']) == 2 and [int(j['job_id']) for j in d['jobs']] == [$JOB, $JOB + 1, $JOB + 2]" \
+      | grep -q True || fail "$name: jobs --all: $(cli jobs --all --json)"
+    cli jobs --all | grep -q "older finished job" && fail "$name: jobs --all left a job out"
+    echo "== $name: two evicted jobs, a page of one: jobs --all lists all three"
   fi
   for p in "${wpids[@]}" "$cpid"; do kill "$p" 2>/dev/null; done
   for p in "${wpids[@]}" "$cpid"; do wait "$p" 2>/dev/null; done
@@ -129,7 +142,8 @@ print(f"sync --all ({mode}): {checked} checked, {len(shown)} step lines, {len(ru
 PY
 }
 
-run_phase with_db "$STEPS" --state_dir="$T/state" --max_finished_jobs_in_memory=1
+run_phase with_db "$STEPS" --state_dir="$T/state" --max_finished_jobs_in_memory=1 \
+  --max_listed_evicted_jobs=1
 check_sync "$T/with_db-sync.out" "$STEPS" full
 run_phase no_db "$STEPS2" --max_finished_jobs_in_memory=1
 check_sync "$T/no_db-sync.out" "$STEPS2" summarised

@@ -209,6 +209,12 @@ class TrainAndForwardPass(unittest.TestCase):
         self.assertEqual([ch.step for ch in c.sync(job, max_entries=5).checks],
                          list(range(STEPS - 5, STEPS)))
         self.assertIn(job, [j.job_id for j in c.jobs()])
+        # No --state_dir here: nothing evicted, no later page.
+        jl = c.job_list()
+        self.assertEqual((jl.evicted_jobs, jl.evicted_next_before), (0, 0))
+        self.assertEqual(c.job_list(evicted_before=job).jobs, ())
+        with self.assertRaisesRegex(ValueError, "evicted_before: expected a job id >= 0, got -1"):
+            c.job_list(evicted_before=-1)
         ws = wait_for("both workers idle after the job",
                       lambda: [w for w in c.workers() if w.state == "IDLE"] or None)
         self.assertTrue(all(w.data_address for w in ws))

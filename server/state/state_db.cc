@@ -471,25 +471,35 @@ absl::StatusOr<std::optional<v1::JobStatus>> StateDb::ReadJobStatus(uint64_t job
 
 absl::StatusOr<std::vector<v1::JobStatus>> StateDb::ReadJobStatuses(
     uint64_t before_id, const std::function<bool(uint64_t)>& want, int64_t limit,
-    size_t max_bytes) {
+    size_t max_bytes, bool* more) {
   absl::MutexLock l(&read_mu_);
   std::vector<v1::JobStatus> out;
+  if (more != nullptr) *more = false;
   if (limit <= 0) return out;
   Stmt s(reader_db_, "SELECT id, status FROM jobs WHERE id < ? ORDER BY id DESC");
   if (!s.ok()) return SqlError(reader_db_, path_, "reading jobs");
   s.Int(1, static_cast<int64_t>(std::min<uint64_t>(before_id, INT64_MAX)));
   size_t bytes = 0;
   int rc;
-  while (static_cast<int64_t>(out.size()) < limit && (rc = s.Step()) == SQLITE_ROW) {
+  bool left_out = false;
+  while ((rc = s.Step()) == SQLITE_ROW) {
     const int64_t id = s.ColInt(0);
     if (!want(static_cast<uint64_t>(id))) continue;
+    if (static_cast<int64_t>(out.size()) >= limit) {
+      left_out = true;
+      break;
+    }
     const std::string blob = s.ColText(1);
-    if (!out.empty() && bytes + blob.size() > max_bytes) break;
+    if (!out.empty() && bytes + blob.size() > max_bytes) {
+      left_out = true;
+      break;
+    }
     absl::StatusOr<v1::JobStatus> status = ParseStatus(path_, id, blob);
     if (!status.ok()) return status.status();
     bytes += blob.size();
     out.push_back(std::move(*status));
   }
+  if (more != nullptr) *more = left_out;
   std::reverse(out.begin(), out.end());
   return out;
 }

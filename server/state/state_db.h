@@ -197,9 +197,10 @@ class StateDb {
   // `limit` of them and about max_bytes (serialised; at least one).
   // `want` runs on the caller's thread under the reader's lock: it must not
   // block.
+  // *more (if not null): whether a wanted job was left out by the limits.
   absl::StatusOr<std::vector<lockstep::v1::JobStatus>> ReadJobStatuses(
       uint64_t before_id, const std::function<bool(uint64_t)>& want, int64_t limit,
-      size_t max_bytes);
+      size_t max_bytes, bool* more = nullptr);
 
   // A job's stored curves blob (StoredJob.series), nullopt when none.
   absl::StatusOr<std::optional<std::string>> ReadJobSeries(uint64_t job_id);

@@ -318,9 +318,18 @@ class Client:
         reply = self._call("ListJobs", coordinator_pb2.ListRequest())
         return [JobStatus.from_proto(j) for j in reply.jobs]
 
-    def job_list(self):
-        """ListJobs as a JobList: the jobs, and how many finished ones were evicted."""
-        return JobList.from_proto(self._call("ListJobs", coordinator_pb2.ListRequest()))
+    def job_list(self, evicted_before=0):
+        """ListJobs as a JobList: the jobs, and how many finished ones were evicted.
+
+        evicted_before: a later page of the evicted jobs the coordinator's state
+        database holds (those with an id below it: the previous page's
+        evicted_next_before; 0 = the first page, with the jobs in memory).
+        """
+        if isinstance(evicted_before, bool) or not isinstance(evicted_before, int) \
+                or evicted_before < 0:
+            raise ValueError(f"evicted_before: expected a job id >= 0, got {evicted_before!r}")
+        return JobList.from_proto(self._call("ListJobs", coordinator_pb2.ListRequest(
+            evicted_before=evicted_before)))
 
     def workers(self):
         """Every registered worker, as WorkerInfo."""

@@ -187,6 +187,7 @@ class JobList(_View):
     max_finished_jobs_in_memory: int
     state_db_has_evicted: bool         # status / sync / watch / weights still answer (--state_dir)
     evicted_listed: int                # evicted jobs listed anyway, from the state database
+    evicted_next_before: int           # > 0: older evicted jobs left (job_list(evicted_before=))
     proto: Any = dataclasses.field(repr=False, compare=False)
 
 
