@@ -60,6 +60,30 @@ absl::StatusOr<v1::JobStatus> RunOne(ScaleBackend* backend, const v1::JobSpec& s
   }
 }
 
+// The base job at K workers: its global batch by the scaling mode.
+v1::JobSpec SpecAt(const ScaleOptions& options, int k) {
+  v1::JobSpec spec = options.base;
+  spec.set_num_workers(k);
+  spec.set_global_batch(options.weak ? options.base.global_batch() * k
+                                     : options.base.global_batch());
+  return spec;
+}
+
+// A finished job's parameter count, or why it is unknown ("no weights" or
+// the call's error).
+absl::StatusOr<int64_t> ParameterCountOf(ScaleBackend* backend, uint64_t id) {
+  absl::StatusOr<int64_t> n = backend->ParameterCount(id);
+  if (n.ok() && *n > 0) return n;
+  return absl::NotFoundError(n.ok() ? std::string("no weights") : std::string(n.status().message()));
+}
+
+// A measurement with more workers on this host than it has CPUs: its time
+// measures CPU sharing (ModelOptions::local_host).
+bool CrowdedThisHost(const ModelOptions& o, const scaling::Measurement& m) {
+  return o.local_cpus > 0 && !o.local_host.empty() && m.busiest_host == o.local_host &&
+         m.max_workers_per_host > o.local_cpus;
+}
+
 // The probe's sample, appended to *samples when usable; a note either way.
 // `crowded_fit`: the job's samples are themselves from crowded K (nothing
 // else was measured), so a crowded probe is as good as they are.
@@ -90,9 +114,7 @@ void AddProbeSample(const ModelOptions& o, double job_bytes, int shards, bool cr
                                         "used (a second size, not a substitute)"));
     return;
   }
-  const bool crowded = o.local_cpus > 0 && !o.local_host.empty() &&
-                       p.m.busiest_host == o.local_host && p.m.max_workers_per_host > o.local_cpus;
-  if (crowded && !crowded_fit) {
+  if (CrowdedThisHost(o, p.m) && !crowded_fit) {
     notes->push_back(absl::StrFormat("%s ran more workers on %s than its %d CPUs; not used", what,
                                      o.local_host, o.local_cpus));
     return;
@@ -243,9 +265,7 @@ absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& opt
   for (int rep = 0; rep < options.repeats; ++rep) {
     for (size_t i = 0; i < run.measured_ks.size(); ++i) {
       const int k = run.measured_ks[i];
-      v1::JobSpec spec = options.base;
-      spec.set_num_workers(k);
-      spec.set_global_batch(options.weak ? batch * k : batch);
+      v1::JobSpec spec = SpecAt(options, k);
       if (spec.name().empty()) {
         spec.set_name(absl::StrCat("scale ", options.weak ? "weak" : "strong", " K=", k));
       }
@@ -260,21 +280,18 @@ absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& opt
                                  st->examples_per_second()));
       }
       if (run.parameter_count == 0 && run.parameter_note.empty()) {
-        absl::StatusOr<int64_t> n = backend->ParameterCount(id);
-        if (n.ok() && *n > 0) {
+        absl::StatusOr<int64_t> n = ParameterCountOf(backend, id);
+        if (n.ok()) {
           run.parameter_count = *n;
         } else {
-          run.parameter_note = absl::StrCat(
-              "parameter count of job ", id, " unknown: ",
-              n.ok() ? std::string("no weights") : std::string(n.status().message()));
+          run.parameter_note =
+              absl::StrCat("parameter count of job ", id, " unknown: ", n.status().message());
         }
       }
     }
     if (probe_k > 0) {
-      v1::JobSpec spec = options.base;
+      v1::JobSpec spec = SpecAt(options, probe_k);
       spec.set_model(options.probe_model);
-      spec.set_num_workers(probe_k);
-      spec.set_global_batch(options.weak ? batch * probe_k : batch);
       spec.set_name(absl::StrCat("scale alpha probe K=", probe_k, " ", options.probe_model));
       uint64_t id = 0;
       absl::StatusOr<v1::JobStatus> st = RunOne(backend, spec, options, &id);
@@ -291,14 +308,12 @@ absl::StatusOr<ScaleRun> RunScale(ScaleBackend* backend, const ScaleOptions& opt
                                  st->examples_per_second()));
       }
       if (run.probe.parameter_count == 0 && run.probe.note.empty()) {
-        absl::StatusOr<int64_t> n = backend->ParameterCount(id);
-        if (n.ok() && *n > 0) {
+        absl::StatusOr<int64_t> n = ParameterCountOf(backend, id);
+        if (n.ok()) {
           run.probe.parameter_count = *n;
         } else {
-          run.probe.note = absl::StrCat(
-              "alpha probe job ", id, ": parameter count unknown (",
-              n.ok() ? std::string("no weights") : std::string(n.status().message()),
-              "): not used");
+          run.probe.note = absl::StrCat("alpha probe job ", id, ": parameter count unknown (",
+                                        n.status().message(), "): not used");
         }
       }
     }
@@ -348,8 +363,7 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
     if (is_base && !(ps && row.m.has_timing)) continue;
     const scaling::CommEstimate e = scaling::TransferSeconds(row, base, report->weak);
     const scaling::CommSample sample{row.m.k, shards, gradient_bytes, e.seconds};
-    if (o.local_cpus > 0 && !o.local_host.empty() && row.m.busiest_host == o.local_host &&
-        row.m.max_workers_per_host > o.local_cpus) {
+    if (CrowdedThisHost(o, row.m)) {
       crowded.push_back(sample);
       crowded_ks.push_back(row.m.k);
       continue;
@@ -374,8 +388,7 @@ void AddModel(ScaleReport* report, const ModelOptions& o) {
       for (const scaling::Row& row : report->rows) inferred = inferred || !row.m.has_timing;
     }
   }
-  AddProbeSample(o, gradient_bytes, shards, kept_crowded, &samples,
-                 report);
+  AddProbeSample(o, gradient_bytes, shards, kept_crowded, &samples, report);
   absl::StatusOr<scaling::AlphaBetaFit> fit = scaling::FitAlphaBeta(samples);
   if (!fit.ok()) {
     report->model_note = std::string(fit.status().message());

@@ -88,9 +88,7 @@ bool Coordinator::IsDataPlaneSecret(uint64_t job, const std::string& secret) con
     absl::MutexLock l(&mu_);
     expected = dataauth::JobGroupSecret(data_plane_key_, job & ~kShapeRoundBit);
   }
-  return secret.size() == expected.size() &&
-         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(secret.data()),
-                            reinterpret_cast<const uint8_t*>(expected.data()), expected.size());
+  return dataauth::SecretEqual(secret, expected);
 }
 
 void Coordinator::ExpireWaitsLocked(absl::Time now) {

@@ -14,13 +14,6 @@
 namespace lockstep {
 namespace {
 
-// `token` equals `want` (constant time in the token's bytes).
-bool TokenFits(const std::string& token, const std::string& want) {
-  return token.size() == want.size() &&
-         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(token.data()),
-                            reinterpret_cast<const uint8_t*>(want.data()), want.size());
-}
-
 // Hex of HMAC-SHA256(key; domain, message): the worker token and the
 // instance digest.
 std::string HexMac(const std::string& key, absl::string_view domain,
@@ -84,7 +77,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   if (!digest.empty()) {
     for (const Worker* old : workers_.LiveAt(*address)) {
       if (!SameProcess(*old, request.hostname(), request.pid()) ||
-          old->data_address != *data_address || !TokenFits(digest, old->instance_digest)) {
+          old->data_address != *data_address || !dataauth::SecretEqual(digest, old->instance_digest)) {
         continue;
       }
       workers_.Seen(workers_.Find(old->id), now);  // live: only last_seen moves
@@ -101,7 +94,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
   const Worker* reclaimed_from = nullptr;
   if (!digest.empty()) {
     for (const Worker* live : workers_.LiveAt(*address)) {
-      if (TokenFits(digest, live->displaced_digest)) reclaimed_from = live;
+      if (dataauth::SecretEqual(digest, live->displaced_digest)) reclaimed_from = live;
     }
   }
   if (reclaimed_from == nullptr) {
@@ -115,7 +108,7 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
     // address, host and pid does not (a restarted process waits until the
     // old registration is LOST).
     for (const Worker* old : workers_.LiveAt(*address)) {
-      if (!TokenFits(token, WorkerToken(data_plane_key_, *old))) {
+      if (!dataauth::SecretEqual(token, WorkerToken(data_plane_key_, *old))) {
         return absl::AlreadyExistsError(absl::StrFormat(
             "address %s is registered by live worker %s (host %s, pid %d, last heartbeat %.1f s "
             "ago) and this registration %s its worker token; a restarted worker is accepted "
@@ -243,7 +236,7 @@ absl::Status Coordinator::CheckWorkerToken(const std::string& worker_id,
         ": the call carries no worker token (lockstep-worker-token metadata, from "
         "RegisterWorker's reply): a worker of an older build must be restarted"));
   }
-  if (!TokenFits(token, want)) {
+  if (!dataauth::SecretEqual(token, want)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", worker_id, ": the call's worker token is not the one this coordinator gave ",
         worker_id,

@@ -10,38 +10,20 @@
 #include "absl/time/clock.h"
 #include "common/net/data_auth.h"
 #include "common/psnet/ps_tcp_server.h"
-#include "server/ps/ps_service.h"
+#include "server/ps/dual_ps_test_util.h"
 
 namespace lockstep {
 namespace {
 
+// The ps side: DualPs with the plane in the mode of a TLS lockstep-server.
+PsTcpServerOptions FromCoordinator() {
+  PsTcpServerOptions o;
+  o.secrets_from_coordinator = true;
+  return o;
+}
+
 class GrpcPsControlTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    PsTcpServerOptions o;
-    o.secrets_from_coordinator = true;
-    auto tcp = PsTcpServer::Start(&registry_, "127.0.0.1", 0, o);
-    ASSERT_TRUE(tcp.ok()) << tcp.status();
-    plane_ = *std::move(tcp);
-    service_.SetSecretHooks(DataPlaneSecretHooks(plane_.get()));
-    service_.SetDataAddress(plane_->port());
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&service_);
-    server_ = b.BuildAndStart();
-    address_ = "127.0.0.1:" + std::to_string(port);
-    control_ = std::make_unique<GrpcPsControl>(
-        [](const std::string& a) {
-          return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
-        },
-        nullptr);
-  }
-  void TearDown() override {
-    control_.reset();
-    server_->Shutdown();
-    plane_->Shutdown();
-  }
   // A worker's DataAddress registration, as worker_daemon_job.cc makes it.
   grpc::Status WorkerRegisters(uint64_t job, const std::string& secret, absl::Duration wait) {
     auto stub = v1::ParameterServer::NewStub(
@@ -55,12 +37,15 @@ class GrpcPsControlTest : public ::testing::Test {
     return stub->DataAddress(&ctx, req, &reply);
   }
 
-  PsShardRegistry registry_;
-  PsService service_{&registry_};
-  std::unique_ptr<PsTcpServer> plane_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-  std::unique_ptr<GrpcPsControl> control_;
+  DualPs ps_{FromCoordinator()};
+  PsShardRegistry& registry_ = ps_.registry;
+  const std::string& address_ = ps_.address;
+  // Declared last, so destroyed first: before the server it may be calling.
+  std::unique_ptr<GrpcPsControl> control_ = std::make_unique<GrpcPsControl>(
+      [](const std::string& a) {
+        return grpc::CreateChannel(a, grpc::InsecureChannelCredentials());
+      },
+      nullptr);
 };
 
 // A worker that asks before the coordinator's secret arrived waits for it;

@@ -59,5 +59,10 @@ bool MacEqual(const uint8_t* a, const uint8_t* b, size_t n) {
   return CRYPTO_memcmp(a, b, n) == 0;
 }
 
+bool SecretEqual(absl::string_view a, absl::string_view b) {
+  return a.size() == b.size() && MacEqual(reinterpret_cast<const uint8_t*>(a.data()),
+                                          reinterpret_cast<const uint8_t*>(b.data()), a.size());
+}
+
 }  // namespace dataauth
 }  // namespace lockstep

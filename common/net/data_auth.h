@@ -54,6 +54,10 @@ std::string JobGroupSecret(absl::string_view coordinator_key, uint64_t group_key
 // Constant-time comparison (CRYPTO_memcmp).
 bool MacEqual(const uint8_t* a, const uint8_t* b, size_t n);
 
+// a == b for secrets, tokens and digests: false for different lengths,
+// else MacEqual over the bytes (time independent of where they differ).
+bool SecretEqual(absl::string_view a, absl::string_view b);
+
 }  // namespace dataauth
 }  // namespace lockstep
 

@@ -156,12 +156,6 @@ absl::Status CheckSecretLength(uint64_t job, const std::string& secret) {
       dataauth::kSecretBytes));
 }
 
-bool SameSecret(const std::string& a, const std::string& b) {
-  return a.size() == b.size() &&
-         dataauth::MacEqual(reinterpret_cast<const uint8_t*>(a.data()),
-                            reinterpret_cast<const uint8_t*>(b.data()), a.size());
-}
-
 }  // namespace
 
 absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret,
@@ -184,7 +178,7 @@ absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret
           "--ps_addresses, and can the coordinator reach it?)",
           job));
     }
-    if (!SameSecret(it->second.secret, secret)) {
+    if (!dataauth::SecretEqual(it->second.secret, secret)) {
       return absl::PermissionDeniedError(absl::StrFormat(
           "ps data plane: job %d: not the data-plane secret the coordinator set for it", job));
     }
@@ -195,7 +189,7 @@ absl::Status PsTcpServer::RegisterSecret(uint64_t job, const std::string& secret
   absl::MutexLock l(&mu_);
   auto it = secrets_.find(job);
   if (it != secrets_.end()) {
-    if (SameSecret(it->second.secret, secret)) {
+    if (dataauth::SecretEqual(it->second.secret, secret)) {
       it->second.last_active = std::max(it->second.last_active, now);
       return absl::OkStatus();
     }

@@ -17,6 +17,7 @@
 #include "common/grpcutil/grpc_ps_client.h"
 #include "common/psnet/ps_tcp_client.h"
 #include "common/psnet/ps_tcp_server.h"
+#include "server/ps/dual_ps_test_util.h"
 #include "server/ps/ps_service.h"
 
 namespace lockstep {
@@ -162,32 +163,8 @@ TEST(PsServiceEvictionTest, NeverDropsAJobWithRecentTraffic) {
   local->server->Shutdown();
 }
 
-// One registry behind a gRPC PsService and a raw-TCP data plane, as
-// lockstep-server and the coordinator run them.
-struct DualPs {
-  DualPs() : service(&registry) {
-    auto tcp = PsTcpServer::Start(&registry, "127.0.0.1", 0);
-    EXPECT_TRUE(tcp.ok()) << tcp.status();
-    data_plane = *std::move(tcp);
-    service.SetSecretHooks(DataPlaneSecretHooks(data_plane.get()));
-    service.SetDataAddress(data_plane->port());
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&service);
-    server = b.BuildAndStart();
-    address = "127.0.0.1:" + std::to_string(port);
-  }
-  ~DualPs() {
-    server->Shutdown();
-    data_plane->Shutdown();
-  }
-  PsShardRegistry registry;
-  PsService service;
-  std::unique_ptr<PsTcpServer> data_plane;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
+// DualPs (server/ps/dual_ps_test_util.h): one registry behind a gRPC
+// PsService and a raw-TCP data plane.
 
 TEST(PsDataPlaneTest, DataAddressNamesTheTcpPortAtTheDialedHost) {
   DualPs ps;
