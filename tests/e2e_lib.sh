@@ -103,7 +103,11 @@ write(f"{d}/test.csv", n_test)
 PY
 }
 log_size() { stat -c %s "$1"; }
-cli() { "$CLI" --insecure --coordinator="$C" "$@"; }
+# SEC_CLI / SEC_WORKER: the client's and workers' security flags
+# (--insecure unless the test sets them before sourcing, e.g. TLS flags).
+SEC_CLI=("${SEC_CLI[@]:---insecure}")
+SEC_WORKER=("${SEC_WORKER[@]:---insecure}")
+cli() { "$CLI" "${SEC_CLI[@]}" --coordinator="$C" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 now_ms() { date +%s%3N; }
 wait_until() {
@@ -161,7 +165,7 @@ live=()   # the ids of the workers alive
 spawn_worker() {
   n_workers=$((n_workers + 1))
   local i=$n_workers
-  "$WORKER" --insecure --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" "$@" 2>"$T/w$i.log" & pids+=($!)
+  "$WORKER" "${SEC_WORKER[@]}" --coordinator="$C" --data_dir="$T" --port_file="$T/w$i.port" "$@" 2>"$T/w$i.log" & pids+=($!)
   wpid[$i]=$!
   live+=("w-$i")
   wait_file "$T/w$i.port"

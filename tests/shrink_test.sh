@@ -25,11 +25,34 @@
 # SUCCEEDED with C's hash (its generation, members and group key came back
 # from the database); the ps job, whose shard was the coordinator's own,
 # must end FAILED saying to resume it from its last checkpoint.
+# With a 4th argument "ps_servers" and a 5th, lockstep-server
+# (//tests:shrink_ps_servers_test), only the ps case runs, on two
+# lockstep-server shards (the coordinator's --ps_addresses) instead of the
+# coordinator's own: on top of the above, each shard's lockstep_ps_jobs
+# gauge shows that the coordinator's Control messages (server/ps_control.h)
+# reached it: after the regroup the shards hold no more groups than
+# before the kill (generation 0's keys forgotten, generation 1's in use),
+# and once each job ends they hold none (polled, bound FORGET_S).
+# "ps_servers_tls" with a 6th argument, deploy/certs.sh
+# (//tests:shrink_ps_servers_tls_test): the same under mutual TLS, where a
+# shard takes a job's data-plane secret only from the coordinator's
+# Control message, so generation 1 trains only if the coordinator sent
+# its new group key's secret to both shards.
 set -uo pipefail
-COORD="$1"; WORKER="$2"; CLI="$3"; MODE="${4:-}"
+COORD="$1"; WORKER="$2"; CLI="$3"; MODE="${4:-}"; PS="${5:-}"; CERTS_SH="${6:-}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 REGROUP_S=6
+SEC_COORD=(--insecure) SEC_PS=(--insecure)
+if [ "$MODE" = ps_servers_tls ]; then
+  bash "$CERTS_SH" --out="$T/pki" 2>/dev/null || { echo "FAIL: certs.sh"; exit 1; }
+  tls() { echo "--tls_cert=$T/pki/$1.pem --tls_key=$T/pki/$1.key --tls_ca=$T/pki/ca.pem"; }
+  read -ra SEC_PS <<<"$(tls server)"
+  read -ra SEC_COORD <<<"$(tls coordinator) --token_file=$T/pki/token"
+  read -ra SEC_WORKER <<<"$(tls worker)"
+  read -ra SEC_CLI <<<"$(tls client) --token_file=$T/pki/token"
+  MODE=ps_servers
+fi
 source "$(dirname "$0")/e2e_lib.sh"
 
 write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
@@ -39,7 +62,35 @@ mkdir -p "$CK"
 
 COORD_FLAGS=()
 [ "$MODE" = restart ] && COORD_FLAGS=(--state_dir="$T/state")
-"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
+FORGET_S=5
+shard_metrics=()   # the lockstep-server shards' metrics URLs (ps_servers)
+if [ "$MODE" = ps_servers ]; then
+  shards=()
+  for i in 1 2; do
+    "$PS" "${SEC_PS[@]}" --listen=127.0.0.1:0 --port_file="$T/ps$i.port" --metrics_host=127.0.0.1 \
+      --metrics_port=0 --metrics_port_file="$T/ps$i.metrics" 2>"$T/ps$i.log" & pids+=($!)
+    wait_file "$T/ps$i.port"; wait_file "$T/ps$i.metrics"
+    shards+=("127.0.0.1:$(cat "$T/ps$i.port")")
+    shard_metrics+=("http://127.0.0.1:$(cat "$T/ps$i.metrics")/metrics")
+  done
+  COORD_FLAGS=(--ps_addresses="$(IFS=,; echo "${shards[*]}")")
+fi
+# ps_jobs: every shard's lockstep_ps_jobs gauge, space-separated.
+ps_jobs() {
+  local u out=()
+  for u in "${shard_metrics[@]}"; do
+    out+=("$(python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
+    if l.startswith("lockstep_ps_jobs "): print(int(float(l.split()[1])))' "$u")") || return 1
+  done
+  echo "${out[*]}"
+}
+# ps_jobs_at_most N: every shard holds at most N groups.
+ps_jobs_at_most() {
+  local n g; n=$(ps_jobs) || return 1
+  for g in $n; do [ "$g" -le "$1" ] || return 1; done
+}
+"$COORD" "${SEC_COORD[@]}" --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
 cpid=$!
 wait_file "$T/coord.port"
 C="127.0.0.1:$(cat "$T/coord.port")"
@@ -57,7 +108,7 @@ restart_coordinator() {
   wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
     || fail "$1: the workers did not see the coordinator down within 5 s"
   rm -f "$T/coord.port"
-  "$COORD" --insecure --listen="$C" --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>>"$T/coord2.log" & pids+=($!)
+  "$COORD" "${SEC_COORD[@]}" --listen="$C" --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>>"$T/coord2.log" & pids+=($!)
   cpid=$!
   wait_file "$T/coord.port"
   echo "$1: coordinator SIGKILLed after the regroup, restarted $(( $(now_ms) - k0 )) ms later"
@@ -74,6 +125,12 @@ shrink_case() {
   local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
   wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"
   [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
+  local held=""
+  if [ -n "$PS" ]; then
+    held=$(ps_jobs) || fail "$name: shard metrics"
+    echo "$name: groups held per shard before the kill: $held"
+    for g in $held; do [ "$g" -gt 0 ] || fail "$name: a shard holds no group of the running job: $held"; done
+  fi
   local vid="w-$vi"
   local vrank; vrank=$(cli status "$a" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$vid'][0]")
   kill -KILL "${wpid[$vi]}"
@@ -82,6 +139,17 @@ shrink_case() {
   wait_until $(( t0 + REGROUP_S * 1000 )) regrouped "$a" \
     || fail "$name: A not regrouped within ${REGROUP_S}s of the SIGKILL: $(cli status "$a")"
   local t1; t1=$(now_ms)
+  if [ -n "$PS" ]; then
+    # Generation 1 uses as many groups per shard as generation 0 did;
+    # generation 0's are forgotten (without the Control message each shard
+    # would hold both generations' until idle eviction).
+    local most; most=$(tr ' ' '\n' <<<"$held" | sort -n | tail -1)
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) stepped "$a" "$(( $(cli status "$a" --json | json "int(d['step'])") + 5 ))" \
+      || fail "$name: A made no progress after the regroup: $(cli status "$a")"
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most "$most" \
+      || fail "$name: after the regroup the shards hold $(ps_jobs) groups, before the kill $held: generation 0's not forgotten"
+    echo "$name: groups held per shard after the regroup: $(ps_jobs)"
+  fi
   if [ "$MODE" = restart ]; then
     # A ps job on the coordinator's own shard lost the shard's sums: the
     # restarted coordinator regroups it (a "restart" event after the shrink)
@@ -102,6 +170,11 @@ shrink_case() {
     || fail "$name: status line: $(cli status "$a")"
   [ "$(json "int(d['checked_steps']) > 0 and int(d['mismatched_steps']) == 0" <<<"$st")" = True ] \
     || fail "$name: sync: $(cli status "$a")"
+  if [ -n "$PS" ]; then
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most 0 \
+      || fail "$name: A ended but the shards still hold $(ps_jobs) groups"
+    echo "$name: groups held per shard once A ended: $(ps_jobs)"
+  fi
 
   start_worker   # the victim's replacement
   # B: the uninterrupted K=3 run, a checkpoint every step, cancelled once
@@ -128,6 +201,13 @@ shrink_case() {
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
+if [ "$MODE" = ps_servers ]; then
+  shrink_case "SIGKILL ps/tcp on 2 lockstep-server shards K=3 -> 2" 2 -- --sync=ps --ps_transport=tcp --ps_shards=2
+  wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most 0 \
+    || fail "the shards still hold $(ps_jobs) groups after every job ended"
+  echo PASS
+  exit 0
+fi
 shrink_case "SIGKILL ring/grpc K=3 -> 2" 3 -- --peer_transport=grpc
 # w-2 this time (a middle rank: the survivors are renumbered).
 shrink_case "SIGKILL ps/tcp K=3 -> 2" 2 -- --sync=ps --ps_transport=tcp
