@@ -8,7 +8,13 @@
 #   fail (the default): the job ends FAILED with "non-finite gradient on
 #     rank 2 at step 5" within 15 s of its submission, and every worker is
 #     idle again;
-#   a bad --on_nonfinite is refused naming the flag.
+#   a bad --on_nonfinite is refused naming the flag;
+#   an overflowing sum: the three workers stopped (SIGTERM), two fresh ones
+#     started with --fault_nan_step=7 --fault_nan_value=3e38 (finite on each
+#     rank, 6e38 > FLT_MAX summed): under skip (ring over tcp) the job
+#     SUCCEEDS with step 7 skipped and no rank named ("sum overflowed");
+#     under fail (ps over tcp) it ends FAILED with "non-finite sum at step
+#     7 ... the sum overflowed".
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -89,4 +95,44 @@ print(f"  FAILED in {secs:.1f} s: {d['reason']}")
 PY
 for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 3 ] && break; sleep 0.1; done
 [ "$(cli workers | grep -c IDLE)" = 3 ] || fail "workers not idle 10 s after the failed job: $(cli workers)"
+
+echo "== an overflowing sum: two workers put 3e38 at step 7"
+for p in "${pids[@]:1}"; do kill -TERM "$p"; done
+for p in "${pids[@]:1}"; do wait "$p" 2>/dev/null; done
+for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 0 ] && break; sleep 0.1; done
+[ "$(cli workers | grep -c IDLE)" = 0 ] || fail "stopped workers still IDLE: $(cli workers)"
+for i in 4 5; do
+  "$WORKER" --insecure --coordinator="$C" --port_file="$T/w$i.port" --fault_nan_step=7 \
+    --fault_nan_value=3e38 2>"$T/w$i.log" & pids+=($!)
+  wait_file "$T/w$i.port"
+done
+for _ in $(seq 100); do [ "$(cli workers | grep -c IDLE)" = 2 ] && break; sleep 0.05; done
+[ "$(cli workers | grep -c IDLE)" = 2 ] || fail "2 idle workers expected: $(cli workers)"
+OVF=(--workers=2 --model=mlp:8 --dataset="$DATA" --batch=30 --steps=20 --lr=0.1)
+out=$(cli submit "${OVF[@]}" --peer_transport=tcp --on_nonfinite=skip --follow --json) \
+  || fail "overflow skip: exit $?: $out"
+python3 - "$out" <<'PY' || fail "overflow skip: $out"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["state"] == "SUCCEEDED", d["state"]
+assert int(d.get("skipped_steps", 0)) == 1, d.get("skipped_steps")
+assert int(d.get("last_skipped_step", -1)) == 7, d.get("last_skipped_step")
+assert not d.get("last_nonfinite_ranks"), d.get("last_nonfinite_ranks")
+assert int(d["checked_steps"]) == 20 and int(d["mismatched_steps"]) == 0, d
+print("  skip: SUCCEEDED, step 7 skipped, no rank named, 20 steps checked, 0 mismatched")
+PY
+id=$(json "d['job_id']" <<<"$out")
+cli status "$id" | grep -q 'non-finite gradients: 1 step(s) skipped, the last at step 7 (sum overflowed)' \
+  || fail "overflow status $id: $(cli status "$id")"
+out=$(cli submit "${OVF[@]}" --sync=ps --ps_transport=tcp --follow --json); rc=$?
+[ "$rc" = 3 ] || fail "overflow fail: exit $rc (expected 3, followed job FAILED): $out"
+python3 - "$out" <<'PY' || fail "overflow fail: $out"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["state"] == "FAILED", d["state"]
+want = ("non-finite sum at step 7: every rank's gradient and loss were finite, "
+        "the sum overflowed (spec.on_nonfinite: fail)")
+assert want in d["reason"], d["reason"]
+print(f"  fail: FAILED: {d['reason']}")
+PY
 echo PASS

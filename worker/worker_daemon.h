@@ -77,6 +77,7 @@
 #define LOCKSTEP_WORKER_WORKER_DAEMON_H_
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -154,6 +155,7 @@ struct WorkerDaemonOptions {
   int64_t flip_index = 0;
   // Fault injection for tests (see JobRunnerOptions::nan_at_step).
   int64_t nan_at_step = -1;
+  float nan_value = std::numeric_limits<float>::quiet_NaN();  // JobRunnerOptions::nan_value
   // The states this worker offers its peers (served by worker/net/
   // state_service.h on the same gRPC server as the peer service); jobs
   // publish to it and fetch from peers' (divergence repair). Not owned;

@@ -266,6 +266,7 @@ void WorkerDaemon::RunJob(RunningJob* job) {
     o.flip_optimizer = options_.flip_optimizer;
     o.flip_index = options_.flip_index;
     o.nan_at_step = options_.nan_at_step;
+    o.nan_value = options_.nan_value;
     o.generation = a.generation();
     if (a.generation() > 0) o.initial_state = held;
     o.initial_state_is_final = a.generation() > 0 && a.state_source_group_key() != 0;

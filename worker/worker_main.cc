@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -93,6 +94,9 @@ ABSL_FLAG(std::string, fault_hold_pull_file, "",
 ABSL_FLAG(int64_t, fault_nan_step, -1,
           "Testing only: at this step of every job, put a NaN in this worker's local gradient "
           "before the non-finite check, so the job's --on_nonfinite policy applies (-1 = off)");
+ABSL_FLAG(double, fault_nan_value, std::numeric_limits<double>::quiet_NaN(),
+          "Testing only: the value --fault_nan_step puts in the gradient (default NaN; a large "
+          "finite one such as 3e38 on two workers makes the combined SUM overflow instead)");
 ABSL_FLAG(bool, fault_lose_register_reply, false,
           "Testing only: treat the first RegisterWorker reply as lost in transit (the call "
           "fails DEADLINE_EXCEEDED after the coordinator answered), so the worker repeats it");
@@ -339,6 +343,7 @@ int main(int argc, char** argv) {
     options.flip_optimizer = target == "optimizer";
   }
   options.nan_at_step = absl::GetFlag(FLAGS_fault_nan_step);
+  options.nan_value = static_cast<float>(absl::GetFlag(FLAGS_fault_nan_value));
   options.lose_first_register_reply = absl::GetFlag(FLAGS_fault_lose_register_reply);
   options.channel_credentials = peer_credentials;
   options.ps_channel_credentials = ps_credentials;
