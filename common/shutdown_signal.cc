@@ -1,6 +1,8 @@
 #include "common/shutdown_signal.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +23,14 @@ void OnShutdownSignal(int sig) {
   errno = saved_errno;
 }
 
+sigset_t ShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
 }  // namespace
 
 absl::Status InstallShutdownSignalHandlers() {
@@ -34,14 +44,27 @@ absl::Status InstallShutdownSignalHandlers() {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Threads started from here on (gRPC's, ours) inherit the block: the
+  // signals go to the thread in WaitForShutdownSignal (which unblocks them)
+  // or, until one waits, to a thread started before main (OpenBLAS), whose
+  // handler call writes the pipe all the same.
+  const sigset_t set = ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return absl::OkStatus();
 }
 
 int WaitForShutdownSignal() {
+  const sigset_t set = ShutdownSignals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  // A poll with a timeout, not one blocking read: ThreadSanitizer defers a
+  // signal that arrives outside a call it treats as blocking until the
+  // thread's next intercepted call, and a read that never returns never
+  // gets there (the daemons then ignored SIGTERM under TSan).
   unsigned char sig = 0;
-  while (read(g_pipe[0], &sig, 1) != 1) {  // EINTR: retry
+  for (;;) {
+    struct pollfd p = {g_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, 200) == 1 && read(g_pipe[0], &sig, 1) == 1) return sig;
   }
-  return sig;
 }
 
 const char* ShutdownSignalName(int sig) {

@@ -5,8 +5,14 @@
 // and a signal delivered to one of those, which never blocked it, would
 // kill the process.) SIGPIPE is ignored.
 //
-// Process-wide by nature: install once, from main, before other threads
-// need it. Wait() may be called from any one thread.
+// Install blocks SIGINT and SIGTERM in the calling thread, so every thread
+// it starts afterwards blocks them too; Wait() unblocks them in its own
+// thread, which then receives them (a thread started before Install, such
+// as OpenBLAS's, may still run the handler: the pipe carries it).
+//
+// Process-wide by nature: install once, from main, before starting other
+// threads. Wait() may be called from any one thread started after Install
+// (or main itself); that thread keeps them unblocked afterwards.
 #ifndef LOCKSTEP_COMMON_SHUTDOWN_SIGNAL_H_
 #define LOCKSTEP_COMMON_SHUTDOWN_SIGNAL_H_
 

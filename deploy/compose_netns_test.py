@@ -259,8 +259,9 @@ class Cluster:
         argv = self.map_command(command, volumes)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         # The machine's OpenBLAS settings and the sanitizer options of an
-        # ASan run pass through (not part of the compose file).
-        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        # ASan or TSan run pass through (not part of the compose file).
+        for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ASAN_OPTIONS", "UBSAN_OPTIONS",
+                  "TSAN_OPTIONS"):
             if k in os.environ:
                 env[k] = os.environ[k]
         e = svc.get("environment") or {}

@@ -2,7 +2,7 @@
 # test's scratch directory, where the daemons' *.log files go) and, if the
 # default of 8 does not suit, FAIL_TAIL (log lines shown per file on FAIL).
 #   pids+=($!)      after starting a daemon: it is stopped at exit
-#   fail MESSAGE    prints FAIL, the tail of every $T/*.log, exits 1
+#   fail MESSAGE    prints FAIL, the tail of every $T/*.log (to stderr), exits 1
 #   wait_file F     waits up to 30 s for a non-empty F (a --port_file)
 #   write_blobs DIR SEED TRAIN TEST [FEATURES [SEP]]
 #                   writes DIR/train.csv (TRAIN rows) and DIR/test.csv (TEST
@@ -79,9 +79,11 @@ cleanup() {
   wait 2>/dev/null
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  for f in "$T"/*.log; do echo "== $f"; tail -"${FAIL_TAIL:-8}" "$f"; done
+fail() {  # to stderr: shown even when called inside $(...)
+  {
+    echo "FAIL: $*"
+    for f in "$T"/*.log; do echo "== $f"; tail -"${FAIL_TAIL:-8}" "$f"; done
+  } >&2
   exit 1
 }
 wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }

@@ -5,6 +5,9 @@
 #   targets default: the tsan set (below); prints "tests: N passed, N failed".
 #        bash tests/tsan/run_tsan.sh --ci          # the CI subset (ci_set.txt)
 #        bash tests/tsan/run_tsan.sh --absl_only   # only build abseil
+#        bash tests/tsan/run_tsan.sh --sh          # the shell tests (end to end,
+#                                                  # TSan-built daemons) but
+#                                                  # those in sh_excluded.txt
 #
 # Why abseil is rebuilt: Debian's libabsl is not built with TSan, so
 # absl::Mutex's Lock/Unlock (in libabsl_synchronization.so) synchronise with
@@ -98,11 +101,20 @@ if [ "${1:-}" = --absl_only ]; then echo "tsan: instrumented abseil in $LIB" >&2
 
 TARGETS=()
 FLAGS=()
+SUPP_EXTRA=""
 for a in "$@"; do
   case "$a" in
     --ci)
       mapfile -t -O "${#TARGETS[@]}" TARGETS < <(grep -o '^//[^[:space:]]*' tests/tsan/ci_set.txt)
       [ ${#TARGETS[@]} -gt 0 ] || { echo "tsan: no targets in tests/tsan/ci_set.txt" >&2; exit 1; }
+      ;;
+    --sh)
+      # Every sh_test but the excluded (sh_excluded.txt: the reason beside each).
+      mapfile -t excluded < <(grep -o '^//[^[:space:]]*' tests/tsan/sh_excluded.txt)
+      mapfile -t -O "${#TARGETS[@]}" TARGETS < <("${BAZEL[@]}" query 'kind(sh_test, //...)' 2>/dev/null |
+        grep -vxF -f <(printf '%s\n' "${excluded[@]}"))
+      [ ${#TARGETS[@]} -gt 0 ] || { echo "tsan: bazel query found no shell tests" >&2; exit 1; }
+      SUPP_EXTRA=tests/tsan/tsan_sh.supp
       ;;
     -*) FLAGS+=("$a") ;;
     *) TARGETS+=("$a") ;;
@@ -115,9 +127,7 @@ done
 # //tests/tsan:absl_mutex_visible_test (tagged manual: it only means
 # something here). Only C++ tests are built (--build_tests_only), not the
 # daemons. Not in the set: the shell tests (sh_test: the end-to-end tests
-# start the daemons, whose code the in-process C++ tests already run under
-# TSan; all 41 take too long under TSan for CI; they run with
-# `run_tsan.sh $(bazel query 'kind(sh_test, //...)')`).
+# start the daemons; `--sh` runs them, CI's third part).
 # (Until 2026-12-05 the 21 tests that start no thread were left out too;
 # they are cheap, so the set is every C++ test now.)
 if [ ${#TARGETS[@]} -eq 0 ]; then
@@ -126,14 +136,24 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 
 log=$(mktemp /tmp/lockstep-tsan-log.XXXXXX)
-trap 'rm -f "$log"; "${BAZEL[@]}" shutdown >/dev/null 2>&1 || true' EXIT
+# The suppressions: tsan.supp, plus tsan_sh.supp for the shell tests.
+SUPP=$ROOT/tests/tsan/tsan.supp
+if [ -n "$SUPP_EXTRA" ]; then
+  SUPP=$(mktemp /tmp/lockstep-tsan-supp.XXXXXX)
+  cat "$ROOT/tests/tsan/tsan.supp" "$ROOT/$SUPP_EXTRA" >"$SUPP"
+fi
+trap 'rm -f "$log"; [ -z "$SUPP_EXTRA" ] || rm -f "$SUPP"; "${BAZEL[@]}" shutdown >/dev/null 2>&1 || true' EXIT
 # DT_RPATH (not RUNPATH) so libraries loaded by libgrpc also resolve there.
 # TSan runs our code 5-15x slower: timeouts per size are raised (small 120 s,
 # medium 900 s, large 1800 s); a flag given to this script overrides them.
+# history_size=7 (the most): a race's earlier access keeps its stack even
+# in the long-running daemons of the shell tests, so the gRPC suppressions,
+# which match frames of that stack, can tell gRPC's hand-offs from ours
+# (with the default a report may say "failed to restore the stack").
 COMMON=(--config=tsan -k
     --linkopt=-Wl,--disable-new-dtags --linkopt=-Wl,-rpath,"$LIB"
     --test_timeout=120,900,1800,3600
-    --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan/tsan.supp"
+    --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=7:suppressions=$SUPP"
     "${FLAGS[@]}")
 # Build first, then test, so the log says how long each took.
 start=$(date +%s)
