@@ -24,7 +24,6 @@ write_blobs "$T/data" 11 400 60 8
 bash "$CERTS" --out="$T/pki" 2>/dev/null || fail "certs.sh"
 bash "$CERTS" --out="$T/other" 2>/dev/null || fail "certs.sh (other CA)"
 PKI="$T/pki"
-tls() { echo "--tls_cert=$1/$2.pem --tls_key=$1/$2.key --tls_ca=$1/ca.pem"; }
 cli() { "$CLI" --coordinator="$C" $(tls "$PKI" client) --token_file="$PKI/token" "$@"; }
 
 BASE=(--workers=2 --model=mlp:32,32 --dataset='csv:train.csv;test.csv' --batch=32 --steps=400

@@ -11,6 +11,8 @@
 #                   so the loss stays well above 0) and the others near 0,
 #                   from Python's random.Random(SEED)
 #   log_size F      F's size in bytes (an offset for down_for)
+#   tls DIR ROLE    the --tls_cert/--tls_key/--tls_ca flags of ROLE's
+#                   certificate in DIR (as deploy/certs.sh writes it)
 #   down_for MS F:OFFSET...
 #                   true when every log F has, from byte OFFSET on,
 #                   "heartbeat failed" lines spanning at least MS ms by their
@@ -105,8 +107,10 @@ write(f"{d}/test.csv", n_test)
 PY
 }
 log_size() { stat -c %s "$1"; }
-# SEC_CLI / SEC_WORKER: the client's and workers' security flags
-# (--insecure unless the test sets them before sourcing, e.g. TLS flags).
+tls() { echo "--tls_cert=$1/$2.pem --tls_key=$1/$2.key --tls_ca=$1/ca.pem"; }
+# SEC_CLI / SEC_WORKER: the client's and workers' security flags, read by
+# cli and spawn_worker when called (--insecure unless the test sets them,
+# e.g. to `tls` flags).
 SEC_CLI=("${SEC_CLI[@]:---insecure}")
 SEC_WORKER=("${SEC_WORKER[@]:---insecure}")
 cli() { "$CLI" "${SEC_CLI[@]}" --coordinator="$C" "$@"; }

@@ -33,13 +33,10 @@ FAIL_TAIL=25
 source "$(dirname "$0")/e2e_lib.sh"
 if [ "$MODE" = tls ]; then
   bash "$CERTS_SH" --out="$T/pki" 2>/dev/null || fail "certs.sh"
-  tls() {  # tls ROLE: the daemon or client flags of ROLE's certificate
-    echo "--tls_cert=$T/pki/$1.pem --tls_key=$T/pki/$1.key --tls_ca=$T/pki/ca.pem"
-  }
-  SEC_PS="$(tls server) --data_plane_tls"
-  SEC_COORD="$(tls coordinator) --token_file=$T/pki/token --data_plane_tls"
-  SEC_WORKER="$(tls worker) --data_plane_tls"
-  SEC_CLI="$(tls client) --token_file=$T/pki/token"
+  SEC_PS="$(tls "$T/pki" server) --data_plane_tls"
+  SEC_COORD="$(tls "$T/pki" coordinator) --token_file=$T/pki/token --data_plane_tls"
+  SEC_WORKER="$(tls "$T/pki" worker) --data_plane_tls"
+  SEC_CLI="$(tls "$T/pki" client) --token_file=$T/pki/token"
   FLOOD_TLS=(--tls_dir="$T/pki" --tls_role=worker)
 else
   SEC_PS=--insecure SEC_COORD=--insecure SEC_WORKER=--insecure SEC_CLI=--insecure

@@ -31,7 +31,6 @@ fi
 
 bash "$CERTS" --out="$T/pki" 2>/dev/null || fail "certs.sh"
 PKI="$T/pki"
-tls() { echo "--tls_cert=$PKI/$1.pem --tls_key=$PKI/$1.key --tls_ca=$PKI/ca.pem"; }
 HTTP=(--http_token_file="$PKI/http_token" --http_tls --metrics_port=0)
 
 # fetch URL [CA|none] [token|notoken] [ROLE]: prints "STATUS BODY-HEAD" or
@@ -89,24 +88,24 @@ echo "coordinator, ps server and worker: exit 2 naming --http_tls, no port file"
 rc=0
 # shellcheck disable=SC2046
 "$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/bad.port" --metrics_port=0 \
-  --http_client_certs $(tls server) 2>"$T/bad.log" || rc=$?
+  --http_client_certs $(tls "$PKI" server) 2>"$T/bad.log" || rc=$?
 [ "$rc" = 2 ] && grep -q -- "--http_client_certs: needs --http_tls" "$T/bad.log" \
   || fail "--http_client_certs without --http_tls: exit $rc: $(cat "$T/bad.log")"
 echo "--http_client_certs without --http_tls: exit 2 naming it"
 
 # shellcheck disable=SC2046
 "$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps.port" --metrics_port_file="$T/ps.mport" \
-  "${HTTP[@]}" $(tls server) 2>"$T/ps.log" & pids+=($!)
+  "${HTTP[@]}" $(tls "$PKI" server) 2>"$T/ps.log" & pids+=($!)
 wait_file "$T/ps.port"; wait_file "$T/ps.mport"
 # shellcheck disable=SC2046
 "$COORD" --listen=127.0.0.1:0 --port_file="$T/coord.port" --metrics_port_file="$T/coord.mport" \
   --ps_addresses="127.0.0.1:$(cat "$T/ps.port")" --token_file="$PKI/token" "${HTTP[@]}" \
-  $(tls coordinator) 2>"$T/coord.log" & pids+=($!)
+  $(tls "$PKI" coordinator) 2>"$T/coord.log" & pids+=($!)
 wait_file "$T/coord.port"; wait_file "$T/coord.mport"
 C="127.0.0.1:$(cat "$T/coord.port")"
 # shellcheck disable=SC2046
 "$WORKER" --coordinator="$C" --data_dir="$T" --port_file="$T/w1.port" \
-  --metrics_port_file="$T/w1.mport" "${HTTP[@]}" $(tls worker) 2>"$T/w1.log" & pids+=($!)
+  --metrics_port_file="$T/w1.mport" "${HTTP[@]}" $(tls "$PKI" worker) 2>"$T/w1.log" & pids+=($!)
 wait_file "$T/w1.mport"
 grep -q "metrics on https://" "$T/coord.log" || fail "the coordinator does not say https: $(grep metrics "$T/coord.log")"
 targets=()
@@ -136,7 +135,7 @@ r=$(fetch "https://${targets[0]}/healthz" "$PKI/ca.pem" notoken); [ "$r" = "200 
 echo "== --http_client_certs: only the cluster's metrics (or client) certificate gets the pages"
 # shellcheck disable=SC2046
 "$PS" --role=ps --listen=127.0.0.1:0 --port_file="$T/ps2.port" --metrics_port_file="$T/ps2.mport" \
-  "${HTTP[@]}" --http_client_certs $(tls server) 2>"$T/ps2.log" & pids+=($!)
+  "${HTTP[@]}" --http_client_certs $(tls "$PKI" server) 2>"$T/ps2.log" & pids+=($!)
 wait_file "$T/ps2.mport"
 M="127.0.0.1:$(cat "$T/ps2.mport")"
 r=$(fetch "https://$M/healthz" "$PKI/ca.pem" notoken)

@@ -43,17 +43,16 @@ COORD="$1"; WORKER="$2"; CLI="$3"; MODE="${4:-}"; PS="${5:-}"; CERTS_SH="${6:-}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
 REGROUP_S=6
+source "$(dirname "$0")/e2e_lib.sh"
 SEC_COORD=(--insecure) SEC_PS=(--insecure)
 if [ "$MODE" = ps_servers_tls ]; then
-  bash "$CERTS_SH" --out="$T/pki" 2>/dev/null || { echo "FAIL: certs.sh"; exit 1; }
-  tls() { echo "--tls_cert=$T/pki/$1.pem --tls_key=$T/pki/$1.key --tls_ca=$T/pki/ca.pem"; }
-  read -ra SEC_PS <<<"$(tls server)"
-  read -ra SEC_COORD <<<"$(tls coordinator) --token_file=$T/pki/token"
-  read -ra SEC_WORKER <<<"$(tls worker)"
-  read -ra SEC_CLI <<<"$(tls client) --token_file=$T/pki/token"
+  bash "$CERTS_SH" --out="$T/pki" 2>/dev/null || fail "certs.sh"
+  read -ra SEC_PS <<<"$(tls "$T/pki" server)"
+  read -ra SEC_COORD <<<"$(tls "$T/pki" coordinator) --token_file=$T/pki/token"
+  read -ra SEC_WORKER <<<"$(tls "$T/pki" worker)"
+  read -ra SEC_CLI <<<"$(tls "$T/pki" client) --token_file=$T/pki/token"
   MODE=ps_servers
 fi
-source "$(dirname "$0")/e2e_lib.sh"
 
 write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
 DATA='csv:train.csv;test.csv'

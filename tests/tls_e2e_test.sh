@@ -35,7 +35,6 @@ write_blobs "$T/data" 11 300 60 4
 bash "$CERTS" --out="$T/pki" 2>/dev/null || fail "certs.sh"
 bash "$CERTS" --out="$T/other" 2>/dev/null || fail "certs.sh (other CA)"
 PKI="$T/pki"
-tls() { echo "--tls_cert=$1/$2.pem --tls_key=$1/$2.key --tls_ca=$1/ca.pem"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
 JOB=(--workers=2 --model=mlp:16 --dataset='csv:train.csv;test.csv' --batch=30 --steps=300
