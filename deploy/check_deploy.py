@@ -32,7 +32,9 @@ runtime-libs DOCKERFILE BINARY...: the runtime stage installs exactly the
   Debian packages of the shared libraries the binaries need directly
   (readelf NEEDED, located with ldd, owner from dpkg -S), besides the base
   image's libc6/libgcc-s1/libstdc++6/zlib1g and the dataset package: none
-  missing (the image would not start), none extra.
+  missing (the image would not start), none extra. Sanitizer runtimes are
+  skipped; a rebuilt copy of a Debian library outside the system paths (a
+  TSan build's abseil) counts as the package owning its soname.
 k8s: every Deployment/StatefulSet container has readiness and liveness
   probes and cpu+memory requests; every StatefulSet's serviceName is a
   headless Service in the set; no --advertise; --metrics_port=N with a
@@ -295,6 +297,22 @@ def check_runtime_libs(dockerfile, binaries):
                 continue
             uses.setdefault(where[so], set()).add(so)
     owner = packages_of(list(uses))
+    # A sanitizer build may load a rebuilt copy of a Debian library from
+    # outside the system paths (tests/tsan/run_tsan.sh links abseil built
+    # with -fsanitize=thread through an RPATH): such a copy stands for the
+    # package that owns the same soname in the linker cache, which is what
+    # the image ships.
+    unowned = [p for p in uses if p not in owner]
+    if unowned:
+        cache = dict(re.findall(r"^\s*(\S+) \(.*\) => (/\S+)$",
+                                subprocess.run(["ldconfig", "-p"], capture_output=True,
+                                               text=True).stdout, re.M))
+        system = {p: cache[os.path.basename(p)] for p in unowned
+                  if os.path.basename(p) in cache and cache[os.path.basename(p)] != p}
+        system_owner = packages_of(list(system.values()))
+        for p, sp in system.items():
+            if sp in system_owner:
+                owner[p] = system_owner[sp]
     needed = {}  # package -> sonames
     for path, sos in uses.items():
         if path not in owner:

@@ -42,11 +42,13 @@ echo "$out" > "$T/job.json"
 cli status "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['job_id'])" "$T/job.json")" \
   --json > "$T/status.json" || fail "status"
 
-# Under AddressSanitizer (CI's second pass) the shadow memory and the
-# 256 MiB free quarantine make RSS say nothing about the program: the job
-# and the reported resident_bytes are still checked, the budget is not.
+# Under AddressSanitizer (CI's second pass: shadow memory and a 256 MiB
+# free quarantine) and ThreadSanitizer (its third: shadow and meta-shadow
+# several times the application's memory) RSS says nothing about the
+# program: the job and the reported resident_bytes are still checked, the
+# budget is not.
 SANITIZED=0
-grep -aq __asan_init "$WORKER" && SANITIZED=1
+grep -aqE '__asan_init|__tsan_init' "$WORKER" && SANITIZED=1
 python3 - "$T/job.json" "$T/status.json" "$SANITIZED" "${wpids[@]}" <<'PY' || fail "resident memory over budget (see above)"
 import json, sys
 job = json.load(open(sys.argv[1]))
