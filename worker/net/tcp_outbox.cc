@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_format.h"
 #include "worker/net/tcp_io.h"
 
@@ -38,6 +39,14 @@ TcpOutbox::~TcpOutbox() {
   BeginShutdown();
   StopWriterAndClose();
   close(writer_wake_fd_);
+}
+
+void TcpOutbox::SetPollHookForTest(PollHook hook) {
+  ABSL_RAW_CHECK(hook != nullptr, "TcpOutbox::SetPollHookForTest: empty hook");
+  ABSL_RAW_CHECK(!has_poll_hook_.load(),
+                 "TcpOutbox::SetPollHookForTest called twice");
+  poll_hook_ = std::move(hook);
+  has_poll_hook_.store(true, std::memory_order_release);
 }
 
 void TcpOutbox::WakeWriter() {
@@ -166,6 +175,8 @@ absl::Status TcpOutbox::FlushBorrowed(absl::Time deadline, int* failed_peer) {
       // callers may use it meanwhile).
       const std::shared_ptr<TcpSocket> sock = link.sock;  // open while polled
       link.mu.Unlock();
+      const pollfd polled = {sock->fd, POLLOUT, 0};
+      BeforePoll(TcpPollSite::kFlushBorrowed, absl::MakeConstSpan(&polled, 1));
       absl::Status s = WaitFd(sock->fd, POLLOUT, shutdown_wake_fd_, deadline);
       link.mu.Lock();
       if (s.ok()) continue;
@@ -233,6 +244,7 @@ void TcpOutbox::WriterLoop() {
       timeout_ms = static_cast<int>(std::max<int64_t>(
           1, absl::ToInt64Milliseconds(drain_until - absl::Now())));
     }
+    BeforePoll(TcpPollSite::kWriter, absl::MakeConstSpan(fds).subspan(1));
     const int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) return;
     if (fds[0].revents != 0) {
@@ -295,6 +307,7 @@ absl::Status TcpOutbox::WaitReadable(int fd, absl::Time deadline,
       held[n - 2] = link.sock;  // open while polled
       p[n++] = {link.fd, POLLOUT, 0};
     }
+    BeforePoll(TcpPollSite::kProgress, absl::MakeConstSpan(p + 2, n - 2));
     timespec ts;
     timespec* tsp = TimeLeft(deadline, &ts);
     const int ready = ppoll(p, n, tsp, nullptr);

@@ -21,11 +21,16 @@
 // Bounds: backlog bytes per link are bounded by the transport's
 // max_queued_bytes (Send waits above it) plus one message; at most 4 spare
 // buffers per link; at most kMaxProgressPeers links polled by one Recv.
+// Tests (tcp_outbox_test.cc) check the last contract point through
+// SetPollHookForTest.
 #ifndef LOCKSTEP_WORKER_NET_TCP_OUTBOX_H_
 #define LOCKSTEP_WORKER_NET_TCP_OUTBOX_H_
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -98,9 +103,21 @@ struct TcpOutLink {
   std::vector<std::vector<uint8_t>> spare ABSL_GUARDED_BY(mu);
 };
 
+// The threads that poll link sockets outside the links' mutexes (see
+// TcpOutbox::SetPollHookForTest).
+enum class TcpPollSite {
+  kWriter,         // the writer thread (its poll over every backlog)
+  kProgress,       // a Recv writing backlogs while it waits (WaitReadable)
+  kFlushBorrowed,  // FlushBorrowed waiting for room on one link
+};
+
 class TcpOutbox {
  public:
   static constexpr int kMaxProgressPeers = 64;
+
+  // `sockets`: the link sockets about to be polled (not the wake eventfds).
+  using PollHook =
+      std::function<void(TcpPollSite site, absl::Span<const pollfd> sockets)>;
 
   // `world` links for rank `rank`; writer_wake_fd (an eventfd, owned) wakes
   // the writer; shutdown_wake_fd (not owned) is readable once the transport
@@ -150,7 +167,25 @@ class TcpOutbox {
   int64_t backlogged() const { return backlogged_.load(); }
   int64_t borrows_copied() const { return borrows_copied_.load(); }
 
+  // Tests only: `hook` runs in every thread that polls link sockets outside
+  // their mutexes (the writer thread on each round, WaitReadable with
+  // `progress` on each round, FlushBorrowed before each wait for room),
+  // after it took its references to the sockets and released every link's
+  // mutex, just before it polls. No lock of the outbox is held: the hook may
+  // lock a link and break or close it (FlushLocked, CloseLocked), as another
+  // thread could at that moment. Any thread; at most once per outbox, with
+  // a non-empty hook (else aborts); the hook stays until the outbox is
+  // destroyed, so what it refers to must outlive the outbox. Unset, the
+  // pollers pay one atomic load.
+  void SetPollHookForTest(PollHook hook);
+
  private:
+  // Runs the test hook, if set (see SetPollHookForTest).
+  void BeforePoll(TcpPollSite site, absl::Span<const pollfd> sockets) {
+    if (has_poll_hook_.load(std::memory_order_acquire)) {
+      poll_hook_(site, sockets);
+    }
+  }
   void SyncPendingLocked(TcpOutLink& link)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   void WriterLoop();
@@ -168,6 +203,9 @@ class TcpOutbox {
   std::atomic<int64_t> borrows_copied_{0};
   absl::Mutex stop_mu_;
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
+  // Written once by SetPollHookForTest before has_poll_hook_ is set.
+  PollHook poll_hook_;
+  std::atomic<bool> has_poll_hook_{false};
   std::thread writer_;
 };
 
