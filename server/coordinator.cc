@@ -243,7 +243,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
         JobRegroupedLocked(bound);
       }
       if (NeedsAssignment(*bound, request.generation(), request.holds_state())) {
-        SetPsSecretsLocked(bound);
+        StartPsKeysLocked(bound);
         *reply.mutable_assignment() = AssignmentLocked(*bound, w->rank);
       }
     } else {
@@ -276,7 +276,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
     Job* job = jobs_.Find(w->job_id);
     if (job != nullptr && job->state == v1::RUNNING &&
         !job->ranks[w->rank].acknowledged) {
-      SetPsSecretsLocked(job);
+      StartPsKeysLocked(job);
       *reply.mutable_assignment() = AssignmentLocked(*job, w->rank);
     }
   }

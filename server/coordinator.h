@@ -254,6 +254,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/collective/ps_aggregator.h"
 #include "common/log.h"
 #include "proto/coordinator.pb.h"
 #include "proto/job.pb.h"
@@ -376,6 +377,15 @@ class Coordinator {
   // a worker certificate cannot claim another job's key there. Constant-time
   // comparison. Any thread.
   bool IsDataPlaneSecret(uint64_t job, const std::string& secret) const;
+  // The shape (the generation's K, the job's S) of job key `key` (a group
+  // key, or its shape-agreement key) if it is the current group of a
+  // running ps job on this coordinator's own shard; NotFound otherwise
+  // (never started, ended, an older generation's). What its own ps shard's
+  // registry asks before it creates a key (PsRegistryLimits::key_shape), so
+  // that no request makes it hold shards for a key, K or shard index no
+  // job has. Any thread (takes the coordinator's lock: the registry calls
+  // it without its own).
+  absl::StatusOr<PsKeyShape> PsKeyShapeOf(uint64_t key) const;
   absl::StatusOr<lockstep::v1::HeartbeatReply> Heartbeat(
       const lockstep::v1::HeartbeatRequest& request);
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStep(
@@ -524,10 +534,12 @@ class Coordinator {
   // (coordinator_membership.cc): CoordinatorOptions::forget_ps_group on the
   // coordinator's own shard, ps_control->Forget on --ps_addresses shards.
   void ForgetPsGroupsLocked(const Job& job, int64_t below) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A ps job over TCP on --ps_addresses shards: the first time an
-  // assignment of its current generation goes out, gives the shards that
-  // generation's data-plane secret (ps_control->SetSecrets, both keys).
-  void SetPsSecretsLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A ps job on --ps_addresses shards: the first time an assignment of its
+  // current generation goes out, starts that generation's keys (the group
+  // and its shape round) on the shards with the generation's K and the
+  // job's S, and for a raw-TCP job the data-plane secret
+  // (ps_control->StartKeys).
+  void StartPsKeysLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The group key (Assignment.group_key) of `job`'s generation `generation`.
   uint64_t GroupKeyLocked(const Job& job, int64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

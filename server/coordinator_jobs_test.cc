@@ -267,25 +267,25 @@ TEST_F(CoordinatorTest, PsModeUsesFirstShardsOfConfiguredAddresses) {
 struct RecordingPsControl : PsControl {
   struct Call {
     std::vector<std::string> shards;
-    std::vector<PsJobSecret> secrets;
+    std::vector<PsKeyStart> secrets;
     std::vector<uint64_t> forget;
   };
   std::vector<Call> sets, forgets;
-  void SetSecrets(const std::vector<std::string>& shards,
-                  std::vector<PsJobSecret> secrets) override {
-    sets.push_back({shards, std::move(secrets), {}});
+  void StartKeys(const std::vector<std::string>& shards, std::vector<PsKeyStart> keys) override {
+    sets.push_back({shards, std::move(keys), {}});
   }
   void Forget(const std::vector<std::string>& shards, std::vector<uint64_t> jobs) override {
     forgets.push_back({shards, {}, std::move(jobs)});
   }
 };
 
-// A ps job over TCP on --ps_addresses shards: the shards get its data-plane
-// secret for both of its keys once, with its first assignment (before any
-// of its workers can ask them), and are told to forget both keys when it
-// ends. The coordinator's own shard checks registrations against the same
-// secret (IsDataPlaneSecret). A gRPC ps job needs no secret.
-TEST_F(CoordinatorTest, PsShardsGetTheJobsSecretFromTheCoordinator) {
+// A ps job over TCP on --ps_addresses shards: the shards get both of its
+// keys, with the job's K and S and its data-plane secret, once, with its
+// first assignment (before any of its workers can ask them), and are told
+// to forget both keys when it ends. The coordinator's own shard checks
+// registrations against the same secret (IsDataPlaneSecret). A gRPC ps job
+// gets its keys and shape without a secret.
+TEST_F(CoordinatorTest, PsShardsGetTheJobsKeysAndSecretFromTheCoordinator) {
   RecordingPsControl control;
   CoordinatorOptions o = DefaultOptions();
   o.ps_addresses = {"ps0:1", "ps1:1"};
@@ -308,6 +308,12 @@ TEST_F(CoordinatorTest, PsShardsGetTheJobsSecretFromTheCoordinator) {
   EXPECT_EQ(control.sets[0].secrets[1].job, shape);
   EXPECT_EQ(control.sets[0].secrets[0].secret, secret);
   EXPECT_EQ(control.sets[0].secrets[1].secret, secret);
+  for (const PsKeyStart& k : control.sets[0].secrets) {
+    EXPECT_EQ(k.num_workers, 2);
+    EXPECT_EQ(k.num_shards, 2);
+  }
+  // Not this coordinator's own shard's key: it would not create it.
+  EXPECT_EQ(coord_->PsKeyShapeOf(key).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(Beat(w2).has_assignment());
   Beat(w1, job);
   Beat(w2, job);
@@ -326,8 +332,41 @@ TEST_F(CoordinatorTest, PsShardsGetTheJobsSecretFromTheCoordinator) {
   spec.set_ps_transport(v1::GRPC);
   Submit(spec);
   Beat(w1);
-  ASSERT_TRUE(Beat(w2).has_assignment());
-  EXPECT_EQ(control.sets.size(), 1u);
+  const v1::HeartbeatReply b2 = Beat(w2);
+  ASSERT_TRUE(b2.has_assignment());
+  ASSERT_EQ(control.sets.size(), 2u);
+  ASSERT_EQ(control.sets[1].secrets.size(), 2u);
+  EXPECT_EQ(control.sets[1].secrets[0].job, b2.assignment().group_key());
+  for (const PsKeyStart& k : control.sets[1].secrets) {
+    EXPECT_EQ(k.secret, "");
+    EXPECT_EQ(k.num_workers, 2);
+    EXPECT_EQ(k.num_shards, 2);
+  }
+}
+
+// The coordinator's own shard creates only the keys of its running ps
+// jobs' current generations (PsKeyShapeOf, what its registry asks), with
+// their K and S; not another key, not once the job ended.
+TEST_F(CoordinatorTest, ItsOwnPsShardKnowsOnlyRunningJobsKeys) {
+  const std::string w1 = Register(1), w2 = Register(2);
+  const uint64_t job = Submit(Spec(2, v1::PS));
+  const v1::HeartbeatReply b1 = Beat(w1);
+  ASSERT_TRUE(b1.has_assignment());
+  ASSERT_TRUE(b1.assignment().coordinator_ps_shard());
+  const uint64_t key = b1.assignment().group_key();
+  for (uint64_t k : {key, key | (uint64_t{1} << 63)}) {
+    absl::StatusOr<PsKeyShape> shape = coord_->PsKeyShapeOf(k);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->num_workers, 2);
+    EXPECT_EQ(shape->num_shards, 1);
+  }
+  absl::StatusOr<PsKeyShape> other = coord_->PsKeyShapeOf(key + 1);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(other.status().message().find("is no running ps job's current group"),
+            std::string::npos)
+      << other.status();
+  ASSERT_TRUE(coord_->CancelJob(job).ok());
+  EXPECT_EQ(coord_->PsKeyShapeOf(key).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoordinatorTest, SyncHistoryIsCappedButCountersExact) {

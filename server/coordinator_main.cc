@@ -347,8 +347,16 @@ int Run(int argc, char** argv) {
     state_db = *std::move(db);
   }
   // The coordinator's own ps shards (declared first: they outlive it); it
-  // forgets the groups of its jobs nobody uses any more.
-  PsShardRegistry ps_registry;
+  // forgets the groups of its jobs nobody uses any more, and they hold only
+  // the keys of its running jobs, with their K and S (asked once per key;
+  // `shard_owner` is set before any server starts).
+  const Coordinator* shard_owner = nullptr;
+  PsRegistryLimits ps_limits;
+  ps_limits.key_shape = [&shard_owner](uint64_t key, absl::Time) -> absl::StatusOr<PsKeyShape> {
+    if (shard_owner == nullptr) return absl::UnavailableError("the coordinator is starting");
+    return shard_owner->PsKeyShapeOf(key);
+  };
+  PsShardRegistry ps_registry(ps_limits);
   options.forget_ps_group = [&ps_registry](uint64_t group) { ps_registry.Forget(group); };
   // --ps_addresses shards get each ps job's data-plane secrets and the keys
   // nobody uses any more from the coordinator (server/ps_control.h), over
@@ -364,6 +372,7 @@ int Run(int argc, char** argv) {
     options.ps_control = ps_control.get();
   }
   Coordinator coordinator(options, &clock);
+  shard_owner = &coordinator;
   if (state_db != nullptr) {
     if (absl::Status s = coordinator.AttachStateDb(state_db.get()); !s.ok()) {
       logger.Error(s.message());

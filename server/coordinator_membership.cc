@@ -69,17 +69,38 @@ void Coordinator::ForgetPsGroupsLocked(const Job& job, int64_t below) {
   }
 }
 
-void Coordinator::SetPsSecretsLocked(Job* job) {
+void Coordinator::StartPsKeysLocked(Job* job) {
   if (options_.ps_control == nullptr || job->coordinator_ps_shard || job->ps_addresses.empty() ||
-      job->spec.sync_mode() != v1::PS || job->spec.ps_transport() != v1::TCP ||
-      job->ps_secrets_generation == job->membership.generation) {
+      job->spec.sync_mode() != v1::PS ||
+      job->ps_keys_generation == job->membership.generation) {
     return;
   }
-  job->ps_secrets_generation = job->membership.generation;
+  job->ps_keys_generation = job->membership.generation;
   const uint64_t key = GroupKeyLocked(*job, job->membership.generation);
-  const std::string secret = dataauth::JobGroupSecret(data_plane_key_, key);
-  options_.ps_control->SetSecrets(job->ps_addresses,
-                                  {PsJobSecret{key, secret}, PsJobSecret{key | kShapeRoundBit, secret}});
+  // A raw-TCP job's shards also get its data-plane secret.
+  const std::string secret = job->spec.ps_transport() == v1::TCP
+                                 ? dataauth::JobGroupSecret(data_plane_key_, key)
+                                 : std::string();
+  const int k = static_cast<int>(job->ranks.size());  // the assignments' K
+  const int s = static_cast<int>(job->ps_addresses.size());
+  options_.ps_control->StartKeys(job->ps_addresses, {PsKeyStart{key, secret, k, s},
+                                                     PsKeyStart{key | kShapeRoundBit, secret, k, s}});
+}
+
+absl::StatusOr<PsKeyShape> Coordinator::PsKeyShapeOf(uint64_t key) const {
+  absl::MutexLock l(&mu_);
+  const uint64_t group = key & ~kShapeRoundBit;
+  for (const auto& [id, job] : jobs_.all()) {
+    if (job->state != v1::RUNNING || !job->coordinator_ps_shard) continue;
+    if (GroupKeyLocked(*job, job->membership.generation) == group) {
+      return PsKeyShape{static_cast<int>(job->ranks.size()),  // the assignments' K
+                        static_cast<int>(job->ps_addresses.size())};
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "job key ", key,
+      " is no running ps job's current group on this coordinator (never started, or it "
+      "ended or regrouped since)"));
 }
 
 bool Coordinator::IsDataPlaneSecret(uint64_t job, const std::string& secret) const {

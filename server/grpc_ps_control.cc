@@ -28,15 +28,17 @@ GrpcPsControl::~GrpcPsControl() {
   thread_.join();
 }
 
-void GrpcPsControl::SetSecrets(const std::vector<std::string>& shards,
-                               std::vector<PsJobSecret> secrets) {
-  for (size_t i = 0; i < secrets.size(); i += kMaxEntries) {
+void GrpcPsControl::StartKeys(const std::vector<std::string>& shards,
+                              std::vector<PsKeyStart> keys) {
+  for (size_t i = 0; i < keys.size(); i += kMaxEntries) {
     Message m;
     m.shards = shards;
-    for (size_t j = i; j < std::min(secrets.size(), i + kMaxEntries); ++j) {
+    for (size_t j = i; j < std::min(keys.size(), i + kMaxEntries); ++j) {
       v1::JobSecret* js = m.request.add_secrets();
-      js->set_job(secrets[j].job);
-      js->set_data_plane_secret(std::move(secrets[j].secret));
+      js->set_job(keys[j].job);
+      js->set_data_plane_secret(std::move(keys[j].secret));
+      js->set_num_workers(keys[j].num_workers);
+      js->set_num_shards(keys[j].num_shards);
     }
     Enqueue(std::move(m));
   }

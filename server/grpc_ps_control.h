@@ -12,7 +12,7 @@
 // A message that could not be delivered is logged with the shard and the
 // error ("ps control failed").
 //
-// Threading: SetSecrets and Forget may be called from any thread, under
+// Threading: StartKeys and Forget may be called from any thread, under
 // any lock of the caller (they take only this object's own mutex and
 // never block on I/O); the destructor stops the thread (a call in flight
 // ends by its deadline) and drops what is still queued.
@@ -52,8 +52,7 @@ class GrpcPsControl final : public PsControl {
   GrpcPsControl(const GrpcPsControl&) = delete;
   GrpcPsControl& operator=(const GrpcPsControl&) = delete;
 
-  void SetSecrets(const std::vector<std::string>& shards,
-                  std::vector<PsJobSecret> secrets) override;
+  void StartKeys(const std::vector<std::string>& shards, std::vector<PsKeyStart> keys) override;
   void Forget(const std::vector<std::string>& shards, std::vector<uint64_t> jobs) override;
 
   // For tests: true once nothing is queued or in flight, false at `deadline`.

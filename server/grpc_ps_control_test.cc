@@ -59,7 +59,7 @@ TEST_F(GrpcPsControlTest, WorkersWaitForTheCoordinatorsSecretAndMustMatchIt) {
   EXPECT_EQ(early.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << early.error_message();
   grpc::Status waiting;
   std::thread worker([&] { waiting = WorkerRegisters(key, secret, absl::Seconds(20)); });
-  control_->SetSecrets({address_}, {PsJobSecret{key, secret}, PsJobSecret{shape, secret}});
+  control_->StartKeys({address_}, {PsKeyStart{key, secret}, PsKeyStart{shape, secret}});
   worker.join();
   EXPECT_TRUE(waiting.ok()) << waiting.error_message();
   ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(20)));
@@ -76,7 +76,7 @@ TEST_F(GrpcPsControlTest, WorkersWaitForTheCoordinatorsSecretAndMustMatchIt) {
 // The coordinator's forget drops the job key's shards and its secret.
 TEST_F(GrpcPsControlTest, ForgetDropsTheShardsAndTheSecret) {
   const std::string secret = dataauth::RandomSecret();
-  control_->SetSecrets({address_}, {PsJobSecret{9, secret}});
+  control_->StartKeys({address_}, {PsKeyStart{9, secret}});
   ASSERT_TRUE(registry_.GetShard(9, 0, 2, 16).ok());
   ASSERT_TRUE(registry_.GetShard(10, 0, 2, 16).ok());
   ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(20)));
@@ -95,7 +95,7 @@ TEST_F(GrpcPsControlTest, ForgetDropsTheShardsAndTheSecret) {
 // the next message still goes out.
 TEST_F(GrpcPsControlTest, AnUnreachableShardIsCountedAndTheRestGoOn) {
   const std::string secret = dataauth::RandomSecret();
-  control_->SetSecrets({"127.0.0.1:1", address_}, {PsJobSecret{11, secret}});
+  control_->StartKeys({"127.0.0.1:1", address_}, {PsKeyStart{11, secret}});
   ASSERT_TRUE(control_->WaitIdle(absl::Now() + absl::Seconds(60)));
   EXPECT_EQ(control_->failed(), 1);
   EXPECT_EQ(control_->delivered(), 1);
@@ -132,6 +132,91 @@ TEST_F(GrpcPsControlTest, ControlRefusesMalformedRequestsWhole) {
   s = call(many);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("expected at most 256"), std::string::npos) << s.error_message();
+}
+
+// A lockstep-server creates only the keys its coordinator started, with the
+// job's K and S (--keys_from_coordinator, the default): a request for any
+// other key waits for the coordinator's word, then is NOT_FOUND; a request
+// naming another K or a shard index past S is INVALID_ARGUMENT; a forgotten
+// key is gone.
+TEST(GrpcPsControlKeysTest, AShardCreatesOnlyTheKeysItsCoordinatorStarted) {
+  DualPs ps({}, /*keys_from_coordinator=*/true);
+  GrpcPsControl control(
+      [](const std::string& a) { return grpc::CreateChannel(a, grpc::InsecureChannelCredentials()); },
+      nullptr);
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
+  auto push = [&](uint64_t job, int shard, int k, absl::Duration wait) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    v1::PushRequest req;
+    req.set_job(job);
+    req.set_shard(shard);
+    req.set_num_workers(k);
+    req.set_count(1);
+    req.set_shard_len(4);
+    req.set_grad_sum(std::string(16, '\0'));
+    v1::PushReply reply;
+    return stub->Push(&ctx, req, &reply);
+  };
+  grpc::Status s = push(21, 0, 2, absl::Milliseconds(600));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("ps: job 21 shard 0: job key 21 was not started on this "
+                                   "server by its coordinator"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(ps.registry.num_jobs(), 0);
+  // A push that arrives before the coordinator's word waits for it.
+  grpc::Status early;
+  std::thread worker([&] { early = push(21, 0, 2, absl::Seconds(20)); });
+  control.StartKeys({ps.address}, {PsKeyStart{21, "", 2, 1}});
+  worker.join();
+  EXPECT_TRUE(early.ok()) << early.error_message();
+  ASSERT_TRUE(control.WaitIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(ps.registry.num_jobs(), 1);
+  control.StartKeys({ps.address}, {PsKeyStart{22, "", 2, 1}});
+  ASSERT_TRUE(control.WaitIdle(absl::Now() + absl::Seconds(20)));
+  s = push(22, 0, 3, absl::Seconds(5));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("num_workers is 3, expected 2 (the job's K, from its "
+                                   "coordinator)"),
+            std::string::npos)
+      << s.error_message();
+  s = push(22, 1, 2, absl::Seconds(5));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("shard is 1, expected 0..0 (the job's shards"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(ps.registry.num_jobs(), 1);  // neither created key 22
+  // Key 21 is held: another shard index past S is refused there too.
+  s = push(21, 1, 2, absl::Seconds(5));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  control.Forget({ps.address}, {21, 22});
+  ASSERT_TRUE(control.WaitIdle(absl::Now() + absl::Seconds(20)));
+  EXPECT_EQ(ps.registry.num_jobs(), 0);
+  EXPECT_EQ(push(21, 0, 2, absl::Milliseconds(600)).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ps.keys.size(), 0);
+  EXPECT_EQ(control.failed(), 0);
+}
+
+// An entry with neither a secret nor a shape, or a shape out of range, is
+// refused whole.
+TEST_F(GrpcPsControlTest, ControlRefusesAnEntryWithoutSecretOrValidShape) {
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  for (int k : {0, -1, PsShardRegistry::kMaxWorkers + 1}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::PsControlRequest req;
+    v1::JobSecret* e = req.add_secrets();
+    e->set_job(30);
+    e->set_num_workers(k);
+    e->set_num_shards(k == 0 ? 0 : 1);
+    v1::PsControlReply reply;
+    grpc::Status s = stub->Control(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k;
+    EXPECT_NE(s.error_message().find("job 30: "), std::string::npos) << s.error_message();
+  }
 }
 
 }  // namespace

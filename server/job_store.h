@@ -95,9 +95,9 @@ struct JobRecord {
   // started): a coordinator restart loses its sums (the job regroups).
   bool coordinator_ps_shard = false;
   // The generation whose data-plane secret the --ps_addresses shards were
-  // given (Coordinator::SetPsSecretsLocked; -1 none, also after a restart:
+  // given (Coordinator::StartPsKeysLocked; -1 none, also after a restart:
   // it is given again, which a shard takes as a no-op).
-  int64_t ps_secrets_generation = -1;
+  int64_t ps_keys_generation = -1;
   std::vector<RankRecord> ranks;  // empty until the job starts
   SyncChecker sync;               // pending step reports, checks, history
   int64_t steps_done = 0, epoch = 0, total_steps = 0, examples = 0;

@@ -298,7 +298,7 @@ PsShardRegistry::Eviction PsShardRegistry::EvictIdlestLocked(absl::Time now, uin
 }
 
 absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
-    uint64_t job, int shard, int num_workers, int64_t shard_len) {
+    uint64_t job, int shard, int num_workers, int64_t shard_len, absl::Time deadline) {
   auto bad = [&](const char* field, int64_t value, const std::string& expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps: job ", job, " shard ", shard, ": ", field, " is ", value, ", expected ",
@@ -315,9 +315,38 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
                absl::StrCat("0..", limits_.max_shard_floats,
                             " floats (this server's largest shard)"));
   }
+  // A key not held yet exists only if its coordinator started it (asked
+  // without the registry's lock: key_shape may take the coordinator's,
+  // which is held while it calls Forget).
+  PsKeyShape shape;
+  if (limits_.key_shape) {
+    bool held = false;
+    {
+      absl::MutexLock lock(&mu_);
+      held = jobs_.count(job) > 0;
+    }
+    if (!held) {
+      absl::StatusOr<PsKeyShape> s = limits_.key_shape(job, deadline);
+      if (!s.ok()) {
+        return absl::Status(s.status().code(), absl::StrCat("ps: job ", job, " shard ", shard,
+                                                            ": ", s.status().message()));
+      }
+      shape = *s;
+      if (num_workers != shape.num_workers) {
+        return bad("num_workers", num_workers,
+                   absl::StrCat(shape.num_workers, " (the job's K, from its coordinator)"));
+      }
+    }
+  }
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
+  if (it == jobs_.end() && limits_.key_shape && shape.num_workers == 0) {
+    // Held at the first look, forgotten since: its coordinator dropped it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps: job ", job, " shard ", shard,
+        ": the job key was just forgotten (its job ended or regrouped)"));
+  }
   if (it != jobs_.end() && it->second.num_workers != num_workers) {
     return bad("num_workers", num_workers,
                absl::StrCat(it->second.num_workers, " (the job's K)"));
@@ -332,6 +361,11 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
       it->second.last_used = now;
       return sh->second;
     }
+  }
+  const int num_shards = it != jobs_.end() ? it->second.num_shards : shape.num_shards;
+  if (num_shards > 0 && shard >= num_shards) {
+    return bad("shard", shard,
+               absl::StrCat("0..", num_shards - 1, " (the job's shards, from its coordinator)"));
   }
   const int64_t need = PsShardWorstCaseBytes(num_workers, shard_len);
   auto too_big = [&](bool all_active) {
@@ -364,6 +398,7 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     }
     it = jobs_.emplace(job, JobEntry()).first;
     it->second.num_workers = num_workers;
+    it->second.num_shards = shape.num_shards;
   }
   std::shared_ptr<PsShard>& s = it->second.shards[shard];
   s = std::make_shared<PsShard>(num_workers, shard_len, shard, limits_.clock);

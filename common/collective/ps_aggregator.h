@@ -193,6 +193,14 @@ class PsClient {
   virtual void Cancel() {}
 };
 
+// A job key's shape as its coordinator knows it: K workers, S shards. (A
+// shard's length depends on the dataset's width, which only the workers
+// read: the key's first request fixes it, within the registry's limits.)
+struct PsKeyShape {
+  int num_workers = 0;
+  int num_shards = 0;
+};
+
 // Bounds of a PsShardRegistry (what one parameter server may hold).
 struct PsRegistryLimits {
   // Job keys held at once (a job's group key and its shape-agreement key
@@ -212,6 +220,18 @@ struct PsRegistryLimits {
   absl::Duration active_window = absl::Minutes(10);
   // Time source (tests); null: absl::Now.
   std::function<absl::Time()> clock;
+  // What the server's coordinator says a job key is. When set, a job key the registry does not hold yet is created only once
+  // this returns its shape: a key its coordinator started (a ps job's
+  // current group, or that group's shape-agreement key). The request's
+  // num_workers must then be the shape's K and its shard index below the
+  // shape's S (InvalidArgument naming the field otherwise); an error from
+  // key_shape refuses the request (prefixed with the job key and shard).
+  // It may wait until `deadline` (the coordinator's word still in flight).
+  // Called with no registry lock held; it may take its own locks (the
+  // coordinator's). Null: the first request of a key fixes its K (a server
+  // without a coordinator: tests, benches).
+  std::function<absl::StatusOr<PsKeyShape>(uint64_t job, absl::Time deadline)>
+      key_shape;
 };
 
 // Worst-case bytes a shard of `shard_len` floats aggregated over
@@ -219,9 +239,11 @@ struct PsRegistryLimits {
 int64_t PsShardWorstCaseBytes(int num_workers, int64_t shard_len);
 
 // The shards a parameter server holds, one PsShard per (job key, shard
-// index). The first request of a job key fixes its shape (K and each
-// shard's length), within the limits; every later request must name the
-// same: InvalidArgumentError naming the field (num_workers, shard_len), the
+// index). With limits.key_shape (every daemon with a coordinator) a key
+// exists only once its coordinator started it, with the coordinator's K and
+// shard count; the first request of a key fixes each shard's length (and,
+// without key_shape, K), within the limits; every later request must name
+// the same: InvalidArgumentError naming the field (num_workers, shard_len), the
 // value and the expected value. Sizes never come from a request beyond
 // that: a request is checked against the held shard before anything is
 // allocated, and a shard allocates its step buffers only when pushes
@@ -249,9 +271,11 @@ class PsShardRegistry {
                            int64_t max_shard_floats = kDefaultMaxShardFloats);
   explicit PsShardRegistry(PsRegistryLimits limits);
 
-  absl::StatusOr<std::shared_ptr<PsShard>> GetShard(uint64_t job, int shard,
-                                                    int num_workers,
-                                                    int64_t shard_len);
+  // `deadline` bounds limits.key_shape's wait for a key not held yet
+  // (InfinitePast: ask once, do not wait).
+  absl::StatusOr<std::shared_ptr<PsShard>> GetShard(
+      uint64_t job, int shard, int num_workers, int64_t shard_len,
+      absl::Time deadline = absl::InfinitePast());
   // Drops job key `job` at once (its shards' steps are released; the bytes
   // count no more against max_bytes), instead of waiting for idle eviction:
   // for a key nobody uses any more (an older generation's group, a job that
@@ -280,6 +304,7 @@ class PsShardRegistry {
   struct JobEntry {
     std::map<int, std::shared_ptr<PsShard>> shards;
     int num_workers = 0;
+    int num_shards = 0;  // from limits.key_shape; 0 = not known
     absl::Time last_used;
     int64_t bytes = 0;  // worst case of its shards
   };

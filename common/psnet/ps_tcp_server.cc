@@ -393,7 +393,8 @@ void PsTcpServer::Serve(Conn* conn) {
   std::shared_ptr<PsShard> shard;
   if (st.ok()) {
     absl::StatusOr<std::shared_ptr<PsShard>> s =
-        registry_->GetShard(hello.job, hello.shard, hello.num_workers, hello.shard_len);
+        registry_->GetShard(hello.job, hello.shard, hello.num_workers, hello.shard_len,
+                            hello_deadline);
     if (s.ok()) {
       shard = *std::move(s);
     } else {

@@ -14,14 +14,28 @@
 #include "common/collective/ps_aggregator.h"
 #include "common/psnet/ps_tcp_server.h"
 #include "gtest/gtest.h"
+#include "server/ps/ps_key_table.h"
 #include "server/ps/ps_service.h"
 
 namespace lockstep {
 
 struct DualPs {
   // `options`: the data plane's (e.g. secrets_from_coordinator, as a TLS
-  // lockstep-server runs it).
-  explicit DualPs(PsTcpServerOptions options = {}) : service(&registry) {
+  // lockstep-server runs it). `keys_from_coordinator`: the registry creates
+  // only keys that a Control message started (keys), as lockstep-server
+  // runs it by default.
+  explicit DualPs(PsTcpServerOptions options = {}, bool keys_from_coordinator = false)
+      : registry([&] {
+          PsRegistryLimits l;
+          if (keys_from_coordinator) {
+            l.key_shape = [this](uint64_t job, absl::Time deadline) {
+              return keys.Wait(job, deadline);
+            };
+          }
+          return l;
+        }()),
+        service(&registry) {
+    service.SetKeyTable(&keys);
     auto tcp = PsTcpServer::Start(&registry, "127.0.0.1", 0, std::move(options));
     EXPECT_TRUE(tcp.ok()) << tcp.status();
     data_plane = *std::move(tcp);
@@ -38,6 +52,7 @@ struct DualPs {
     server->Shutdown();
     data_plane->Shutdown();
   }
+  PsKeyTable keys;
   PsShardRegistry registry;
   PsService service;
   std::unique_ptr<PsTcpServer> data_plane;

@@ -36,6 +36,12 @@ ABSL_FLAG(int32_t, max_jobs, 64,
           "Job keys whose shards are held at once (each job has two: its own and its "
           "shape round's); beyond it the key idle longest (10 min or more) is dropped, "
           "else a new job is refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(bool, keys_from_coordinator, true,
+          "Create a job key's shards only once the coordinator named the key (its Control "
+          "message, sent when a ps job starts or regroups on its --ps_addresses), with the "
+          "job's K and shard count; a request for any other key waits up to 10 s, then is "
+          "NOT_FOUND. false: a key's first request fixes its K (a shard without a "
+          "coordinator, or one older than 2026-12-05)");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of the raw-TCP ps data plane (jobs with --ps_transport=tcp), on the --listen "
           "host: 0 = chosen by the OS (workers learn it over gRPC), -1 = off");
@@ -115,8 +121,19 @@ int main(int argc, char** argv) {
 
   // One registry of shards behind both front ends: gRPC Push/Pull and the
   // raw-TCP data plane (common/psnet/ps_tcp_server.h).
-  lockstep::PsShardRegistry registry(absl::GetFlag(FLAGS_max_jobs));
+  // The job keys (and shapes) the coordinator started here, from its
+  // Control messages: the registry creates no other key.
+  lockstep::PsKeyTable key_table;
+  lockstep::PsRegistryLimits limits;
+  limits.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  if (absl::GetFlag(FLAGS_keys_from_coordinator)) {
+    limits.key_shape = [&key_table](uint64_t job, absl::Time deadline) {
+      return key_table.Wait(job, deadline);
+    };
+  }
+  lockstep::PsShardRegistry registry(limits);
   lockstep::PsService service(&registry);
+  service.SetKeyTable(&key_table);
   // Health: SERVING once listening, NOT_SERVING from the shutdown signal on.
   lockstep::HealthService health({lockstep::v1::ParameterServer::service_full_name()});
   lockstep::EnableServerReflection();

@@ -69,35 +69,80 @@ grpc::Status PsService::Control(grpc::ServerContext*, const v1::PsControlRequest
         "ps Control: ", req->secrets_size(), " secrets and ", req->forget_jobs_size(),
         " forget_jobs, expected at most ", kMaxControlEntries, " of each")));
   }
+  bool any_secret = false;
   for (const v1::JobSecret& js : req->secrets()) {
-    if (js.data_plane_secret().size() != dataauth::kSecretBytes) {
+    const size_t bytes = js.data_plane_secret().size();
+    if (bytes != 0 && bytes != dataauth::kSecretBytes) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "ps Control: secrets: job ", js.job(), ": data_plane_secret has ",
-          js.data_plane_secret().size(), " bytes, expected ", dataauth::kSecretBytes)));
+          "ps Control: secrets: job ", js.job(), ": data_plane_secret has ", bytes,
+          " bytes, expected ", dataauth::kSecretBytes, " (or none)")));
     }
+    const bool shaped = js.num_workers() != 0 || js.num_shards() != 0;
+    if (shaped && (js.num_workers() < 1 || js.num_workers() > PsShardRegistry::kMaxWorkers ||
+                   js.num_shards() < 1 || js.num_shards() > PsShardRegistry::kMaxShards)) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ps Control: secrets: job ", js.job(), ": num_workers ", js.num_workers(),
+          " and num_shards ", js.num_shards(), ", expected 1..", PsShardRegistry::kMaxWorkers,
+          " and 1..", PsShardRegistry::kMaxShards)));
+    }
+    if (bytes == 0 && !shaped) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ps Control: secrets: job ", js.job(), ": neither a data_plane_secret nor a shape")));
+    }
+    any_secret = any_secret || bytes != 0;
   }
   SecretHooks hooks;
+  PsKeyTable* table = nullptr;
   {
     absl::MutexLock l(&data_mu_);
     hooks = secret_hooks_;
+    table = key_table_;
   }
-  if (req->secrets_size() > 0 && !hooks.set_secret) {
+  if (any_secret && !hooks.set_secret) {
     return ToGrpcStatus(absl::FailedPreconditionError(
         "ps Control: this server has no TCP data plane to take data-plane secrets"));
   }
   for (const v1::JobSecret& js : req->secrets()) {
+    // The shape first: a worker that has the secret may connect at once.
+    if (table != nullptr && js.num_workers() != 0) {
+      if (absl::Status s = table->Set(js.job(), PsKeyShape{js.num_workers(), js.num_shards()});
+          !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+    }
+    if (js.data_plane_secret().empty()) continue;
     if (absl::Status s = hooks.set_secret(js.job(), js.data_plane_secret()); !s.ok()) {
       return ToGrpcStatus(s);
     }
   }
   for (uint64_t job : req->forget_jobs()) {
+    if (table != nullptr) table->Forget(job);
     registry_->Forget(job);
     if (hooks.forget_secret) hooks.forget_secret(job);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
+void PsService::SetKeyTable(PsKeyTable* table) {
+  absl::MutexLock l(&data_mu_);
+  key_table_ = table;
+}
+
+namespace {
+// How long a request may wait for its key's shape (PsKeyTable::Wait caps
+// it too): at most kMaxSecretWait, and ending 100 ms before the call's
+// deadline, so that the caller reads why (NOT_FOUND naming the key), not
+// its own DEADLINE_EXCEEDED.
+absl::Time KeyWaitDeadline(const grpc::ServerContext* ctx) {
+  absl::Time d = absl::Now() + PsService::kMaxSecretWait;
+  if (ctx != nullptr && ctx->deadline() != std::chrono::system_clock::time_point::max()) {
+    d = std::min(d, absl::FromChrono(ctx->deadline()) - absl::Milliseconds(100));
+  }
+  return d;
+}
+}  // namespace
+
+grpc::Status PsService::Push(grpc::ServerContext* ctx, const v1::PushRequest* req,
                              v1::PushReply*) {
   absl::StatusOr<WireFormat> wire = WireFormatFromCode(req->wire_format());
   if (!wire.ok()) {
@@ -113,8 +158,8 @@ grpc::Status PsService::Push(grpc::ServerContext*, const v1::PushRequest* req,
         ": grad_sum has ", req->grad_sum().size(), " bytes, expected shard_len ",
         req->shard_len(), " x ", per_value, " (wire_format ", WireFormatName(*wire), ")")));
   }
-  auto shard =
-      registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
+  auto shard = registry_->GetShard(req->job(), req->shard(), req->num_workers(),
+                                   req->shard_len(), KeyWaitDeadline(ctx));
   if (!shard.ok()) return ToGrpcStatus(shard.status());
   // The bytes are float32 in the sender's (and our) native layout; copied
   // into an aligned scratch buffer kept across calls.
@@ -157,8 +202,8 @@ grpc::Status PsService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* re
         absl::StrCat("ps pull: job ", req->job(), " step ", req->step(), " worker ",
                      req->worker_rank(), ": wire_format: ", wire.status().message())));
   }
-  auto shard =
-      registry_->GetShard(req->job(), req->shard(), req->num_workers(), req->shard_len());
+  auto shard = registry_->GetShard(req->job(), req->shard(), req->num_workers(),
+                                   req->shard_len(), KeyWaitDeadline(ctx));
   if (!shard.ok()) return ToGrpcStatus(shard.status());
   int64_t count = 0;
   // Wait as long as the client asked (wait_micros), never past its RPC

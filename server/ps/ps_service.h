@@ -36,6 +36,7 @@
 #include "common/collective/ps_aggregator.h"
 #include "common/psnet/ps_tcp_server.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/ps/ps_key_table.h"
 
 namespace lockstep {
 
@@ -79,6 +80,10 @@ class PsService final : public v1::ParameterServer::Service {
 
   grpc::Status Control(grpc::ServerContext* ctx, const v1::PsControlRequest* req,
                        v1::PsControlReply* reply) override;
+  // Where Control's key shapes go (not owned, outlives this; the registry's
+  // PsRegistryLimits::key_shape reads it). Unset: shapes are ignored (a
+  // server whose registry takes K from the first request). Any thread.
+  void SetKeyTable(PsKeyTable* table);
 
   // Jobs currently held (for tests and status).
   int num_jobs() const { return registry_->num_jobs(); }
@@ -104,6 +109,7 @@ class PsService final : public v1::ParameterServer::Service {
   int data_port_ ABSL_GUARDED_BY(data_mu_) = 0;
   std::string data_host_ ABSL_GUARDED_BY(data_mu_);
   SecretHooks secret_hooks_ ABSL_GUARDED_BY(data_mu_);
+  PsKeyTable* key_table_ ABSL_GUARDED_BY(data_mu_) = nullptr;
   // Scratch for pushes, reused across calls (a fresh 1 MB buffer per push
   // costs page faults); guarded by its own mutex, one per concurrent push.
   absl::Mutex scratch_mu_;
