@@ -309,6 +309,7 @@ void Coordinator::Tick() {
   }
   ExpireWaitsLocked(now);
   ScheduleLocked();
+  ResendPsKeysLocked(now);
   EvictFinishedJobsLocked();
 }
 

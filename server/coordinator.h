@@ -540,6 +540,16 @@ class Coordinator {
   // job's S, and for a raw-TCP job the data-plane secret
   // (ps_control->StartKeys).
   void StartPsKeysLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keys StartPsKeysLocked sends for `job`'s current generation.
+  std::vector<PsKeyStart> PsKeysLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every kPsKeysResendEvery (Tick): sends the current keys of every running
+  // ps job on --ps_addresses shards again, so that a lost Control message,
+  // or a lockstep-server that restarted and forgot them, costs at most that
+  // long (a shard waits 10 s for a key before refusing it; setting a key
+  // again is a no-op).
+  void ResendPsKeysLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr absl::Duration kPsKeysResendEvery = absl::Seconds(5);
+  absl::Time last_ps_keys_resend_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // The group key (Assignment.group_key) of `job`'s generation `generation`.
   uint64_t GroupKeyLocked(const Job& job, int64_t generation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -318,6 +318,27 @@ TEST_F(CoordinatorTest, PsShardsGetTheJobsKeysAndSecretFromTheCoordinator) {
   Beat(w1, job);
   Beat(w2, job);
   EXPECT_EQ(control.sets.size(), 1u);  // once per generation
+  // Sent again every 5 s while the job runs (a lost message, a restarted
+  // shard), the same keys.
+  coord_->Tick();  // the first tick sends them
+  ASSERT_EQ(control.sets.size(), 2u);
+  control.sets.pop_back();
+  coord_->Tick();
+  EXPECT_EQ(control.sets.size(), 1u);  // not before another 5 s
+  for (int i = 0; i < 2; ++i) {  // the workers stay alive meanwhile
+    clock_.Advance(absl::Milliseconds(2500));
+    Beat(w1, job);
+    Beat(w2, job);
+  }
+  coord_->Tick();
+  ASSERT_EQ(control.sets.size(), 2u);
+  ASSERT_EQ(control.sets[1].secrets.size(), 2u);
+  EXPECT_EQ(control.sets[1].shards, control.sets[0].shards);
+  EXPECT_EQ(control.sets[1].secrets[0].job, key);
+  EXPECT_EQ(control.sets[1].secrets[1].secret, secret);
+  coord_->Tick();
+  EXPECT_EQ(control.sets.size(), 2u);  // not before another 5 s
+  control.sets.pop_back();
   EXPECT_TRUE(coord_->IsDataPlaneSecret(key, secret));
   EXPECT_TRUE(coord_->IsDataPlaneSecret(shape, secret));
   EXPECT_FALSE(coord_->IsDataPlaneSecret(key + 1, secret));
@@ -328,6 +349,12 @@ TEST_F(CoordinatorTest, PsShardsGetTheJobsKeysAndSecretFromTheCoordinator) {
   ASSERT_EQ(control.forgets.size(), 1u);
   EXPECT_EQ(control.forgets[0].shards, control.sets[0].shards);
   EXPECT_EQ(control.forgets[0].forget, (std::vector<uint64_t>{key, shape}));
+  clock_.Advance(absl::Milliseconds(2500));
+  Beat(w1);
+  Beat(w2);
+  clock_.Advance(absl::Milliseconds(2500));
+  coord_->Tick();
+  EXPECT_EQ(control.sets.size(), 1u);  // an ended job's keys are not sent again
 
   spec.set_ps_transport(v1::GRPC);
   Submit(spec);

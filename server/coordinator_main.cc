@@ -361,16 +361,13 @@ int Run(int argc, char** argv) {
   // --ps_addresses shards get each ps job's data-plane secrets and the keys
   // nobody uses any more from the coordinator (server/ps_control.h), over
   // the coordinator's certificate to a ps-server one.
-  std::unique_ptr<GrpcPsControl> ps_control;
-  if (!options.ps_addresses.empty()) {
-    ps_control = std::make_unique<GrpcPsControl>(
-        [creds = security->ChannelCredentials(RoleBit(PeerRole::kServer))](
-            const std::string& address) {
-          return CreateLimitedChannel(address, 1 << 20, creds);
-        },
-        &logger);
-    options.ps_control = ps_control.get();
-  }
+  // Also without --ps_addresses: a job restored from the state database
+  // keeps the shards it started on.
+  GrpcPsControl ps_control(
+      [creds = security->ChannelCredentials(RoleBit(PeerRole::kServer))](
+          const std::string& address) { return CreateLimitedChannel(address, 1 << 20, creds); },
+      &logger);
+  options.ps_control = &ps_control;
   Coordinator coordinator(options, &clock);
   shard_owner = &coordinator;
   if (state_db != nullptr) {

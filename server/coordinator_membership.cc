@@ -4,6 +4,7 @@
 // a shrunk job — and forgetting the coordinator's own ps shards of
 // generations nobody uses any more. The rules are plain functions in server/membership.h; the
 // contracts are at the top of coordinator.h ("Worker protocol", Tick).
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,15 +77,36 @@ void Coordinator::StartPsKeysLocked(Job* job) {
     return;
   }
   job->ps_keys_generation = job->membership.generation;
-  const uint64_t key = GroupKeyLocked(*job, job->membership.generation);
+  options_.ps_control->StartKeys(job->ps_addresses, PsKeysLocked(*job));
+}
+
+std::vector<PsKeyStart> Coordinator::PsKeysLocked(const Job& job) const {
+  const uint64_t key = GroupKeyLocked(job, job.membership.generation);
   // A raw-TCP job's shards also get its data-plane secret.
-  const std::string secret = job->spec.ps_transport() == v1::TCP
+  const std::string secret = job.spec.ps_transport() == v1::TCP
                                  ? dataauth::JobGroupSecret(data_plane_key_, key)
                                  : std::string();
-  const int k = static_cast<int>(job->ranks.size());  // the assignments' K
-  const int s = static_cast<int>(job->ps_addresses.size());
-  options_.ps_control->StartKeys(job->ps_addresses, {PsKeyStart{key, secret, k, s},
-                                                     PsKeyStart{key | kShapeRoundBit, secret, k, s}});
+  const int k = static_cast<int>(job.ranks.size());  // the assignments' K
+  const int s = static_cast<int>(job.ps_addresses.size());
+  return {PsKeyStart{key, secret, k, s}, PsKeyStart{key | kShapeRoundBit, secret, k, s}};
+}
+
+void Coordinator::ResendPsKeysLocked(absl::Time now) {
+  if (options_.ps_control == nullptr || now - last_ps_keys_resend_ < kPsKeysResendEvery) return;
+  last_ps_keys_resend_ = now;
+  // One message per shard list (jobs on the same shards share it).
+  std::map<std::vector<std::string>, std::vector<PsKeyStart>> by_shards;
+  for (const auto& [id, job] : jobs_.all()) {
+    // Only generations whose keys went out with an assignment.
+    if (job->state != v1::RUNNING || job->coordinator_ps_shard || job->ps_addresses.empty() ||
+        job->spec.sync_mode() != v1::PS ||
+        job->ps_keys_generation != job->membership.generation) {
+      continue;
+    }
+    std::vector<PsKeyStart>& keys = by_shards[job->ps_addresses];
+    for (PsKeyStart& k : PsKeysLocked(*job)) keys.push_back(std::move(k));
+  }
+  for (auto& [shards, keys] : by_shards) options_.ps_control->StartKeys(shards, std::move(keys));
 }
 
 absl::StatusOr<PsKeyShape> Coordinator::PsKeyShapeOf(uint64_t key) const {

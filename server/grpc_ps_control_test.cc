@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -132,6 +137,30 @@ TEST_F(GrpcPsControlTest, ControlRefusesMalformedRequestsWhole) {
   s = call(many);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("expected at most 256"), std::string::npos) << s.error_message();
+}
+
+// Each shard has its own lane: one that accepts connections but never
+// answers (every call runs to its 5 s deadline, 4 tries) does not delay
+// another shard's messages.
+TEST_F(GrpcPsControlTest, AShardThatDoesNotAnswerDelaysNoOther) {
+  const int hung = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(hung, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(hung, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(hung, 16), 0);  // never accepted: the handshake never ends
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(hung, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const std::string hung_address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  const std::string secret = dataauth::RandomSecret();
+  control_->StartKeys({hung_address, address_}, {PsKeyStart{15, secret, 2, 2}});
+  // The healthy shard has it well within a worker's 10 s wait.
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(WorkerRegisters(15, secret, absl::Seconds(4)).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  control_.reset();  // ends the hung call by its deadline
+  close(hung);
 }
 
 // A lockstep-server creates only the keys its coordinator started, with the

@@ -39,11 +39,13 @@ class PsControl {
   // Both are called under the coordinator's lock: they must queue and
   // return at once, never block on I/O and never call back into the
   // coordinator. `shards`: the job's ps addresses (each gets the message).
-  // Delivery is best effort, with retries: a shard that never gets a key
-  // refuses its workers' requests after 10 s (NOT_FOUND naming the key; a
-  // DataAddress waiting for the secret: DEADLINE_EXCEEDED), which fails or
-  // regroups the job by its policy; a lost forget leaves the key to the
-  // shard's idle eviction.
+  // Delivery is best effort, with retries; the coordinator sends every
+  // running job's current keys again every 5 s (Coordinator::
+  // ResendPsKeysLocked), so a lost message or a restarted shard costs at
+  // most that. A shard that still has no key refuses its workers' requests
+  // after 10 s (NOT_FOUND naming the key; a DataAddress waiting for the
+  // secret: DEADLINE_EXCEEDED), which fails or regroups the job by its
+  // policy; a lost forget leaves the key to the shard's idle eviction.
   virtual void StartKeys(const std::vector<std::string>& shards, std::vector<PsKeyStart> keys) = 0;
   virtual void Forget(const std::vector<std::string>& shards, std::vector<uint64_t> jobs) = 0;
 };

@@ -521,7 +521,11 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                            {"weights_hash", out->weights_hash}});
   } else {
     done.set_error(std::string(out.status().message()));
-    const bool stopped = out.status().code() == absl::StatusCode::kCancelled;
+    // A job the coordinator ended (cancelled, failed elsewhere, drained) is
+    // stopped whatever error its last combine saw: a peer that stopped
+    // first leaves this rank an UNAVAILABLE, not a failure of this job.
+    const bool stopped =
+        out.status().code() == absl::StatusCode::kCancelled || job->stop.load();
     log_.Log(stopped ? LogLevel::kInfo : LogLevel::kError, stopped ? "job stopped" : "job failed",
              {{"job", a.job_id()},
               {"rank", a.rank()},

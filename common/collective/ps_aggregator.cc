@@ -341,11 +341,15 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
   const absl::Time now = Now();
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
-  if (it == jobs_.end() && limits_.key_shape && shape.num_workers == 0) {
-    // Held at the first look, forgotten since: its coordinator dropped it.
+  if (it == jobs_.end() && limits_.key_shape &&
+      (shape.num_workers == 0 || forgotten_.count(job) > 0)) {
+    // Held at the first look, or started by the coordinator, and dropped
+    // since: a forgotten key (its job ended or regrouped) stays gone; one
+    // evicted idle is asked for again by the next request.
     return absl::FailedPreconditionError(absl::StrCat(
-        "ps: job ", job, " shard ", shard,
-        ": the job key was just forgotten (its job ended or regrouped)"));
+        "ps: job ", job, " shard ", shard, ": the job key was ",
+        forgotten_.count(job) > 0 ? "forgotten (its job ended or regrouped)"
+                                  : "dropped meanwhile (evicted idle); retry"));
   }
   if (it != jobs_.end() && it->second.num_workers != num_workers) {
     return bad("num_workers", num_workers,
@@ -412,6 +416,13 @@ bool PsShardRegistry::Forget(uint64_t job) {
   std::map<int, std::shared_ptr<PsShard>> shards;
   {
     absl::MutexLock lock(&mu_);
+    if (limits_.key_shape && forgotten_.insert(job).second) {
+      forgotten_order_.push_back(job);
+      if (forgotten_order_.size() > kMaxForgotten) {
+        forgotten_.erase(forgotten_order_.front());
+        forgotten_order_.pop_front();
+      }
+    }
     auto it = jobs_.find(job);
     if (it == jobs_.end()) return false;
     shards.swap(it->second.shards);

@@ -34,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -279,7 +280,8 @@ class PsShardRegistry {
   // Drops job key `job` at once (its shards' steps are released; the bytes
   // count no more against max_bytes), instead of waiting for idle eviction:
   // for a key nobody uses any more (an older generation's group, a job that
-  // ended). A front end still holding one of its shards (a TCP connection)
+  // ended). With limits.key_shape the key is never created again (the
+  // newest 4096 forgotten keys are remembered). A front end still holding one of its shards (a TCP connection)
   // keeps that object alive but no longer in the registry. False when the
   // key is not held.
   bool Forget(uint64_t job);
@@ -321,6 +323,12 @@ class PsShardRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PsRegistryLimits limits_;
+  // With limits.key_shape: the keys Forget dropped (newest kMaxForgotten),
+  // never created again (a request that got its shape just before the
+  // forget must not bring the key back).
+  static constexpr size_t kMaxForgotten = 4096;
+  std::set<uint64_t> forgotten_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> forgotten_order_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> pushes_{0}, pulls_{0}, pushed_bytes_{0},
       pulled_bytes_{0};
   mutable absl::Mutex mu_;

@@ -121,6 +121,30 @@ TEST(PsKeyTableTest, TheRegistryCreatesOnlyStartedKeysWithTheirKAndS) {
   EXPECT_EQ(r.num_jobs(), 1);
 }
 
+// A key the registry forgot is never created again, even by a request
+// that got its shape before the forget (its coordinator's word may lag).
+TEST(PsKeyTableTest, AForgottenKeyStaysGone) {
+  PsKeyTable t;
+  PsRegistryLimits limits;
+  limits.key_shape = [&t](uint64_t job, absl::Time deadline) { return t.Wait(job, deadline); };
+  PsShardRegistry r(limits);
+  ASSERT_TRUE(t.Set(9, {2, 1}).ok());
+  ASSERT_TRUE(r.GetShard(9, 0, 2, 100).ok());
+  EXPECT_TRUE(r.Forget(9));
+  absl::StatusOr<std::shared_ptr<PsShard>> s = r.GetShard(9, 0, 2, 100);  // t still has 9
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("the job key was forgotten (its job ended or regrouped)"),
+            std::string::npos)
+      << s.status();
+  EXPECT_EQ(r.num_jobs(), 0);
+  // Never held, forgotten (an older generation the coordinator drops).
+  ASSERT_TRUE(t.Set(10, {2, 1}).ok());
+  r.Forget(10);
+  EXPECT_EQ(r.GetShard(10, 0, 2, 100).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(t.Set(11, {2, 1}).ok());
+  EXPECT_TRUE(r.GetShard(11, 0, 2, 100).ok());
+}
+
 // Without key_shape (a server without a coordinator) the first request
 // fixes K, as before.
 TEST(PsKeyTableTest, WithoutKeyShapeTheFirstRequestFixesK) {
