@@ -168,6 +168,7 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
   for (const Rank& r : job.ranks) a.add_data_addresses(r.data_address);
   for (const std::string& p : job.ps_addresses) a.add_ps_addresses(p);
   a.set_coordinator_ps_shard(job.coordinator_ps_shard);
+  a.set_checkpoint_source(CheckpointSourceLocked(job));
   FillMembership(job, &a);
   if (a.start_ready() && a.state_source_rank() >= 0 &&
       a.state_source_rank() < static_cast<int>(job.ranks.size()) &&
@@ -178,6 +179,18 @@ v1::Assignment Coordinator::AssignmentLocked(const Job& job, int rank) const {
         GroupKeyLocked(job, job.ranks[a.state_source_rank()].done_generation));
   }
   return a;
+}
+
+std::string Coordinator::CheckpointSourceLocked(const Job& job) const {
+  if (job.spec.resume_from().checkpoint_dir().empty() || job.ranks.empty()) return "";
+  const Job* from = jobs_.Find(job.spec.resume_from().job_id());
+  if (from == nullptr || from->ranks.empty()) return "";
+  const std::string& writer = from->ranks[0].worker_id;  // rank 0 wrote them
+  if (writer == job.ranks[0].worker_id) return "";       // it reads them itself
+  for (const auto& [seq, w] : workers_.all()) {
+    if (w.id == writer) return w.state == v1::LOST ? "" : w.address;
+  }
+  return "";
 }
 
 v1::JobStatus Coordinator::StatusLocked(const Job& job, absl::Time now) const {

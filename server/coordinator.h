@@ -555,6 +555,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   lockstep::v1::Assignment AssignmentLocked(const Job& job, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A resumed job's Assignment.checkpoint_source: the address of the worker
+  // that wrote the checkpoints (rank 0 of the job it resumes) when it is
+  // alive and not this job's rank 0; "" otherwise.
+  std::string CheckpointSourceLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // spec.on_worker_lost = "shrink": regroups `job` without the `lost`
   // worker (membership.h); false when it cannot (then the job fails as
   // under "fail"); true, with the job FAILED, when no survivor holds a

@@ -371,6 +371,43 @@ TEST_F(CoordinatorTest, PsShardsGetTheJobsKeysAndSecretFromTheCoordinator) {
   }
 }
 
+// A resumed job names its checkpoints' writer (rank 0 of the job it
+// resumes) as the source to fetch the file from when that worker is alive
+// but not the new rank 0 (busy with another job); when it is idle it is
+// rank 0 again and reads its own files (no source).
+TEST_F(CoordinatorTest, AResumedJobNamesItsBusyCheckpointWriter) {
+  const std::string w1 = Register(1), w2 = Register(2), w3 = Register(3);
+  v1::JobSpec spec = Spec(2);
+  spec.set_checkpoint_dir("/ck");
+  const uint64_t a = Submit(spec);  // ranks: w-1 (writes), w-2
+  ASSERT_TRUE(Beat(w1).has_assignment());
+  ASSERT_TRUE(Beat(w2).has_assignment());
+  ASSERT_TRUE(coord_->CancelJob(a).ok());
+  for (const std::string& w : {w1, w2, w3}) Beat(w);  // idle again
+  v1::JobSpec resume = spec;
+  resume.mutable_resume_from()->set_checkpoint_dir("/ck");
+  resume.mutable_resume_from()->set_job_id(a);
+  // The writer idle: rank 0 again, no source.
+  const uint64_t r1 = Submit(resume);
+  v1::HeartbeatReply b = Beat(w1);
+  ASSERT_TRUE(b.has_assignment());
+  EXPECT_EQ(b.assignment().rank(), 0);
+  EXPECT_EQ(b.assignment().checkpoint_source(), "");
+  ASSERT_TRUE(coord_->CancelJob(r1).ok());
+  for (const std::string& w : {w1, w2, w3}) Beat(w);
+  // The writer busy with a job of one: the resumed job runs on w-2 and w-3
+  // and names w-1.
+  Submit(Spec(1));
+  b = Beat(w1);
+  ASSERT_TRUE(b.has_assignment());
+  EXPECT_EQ(b.assignment().checkpoint_source(), "");  // not a resume
+  Submit(resume);
+  b = Beat(w2);
+  ASSERT_TRUE(b.has_assignment());
+  EXPECT_EQ(b.assignment().rank(), 0);
+  EXPECT_EQ(b.assignment().checkpoint_source(), "10.0.0.1:5000");
+}
+
 // The coordinator's own shard creates only the keys of its running ps
 // jobs' current generations (PsKeyShapeOf, what its registry asks), with
 // their K and S; not another key, not once the job ended.

@@ -109,6 +109,11 @@ JobRecord* JobStore::Find(uint64_t id) {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
+const JobRecord* JobStore::Find(uint64_t id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
 absl::StatusOr<JobRecord*> JobStore::FindOrNotFound(uint64_t id) {
   JobRecord* job = Find(id);
   if (job == nullptr && WasEvicted(id)) {

@@ -161,6 +161,7 @@ class JobStore {
   // A new PENDING job with the next id, queued at the back of the FIFO.
   JobRecord* Create(const lockstep::v1::JobSpec& spec, absl::Time now);
   JobRecord* Find(uint64_t id);
+  const JobRecord* Find(uint64_t id) const;
   // NOT_FOUND "job 42 not found" for an unknown id, "job 5 was evicted
   // from memory (the coordinator keeps the newest 1000 finished jobs)" for
   // an evicted one.

@@ -15,7 +15,13 @@
 #      weights after step 3 (K = 2: no majority); the job writes a
 #      checkpoint every 2 steps and rolls back to step 2's, which w-3 copies
 #      from w-1: SUCCEEDED with the hash of the same job run without the
-#      fault (R, run on w-1 and w-2 before).
+#      fault (R, run on w-1 and w-2 before);
+#   E  `lockstep resume B` while w-1, the writer, is busy with another job:
+#      the resumed job runs on two new workers (w-4, w-5) whose
+#      directories are empty; rank 0 fetches B's checkpoint from w-1
+#      (Assignment.checkpoint_source, ReplicaState.FetchCheckpoint), stores
+#      it in its own directory and resumes: SUCCEEDED with A's hash, while
+#      w-1's job keeps running.
 # Needs root (ip netns, unshare, mount); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -115,4 +121,29 @@ cli sync "$Did" | grep -q "rolled back in the combine of step 4" || fail "D has 
 grep -q "copied rank 0's restored checkpoint state job=$Did rank=1 " "$T/w3.log" \
   || fail "w-3 did not copy rank 0's restored checkpoint state for job $Did"
 in_worker 3 ls "$CK" | grep -q . && fail "w-3's private $CK is not empty"
+
+echo "== E: lockstep resume $B while its writer (w-1) is busy"
+kill "${wpid[3]}"
+for _ in $(seq 200); do kill -0 "${wpid[3]}" 2>/dev/null || break; sleep 0.05; done
+wait_idle 1
+out=$(cli submit --workers=1 --model=mlp:16 --dataset='csv:train.csv;test.csv' --batch=30 \
+      --steps=100000000 --eval_each_epoch=false --json) || fail "E: busy job: $out"
+busy=$(json "d['job_id']" <<<"$out")
+wait_idle 0
+cli workers | grep -Eq '^w-1 .* BUSY ' || fail "E: w-1 is not BUSY: $(cli workers)"
+start_worker 4 3; start_worker 5 4
+wait_idle 2
+out=$(cli resume "$B" --follow --json) || fail "E exit $?: $out"
+[ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "E: $out"
+Eid=$(json "d['job_id']" <<<"$out")
+[ "$(json "d['final_hash']" <<<"$out")" = "$want" ] || fail "E's hash differs from A's ($want): $out"
+grep -q "fetched checkpoint job=$Eid rank=0 " "$T/w4.log" \
+  || fail "w-4 (rank 0) did not fetch the checkpoint for job $Eid: $(grep -i checkpoint "$T/w4.log")"
+grep -q "serving checkpoint" "$T/w1.log" || fail "w-1 did not serve the checkpoint"
+grep -q "resumed from checkpoint job=$Eid rank=0 " "$T/w4.log" || fail "w-4 did not resume job $Eid"
+n4=$(in_worker 4 ls "$CK/job-$B" 2>/dev/null | grep -c '^step-.*\.ckpt$')
+[ "$n4" = 1 ] || fail "w-4 holds $n4 checkpoints of job $B, expected the 1 it fetched"
+[ "$(json "d['state']" <<<"$(cli status "$busy" --json)")" = RUNNING ] || fail "E: w-1's job is not running"
+cli cancel "$busy" >/dev/null || fail "E: cancel $busy"
+echo "job $Eid: w-4 fetched $(in_worker 4 ls "$CK/job-$B") from w-1 while w-1 ran job $busy"
 echo PASS

@@ -195,6 +195,29 @@ absl::StatusOr<JobRunner::Rollback> JobRunner::RollBack(int64_t step,
 absl::StatusOr<ResumePoint> JobRunner::ResumeHere(const SamplerPosition& position,
                                                   int64_t total, Replica* r) {
   auto point = ResumeReplica(options_.spec, position, total, r);
+  if (!point.ok() && point.status().code() == absl::StatusCode::kNotFound &&
+      options_.fetch_checkpoint) {
+    // Not in this host's directory: the writer (busy with another job, or
+    // on another host) still has it.
+    log_.Info("no checkpoint here; fetching it from the worker that wrote it",
+              {{"checkpoint_dir", options_.spec.resume_from().checkpoint_dir()},
+               {"from_job", options_.spec.resume_from().job_id()}});
+    auto got = options_.fetch_checkpoint(MaxResumeFileBytes(*r),
+                                         absl::Now() + options_.combine_timeout);
+    absl::StatusOr<std::string> stored =
+        got.ok() ? StoreFetchedCheckpoint(options_.spec, got->first, got->second)
+                 : absl::StatusOr<std::string>(got.status());
+    if (stored.ok()) {
+      log_.Info("fetched checkpoint", {{"checkpoint", *stored},
+                                       {"bytes", static_cast<int64_t>(got->second.size())}});
+      point = ResumeReplica(options_.spec, position, total, r);
+    } else {
+      point = absl::Status(point.status().code(),
+                           absl::StrCat(point.status().message(),
+                                        "; fetching it from the worker that wrote it: ",
+                                        stored.status().message()));
+    }
+  }
   if (!point.ok()) {
     return absl::Status(point.status().code(), absl::StrCat("worker ", options_.worker_id, ": ",
                                                             point.status().message()));

@@ -94,6 +94,14 @@ struct JobRunnerOptions {
   std::function<absl::StatusOr<std::string>(int rank, int64_t step, int64_t expected_bytes,
                                             absl::Time deadline)>
       fetch_state;
+  // A resumed job (spec.resume_from) whose rank finds no checkpoint in its
+  // own directory fetches the file from the worker that wrote it
+  // (Assignment.checkpoint_source): (largest file accepted, deadline) ->
+  // (the checkpoint's next step, the file's bytes). It is stored in the
+  // resume directory and loaded as any other (ResumeHere). Null: none.
+  std::function<absl::StatusOr<std::pair<int64_t, std::string>>(uint64_t max_bytes,
+                                                                absl::Time deadline)>
+      fetch_checkpoint;
   // Membership (server/membership.h): the assignment's generation (sent
   // with every step report) and, for a regrouped job, the replica state to
   // start from (EncodeReplicaState bytes: weights, optimizer state, next

@@ -93,6 +93,7 @@
 #include "common/collective/transport.h"
 #include "common/log.h"
 #include "common/net/data_conn.h"
+#include "common/train/checkpoint_dirs.h"
 #include "common/train/state_board.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/job_runner.h"
@@ -161,6 +162,10 @@ struct WorkerDaemonOptions {
   // publish to it and fetch from peers' (divergence repair). Not owned;
   // nullptr = this worker neither offers nor fetches states.
   StateBoard* state_board = nullptr;
+  // The checkpoint directories this process wrote to (rank 0 of a job with
+  // spec.checkpoint_dir records it), which its ReplicaState service serves
+  // checkpoint files from (not owned; null: none recorded).
+  CheckpointDirs* checkpoint_dirs = nullptr;
   // Log lines (component "worker"): registered, job started/done/failed/
   // stopped, the job's training lines (JobRunnerOptions::logger), RPC
   // failures. Not owned; nullptr = stderr text lines.

@@ -306,6 +306,30 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         return FetchReplicaState(peers.at(static_cast<size_t>(peer)), f);
       };
     }
+    // Rank 0 writes the job's checkpoints: this worker serves them from
+    // now on (a later resume may fetch them while it is busy).
+    if (a.rank() == 0 && !a.spec().checkpoint_dir().empty() &&
+        options_.checkpoint_dirs != nullptr) {
+      options_.checkpoint_dirs->Add(a.spec().checkpoint_dir());
+    }
+    if (!a.checkpoint_source().empty()) {
+      o.fetch_checkpoint = [source = a.checkpoint_source(), ref = a.spec().resume_from(), wid,
+                            credentials = ChannelCredentials()](
+                               uint64_t max_bytes, absl::Time deadline)
+          -> absl::StatusOr<std::pair<int64_t, std::string>> {
+        FetchCheckpointOptions f;
+        f.checkpoint_dir = ref.checkpoint_dir();
+        f.job_id = ref.job_id();
+        f.step = ref.step();
+        f.max_bytes = static_cast<int64_t>(max_bytes);
+        f.deadline = deadline;
+        f.requester = wid;
+        f.credentials = credentials;
+        auto got = FetchCheckpointFile(source, f);
+        if (!got.ok()) return got.status();
+        return std::make_pair(got->step, std::move(got->bytes));
+      };
+    }
     o.observer = options_.step_observer;
     o.logger = &log_;
     JobRunner runner(o, data.get(), combiner.get(), &reporter);

@@ -219,7 +219,8 @@ int main(int argc, char** argv) {
   // Replica states this worker offers its peers (divergence repair, late
   // joiners), served on the same server as the peer service.
   lockstep::StateBoard state_board;
-  lockstep::StateServiceImpl state_service(&state_board, &logger);
+  lockstep::CheckpointDirs checkpoint_dirs;  // what FetchCheckpoint may serve
+  lockstep::StateServiceImpl state_service(&state_board, &logger, &checkpoint_dirs);
   // Health: NOT_SERVING until registered with the coordinator and again
   // while draining (the daemon flips it); reflection for grpcurl & co.
   lockstep::HealthService health({lockstep::v1::PeerService::service_full_name()});
@@ -351,6 +352,7 @@ int main(int argc, char** argv) {
   options.ps_data_tls = *ps_data_tls;
   options.coordinator_ps_data_tls = *coordinator_ps_data_tls;
   options.state_board = &state_board;
+  options.checkpoint_dirs = &checkpoint_dirs;
   options.logger = &logger;
   options.serving_changed = [&health](bool serving) { health.SetAllServing(serving); };
   options.step_observer = &worker_metrics;

@@ -41,6 +41,7 @@ constexpr Entry kTable[] = {
     {"/lockstep.v1.ParameterServer/Control", {kCoordinator, false}},
     {"/lockstep.v1.PeerService/Stream", {kWorker, false}},
     {"/lockstep.v1.ReplicaState/FetchState", {kWorker, false}},
+    {"/lockstep.v1.ReplicaState/FetchCheckpoint", {kWorker, false}},
     {"/grpc.health.v1.Health/Check", {kAnyRole, false}},
     {"/grpc.health.v1.Health/Watch", {kAnyRole, false}},
     {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", {kAnyRole, false}},

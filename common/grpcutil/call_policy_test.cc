@@ -46,7 +46,7 @@ TEST(CallPolicyTest, ClientCannotCallWorkerRpcs) {
         "/lockstep.v1.Coordinator/ReportStream", "/lockstep.v1.Coordinator/ReportDone",
         "/lockstep.v1.Coordinator/UploadWeights", "/lockstep.v1.ParameterServer/Push",
         "/lockstep.v1.ParameterServer/Pull", "/lockstep.v1.PeerService/Stream",
-        "/lockstep.v1.ReplicaState/FetchState"}) {
+        "/lockstep.v1.ReplicaState/FetchState", "/lockstep.v1.ReplicaState/FetchCheckpoint"}) {
     EXPECT_EQ(Code(m, PeerRole::kClient), absl::StatusCode::kPermissionDenied) << m;
     EXPECT_EQ(Code(m, PeerRole::kWorker), absl::StatusCode::kOk) << m;
     // A server or coordinator certificate is no worker either.

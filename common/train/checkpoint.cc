@@ -378,6 +378,13 @@ absl::StatusOr<TrainingState> LoadFile(const std::string& path,
 
 }  // namespace
 
+uint64_t MaxCheckpointFileBytes(const CheckpointLimits& limits) { return MaxFileBytes(limits); }
+
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path,
+                                               const CheckpointLimits& limits) {
+  return ReadBounded(path, MaxFileBytes(limits));
+}
+
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, int64_t step,
                                                 const CheckpointLimits& limits) {
   LoadedCheckpoint out;

@@ -136,6 +136,13 @@ struct LoadedCheckpoint {
   std::vector<std::string> skipped;
 };
 
+// The largest file `limits` admits (header, spec, both arrays, trailer).
+uint64_t MaxCheckpointFileBytes(const CheckpointLimits& limits);
+// `path`'s bytes, refusing a file larger than MaxCheckpointFileBytes
+// before allocating (NotFound when missing); not decoded.
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path,
+                                               const CheckpointLimits& limits);
+
 // The checkpoint of step `step` in `dir` (step > 0), or the newest file
 // that loads (step == 0), newer broken ones listed in `skipped`. Each file
 // is bounded by `limits` before it is read. NotFound when the directory or

@@ -136,6 +136,27 @@ void JobCheckpointer::Wait() {
 
 JobCheckpointer::~JobCheckpointer() { Wait(); }
 
+uint64_t MaxResumeFileBytes(const Replica& replica) {
+  CheckpointLimits limits;
+  limits.num_params = replica.num_params();
+  limits.num_slots = replica.optimizer().num_slots();
+  return MaxCheckpointFileBytes(limits);
+}
+
+absl::StatusOr<std::string> StoreFetchedCheckpoint(const v1::JobSpec& spec, int64_t step,
+                                                   absl::string_view bytes) {
+  const v1::CheckpointRef& ref = spec.resume_from();
+  if (ref.checkpoint_dir().empty() || step <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("fetched checkpoint: no resume_from directory "
+                                                   "or step ", step));
+  }
+  const std::string dir = JobCheckpointDir(ref.checkpoint_dir(), ref.job_id());
+  if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+  const std::string path = absl::StrCat(dir, "/", CheckpointFileName(step));
+  if (absl::Status s = WriteFileAtomically(path, bytes); !s.ok()) return s;
+  return path;
+}
+
 absl::StatusOr<ResumePoint> ResumeReplica(const v1::JobSpec& spec,
                                           const SamplerPosition& sampler, int64_t total_steps,
                                           Replica* replica) {

@@ -132,6 +132,17 @@ absl::StatusOr<ResumePoint> ResumeReplica(const v1::JobSpec& spec,
                                           const SamplerPosition& sampler, int64_t total_steps,
                                           Replica* replica);
 
+// A rank that finds no checkpoint of spec.resume_from in its own directory
+// may fetch the file from the worker that wrote it (a resumed job's new
+// rank 0 when the writer is busy): the largest file it accepts for
+// `replica`'s model, and where it stores what it got, atomically, as
+// <resume_from.checkpoint_dir>/job-<job_id>/step-<step>.ckpt (the
+// directories are created), so that ResumeReplica then loads and checks it
+// as any other. Returns the path.
+uint64_t MaxResumeFileBytes(const Replica& replica);
+absl::StatusOr<std::string> StoreFetchedCheckpoint(const v1::JobSpec& spec, int64_t step,
+                                                   absl::string_view bytes);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_TRAIN_JOB_CHECKPOINT_H_

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/train/checkpoint.h"
 
 namespace lockstep {
 namespace {
@@ -15,7 +16,9 @@ namespace {
 // Writes a published state in chunks; deletes itself when done.
 class StateWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
  public:
-  explicit StateWriter(std::shared_ptr<const std::string> state) : state_(std::move(state)) {
+  // `checkpoint_step`: StateChunk.checkpoint_step of every chunk (0: none).
+  explicit StateWriter(std::shared_ptr<const std::string> state, int64_t checkpoint_step = 0)
+      : state_(std::move(state)), checkpoint_step_(checkpoint_step) {
     WriteNext();
   }
   void OnWriteDone(bool ok) override {
@@ -38,13 +41,25 @@ class StateWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
     chunk_.set_total_bytes(total);
     chunk_.set_offset(offset_);
     chunk_.set_data(state_->data() + offset_, static_cast<size_t>(n));
+    chunk_.set_checkpoint_step(checkpoint_step_);
     offset_ += n;
     StartWrite(&chunk_);
   }
   std::shared_ptr<const std::string> state_;
+  const int64_t checkpoint_step_;
   int64_t offset_ = 0;
   v1::StateChunk chunk_;
 };
+
+// A ReplicaState stub for `address` (plain text without credentials) that
+// takes one chunk per message.
+std::unique_ptr<v1::ReplicaState::Stub> StateStub(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(kStateChunkBytes + (64 << 10)));
+  return v1::ReplicaState::NewStub(grpc::CreateCustomChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args));
+}
 
 class ErrorWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
  public:
@@ -54,8 +69,41 @@ class ErrorWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
 
 }  // namespace
 
-StateServiceImpl::StateServiceImpl(const StateBoard* board, const Logger* logger)
-    : board_(board), log_(LoggerOrStderr(logger, "state")) {}
+StateServiceImpl::StateServiceImpl(const StateBoard* board, const Logger* logger,
+                                   const CheckpointDirs* checkpoints)
+    : board_(board), checkpoints_(checkpoints), log_(LoggerOrStderr(logger, "state")) {}
+
+grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchCheckpoint(
+    grpc::CallbackServerContext* /*context*/, const v1::FetchCheckpointRequest* request) {
+  const std::string& root = request->checkpoint_dir();
+  if (checkpoints_ == nullptr || root.empty() || !checkpoints_->Contains(root)) {
+    return new ErrorWriter(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("this worker wrote no checkpoints under \"", root,
+                     "\" since it started (it serves only directories it wrote to)")));
+  }
+  if (request->step() < 0) {
+    return new ErrorWriter(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("step is ", request->step(),
+                                                     ", expected >= 0 (0 = the newest)")));
+  }
+  // Validated here (checksum, format) so that a broken newest file is
+  // skipped as the reader would; then the file's own bytes are sent.
+  const std::string dir = JobCheckpointDir(root, request->job_id());
+  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(dir, request->step(), CheckpointLimits());
+  absl::StatusOr<std::string> bytes =
+      loaded.ok() ? ReadCheckpointFile(loaded->path, CheckpointLimits())
+                  : absl::StatusOr<std::string>(loaded.status());
+  if (!bytes.ok()) {
+    return new ErrorWriter(grpc::Status(static_cast<grpc::StatusCode>(bytes.status().code()),
+                                        std::string(bytes.status().message())));
+  }
+  log_.Info("serving checkpoint", {{"checkpoint", loaded->path},
+                                   {"bytes", static_cast<int64_t>(bytes->size())},
+                                   {"requester", request->requester()}});
+  return new StateWriter(std::make_shared<const std::string>(*std::move(bytes)),
+                         loaded->state.next_step);
+}
 
 grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchState(
     grpc::CallbackServerContext* /*context*/, const v1::FetchStateRequest* request) {
@@ -82,13 +130,7 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
   if (options.deadline == absl::InfinitePast()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": no deadline given"));
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(static_cast<int>(kStateChunkBytes + (64 << 10)));
-  auto channel = grpc::CreateCustomChannel(
-      address,
-      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
-      args);
-  auto stub = v1::ReplicaState::NewStub(channel);
+  auto stub = StateStub(address, options.credentials);
   absl::Status last = absl::DeadlineExceededError("no attempt");
   bool answered = false;  // `last` holds a peer's answer
   while (true) {
@@ -163,6 +205,65 @@ absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
     // Not published yet (or the peer not up yet): ask again shortly.
     absl::SleepFor(std::min(absl::Milliseconds(10), options.deadline - absl::Now()));
   }
+}
+
+absl::StatusOr<FetchedCheckpoint> FetchCheckpointFile(const std::string& address,
+                                                      const FetchCheckpointOptions& options) {
+  const std::string what = absl::StrCat("checkpoint of job ", options.job_id, " under ",
+                                        options.checkpoint_dir, " from ", address);
+  if (options.deadline == absl::InfinitePast()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no deadline given"));
+  }
+  auto stub = StateStub(address, options.credentials);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(options.deadline));
+  v1::FetchCheckpointRequest request;
+  request.set_checkpoint_dir(options.checkpoint_dir);
+  request.set_job_id(options.job_id);
+  request.set_step(options.step);
+  request.set_requester(options.requester);
+  auto reader = stub->FetchCheckpoint(&ctx, request);
+  v1::StateChunk chunk;
+  FetchedCheckpoint out;
+  int64_t total = -1;
+  absl::Status bad;
+  while (reader->Read(&chunk)) {
+    if (total < 0) {
+      total = chunk.total_bytes();
+      out.step = chunk.checkpoint_step();
+      if (total <= 0 || total > options.max_bytes || out.step <= 0) {
+        bad = absl::FailedPreconditionError(absl::StrCat(
+            what, ": the peer offers ", total, " bytes (step ", out.step,
+            "), expected 1..", options.max_bytes, " bytes for this job's model"));
+        break;
+      }
+      out.bytes.reserve(static_cast<size_t>(total));
+    }
+    if (chunk.total_bytes() != total || chunk.checkpoint_step() != out.step ||
+        chunk.offset() != static_cast<int64_t>(out.bytes.size()) ||
+        static_cast<int64_t>(out.bytes.size() + chunk.data().size()) > total) {
+      bad = absl::DataLossError(absl::StrCat(what, ": chunk at offset ", chunk.offset(), " of ",
+                                             chunk.data().size(), " bytes after ",
+                                             out.bytes.size(), " of ", total, " bytes"));
+      break;
+    }
+    out.bytes.append(chunk.data());
+  }
+  if (!bad.ok()) {
+    ctx.TryCancel();
+    reader->Finish();
+    return bad;
+  }
+  const grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat(what, ": ", st.error_message()));
+  }
+  if (total < 0 || static_cast<int64_t>(out.bytes.size()) != total) {
+    return absl::DataLossError(absl::StrCat(what, ": stream ended after ", out.bytes.size(),
+                                            " of ", total, " bytes"));
+  }
+  return out;
 }
 
 }  // namespace lockstep

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/log.h"
+#include "common/train/checkpoint_dirs.h"
 #include "common/train/state_board.h"
 #include "proto/state.grpc.pb.h"
 
@@ -38,16 +39,26 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
  public:
   // `board` is not owned and must outlive the service. `logger`: where
   // transfers are logged (component "state"; nullptr = stderr).
-  explicit StateServiceImpl(const StateBoard* board, const Logger* logger = nullptr);
+  // `checkpoints` (not owned, may be null: none served): the checkpoint
+  // directories this worker wrote to, the only ones FetchCheckpoint reads.
+  explicit StateServiceImpl(const StateBoard* board, const Logger* logger = nullptr,
+                            const CheckpointDirs* checkpoints = nullptr);
 
   grpc::ServerWriteReactor<v1::StateChunk>* FetchState(
       grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
+  // Reads and validates the checkpoint (LoadCheckpoint) on gRPC's thread,
+  // then streams the file's bytes. NOT_FOUND naming the directory when it
+  // is not one this worker wrote to or holds no valid checkpoint.
+  grpc::ServerWriteReactor<v1::StateChunk>* FetchCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::FetchCheckpointRequest* request) override;
 
   // Requests answered NOT_FOUND so far (for tests).
   int64_t misses() const { return misses_.load(); }
 
  private:
   const StateBoard* const board_;
+  const CheckpointDirs* const checkpoints_;
   std::atomic<int64_t> misses_{0};
   const Logger log_;
 };
@@ -71,6 +82,31 @@ struct FetchStateOptions {
 // peer died).
 absl::StatusOr<std::string> FetchReplicaState(const std::string& address,
                                               const FetchStateOptions& options);
+
+struct FetchCheckpointOptions {
+  std::string checkpoint_dir;  // the root both sides name (JobSpec.resume_from)
+  uint64_t job_id = 0;
+  int64_t step = 0;            // 0 = the newest valid one
+  // The largest file accepted: a peer announcing more is refused before
+  // anything is allocated (the caller: its replica state's size plus room
+  // for the header and the spec).
+  int64_t max_bytes = 0;
+  absl::Time deadline = absl::InfinitePast();  // required
+  std::string requester;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // nullptr = plain text
+};
+
+struct FetchedCheckpoint {
+  int64_t step = 0;   // its next step (file name)
+  std::string bytes;  // the file (checked again by whoever loads it)
+};
+
+// Fetches a checkpoint file from the worker at `address` (one call, no
+// retry). Errors name the peer: the RPC's (NOT_FOUND when it wrote none
+// there), FAILED_PRECONDITION (larger than max_bytes), DATA_LOSS (chunks
+// out of order or short), DEADLINE_EXCEEDED.
+absl::StatusOr<FetchedCheckpoint> FetchCheckpointFile(const std::string& address,
+                                                      const FetchCheckpointOptions& options);
 
 }  // namespace lockstep
 

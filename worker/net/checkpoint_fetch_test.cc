@@ -1,0 +1,162 @@
+// ReplicaState.FetchCheckpoint (state_service.h): a worker serves the
+// checkpoint files it wrote, validated, to a resumed job's rank that has
+// none (its writer busy with another job, or on another host); the
+// receiver bounds the size before allocating and stores the file where
+// ResumeReplica finds it (job_checkpoint.h StoreFetchedCheckpoint).
+#include <stdlib.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/optim/hash.h"
+#include "common/train/checkpoint.h"
+#include "common/train/checkpoint_dirs.h"
+#include "common/train/job_checkpoint.h"
+#include "gtest/gtest.h"
+#include "worker/net/state_service.h"
+
+namespace lockstep {
+namespace {
+
+TrainingState State(int64_t next_step, int64_t n) {
+  TrainingState s;
+  s.job_id = 5;
+  s.seed = 9;
+  s.next_step = next_step;
+  s.total_steps = 100;
+  s.sampler = {1000, 10, false};
+  s.job_spec = "spec";
+  for (int64_t i = 0; i < n; ++i) s.params.push_back(0.5f * i + next_step);
+  s.optimizer.steps = next_step;
+  s.optimizer.slots.assign(static_cast<size_t>(n), 0.125f);
+  s.weights_hash = HashWeights(s.params);
+  return s;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream b;
+  b << in.rdbuf();
+  return b.str();
+}
+
+std::string TempDir() {
+  std::string t = absl::StrCat(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp",
+                               "/ckfetchXXXXXX");
+  EXPECT_NE(mkdtemp(&t[0]), nullptr);
+  return t;
+}
+
+class CheckpointFetchTest : public ::testing::Test {
+ protected:
+  CheckpointFetchTest() {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&service_);
+    server_ = b.BuildAndStart();
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  ~CheckpointFetchTest() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  FetchCheckpointOptions Options(const std::string& root, int64_t step, int64_t max_bytes) {
+    FetchCheckpointOptions o;
+    o.checkpoint_dir = root;
+    o.job_id = 5;
+    o.step = step;
+    o.max_bytes = max_bytes;
+    o.deadline = absl::Now() + absl::Seconds(30);
+    o.requester = "w-9";
+    return o;
+  }
+
+  StateBoard board_;
+  CheckpointDirs dirs_;
+  StateServiceImpl service_{&board_, nullptr, &dirs_};
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// The newest valid file (a corrupt newer one skipped as a reader would),
+// or the step asked for; the bytes are the file's own.
+TEST_F(CheckpointFetchTest, ServesTheNewestValidFileOrTheStepAsked) {
+  const std::string root = TempDir();
+  const std::string dir = JobCheckpointDir(root, 5);
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  // 300,000 floats each way: 2.4 MB, three chunks.
+  ASSERT_TRUE(WriteCheckpoint(dir, State(10, 300000), 5).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir, State(20, 300000), 5).ok());
+  const std::string p20 = absl::StrCat(dir, "/", CheckpointFileName(20));
+  const std::string p30 = absl::StrCat(dir, "/", CheckpointFileName(30));
+  {
+    std::ofstream broken(p30, std::ios::binary);
+    broken << "not a checkpoint";
+  }
+  dirs_.Add(root);
+  absl::StatusOr<FetchedCheckpoint> got = FetchCheckpointFile(address_, Options(root, 0, 1 << 24));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step, 20);
+  EXPECT_EQ(got->bytes, ReadAll(p20));
+  got = FetchCheckpointFile(address_, Options(root, 10, 1 << 24));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->step, 10);
+  EXPECT_EQ(got->bytes, ReadAll(absl::StrCat(dir, "/", CheckpointFileName(10))));
+  // Stored where a resume reads it: another root, same bytes.
+  const std::string mine = TempDir();
+  v1::JobSpec spec;
+  spec.mutable_resume_from()->set_checkpoint_dir(mine);
+  spec.mutable_resume_from()->set_job_id(5);
+  absl::StatusOr<std::string> stored = StoreFetchedCheckpoint(spec, got->step, got->bytes);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(*stored, absl::StrCat(JobCheckpointDir(mine, 5), "/", CheckpointFileName(10)));
+  EXPECT_EQ(ReadAll(*stored), got->bytes);
+}
+
+// Only directories this worker wrote to; a file larger than the receiver's
+// model allows is refused before anything is allocated.
+TEST_F(CheckpointFetchTest, RefusesOtherDirectoriesAndOversizedFiles) {
+  const std::string root = TempDir();
+  const std::string dir = JobCheckpointDir(root, 5);
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir, State(10, 1000), 5).ok());
+  absl::StatusOr<FetchedCheckpoint> got = FetchCheckpointFile(address_, Options(root, 0, 1 << 24));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(got.status().message().find("this worker wrote no checkpoints under"),
+            std::string::npos)
+      << got.status();
+  dirs_.Add(root);
+  got = FetchCheckpointFile(address_, Options(root, 0, 100));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(got.status().message().find("expected 1..100 bytes for this job's model"),
+            std::string::npos)
+      << got.status();
+  // A step that does not exist, and a job with no checkpoints there.
+  EXPECT_EQ(FetchCheckpointFile(address_, Options(root, 11, 1 << 24)).status().code(),
+            absl::StatusCode::kNotFound);
+  FetchCheckpointOptions other = Options(root, 0, 1 << 24);
+  other.job_id = 6;
+  EXPECT_EQ(FetchCheckpointFile(address_, other).status().code(), absl::StatusCode::kNotFound);
+  // A path outside the recorded roots (its parent) is refused too.
+  EXPECT_EQ(FetchCheckpointFile(address_, Options(root + "/..", 0, 1 << 24)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(CheckpointDirsTest, KeepsTheNewestDirectories) {
+  CheckpointDirs d;
+  for (size_t i = 0; i < CheckpointDirs::kMax + 1; ++i) d.Add(absl::StrCat("/d", i));
+  EXPECT_FALSE(d.Contains("/d0"));
+  EXPECT_TRUE(d.Contains("/d1"));
+  d.Add("/d1");  // used again: now the newest
+  d.Add("/new");
+  EXPECT_TRUE(d.Contains("/d1"));
+  EXPECT_FALSE(d.Contains("/d2"));
+}
+
+}  // namespace
+}  // namespace lockstep
