@@ -102,7 +102,8 @@ def check_tls_args(where, args, is_coordinator, file_ok, what, daemon=True):
     """--insecure absent; each TLS flag (and the coordinator's --token_file,
     and a daemon's --http_token_file) given once, naming a file file_ok
     accepts (a secret's mount); a daemon serves its HTTP pages over HTTPS
-    (--http_tls)."""
+    (--http_tls) to clients with a certificate of the CA
+    (--http_client_certs)."""
     args = [str(a) for a in args]
     if any(a == "--insecure" or a.startswith("--insecure=") for a in args):
         err(where, "--insecure given: every daemon in the deploy files uses mutual TLS")
@@ -110,6 +111,8 @@ def check_tls_args(where, args, is_coordinator, file_ok, what, daemon=True):
              (("--http_token_file",) if daemon else ()))
     if daemon and "--http_tls" not in args:
         err(where, "no --http_tls: the metrics and status pages (and their token) would be plain HTTP")
+    if daemon and "--http_client_certs" not in args:
+        err(where, "no --http_client_certs: any HTTPS client holding the token could read the pages")
     for flag in flags:
         values = flag_values(args, flag)
         if len(values) != 1:

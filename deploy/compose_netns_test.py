@@ -342,20 +342,24 @@ class Cluster:
         m = re.search(r"--metrics_port=(\d+)", " ".join(map(str, self.doc["services"][service]["command"])))
         return int(m.group(1)) if m else None
 
-    def scrape(self, instance, port, token=True):
+    def scrape(self, instance, port, token=True, client_cert=True):
         """GET https://ADDR:PORT/metrics from the client namespace, as a
         Prometheus on another host would (the file runs every daemon with
         --http_tls): the chain verified against the pki's CA and the name
         against the instance's role, <role>.role.lockstep.invalid (what a
         scrape job's tls_config.server_name says: certificates name roles,
         not addresses), with the pki's http_token as a Bearer token unless
-        token=False. Returns (status or None, body); an HTTP error status is
-        returned as the status."""
+        token=False, presenting the pki's metrics certificate (every daemon
+        runs with --http_client_certs) unless client_cert=False. Returns
+        (status or None, body); an HTTP error status is returned as the
+        status, a refused handshake as None."""
         role = ("coordinator" if instance == "coordinator" else
                 "server" if instance.startswith("ps") else "worker")
         code = ("import http.client, socket, ssl, sys\n"
-                "host, port, ca, token_file, name = sys.argv[1:6]\n"
+                "host, port, ca, token_file, name, cert, key = sys.argv[1:8]\n"
                 "ctx = ssl.create_default_context(cafile=ca)\n"
+                "if cert:\n"
+                "    ctx.load_cert_chain(cert, key)\n"
                 "sock = socket.create_connection((host, int(port)), timeout=5)\n"
                 "c = http.client.HTTPSConnection(host, int(port), timeout=5, context=ctx)\n"
                 "c.sock = ctx.wrap_socket(sock, server_hostname=name)\n"
@@ -368,7 +372,10 @@ class Cluster:
         token_file = os.path.join(self.pki, "http_token") if token else ""
         r = run(["ip", "netns", "exec", self.ns("client"), sys.executable, "-c", code,
                  self.addr[instance], str(port), os.path.join(self.pki, "ca.pem"), token_file,
-                 f"{role}.role.lockstep.invalid"], check=False, timeout=15)
+                 f"{role}.role.lockstep.invalid",
+                 os.path.join(self.pki, "metrics.pem") if client_cert else "",
+                 os.path.join(self.pki, "metrics.key") if client_cert else ""],
+                check=False, timeout=15)
         if r.returncode != 0:
             return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
         status, _, body = r.stdout.partition("\n")
@@ -551,6 +558,9 @@ def main(argv):
                 bare, _ = cluster.scrape(instance, port, token=False)
                 check(f"{instance}: GET /metrics without the http_token is refused",
                       bare == 401, f"HTTP {bare}")
+                nocert, why = cluster.scrape(instance, port, client_cert=False)
+                check(f"{instance}: GET /metrics without a client certificate is refused "
+                      "(--http_client_certs)", nocert is None, f"HTTP {nocert}" if nocert else why)
             if service.startswith("ps-") and status == 200:
                 pushes = sum(float(line.split()[-1]) for line in body.splitlines()
                              if line.startswith("lockstep_ps_pushes_total"))

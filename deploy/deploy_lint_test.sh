@@ -163,6 +163,11 @@ sed 's|      - --data_dir=/data|      - --data_dir=/data\n      - --insecure|' "
 expect_reject "rules, --insecure in a compose command" rules compose "$B/deploy/insecure.yml"
 sed '/^      - --token_file=/d' "$C" >"$B/deploy/notoken.yml"
 expect_reject "rules, coordinator without --token_file" rules compose "$B/deploy/notoken.yml"
+sed '/^      - --http_client_certs$/d' "$C" >"$B/deploy/noclientcerts.yml"
+expect_reject "rules, a daemon's HTTPS without --http_client_certs" rules compose \
+  "$B/deploy/noclientcerts.yml"
+sed '/- --http_client_certs /d' "$DEPLOY/k8s/ps.yaml" >"$B/k8s/noclientcerts.yaml"
+expect_reject "rules, a pod's HTTPS without --http_client_certs" rules k8s "$B/k8s/noclientcerts.yaml"
 sed 's|      - --tls_key=/run/secrets/worker.key|      - --tls_key=/run/secrets/server.key|' "$C" >"$B/deploy/wrongkey.yml"
 expect_reject "rules, a key that is not one of the service's secrets" rules compose "$B/deploy/wrongkey.yml"
 sed 's|            - --combine_timeout_ms=30000|            - --combine_timeout_ms=30000\n            - --insecure|' \
