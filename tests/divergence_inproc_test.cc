@@ -142,6 +142,29 @@ TEST(DivergenceTest, ACheckpointIsWrittenOnlyOnceTheRanksAgreeOnItsState) {
   EXPECT_EQ(hashes.at(2).at(0), hashes.at(2).at(1));
 }
 
+// The final checkpoint too: it is written only once every rank sent its
+// final state's identity in one more small combine (AgreeOnFinalState).
+// Rank 1 flips a bit after the last step: rank 0's final checkpoint (of
+// step 16, rank 0's own state, which rank 1 no longer shares) is never
+// written; the newest on disk is step 15's, which the last step's combine
+// verified. (Before, the final checkpoint was written at once: newest 16.)
+TEST(DivergenceTest, TheFinalCheckpointIsWrittenOnlyOnceTheRanksAgree) {
+  FakeCoordinator coord(2, DivergencePolicy::kHalt, kSteps);
+  RunSetup setup;
+  setup.checkpoint_every = 1;
+  Fault fault;
+  fault.rank = 1;
+  fault.step = kSteps - 1;
+  Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
+  auto files = ListCheckpoints(JobCheckpointDir(run.checkpoint_dir, 7));
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_FALSE(files->empty());
+  int64_t newest = -1;
+  for (const auto& [step, path] : *files) newest = std::max(newest, step);
+  EXPECT_EQ(newest, kSteps - 1);
+  EXPECT_NE(coord.failed(), "");  // the coordinator's check of the last step
+}
+
 TEST(DivergenceTest, TwoRanksWithoutCheckpointsFailWithNoMajority) {
   FakeCoordinator coord(2, DivergencePolicy::kRepair, kSteps);
   Fault fault;

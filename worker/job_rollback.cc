@@ -6,7 +6,8 @@
 //
 // Both announce rank 0's (found, next step, weights hash) in a small combine
 // under the shape-agreement key (ShapeAgreementJob), whose steps only ever
-// increase: 0 the dataset agreement, 1 the resume, 1 + n the n-th rollback.
+// increase: 0 the dataset agreement, 1 the resume, 1 + n the n-th rollback,
+// kFinalStateRound the final state check (job_runner.h).
 #include <cstdio>
 #include <vector>
 

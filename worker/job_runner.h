@@ -177,6 +177,12 @@ inline uint64_t ShapeAgreementJob(uint64_t job) { return job | (uint64_t{1} << 6
 // not resolved by replaying it.
 inline constexpr int kMaxRollbacks = 3;
 
+// The shape-agreement key's rounds only ever increase (a ps shard refuses
+// an older step): 0 the dataset agreement, 1 a resume's announcement,
+// 2 .. 1 + kMaxRollbacks the rollbacks' (job_rollback.cc), then the final
+// state check (AgreeOnFinalState).
+inline constexpr int64_t kFinalStateRound = 2 + kMaxRollbacks;
+
 class JobRunner {
  public:
   // `data`, `combiner` and `reporter` are not owned and must outlive Run().
@@ -221,6 +227,13 @@ class JobRunner {
   // Until RequestStop() or `deadline`; true when stopped.
   bool WaitForStop(absl::Time deadline);
   absl::Status AgreeOnShape(const Dataset& train);
+  // After the last step of a K > 1 job that writes checkpoints: every rank
+  // sends its final state's identity (StepReporter::last_identity) in one
+  // more small combine, on the dataset agreement's key and layout at round
+  // kFinalStateRound, so that rank 0 writes the final checkpoint only when every
+  // rank holds the same state (as every other checkpoint is verified in
+  // the next step's combine). True when all K agree.
+  absl::StatusOr<bool> AgreeOnFinalState(uint64_t identity);
   void FlipOneBit(Replica* r);
   // The divergence repair the coordinator scheduled at boundary `step`
   // (StepReporter::repair): the source rank publishes its state, the drifted

@@ -109,6 +109,35 @@ absl::Status JobRunner::AgreeOnShape(const Dataset& train) {
       ", training set hash ", m.hash.ToHex()));
 }
 
+absl::StatusOr<bool> JobRunner::AgreeOnFinalState(uint64_t identity) {
+  const int k = options_.world;
+  // The dataset agreement's layout (so a ps shard of the key keeps one
+  // length): the identity in the first 8 floats of this rank's slot.
+  std::vector<float> slots(static_cast<size_t>(kAgreeFloats) * k, 0.0f);
+  PutBytes(identity, &slots[static_cast<size_t>(kAgreeFloats * options_.rank)]);
+  int64_t count = 1;
+  if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), kFinalStateRound,
+                                          absl::MakeSpan(slots),
+                                          &count, options_.combine_timeout);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("after the last step (final state check of job ",
+                                               options_.job_id, "): ", UserFacing(s).message()));
+  }
+  if (count != k) {
+    return absl::InternalError(
+        absl::StrCat("final state check: expected ", k, " contributions, got ", count));
+  }
+  for (int r = 0; r < k; ++r) {
+    const uint64_t other = GetBytes(&slots[static_cast<size_t>(kAgreeFloats * r)]);
+    if (other != identity) {
+      log_.Warn("final state check: a rank's state differs from this one's",
+                {{"other_rank", r}});
+      return false;
+    }
+  }
+  return true;
+}
+
 void JobRunner::FlipOneBit(Replica* r) {
   const int64_t i = options_.flip_index;
   if (options_.flip_optimizer) {
