@@ -113,6 +113,17 @@ TEST(DivergenceTest, HaltEndsTheJobNamingStepRankAndBlock) {
   }
 }
 
+// The newest checkpoint file job 7 left (-1: none, or no directory).
+int64_t NewestCheckpoint(const Outcome& run) {
+  auto files = ListCheckpoints(JobCheckpointDir(run.checkpoint_dir, 7));
+  EXPECT_TRUE(files.ok()) << files.status();
+  int64_t newest = -1;
+  if (files.ok()) {
+    for (const auto& [step, path] : *files) newest = std::max(newest, step);
+  }
+  return newest;
+}
+
 // A checkpoint is written only after every rank was seen holding its state
 // (the identities in the next step's combine). Rank 0 flips a bit after
 // step 3 under halt with a checkpoint every step: the checkpoint of step 4
@@ -128,12 +139,7 @@ TEST(DivergenceTest, ACheckpointIsWrittenOnlyOnceTheRanksAgreeOnItsState) {
   fault.rank = 0;
   Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
   EXPECT_NE(coord.failed(), "");
-  auto files = ListCheckpoints(JobCheckpointDir(run.checkpoint_dir, 7));
-  ASSERT_TRUE(files.ok()) << files.status();
-  ASSERT_FALSE(files->empty());
-  int64_t newest = -1;
-  for (const auto& [step, path] : *files) newest = std::max(newest, step);
-  EXPECT_EQ(newest, 3);
+  EXPECT_EQ(NewestCheckpoint(run), 3);
   // ... and that one holds the state both ranks reported for step 2.
   auto loaded = LoadCheckpoint(JobCheckpointDir(run.checkpoint_dir, 7), 3, CheckpointLimits());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -156,12 +162,7 @@ TEST(DivergenceTest, TheFinalCheckpointIsWrittenOnlyOnceTheRanksAgree) {
   fault.rank = 1;
   fault.step = kSteps - 1;
   Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
-  auto files = ListCheckpoints(JobCheckpointDir(run.checkpoint_dir, 7));
-  ASSERT_TRUE(files.ok()) << files.status();
-  ASSERT_FALSE(files->empty());
-  int64_t newest = -1;
-  for (const auto& [step, path] : *files) newest = std::max(newest, step);
-  EXPECT_EQ(newest, kSteps - 1);
+  EXPECT_EQ(NewestCheckpoint(run), kSteps - 1);
   EXPECT_NE(coord.failed(), "");  // the coordinator's check of the last step
 }
 
