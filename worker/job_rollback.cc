@@ -58,7 +58,9 @@ bool JobRunner::WaitForStop(absl::Time deadline) {
   return woke;
 }
 
-absl::Status JobRunner::AnnounceFromRankZero(int64_t round, Announcement* a) {
+absl::Status JobRunner::AnnounceFromRankZero(int64_t round, Announcement* a,
+                                             absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) timeout = options_.combine_timeout;
   uint64_t values[kValues] = {0, 0, 0, 0, 0};
   if (options_.rank == 0 && a->found) {
     values[0] = 1;
@@ -73,8 +75,7 @@ absl::Status JobRunner::AnnounceFromRankZero(int64_t round, Announcement* a) {
   }
   int64_t count = 1;
   if (absl::Status s = combiner_->Combine(ShapeAgreementJob(WireKey()), round,
-                                          absl::MakeSpan(slots), &count,
-                                          options_.combine_timeout);
+                                          absl::MakeSpan(slots), &count, timeout);
       !s.ok()) {
     return s;
   }
@@ -205,9 +206,13 @@ absl::StatusOr<ResumePoint> JobRunner::ResumeHere(const SamplerPosition& positio
                {"from_job", options_.spec.resume_from().job_id()}});
     auto got = options_.fetch_checkpoint(MaxResumeFileBytes(*r),
                                          absl::Now() + options_.combine_timeout);
+    const int64_t pinned = options_.spec.resume_from().step();
     absl::StatusOr<std::string> stored =
-        got.ok() ? StoreFetchedCheckpoint(options_.spec, got->first, got->second)
-                 : absl::StatusOr<std::string>(got.status());
+        !got.ok() ? absl::StatusOr<std::string>(got.status())
+        : pinned > 0 && got->first != pinned
+            ? absl::StatusOr<std::string>(absl::DataLossError(absl::StrCat(
+                  "the writer sent the checkpoint of step ", got->first, ", not ", pinned)))
+            : StoreFetchedCheckpoint(options_.spec, got->first, got->second);
     if (stored.ok()) {
       log_.Info("fetched checkpoint", {{"checkpoint", *stored},
                                        {"bytes", static_cast<int64_t>(got->second.size())}});
@@ -250,7 +255,11 @@ absl::StatusOr<int64_t> JobRunner::ResumeFromRankZero(const SamplerPosition& pos
       mine = point.status();
     }
   }
-  if (absl::Status s = AnnounceFromRankZero(kResumeRound, &a); !s.ok()) {
+  // When rank 0 may first fetch the file from its writer (at most one
+  // combine timeout, ResumeHere), the others wait that much longer.
+  const absl::Duration wait =
+      options_.combine_timeout * (options_.fetch_checkpoint ? 2 : 1);
+  if (absl::Status s = AnnounceFromRankZero(kResumeRound, &a, wait); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what, ": agreeing on the checkpoint: ",
                                                UserFacing(s).message()));
   }

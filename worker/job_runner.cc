@@ -482,6 +482,26 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
       // loop); at once when there is no such combine (K = 1).
       if (!ids_in_combine) checkpointer.CommitCaptured(checkpoint_done(step));
     }
+    // The final checkpoint holds a state every rank holds: one more small
+    // combine after the last step (every rank takes part: the condition is
+    // the same on all of them), before rank 0's final evaluation.
+    if (step + 1 == total && ids_in_combine && !options_.spec.checkpoint_dir().empty()) {
+      if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
+      absl::StatusOr<bool> same = AgreeOnFinalState(reporter.last_identity());
+      if (!same.ok()) {
+        if (stop_.load()) return StoppedInCombine(job, " after the last step", same.status());
+        return same.status();
+      }
+      if (checkpointer.captured_step() == total) {
+        if (*same) {
+          checkpointer.CommitCaptured(checkpoint_done(step));
+        } else {
+          checkpointer.DropCaptured();
+          log_.Warn("final checkpoint not written: the replicas differed after the last step",
+                    {{"step", step}});
+        }
+      }
+    }
     const bool evaluate = options_.rank == 0 && data_->has_test() && epoch_end && !replay &&
                           (options_.spec.eval_each_epoch() || step + 1 == total);
     if (evaluate) {
@@ -504,25 +524,6 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                          {"test_examples", e.count},
                          {"test_accuracy", outcome.test_accuracy},
                          {"test_loss", outcome.test_loss}});
-    }
-  }
-  // The final checkpoint holds a state every rank holds (every rank takes
-  // part: the condition is the same on all of them).
-  if (ids_in_combine && !options_.spec.checkpoint_dir().empty() && first_step < total) {
-    if (absl::Status s = reporter.WaitHashed(); !s.ok()) return s;
-    absl::StatusOr<bool> same = AgreeOnFinalState(reporter.last_identity());
-    if (!same.ok()) {
-      if (stop_.load()) return StoppedInCombine(job, " after the last step", same.status());
-      return same.status();
-    }
-    if (checkpointer.captured_step() == total) {
-      if (*same) {
-        checkpointer.CommitCaptured(checkpoint_done(total - 1));
-      } else {
-        checkpointer.DropCaptured();
-        log_.Warn("final checkpoint not written: the replicas differed after the last step",
-                  {{"step", total - 1}});
-      }
     }
   }
   // Every reply in before the job counts as done: a mismatch or a stop in

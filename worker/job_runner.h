@@ -270,7 +270,9 @@ class JobRunner {
     int64_t next_step = 0;
     WeightHash hash;
   };
-  absl::Status AnnounceFromRankZero(int64_t round, Announcement* a);
+  // `timeout`: the combine's (options_.combine_timeout when zero).
+  absl::Status AnnounceFromRankZero(int64_t round, Announcement* a,
+                                    absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<Rollback> RollBack(int64_t step, JobCheckpointer* checkpointer,
                                     const SamplerPosition& position, int64_t total, Replica* r);
   // A rank other than 0 takes the state rank 0 restored from a checkpoint,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -19,7 +20,14 @@ namespace lockstep {
 class CheckpointDirs {
  public:
   static constexpr size_t kMax = 64;
-  void Add(const std::string& dir) {
+  // Trailing slashes do not count ("/ck/" is "/ck", as JobCheckpointDir
+  // joins them).
+  static std::string Normal(std::string dir) {
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return dir;
+  }
+  void Add(std::string dir) {
+    dir = Normal(std::move(dir));
     absl::MutexLock l(&mu_);
     auto it = std::find(dirs_.begin(), dirs_.end(), dir);
     if (it != dirs_.end()) dirs_.erase(it);
@@ -27,8 +35,9 @@ class CheckpointDirs {
     if (dirs_.size() > kMax) dirs_.pop_front();
   }
   bool Contains(const std::string& dir) const {
+    const std::string n = Normal(dir);
     absl::MutexLock l(&mu_);
-    return std::find(dirs_.begin(), dirs_.end(), dir) != dirs_.end();
+    return std::find(dirs_.begin(), dirs_.end(), n) != dirs_.end();
   }
 
  private:

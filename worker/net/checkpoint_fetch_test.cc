@@ -156,6 +156,10 @@ TEST(CheckpointDirsTest, KeepsTheNewestDirectories) {
   d.Add("/new");
   EXPECT_TRUE(d.Contains("/d1"));
   EXPECT_FALSE(d.Contains("/d2"));
+  EXPECT_TRUE(d.Contains("/new/"));  // trailing slashes do not count
+  d.Add("/slash//");
+  EXPECT_TRUE(d.Contains("/slash"));
+  EXPECT_FALSE(d.Contains("/slas"));
 }
 
 }  // namespace

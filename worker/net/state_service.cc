@@ -1,7 +1,9 @@
 #include "worker/net/state_service.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -16,9 +18,7 @@ namespace {
 // Writes a published state in chunks; deletes itself when done.
 class StateWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
  public:
-  // `checkpoint_step`: StateChunk.checkpoint_step of every chunk (0: none).
-  explicit StateWriter(std::shared_ptr<const std::string> state, int64_t checkpoint_step = 0)
-      : state_(std::move(state)), checkpoint_step_(checkpoint_step) {
+  explicit StateWriter(std::shared_ptr<const std::string> state) : state_(std::move(state)) {
     WriteNext();
   }
   void OnWriteDone(bool ok) override {
@@ -41,14 +41,78 @@ class StateWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
     chunk_.set_total_bytes(total);
     chunk_.set_offset(offset_);
     chunk_.set_data(state_->data() + offset_, static_cast<size_t>(n));
-    chunk_.set_checkpoint_step(checkpoint_step_);
     offset_ += n;
     StartWrite(&chunk_);
   }
   std::shared_ptr<const std::string> state_;
-  const int64_t checkpoint_step_;
   int64_t offset_ = 0;
   v1::StateChunk chunk_;
+};
+
+// Serves one checkpoint file: `load` (which reads and checks the file) runs
+// on a thread of its own, not on gRPC's callback thread that also carries
+// the peer streams; then the bytes go out as StateWriter sends a state.
+// `active` is decremented once the call is done.
+class CheckpointWriter final : public grpc::ServerWriteReactor<v1::StateChunk> {
+ public:
+  using Load = std::function<absl::StatusOr<std::pair<std::string, int64_t>>()>;
+  CheckpointWriter(Load load, std::atomic<int>* active) : active_(active) {
+    loader_ = std::thread([this, load = std::move(load)] {
+      absl::StatusOr<std::pair<std::string, int64_t>> got = load();
+      if (!got.ok()) {
+        Finish(grpc::Status(static_cast<grpc::StatusCode>(got.status().code()),
+                            std::string(got.status().message())));
+        return;
+      }
+      bytes_ = std::move(got->first);
+      step_ = got->second;
+      WriteNext();
+    });
+  }
+  void OnWriteDone(bool ok) override {
+    // What the loader thread wrote before its first StartWrite, visible to
+    // ThreadSanitizer too (the hand-off runs through gRPC's core).
+    (void)handed_off_.load(std::memory_order_acquire);
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "checkpoint transfer cancelled"));
+      return;
+    }
+    if (offset_ >= static_cast<int64_t>(bytes_.size())) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    WriteNext();
+  }
+  void OnDone() override {
+    // gRPC may run this on the loader thread itself (a Finish from there).
+    if (loader_.get_id() == std::this_thread::get_id()) {
+      loader_.detach();
+    } else {
+      loader_.join();
+    }
+    active_->fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  void WriteNext() {
+    const int64_t total = static_cast<int64_t>(bytes_.size());
+    const int64_t n = std::min<int64_t>(kStateChunkBytes, total - offset_);
+    chunk_.set_total_bytes(total);
+    chunk_.set_offset(offset_);
+    chunk_.set_data(bytes_.data() + offset_, static_cast<size_t>(n));
+    chunk_.set_checkpoint_step(step_);
+    offset_ += n;
+    handed_off_.store(true, std::memory_order_release);
+    StartWrite(&chunk_);
+  }
+  std::atomic<int>* const active_;
+  std::atomic<bool> handed_off_{false};
+  std::string bytes_;
+  int64_t step_ = 0;
+  int64_t offset_ = 0;
+  v1::StateChunk chunk_;
+  std::thread loader_;
 };
 
 // A ReplicaState stub for `address` (plain text without credentials) that
@@ -87,22 +151,32 @@ grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchCheckpoint(
                                         absl::StrCat("step is ", request->step(),
                                                      ", expected >= 0 (0 = the newest)")));
   }
-  // Validated here (checksum, format) so that a broken newest file is
-  // skipped as the reader would; then the file's own bytes are sent.
-  const std::string dir = JobCheckpointDir(root, request->job_id());
-  absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(dir, request->step(), CheckpointLimits());
-  absl::StatusOr<std::string> bytes =
-      loaded.ok() ? ReadCheckpointFile(loaded->path, CheckpointLimits())
-                  : absl::StatusOr<std::string>(loaded.status());
-  if (!bytes.ok()) {
-    return new ErrorWriter(grpc::Status(static_cast<grpc::StatusCode>(bytes.status().code()),
-                                        std::string(bytes.status().message())));
+  if (active_fetches_.fetch_add(1) >= kMaxCheckpointFetches) {
+    active_fetches_.fetch_sub(1);
+    return new ErrorWriter(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(kMaxCheckpointFetches, " checkpoint transfers in progress here; retry")));
   }
-  log_.Info("serving checkpoint", {{"checkpoint", loaded->path},
-                                   {"bytes", static_cast<int64_t>(bytes->size())},
-                                   {"requester", request->requester()}});
-  return new StateWriter(std::make_shared<const std::string>(*std::move(bytes)),
-                         loaded->state.next_step);
+  // Validated (checksum, format) so that a broken newest file is skipped as
+  // the reader would; the decoded state is dropped before the file's own
+  // bytes are read and sent.
+  const std::string dir = JobCheckpointDir(root, request->job_id());
+  return new CheckpointWriter(
+      [this, dir, step = request->step(), requester = request->requester()]()
+          -> absl::StatusOr<std::pair<std::string, int64_t>> {
+        absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(dir, step, CheckpointLimits());
+        if (!loaded.ok()) return loaded.status();
+        const std::string path = loaded->path;
+        const int64_t next_step = loaded->state.next_step;
+        loaded = absl::StatusOr<LoadedCheckpoint>(absl::CancelledError("released"));
+        absl::StatusOr<std::string> bytes = ReadCheckpointFile(path, CheckpointLimits());
+        if (!bytes.ok()) return bytes.status();
+        log_.Info("serving checkpoint", {{"checkpoint", path},
+                                         {"bytes", static_cast<int64_t>(bytes->size())},
+                                         {"requester", requester}});
+        return std::make_pair(*std::move(bytes), next_step);
+      },
+      &active_fetches_);
 }
 
 grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchState(

@@ -46,9 +46,13 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
 
   grpc::ServerWriteReactor<v1::StateChunk>* FetchState(
       grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
-  // Reads and validates the checkpoint (LoadCheckpoint) on gRPC's thread,
-  // then streams the file's bytes. NOT_FOUND naming the directory when it
-  // is not one this worker wrote to or holds no valid checkpoint.
+  // Reads and validates the checkpoint (LoadCheckpoint) on a thread of its
+  // own, then streams the file's bytes. NOT_FOUND naming the directory when
+  // it is not one this worker wrote to or holds no valid checkpoint;
+  // RESOURCE_EXHAUSTED when kMaxCheckpointFetches transfers are in progress
+  // (each holds the file in memory, and its decoded state while checking
+  // it: about twice the file at most).
+  static constexpr int kMaxCheckpointFetches = 2;
   grpc::ServerWriteReactor<v1::StateChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* context,
       const v1::FetchCheckpointRequest* request) override;
@@ -59,6 +63,7 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
  private:
   const StateBoard* const board_;
   const CheckpointDirs* const checkpoints_;
+  std::atomic<int> active_fetches_{0};  // FetchCheckpoint calls in progress
   std::atomic<int64_t> misses_{0};
   const Logger log_;
 };
