@@ -27,6 +27,7 @@
 #include "common/collective/ps_aggregator.h"
 #include "common/data/sampler.h"
 #include "common/train/checkpoint.h"
+#include "common/train/replica_state.h"
 #include "common/train/state_board.h"
 #include "gtest/gtest.h"
 #include "server/sync_checker.h"
@@ -165,6 +166,12 @@ struct RunSetup {
   // Ranks other than 0 see their own, empty checkpoint directory (as on
   // hosts that share none).
   bool private_checkpoint_dirs = false;
+  // A regrouped generation (membership): > 0 with each rank's held state
+  // (EncodeReplicaState, Outcome::states of the generation before), and
+  // the job's checkpoint directory kept ("" = a new one).
+  int64_t generation = 0;
+  std::vector<std::string> initial_states;
+  std::string checkpoint_dir;
 };
 
 // A fresh checkpoint directory per job (the job id is always 7).
@@ -179,6 +186,7 @@ struct Outcome {
   std::vector<std::string> final_hash;  // per rank ("" when it failed)
   std::vector<int64_t> skipped;         // per rank: JobOutcome.skipped_steps
   std::string checkpoint_dir;           // the job's spec.checkpoint_dir ("" = none)
+  std::vector<std::string> states;      // per rank: its final replica state ("" when none)
   absl::Duration took;
 };
 
@@ -198,7 +206,8 @@ inline Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
   spec.set_eval_each_epoch(setup.eval_each_epoch);
   spec.set_on_nonfinite(setup.on_nonfinite);
   if (setup.checkpoint_every > 0) {
-    spec.set_checkpoint_dir(NewCheckpointDir());
+    spec.set_checkpoint_dir(setup.checkpoint_dir.empty() ? NewCheckpointDir()
+                                                         : setup.checkpoint_dir);
     spec.set_checkpoint_every_steps(setup.checkpoint_every);
   }
   InProcessHub hub(k);
@@ -230,6 +239,10 @@ inline Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
     o.combine_timeout = absl::Seconds(20);
     o.state_board = boards[r].get();
     o.check_in_combine = check_in_combine;
+    o.generation = setup.generation;
+    if (r < static_cast<int>(setup.initial_states.size())) {
+      o.initial_state = setup.initial_states[static_cast<size_t>(r)];
+    }
     // A peer's state, as FetchReplicaState gets it: polled until published.
     o.fetch_state = [&boards](int peer, int64_t step, int64_t expected,
                               absl::Time deadline) -> absl::StatusOr<std::string> {
@@ -270,6 +283,7 @@ inline Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
   run.status.resize(k);
   run.final_hash.resize(k);
   run.skipped.resize(k, -1);
+  run.states.resize(k);
   const absl::Time t0 = absl::Now();
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
@@ -278,6 +292,9 @@ inline Outcome RunJob(int k, int64_t steps, Fault fault, FakeCoordinator* coord,
       run.status[r] = out.status();
       if (out.ok()) run.final_hash[r] = out->weights_hash;
       if (out.ok()) run.skipped[r] = out->skipped_steps;
+      if (runners[r]->replica() != nullptr) {
+        run.states[r] = EncodeReplicaState(*runners[r]->replica(), runners[r]->next_step());
+      }
     });
   }
   for (auto& t : threads) t.join();

@@ -14,6 +14,7 @@
 // the fault-free hash; without one before it, it fails saying so.
 // The harness is divergence_inproc_harness.h; the no-majority cases are in
 // divergence_rollback_test.cc.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,43 @@ TEST(DivergenceTest, TheFinalCheckpointIsWrittenOnlyOnceTheRanksAgree) {
   Outcome run = RunJob(2, kSteps, fault, &coord, {}, true, setup);
   EXPECT_EQ(NewestCheckpoint(run), kSteps - 1);
   EXPECT_NE(coord.failed(), "");  // the coordinator's check of the last step
+}
+
+// Issue 10: a worker lost during the final state check (the small combine
+// after the last step) fails that combine on every rank, so the final
+// checkpoint is not written, and the job regroups with no step left. The
+// regrouped generation writes it: here K = 3 trains every step, its final
+// checkpoint is removed (as if the check had failed), and the survivors
+// (K = 2, then K = 1) start generation 1 from their held states at the last
+// step: the final checkpoint is back on disk with the fault-free state.
+// Without the regroup's write the newest checkpoint stays -1 (none).
+TEST(DivergenceTest, ARegroupWithNoStepLeftWritesTheFinalCheckpoint) {
+  for (int survivors : {2, 1}) {
+    SCOPED_TRACE(absl::StrCat(survivors, " survivor(s)"));
+    FakeCoordinator coord(3, DivergencePolicy::kRepair, kSteps);
+    RunSetup setup;
+    setup.checkpoint_every = 1000;  // only the final checkpoint
+    Outcome first = RunJob(3, kSteps, Fault{}, &coord, {}, true, setup);
+    for (int r = 0; r < 3; ++r) ASSERT_TRUE(first.status[r].ok()) << first.status[r];
+    ASSERT_EQ(NewestCheckpoint(first), kSteps);
+    const std::string dir = JobCheckpointDir(first.checkpoint_dir, 7);
+    ASSERT_EQ(std::remove(absl::StrCat(dir, "/", CheckpointFileName(kSteps)).c_str()), 0);
+    ASSERT_EQ(NewestCheckpoint(first), -1);
+    FakeCoordinator coord2(survivors, DivergencePolicy::kRepair, kSteps);
+    setup.generation = 1;
+    setup.checkpoint_dir = first.checkpoint_dir;
+    setup.initial_states.assign(first.states.begin(), first.states.begin() + survivors);
+    Outcome regrouped = RunJob(survivors, kSteps, Fault{}, &coord2, {}, true, setup);
+    for (int r = 0; r < survivors; ++r) {
+      ASSERT_TRUE(regrouped.status[r].ok()) << regrouped.status[r];
+      EXPECT_EQ(regrouped.final_hash[r], first.final_hash[0]);
+    }
+    EXPECT_EQ(NewestCheckpoint(first), kSteps);
+    auto loaded = LoadCheckpoint(dir, kSteps, CheckpointLimits());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->state.weights_hash.ToHex(), first.final_hash[0]);
+    EXPECT_EQ(loaded->state.next_step, kSteps);
+  }
 }
 
 TEST(DivergenceTest, TwoRanksWithoutCheckpointsFailWithNoMajority) {

@@ -526,6 +526,19 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
                          {"test_loss", outcome.test_loss}});
     }
   }
+  // A regrouped generation with no step left (its job lost a rank during
+  // the final state check, or after it): the ranks check that they hold one
+  // state and rank 0 writes the final checkpoint, which the generation that
+  // lost the rank may not have written (written again, the same state, if it
+  // had).
+  if (options_.generation > 0 && first_step == total && total > 0 &&
+      !options_.spec.checkpoint_dir().empty()) {
+    if (absl::Status s = FinalCheckpointOfRegroup(total, position, &checkpointer,
+                                                  checkpoint_done(total - 1), r);
+        !s.ok()) {
+      return s;
+    }
+  }
   // Every reply in before the job counts as done: a mismatch or a stop in
   // the last `report_lag` steps still fails or stops it.
   if (absl::Status s = reporter.Flush(); !s.ok()) return s;

@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/collective/ps_aggregator.h"
 #include "common/data/fashion_mnist.h"
 #include "common/log.h"
 #include "common/train/job_checkpoint.h"
@@ -162,7 +163,7 @@ WeightHash TrainingSetHash(const Dataset& data);
 // The job key of the shape-agreement round that precedes step 0 (a
 // separate key so it never mixes with gradient steps, and ps shards for it
 // are separate from the gradient shards).
-inline uint64_t ShapeAgreementJob(uint64_t job) { return job | (uint64_t{1} << 63); }
+inline uint64_t ShapeAgreementJob(uint64_t job) { return PsShapeAgreementKey(job); }
 
 // Combine keys on the wire: step + an offset that starts at 0 and grows
 // so that the keys of a job only ever increase (ps shards refuse an older
@@ -234,6 +235,12 @@ class JobRunner {
   // rank holds the same state (as every other checkpoint is verified in
   // the next step's combine). True when all K agree.
   absl::StatusOr<bool> AgreeOnFinalState(uint64_t identity);
+  // A regrouped generation (generation > 0) that starts at the job's last
+  // step runs no step: its ranks agree on their state (AgreeOnFinalState,
+  // K > 1) and rank 0 writes the final checkpoint of `r` at `total`.
+  absl::Status FinalCheckpointOfRegroup(int64_t total, const SamplerPosition& position,
+                                        JobCheckpointer* checkpointer,
+                                        JobCheckpointer::WriteDone done, const Replica& r);
   void FlipOneBit(Replica* r);
   // The divergence repair the coordinator scheduled at boundary `step`
   // (StepReporter::repair): the source rank publishes its state, the drifted

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/optim/hash.h"
 #include "common/train/job_checkpoint.h"
 #include "common/train/replica_state.h"
 #include "common/train/nonfinite.h"
@@ -136,6 +137,37 @@ absl::StatusOr<bool> JobRunner::AgreeOnFinalState(uint64_t identity) {
     }
   }
   return true;
+}
+
+absl::Status JobRunner::FinalCheckpointOfRegroup(int64_t total, const SamplerPosition& position,
+                                                  JobCheckpointer* checkpointer,
+                                                  JobCheckpointer::WriteDone done,
+                                                  const Replica& r) {
+  bool same = true;
+  if (options_.world > 1) {
+    const WeightHash whole =
+        HashReplica(r.params(), r.optimizer().steps(), r.optimizer().slots());
+    absl::StatusOr<bool> agreed =
+        AgreeOnFinalState(whole.hi ^ (whole.lo * 0x9e3779b97f4a7c15ull));
+    if (!agreed.ok()) {
+      if (stop_.load()) {
+        return absl::CancelledError(absl::StrCat("job ", options_.job_id,
+                                                 " stopped after the last step (its combine: ",
+                                                 agreed.status().message(), ")"));
+      }
+      return agreed.status();
+    }
+    same = *agreed;
+  }
+  if (options_.rank != 0 || !checkpointer->enabled()) return absl::OkStatus();
+  if (!same) {
+    log_.Warn("final checkpoint not written: the replicas differed after the last step",
+              {{"step", total - 1}});
+    return absl::OkStatus();
+  }
+  checkpointer->Capture(r, total, total, position, r.Hash(), clock_->Now());
+  checkpointer->CommitCaptured(std::move(done));
+  return absl::OkStatus();
 }
 
 void JobRunner::FlipOneBit(Replica* r) {

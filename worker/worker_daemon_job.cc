@@ -325,13 +325,8 @@ void WorkerDaemon::RunJob(RunningJob* job) {
         f.deadline = deadline;
         f.requester = wid;
         f.credentials = credentials;
-        auto got = FetchCheckpointFile(source, f);
         // The writer serves two transfers at once: wait for a turn.
-        while (got.status().code() == absl::StatusCode::kResourceExhausted &&
-               absl::Now() + absl::Milliseconds(200) < deadline) {
-          absl::SleepFor(absl::Milliseconds(200));
-          got = FetchCheckpointFile(source, f);
-        }
+        auto got = FetchCheckpointFileInTurn(source, f);
         if (!got.ok()) return got.status();
         return std::make_pair(got->step, std::move(got->bytes));
       };

@@ -388,18 +388,22 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
   while (need > limits_.max_bytes - held_bytes_) {
     if (!EvictIdlestLocked(now, job).evicted) return too_big(true);
   }
-  if (it == jobs_.end()) {
-    while (static_cast<int>(jobs_.size()) >= limits_.max_jobs) {
+  // The shape-agreement key of a group held here rides on its group.
+  const bool rides = (job & kPsShapeKeyBit) != 0 && jobs_.count(job & ~kPsShapeKeyBit) > 0;
+  if (it == jobs_.end() && !rides) {
+    while (CountedKeysLocked() >= limits_.max_jobs) {
       const Eviction e = EvictIdlestLocked(now, job);
       if (!e.evicted) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "ps: job ", job, ": this server holds ", jobs_.size(),
-            " jobs (its limit, --max_jobs) and every one had a request in the last ",
+            "ps: job ", job, ": this server holds ", CountedKeysLocked(),
+            " job keys (its limit, --max_jobs) and every one had a request in the last ",
             absl::FormatDuration(limits_.active_window),
             "; retry when one ends (the idlest, job ", e.idlest_job, ", was last used ",
             absl::FormatDuration(e.idle_for), " ago)"));
       }
     }
+  }
+  if (it == jobs_.end()) {
     it = jobs_.emplace(job, JobEntry()).first;
     it->second.num_workers = num_workers;
     it->second.num_shards = shape.num_shards;
@@ -430,6 +434,14 @@ bool PsShardRegistry::Forget(uint64_t job) {
   }
   for (auto& [index, shard] : shards) shard->ForgetJob(job);  // outside the registry's lock
   return true;
+}
+
+int PsShardRegistry::CountedKeysLocked() const {
+  int n = 0;
+  for (const auto& [key, entry] : jobs_) {
+    if ((key & kPsShapeKeyBit) == 0 || jobs_.count(key & ~kPsShapeKeyBit) == 0) ++n;
+  }
+  return n;
 }
 
 int PsShardRegistry::num_jobs() const {

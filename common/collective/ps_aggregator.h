@@ -194,6 +194,14 @@ class PsClient {
   virtual void Cancel() {}
 };
 
+// A ps job group's shape-agreement key: its group key with bit 63 set (a
+// coordinator's group keys keep bit 63 clear; worker/job_runner.h
+// ShapeAgreementJob). Its small rounds (the dataset agreement before step
+// 0, a resume's and a rollback's announcements, the final state check)
+// use shards of their own.
+inline constexpr uint64_t kPsShapeKeyBit = uint64_t{1} << 63;
+inline uint64_t PsShapeAgreementKey(uint64_t group_key) { return group_key | kPsShapeKeyBit; }
+
 // A job key's shape as its coordinator knows it: K workers, S shards. (A
 // shard's length depends on the dataset's width, which only the workers
 // read: the key's first request fixes it, within the registry's limits.)
@@ -204,8 +212,11 @@ struct PsKeyShape {
 
 // Bounds of a PsShardRegistry (what one parameter server may hold).
 struct PsRegistryLimits {
-  // Job keys held at once (a job's group key and its shape-agreement key
-  // count as two).
+  // Group keys held at once. A shape-agreement key counts as one more
+  // while its group key is not held; while it is, it rides on its group
+  // (so a running job's final state check, whose shape key may have been
+  // evicted idle meanwhile, is never refused for the count: at most
+  // 2 x max_jobs keys in all, every byte still within max_bytes).
   int max_jobs = 64;
   // Longest shard (floats); also what fixes the ps message-size limit
   // (common/grpcutil/message_limits.h).
@@ -252,7 +263,8 @@ int64_t PsShardWorstCaseBytes(int num_workers, int64_t shard_len);
 // Shared by the server's gRPC service and its raw-TCP data plane, so both
 // see one state and one set of counters.
 //
-// Memory: at most limits.max_jobs job keys and limits.max_bytes worst-case
+// Memory: at most limits.max_jobs job keys (not counting the shape-agreement
+// keys of held group keys) and limits.max_bytes worst-case
 // shard bytes are held. A new key beyond max_jobs evicts the key idle
 // longest, but only if it has been idle for limits.active_window (a
 // running job is never evicted mid-job; shape-agreement keys go idle after
@@ -321,6 +333,9 @@ class PsShardRegistry {
   Eviction EvictIdlestLocked(absl::Time now, uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<uint64_t, JobEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keys that count against max_jobs: all but the shape-agreement keys
+  // whose group key is held.
+  int CountedKeysLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PsRegistryLimits limits_;
   // With limits.key_shape: the keys Forget dropped (newest kMaxForgotten),

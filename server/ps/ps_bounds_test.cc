@@ -167,7 +167,7 @@ TEST(PsBoundsTest, ARunningJobIsNeverEvicted) {
     auto s = registry.GetShard(job, 0, 1, 3);
     if (!s.ok()) {
       EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
-      EXPECT_NE(s.status().message().find("holds 4 jobs (its limit, --max_jobs)"),
+      EXPECT_NE(s.status().message().find("holds 4 job keys (its limit, --max_jobs)"),
                 std::string::npos)
           << s.status();
       ++refused;
@@ -205,14 +205,57 @@ TEST(PsBoundsTest, IdleKeysAreEvictedIdlestFirst) {
   ASSERT_TRUE(registry.GetShard(1, 0, 2, 8).ok());  // job 1 keeps training
   now += absl::Minutes(5);
   ASSERT_TRUE(registry.GetShard(1, 0, 2, 8).ok());
-  // Job 3 arrives: the shape key (idle 16 min) goes first, then job 2
-  // (idle 11 min) for job 4; job 1 (active) stays.
+  // Job 3 arrives: the shape key rides on job 1 (held), so there is room.
+  // Job 4: the shape key (idle 16 min) goes first, which frees no slot,
+  // then job 2 (idle 11 min); job 1 (active) stays.
   ASSERT_TRUE(registry.GetShard(3, 0, 2, 8).ok());
   ASSERT_TRUE(registry.GetShard(4, 0, 2, 8).ok());
   EXPECT_EQ(registry.num_jobs(), 3);
   auto five = registry.GetShard(5, 0, 2, 8);
   EXPECT_EQ(five.status().code(), absl::StatusCode::kResourceExhausted) << five.status();
   EXPECT_EQ(registry.held_bytes(), 3 * PsShardWorstCaseBytes(2, 8));
+}
+
+// Issue 10: a long ps job's shape-agreement key is evicted idle after step 0
+// and asked for again by the final state check after its last step. With
+// every slot held by active jobs that request must not be refused (the job
+// would fail after its last step): a held group's shape key rides on its
+// group. A shape key whose group is not held counts as a key of its own;
+// the memory budget still applies to riders.
+TEST(PsBoundsTest, AHeldGroupsShapeKeyIsNeverRefusedForTheCount) {
+  absl::Time now = absl::Now();
+  PsRegistryLimits limits;
+  limits.max_jobs = 2;
+  limits.max_bytes = 2 * PsShardWorstCaseBytes(2, 100) + 2 * PsShardWorstCaseBytes(2, 3);
+  limits.active_window = absl::Minutes(10);
+  limits.clock = [&now] { return now; };
+  PsShardRegistry registry(limits);
+  ASSERT_TRUE(registry.GetShard(1, 0, 2, 100).ok());
+  ASSERT_TRUE(registry.GetShard(2, 0, 2, 100).ok());
+  // Both groups active: the shape round of group 1 is served all the same.
+  now += absl::Minutes(1);
+  auto shape1 = registry.GetShard(PsShapeAgreementKey(1), 0, 2, 3);
+  ASSERT_TRUE(shape1.ok()) << shape1.status();
+  EXPECT_EQ(registry.num_jobs(), 3);
+  // A third group, and the shape round of a group not held, are refused
+  // (both groups are active); nothing is evicted.
+  auto three = registry.GetShard(3, 0, 2, 3);
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kResourceExhausted) << three.status();
+  EXPECT_NE(three.status().message().find("holds 2 job keys (its limit, --max_jobs)"),
+            std::string::npos)
+      << three.status();
+  auto shape3 = registry.GetShard(PsShapeAgreementKey(3), 0, 2, 3);
+  EXPECT_EQ(shape3.status().code(), absl::StatusCode::kResourceExhausted) << shape3.status();
+  EXPECT_EQ(registry.num_jobs(), 3);
+  // A rider still needs bytes: group 2's shape round of 100 floats does
+  // not fit what is left of the budget.
+  auto big = registry.GetShard(PsShapeAgreementKey(2), 0, 2, 100);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  EXPECT_NE(big.status().message().find("needs up to"), std::string::npos) << big.status();
+  // Group 1's steps still complete beside its shape round.
+  auto again = registry.GetShard(1, 0, 2, 100);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->get(), registry.GetShard(1, 0, 2, 100)->get());
 }
 
 // The memory budget is given back by idle keys: finished jobs never say

@@ -149,7 +149,7 @@ TEST(PsServiceEvictionTest, NeverDropsAJobWithRecentTraffic) {
   // old policy dropped job 9's shard and its first push).
   absl::Status third = c->Push(20, 0, 0, one, 1, soon);
   EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
-  EXPECT_NE(third.message().find("holds 2 jobs (its limit, --max_jobs)"), std::string::npos)
+  EXPECT_NE(third.message().find("holds 2 job keys (its limit, --max_jobs)"), std::string::npos)
       << third;
   for (uint64_t job : {3, 9}) {
     ASSERT_TRUE(c->Push(job, 0, 1, two, 1, soon).ok());

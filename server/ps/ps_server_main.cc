@@ -33,8 +33,8 @@ ABSL_FLAG(std::string, role, "ps", "Server role; only \"ps\" (parameter-server s
 ABSL_FLAG(std::string, listen, "127.0.0.1:7080", "Address to serve on (port 0 = OS-chosen)");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port here once listening");
 ABSL_FLAG(int32_t, max_jobs, 64,
-          "Job keys whose shards are held at once (each job has two: its own and its "
-          "shape round's); beyond it the key idle longest (10 min or more) is dropped, "
+          "Job keys whose shards are held at once (a held job's shape round's key "
+          "rides on it); beyond it the key idle longest (10 min or more) is dropped, "
           "else a new job is refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(bool, keys_from_coordinator, true,
           "Create a job key's shards only once the coordinator named the key (its Control "

@@ -6,7 +6,7 @@
 // registry's raw-TCP data plane listens (common/psnet/ps_tcp_server.h).
 //
 // Memory (PsShardRegistry, common/collective/ps_aggregator.h): at most
-// max_jobs job keys (a job's group key and its shape-agreement key) and
+// max_jobs group keys (a held group's shape-agreement key rides on it) and
 // max_bytes of worst-case shard memory; a new key beyond max_jobs evicts the
 // key idle longest, never one with traffic in the last active_window (it is
 // refused with RESOURCE_EXHAUSTED instead). A request naming a num_workers

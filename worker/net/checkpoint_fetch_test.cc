@@ -9,10 +9,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/optim/hash.h"
 #include "common/train/checkpoint.h"
@@ -145,6 +148,73 @@ TEST_F(CheckpointFetchTest, RefusesOtherDirectoriesAndOversizedFiles) {
   // A path outside the recorded roots (its parent) is refused too.
   EXPECT_EQ(FetchCheckpointFile(address_, Options(root + "/..", 0, 1 << 24)).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// At most kMaxCheckpointFetches (2) transfers at once: each holds the file
+// in memory. A third caller is refused RESOURCE_EXHAUSTED while two are in
+// progress; FetchCheckpointFileInTurn (what a fetching rank uses) waits for
+// a turn and gets the file once one ends; the slots are given back.
+TEST_F(CheckpointFetchTest, ServesAtMostTwoTransfersAtOnce) {
+  const std::string root = TempDir();
+  const std::string dir = JobCheckpointDir(root, 5);
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir, State(10, 300000), 5).ok());
+  const std::string want = ReadAll(absl::StrCat(dir, "/", CheckpointFileName(10)));
+  dirs_.Add(root);
+  absl::Mutex mu;
+  int loading = 0;     // transfers past the bound's check, in the hook
+  bool held = true;    // the hook holds them until the test lets go
+  service_.SetLoadHookForTest([&] {
+    absl::MutexLock l(&mu);
+    ++loading;
+    mu.AwaitWithTimeout(absl::Condition(+[](bool* h) { return !*h; }, &held), absl::Seconds(30));
+  });
+  std::vector<absl::StatusOr<FetchedCheckpoint>> got(3, absl::UnknownError("not run"));
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 2; ++i) {
+    callers.emplace_back([&, i] { got[i] = FetchCheckpointFile(address_, Options(root, 0, 1 << 24)); });
+  }
+  {
+    absl::MutexLock l(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(
+        absl::Condition(+[](int* n) { return *n == 2; }, &loading), absl::Seconds(20)));
+  }
+  absl::StatusOr<FetchedCheckpoint> third = FetchCheckpointFile(address_, Options(root, 0, 1 << 24));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_NE(third.status().message().find("2 checkpoint transfers in progress here; retry"),
+            std::string::npos)
+      << third.status();
+  EXPECT_EQ(service_.busy_refusals(), 1);
+  // One that waits for its turn: refused at least once more, then served.
+  callers.emplace_back([&] {
+    got[2] = FetchCheckpointFileInTurn(address_, Options(root, 0, 1 << 24), absl::Milliseconds(10));
+  });
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (service_.busy_refusals() < 2 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));  // polls a counter; the order is the hook's
+  }
+  EXPECT_GE(service_.busy_refusals(), 2);
+  {
+    absl::MutexLock l(&mu);
+    EXPECT_EQ(loading, 2);  // nothing got past the bound meanwhile
+    held = false;
+  }
+  for (auto& t : callers) t.join();
+  for (const auto& g : got) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->step, 10);
+    EXPECT_EQ(g->bytes, want);
+  }
+  // Every slot is free again: two more at once are both served.
+  const int64_t refused = service_.busy_refusals();
+  std::vector<std::thread> again;
+  std::vector<absl::StatusOr<FetchedCheckpoint>> more(2, absl::UnknownError("not run"));
+  for (int i = 0; i < 2; ++i) {
+    again.emplace_back([&, i] { more[i] = FetchCheckpointFile(address_, Options(root, 0, 1 << 24)); });
+  }
+  for (auto& t : again) t.join();
+  for (const auto& g : more) EXPECT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(service_.busy_refusals(), refused);
 }
 
 TEST(CheckpointDirsTest, KeepsTheNewestDirectories) {

@@ -153,6 +153,7 @@ grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchCheckpoint(
   }
   if (active_fetches_.fetch_add(1) >= kMaxCheckpointFetches) {
     active_fetches_.fetch_sub(1);
+    busy_refusals_.fetch_add(1);
     return new ErrorWriter(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat(kMaxCheckpointFetches, " checkpoint transfers in progress here; retry")));
@@ -164,6 +165,7 @@ grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchCheckpoint(
   return new CheckpointWriter(
       [this, dir, step = request->step(), requester = request->requester()]()
           -> absl::StatusOr<std::pair<std::string, int64_t>> {
+        if (load_hook_) load_hook_();
         absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(dir, step, CheckpointLimits());
         if (!loaded.ok()) return loaded.status();
         const std::string path = loaded->path;
@@ -338,6 +340,18 @@ absl::StatusOr<FetchedCheckpoint> FetchCheckpointFile(const std::string& address
                                             " of ", total, " bytes"));
   }
   return out;
+}
+
+absl::StatusOr<FetchedCheckpoint> FetchCheckpointFileInTurn(const std::string& address,
+                                                            const FetchCheckpointOptions& options,
+                                                            absl::Duration retry_every) {
+  absl::StatusOr<FetchedCheckpoint> got = FetchCheckpointFile(address, options);
+  while (got.status().code() == absl::StatusCode::kResourceExhausted &&
+         absl::Now() + retry_every < options.deadline) {
+    absl::SleepFor(retry_every);
+    got = FetchCheckpointFile(address, options);
+  }
+  return got;
 }
 
 }  // namespace lockstep

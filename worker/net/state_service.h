@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -59,12 +60,20 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
 
   // Requests answered NOT_FOUND so far (for tests).
   int64_t misses() const { return misses_.load(); }
+  // FetchCheckpoint calls refused RESOURCE_EXHAUSTED so far (for tests).
+  int64_t busy_refusals() const { return busy_refusals_.load(); }
+  // Tests only: runs on each checkpoint transfer's loader thread before it
+  // reads the file (a test holds transfers in progress with it). Set before
+  // the service serves.
+  void SetLoadHookForTest(std::function<void()> hook) { load_hook_ = std::move(hook); }
 
  private:
   const StateBoard* const board_;
   const CheckpointDirs* const checkpoints_;
   std::atomic<int> active_fetches_{0};  // FetchCheckpoint calls in progress
   std::atomic<int64_t> misses_{0};
+  std::atomic<int64_t> busy_refusals_{0};
+  std::function<void()> load_hook_;
   const Logger log_;
 };
 
@@ -112,6 +121,13 @@ struct FetchedCheckpoint {
 // out of order or short), DEADLINE_EXCEEDED.
 absl::StatusOr<FetchedCheckpoint> FetchCheckpointFile(const std::string& address,
                                                       const FetchCheckpointOptions& options);
+
+// FetchCheckpointFile, asked again every `retry_every` while the peer
+// answers RESOURCE_EXHAUSTED (it serves kMaxCheckpointFetches transfers at
+// once) and another try fits before options.deadline; then its last answer.
+absl::StatusOr<FetchedCheckpoint> FetchCheckpointFileInTurn(
+    const std::string& address, const FetchCheckpointOptions& options,
+    absl::Duration retry_every = absl::Milliseconds(200));
 
 }  // namespace lockstep
 
