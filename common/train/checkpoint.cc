@@ -3,7 +3,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -237,7 +239,11 @@ absl::Status MakeDirs(const std::string& dir) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
-  const std::string tmp = path + ".tmp";
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
+    return absl::UnavailableError(Errno("getrandom", path));
+  }
+  const std::string tmp = absl::StrFormat("%s.%016x.tmp", path, nonce);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::UnavailableError(Errno("open", tmp));
   size_t done = 0;
@@ -300,7 +306,8 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Traini
   if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
   const std::string path = absl::StrCat(dir, "/", CheckpointFileName(state.next_step));
   if (absl::Status s = WriteFileAtomically(path, EncodeCheckpoint(state)); !s.ok()) return s;
-  // Prune: the oldest files beyond `keep`, and .tmp leftovers of a crash.
+  // Prune: the oldest files beyond `keep`, and .tmp leftovers of a crash
+  // (an hour old: a younger one may be another writer's, in progress).
   auto files = ListCheckpoints(dir);
   if (!files.ok()) return files.status();
   for (size_t i = 0; i + keep < files->size(); ++i) {
@@ -312,12 +319,20 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Traini
     std::vector<std::string> stale;
     while (struct dirent* e = ::readdir(d)) {
       absl::string_view name = e->d_name;
-      if (absl::StartsWith(name, "step-") && absl::EndsWith(name, ".ckpt.tmp")) {
+      if (absl::StartsWith(name, "step-") && absl::EndsWith(name, ".tmp") &&
+          absl::StrContains(name, ".ckpt.")) {
         stale.push_back(absl::StrCat(dir, "/", name));
       }
     }
     ::closedir(d);
-    for (const std::string& s : stale) ::unlink(s.c_str());
+    const int64_t now = static_cast<int64_t>(::time(nullptr));
+    for (const std::string& s : stale) {
+      struct stat st;
+      if (::stat(s.c_str(), &st) == 0 &&
+          now - static_cast<int64_t>(st.st_mtime) >= kStaleTempFileSeconds) {
+        ::unlink(s.c_str());
+      }
+    }
   }
   return path;
 }

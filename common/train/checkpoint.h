@@ -110,10 +110,17 @@ std::string JobCheckpointDir(absl::string_view root, uint64_t job);
 // step-<next_step, 12 digits>.ckpt
 std::string CheckpointFileName(int64_t next_step);
 
-// Writes `bytes` to `path` atomically: "<path>.tmp" in the same directory,
-// write, fsync, rename, fsync the directory. Errors name the path and the
-// call that failed.
+// Writes `bytes` to `path` atomically: a temporary file of this call's own
+// in the same directory ("<path>.<16 random hex digits>.tmp", so writers in
+// other processes or hosts sharing the directory never share one), write,
+// fsync, rename, fsync the directory. Writers racing on one path each
+// succeed; the path then holds one of their files whole. Errors name the
+// path and the call that failed.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes);
+
+// Temporary files a crashed writer left are removed by WriteCheckpoint once
+// they are this old (a younger one may be another writer's, in progress).
+inline constexpr int64_t kStaleTempFileSeconds = 3600;
 
 // Creates `dir` and its missing parents (mode 0755).
 absl::Status MakeDirs(const std::string& dir);

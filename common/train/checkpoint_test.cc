@@ -1,14 +1,20 @@
 #include "common/train/checkpoint.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/data/sampler.h"
@@ -150,12 +156,69 @@ TEST(CheckpointFormatTest, AHugeSizeFieldIsRefusedBeforeAllocating) {
                          int64_t{1} << 62));
 }
 
+// Ranks sharing one checkpoint directory may store the same fetched file
+// at once (each resumes itself): every writer has its own temporary file,
+// each call succeeds and the path holds one writer's bytes whole. With one
+// shared "<path>.tmp" a writer's rename finds it gone, or publishes a file
+// another writer truncated.
+TEST(CheckpointFilesTest, WritersRacingOnOnePathEachPublishAWholeFile) {
+  const std::string dir = FreshDir("ck_race");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const std::string path = dir + "/" + CheckpointFileName(7);
+  constexpr int kWriters = 4;
+  constexpr int kRounds = 25;
+  std::vector<std::string> contents;
+  for (int w = 0; w < kWriters; ++w) contents.push_back(std::string(1 << 20, static_cast<char>('a' + w)));
+  std::vector<int> failures(kWriters, 0);
+  std::vector<std::string> errors(kWriters);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < kRounds; ++i) {
+        absl::Status s = WriteFileAtomically(path, contents[static_cast<size_t>(w)]);
+        if (!s.ok()) {
+          ++failures[static_cast<size_t>(w)];
+          errors[static_cast<size_t>(w)] = s.ToString();
+        }
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) EXPECT_EQ(failures[static_cast<size_t>(w)], 0) << errors[static_cast<size_t>(w)];
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_NE(std::find(contents.begin(), contents.end(), got.str()), contents.end())
+      << "the file is no writer's whole file (" << got.str().size() << " bytes)";
+  // No temporary file is left behind.
+  int entries = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++entries;
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(entries, 1);
+}
+
 TEST(CheckpointFilesTest, WritesAtomicallyKeepsTheNewestAndRemovesLeftovers) {
   const std::string root = FreshDir("ck_keep");
   const std::string dir = JobCheckpointDir(root + "/", 42);
   EXPECT_EQ(dir, root + "/job-42");
   ASSERT_TRUE(MakeDirs(dir).ok());
-  testing_util::WriteFile(dir + "/step-000000000001.ckpt.tmp", "crash leftover");
+  // A crash's leftovers an hour old (the old name and this build's) go; a
+  // young one may be another writer's, in progress, and stays.
+  const std::string old_tmp = dir + "/step-000000000001.ckpt.tmp";
+  const std::string old_tmp2 = dir + "/step-000000000002.ckpt.00000000deadbeef.tmp";
+  const std::string young_tmp = dir + "/step-000000000003.ckpt.0000000012345678.tmp";
+  for (const std::string& p : {old_tmp, old_tmp2, young_tmp}) {
+    testing_util::WriteFile(p, "crash leftover");
+  }
+  for (const std::string& p : {old_tmp, old_tmp2}) {
+    struct timeval hour_ago[2] = {{time(nullptr) - kStaleTempFileSeconds - 5, 0},
+                                  {time(nullptr) - kStaleTempFileSeconds - 5, 0}};
+    ASSERT_EQ(utimes(p.c_str(), hour_ago), 0) << p;
+  }
   for (int64_t step : {5, 10, 15, 20}) {
     auto path = WriteCheckpoint(dir, SampleState(step), 3);
     ASSERT_TRUE(path.ok()) << path.status();
@@ -166,7 +229,9 @@ TEST(CheckpointFilesTest, WritesAtomicallyKeepsTheNewestAndRemovesLeftovers) {
   ASSERT_EQ(files->size(), 3u);
   EXPECT_EQ((*files)[0].first, 10);
   EXPECT_EQ((*files)[2].second, dir + "/step-000000000020.ckpt");
-  EXPECT_NE(access((dir + "/step-000000000001.ckpt.tmp").c_str(), F_OK), 0);
+  EXPECT_NE(access(old_tmp.c_str(), F_OK), 0);
+  EXPECT_NE(access(old_tmp2.c_str(), F_OK), 0);
+  EXPECT_EQ(access(young_tmp.c_str(), F_OK), 0);
   EXPECT_NE(access((dir + "/step-000000000020.ckpt.tmp").c_str(), F_OK), 0);
   auto loaded = LoadCheckpoint(dir, 0, CheckpointLimits{});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
