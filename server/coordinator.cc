@@ -244,7 +244,13 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
           std::clamp<int64_t>(request.waiting_ms(), 0, int64_t{24} * 3600 * 1000));
       rank->waiting_reported = now;
       if (FailStuckCombineLocked(bound, now)) {
-        reply.set_stop_job(true);
+        if (bound->state == v1::RUNNING && w->job_id == bound->id) {
+          // Regrouped without another rank: this one's new assignment.
+          StartPsKeysLocked(bound);
+          *reply.mutable_assignment() = AssignmentLocked(*bound, w->rank);
+        } else {
+          reply.set_stop_job(true);  // failed, or this worker was dropped
+        }
         return reply;
       }
       // It runs the job after a restart: its done report will come by
@@ -363,14 +369,59 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
                                     rank.worker_id, rank.hostname, target, peer.worker_id,
                                     peer.hostname, absl::ToDoubleSeconds(rank.waited)));
   }
-  FailJobLocked(job, ps ? absl::StrCat("every rank waits for a parameter-server shard while every "
-                                       "worker heartbeats: a shard is out of the workers' reach "
-                                       "or stuck (",
-                                       absl::StrJoin(waits, "; "), ")")
-                        : absl::StrCat("every rank waits for a peer while every worker "
-                                       "heartbeats: a link between workers is down (",
-                                       absl::StrJoin(waits, "; "), ")"));
+  const std::string why =
+      ps ? absl::StrCat("every rank waits for a parameter-server shard while every "
+                        "worker heartbeats: a shard is out of the workers' reach "
+                        "or stuck (",
+                        absl::StrJoin(waits, "; "), ")")
+         : absl::StrCat("every rank waits for a peer while every worker "
+                        "heartbeats: a link between workers is down (",
+                        absl::StrJoin(waits, "; "), ")");
+  // Under shrink or wait a ring job drops the rank its peers cannot reach
+  // when the waits name one (membership.h RankToDropWhenStuck); a stuck
+  // shard is every rank's, so a ps job fails.
+  if (!ps && (ShrinksOnLoss(*job) || WaitsOnLoss(*job))) {
+    std::vector<int> waiting_for;
+    for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
+    const int drop = RankToDropWhenStuck(waiting_for);
+    if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
+  }
+  FailJobLocked(job, why);
   return true;
+}
+
+bool Coordinator::DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck) {
+  const Rank& r = job->ranks[rank];
+  const std::string worker_id = r.worker_id;
+  const std::string why = absl::StrFormat(
+      "rank %d (%s, host %s) dropped: its peers cannot reach it (%s)", rank, r.worker_id,
+      r.hostname, stuck);
+  if (ShrinksOnLoss(*job)) {
+    ShrinkResult shrunk = ShrinkJob(job, rank, clock_->Now(), why);
+    if (!shrunk.shrunk) return false;
+    RenumberLocked(shrunk);
+  } else if (!VacateRank(job, rank, clock_->Now(), why)) {
+    return false;
+  }
+  // The dropped worker is alive: IDLE (its next heartbeat is told to stop
+  // the job), never again a rank of this job.
+  if (Worker* w = workers_.Find(worker_id); w != nullptr) WorkerRegistry::Unbind(w);
+  RecordDroppedWorker(job, worker_id);
+  LogLocked(LogLevel::kWarn, ShrinksOnLoss(*job) ? "job shrinking" : "job waiting for a worker",
+            {{"job", job->id},
+             {"generation", job->membership.generation},
+             {"world", job->k},
+             {"dropped", why}});
+  StateChangedLocked(job);
+  return true;
+}
+
+void Coordinator::RenumberLocked(const ShrinkResult& shrunk) {
+  for (size_t r = 0; r < shrunk.workers.size(); ++r) {
+    if (Worker* w = workers_.Find(shrunk.workers[r]); w != nullptr) {
+      w->rank = static_cast<int>(r);
+    }
+  }
 }
 
 bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
@@ -391,11 +442,7 @@ bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duratio
     WorkerRegistry::Unbind(w);
     w->state = v1::LOST;
   }
-  for (size_t r = 0; r < shrunk.workers.size(); ++r) {
-    if (Worker* w = workers_.Find(shrunk.workers[r]); w != nullptr) {
-      w->rank = static_cast<int>(r);
-    }
-  }
+  RenumberLocked(shrunk);
   LogLocked(LogLevel::kWarn, "job shrinking",
             {{"job", job->id},
              {"generation", job->membership.generation},

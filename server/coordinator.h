@@ -575,9 +575,17 @@ class Coordinator {
   // rank waits for a peer while every worker heartbeats: a link between
   // workers is down (rank 1 (w-2, host h2) for rank 0 (w-1, host h1) 3.2s;
   // ...)", or "... for a parameter-server shard ... (rank 0 (w-1, host h1)
-  // for shard 0 (coord:7070) 3.0s; ...)"): no worker is lost, so no policy
-  // can tell which one to drop. True when it failed the job.
+  // for shard 0 (coord:7070) 3.0s; ...)"). Under on_worker_lost "shrink" or
+  // "wait" a ring job whose waits name one rank (membership.h
+  // RankToDropWhenStuck; K = 2: rank 1) drops that rank instead
+  // (DropUnreachableRankLocked): shrunk or vacated as for a lost worker,
+  // its worker IDLE and never again a rank of the job. True when it failed
+  // the job or dropped a rank.
   bool FailStuckCombineLocked(Job* job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The survivors of a shrink take their new ranks.
+  void RenumberLocked(const ShrinkResult& shrunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Membership with the registry (coordinator_membership.cc): "wait" leaves
   // the lost rank vacant (false: it cannot, the job fails; true with the
   // job FAILED at once when no rank holding a replica is left); waits past

@@ -17,6 +17,39 @@ bool WaitsOnLoss(const JobRecord& job) { return job.spec.on_worker_lost() == "wa
 
 absl::Duration WaitTimeout(const JobRecord& job) { return WorkerLostWaitTimeout(job.spec); }
 
+int RankToDropWhenStuck(const std::vector<int>& waiting_for) {
+  const int k = static_cast<int>(waiting_for.size());
+  std::vector<int> waited(static_cast<size_t>(k), 0);
+  for (int r = 0; r < k; ++r) {
+    const int peer = waiting_for[static_cast<size_t>(r)];
+    if (peer < 0 || peer >= k || peer == r) return -1;
+    ++waited[static_cast<size_t>(peer)];
+  }
+  if (k == 2) return 1;
+  int best = -1;
+  bool unique = false;
+  for (int r = 0; r < k; ++r) {
+    if (best < 0 || waited[static_cast<size_t>(r)] > waited[static_cast<size_t>(best)]) {
+      best = r;
+      unique = true;
+    } else if (waited[static_cast<size_t>(r)] == waited[static_cast<size_t>(best)]) {
+      unique = false;
+    }
+  }
+  return unique ? best : -1;
+}
+
+void RecordDroppedWorker(JobRecord* job, const std::string& worker_id) {
+  std::deque<std::string>& d = job->membership.dropped_workers;
+  d.push_back(worker_id);
+  while (d.size() > kMaxDroppedWorkers) d.pop_front();
+}
+
+bool WasDropped(const JobRecord& job, const std::string& worker_id) {
+  const std::deque<std::string>& d = job.membership.dropped_workers;
+  return std::find(d.begin(), d.end(), worker_id) != d.end();
+}
+
 namespace {
 
 double UnixSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }

@@ -92,8 +92,27 @@ struct MembershipState {
   std::vector<int> vacant;
   absl::Time waiting_since = absl::InfinitePast();
   std::string waiting_for;
+  // Workers dropped from this job because its other ranks could not reach
+  // them (RankToDropWhenStuck): never given one of its ranks again (oldest
+  // first, at most kMaxDroppedWorkers; kept in memory only).
+  std::deque<std::string> dropped_workers;
 };
 inline constexpr size_t kMaxMembershipEvents = 64;
+inline constexpr size_t kMaxDroppedWorkers = 64;
+
+// A ring job whose every rank's combine waits for a peer while every
+// worker heartbeats (no worker is lost: a link between workers is down):
+// the rank to drop under on_worker_lost = "shrink" or "wait", from the peer
+// each rank waits for (waiting_for[r], a rank). The one rank that more
+// ranks wait for than for any other; with K = 2 (each waits for the other)
+// rank 1, so rank 0 (the checkpoints' writer) stays. -1 when no single rank
+// stands out (a ring's waits form a cycle: every rank waited for once), or
+// an entry is out of range.
+int RankToDropWhenStuck(const std::vector<int>& waiting_for);
+// Records `worker_id` in job->membership.dropped_workers (bounded).
+void RecordDroppedWorker(JobRecord* job, const std::string& worker_id);
+// Whether `worker_id` was dropped from `job` (it never takes a rank of it).
+bool WasDropped(const JobRecord& job, const std::string& worker_id);
 
 // spec.on_worker_lost is "shrink".
 bool ShrinksOnLoss(const JobRecord& job);

@@ -659,5 +659,20 @@ TEST(GenerationKeyTest, FreshKeyPerGenerationBit63Clear) {
   for (int g = 1; g < 100; ++g) EXPECT_EQ(GenerationKey(base, g) >> 63, 0u);
 }
 
+// A stuck ring's rank to drop: the one more ranks wait for than any other;
+// K = 2 rank 1; none when the waits form a cycle or name no valid peer.
+TEST(RankToDropWhenStuckTest, TheRankTheOthersWaitFor) {
+  EXPECT_EQ(RankToDropWhenStuck({1, 0}), 1);
+  EXPECT_EQ(RankToDropWhenStuck({2, 2, 0}), 2);
+  EXPECT_EQ(RankToDropWhenStuck({1, 0, 1}), 1);
+  EXPECT_EQ(RankToDropWhenStuck({3, 3, 3, 0}), 3);
+  EXPECT_EQ(RankToDropWhenStuck({1, 2, 0}), -1);     // a ring's cycle
+  EXPECT_EQ(RankToDropWhenStuck({1, 0, 3, 2}), -1);  // two pairs
+  EXPECT_EQ(RankToDropWhenStuck({0, 0}), -1);        // a rank waiting for itself
+  EXPECT_EQ(RankToDropWhenStuck({2, 0}), -1);        // out of range
+  EXPECT_EQ(RankToDropWhenStuck({-1, 0}), -1);
+  EXPECT_EQ(RankToDropWhenStuck({}), -1);
+}
+
 }  // namespace
 }  // namespace lockstep

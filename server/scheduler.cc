@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/train/job_spec_convert.h"
+#include "server/membership.h"
 
 namespace lockstep {
 
@@ -127,6 +128,7 @@ void PreferAsRankZero(const std::string& writer, std::vector<WorkerRecord*>* idl
 }
 
 bool CanTakeRank(const JobRecord& job, const WorkerRecord& w) {
+  if (WasDropped(job, w.id)) return false;  // its peers could not reach it
   if (job.spec.sync_mode() == v1::PS) return true;
   switch (job.spec.peer_transport()) {
     case v1::TCP:

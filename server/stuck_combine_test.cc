@@ -28,15 +28,9 @@ class StuckCombineTest : public ::testing::Test {
   }
 
   // Starts a K-worker job of `mode` on fresh workers w-1..w-K (hosts h1..).
-  uint64_t Start(int k, v1::SyncMode mode = v1::RING, int64_t stall_timeout_ms = 0) {
-    for (int i = 1; i <= k; ++i) {
-      v1::RegisterWorkerRequest req;
-      req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
-      req.set_hostname(absl::StrCat("h", i));
-      absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
-      EXPECT_TRUE(r.ok()) << r.status();
-      workers_.push_back(r.ok() ? r->worker_id() : "");
-    }
+  uint64_t Start(int k, v1::SyncMode mode = v1::RING, int64_t stall_timeout_ms = 0,
+                 const std::string &on_worker_lost = "") {
+    for (int i = 1; i <= k; ++i) AddWorker();
     v1::JobSpec spec;
     spec.set_model("mlp:8");
     spec.set_sync_mode(mode);
@@ -45,6 +39,7 @@ class StuckCombineTest : public ::testing::Test {
     spec.mutable_lr()->set_base_lr(0.1f);
     spec.set_steps(100);
     spec.set_stall_timeout_ms(stall_timeout_ms);
+    spec.set_on_worker_lost(on_worker_lost);
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = spec;
     absl::StatusOr<v1::SubmitJobReply> s = coord_->SubmitJob(submit);
@@ -56,6 +51,42 @@ class StuckCombineTest : public ::testing::Test {
     }
     EXPECT_EQ(State(), v1::RUNNING);
     return job_;
+  }
+
+  // Registers one more worker (host hN); its id.
+  std::string AddWorker() {
+    const int i = static_cast<int>(workers_.size()) + 1;
+    v1::RegisterWorkerRequest req;
+    req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
+    req.set_hostname(absl::StrCat("h", i));
+    absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    workers_.push_back(r.ok() ? r->worker_id() : "");
+    return workers_.back();
+  }
+
+  // A heartbeat of a rank holding its replica at `held_step` for a regroup
+  // of generation `generation`.
+  v1::HeartbeatReply Hold(const std::string &worker, int64_t generation, int64_t held_step) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    req.set_job_id(job_);
+    req.set_generation(generation);
+    req.set_holds_state(true);
+    req.set_held_step(held_step);
+    absl::StatusOr<v1::HeartbeatReply> r = coord_->Heartbeat(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : v1::HeartbeatReply();
+  }
+
+  // The worker's state in `lockstep workers`.
+  v1::WorkerState WorkerStateOf(const std::string &worker) {
+    const v1::WorkerList l = coord_->ListWorkers();
+    for (const auto &w : l.workers()) {
+      if (w.worker_id() == worker) return w.state();
+    }
+    ADD_FAILURE() << "no worker " << worker;
+    return v1::WorkerState();
   }
 
   // A heartbeat of `worker` running `job`, waiting for `peer` or `shard`
@@ -243,6 +274,98 @@ TEST_F(StuckCombineTest, APsJobOfOneFailsAndARingIgnoresShardWaits) {
     for (const std::string &w : workers_) Beat(w, job_, -1, 4000, /*shard=*/0);
     EXPECT_EQ(State(), ps ? v1::FAILED : v1::RUNNING);
   }
+}
+
+// Issue 10: two workers that cannot reach each other while both reach the
+// coordinator. Under "shrink" the job drops rank 1 (K = 2: no rank stands
+// out, rank 0 stays) instead of failing: its worker is told to stop and is
+// IDLE (not LOST), the survivor gets generation 1 with K = 1, and the
+// dropped worker never takes a rank of this job again while a fresh worker
+// may join it.
+TEST_F(StuckCombineTest, UnderShrinkAStuckPairDropsRankOne) {
+  Start(2, v1::RING, 0, "shrink");
+  Beat(workers_[0], job_, 1, 3500);
+  const v1::HeartbeatReply told = Beat(workers_[1], job_, 0, 3100);
+  EXPECT_TRUE(told.stop_job());
+  EXPECT_FALSE(told.has_assignment());
+  v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.ranks_size(), 1);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  ASSERT_GE(st.membership_events_size(), 1);
+  const v1::MembershipEvent &e = st.membership_events(st.membership_events_size() - 1);
+  EXPECT_EQ(e.kind(), "shrink");
+  EXPECT_EQ(e.reason().rfind("rank 1 (w-2, host h2) dropped: its peers cannot reach it (every "
+                             "rank waits for a peer while every worker heartbeats",
+                             0),
+            0u)
+      << e.reason();
+  EXPECT_EQ(WorkerStateOf(workers_[1]), v1::IDLE);
+  // The survivor's next heartbeat gets the regroup; it holds step 40.
+  const v1::HeartbeatReply regroup = Beat(workers_[0], job_, 1, 3600);
+  ASSERT_TRUE(regroup.has_assignment());
+  EXPECT_EQ(regroup.assignment().generation(), 1);
+  EXPECT_EQ(regroup.assignment().peer_addresses_size(), 1);
+  Hold(workers_[0], 1, 40);
+  // The dropped worker, idle, is not given its old rank back ...
+  EXPECT_FALSE(Beat(workers_[1], 0, -1, 0).has_assignment());
+  EXPECT_EQ(WorkerStateOf(workers_[1]), v1::IDLE);
+  EXPECT_EQ(Status().ranks_size(), 1);
+  // ... a new worker joins the shrunk job.
+  const std::string fresh = AddWorker();
+  EXPECT_TRUE(Beat(fresh, 0, -1, 0).has_assignment());
+  EXPECT_EQ(Status().ranks_size(), 2);
+  EXPECT_EQ(Status().ranks(1).worker_id(), fresh);
+}
+
+// K = 3: the rank the two others wait for is dropped (the other two keep
+// their order); when the waits form a cycle (a ring: each waited for once)
+// no rank stands out and the job fails as before.
+TEST_F(StuckCombineTest, UnderShrinkTheRankTheOthersWaitForIsDropped) {
+  Start(3, v1::RING, 0, "shrink");
+  Beat(workers_[0], job_, 1, 3500);
+  Beat(workers_[1], job_, 0, 3500);
+  const v1::HeartbeatReply reply = Beat(workers_[2], job_, 1, 3500);
+  // The deciding heartbeat is a survivor's: its new assignment at once.
+  ASSERT_TRUE(reply.has_assignment());
+  EXPECT_EQ(reply.assignment().rank(), 1);  // w-3, rank 2 -> 1
+  EXPECT_EQ(reply.assignment().peer_addresses_size(), 2);
+  v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.ranks_size(), 2);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  EXPECT_EQ(st.ranks(1).worker_id(), workers_[2]);
+  EXPECT_EQ(WorkerStateOf(workers_[1]), v1::IDLE);
+  EXPECT_TRUE(Beat(workers_[1], job_, 0, 3600).stop_job());
+
+  clock_.Advance(absl::Seconds(10));
+  coord_->Tick();  // every worker of the first job is LOST now
+  workers_.clear();
+  Start(3, v1::RING, 0, "shrink");
+  Beat(workers_[0], job_, 2, 3500);
+  Beat(workers_[1], job_, 0, 3500);
+  EXPECT_TRUE(Beat(workers_[2], job_, 1, 3500).stop_job());
+  EXPECT_EQ(State(), v1::FAILED);
+  EXPECT_EQ(Status().reason().rfind("every rank waits for a peer", 0), 0u) << Status().reason();
+}
+
+// Under "wait" the dropped rank is left vacant for another worker; the
+// dropped worker does not take it back.
+TEST_F(StuckCombineTest, UnderWaitTheDroppedRankIsLeftForAnotherWorker) {
+  Start(2, v1::RING, 0, "wait");
+  Beat(workers_[0], job_, 1, 3500);
+  EXPECT_TRUE(Beat(workers_[1], job_, 0, 3500).stop_job());
+  v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.waiting_for_ranks_size(), 1);
+  EXPECT_EQ(st.waiting_for_ranks(0), 1);
+  EXPECT_FALSE(Beat(workers_[1], 0, -1, 0).has_assignment());
+  EXPECT_EQ(WorkerStateOf(workers_[1]), v1::IDLE);
+  const std::string fresh = AddWorker();
+  const v1::HeartbeatReply joined = Beat(fresh, 0, -1, 0);
+  ASSERT_TRUE(joined.has_assignment());
+  EXPECT_EQ(joined.assignment().rank(), 1);
+  EXPECT_EQ(Status().waiting_for_ranks_size(), 0);
 }
 
 }  // namespace

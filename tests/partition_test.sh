@@ -19,6 +19,8 @@
 # naming the shard every rank waits for.
 # F. as D for a job with --stall_timeout_ms=8000: FAILED
 # no sooner than 8 s after the cut (not at lost_after), within 8 s + bound.
+# G. as D under --on_worker_lost=shrink: rank 1 is dropped within the bound
+# and the job trains on as K = 1.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -189,6 +191,41 @@ STALL_MS=8000 stuck_case F 2 lockstep_peer_cut "  chain in { type filter hook in
   chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" \
   "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *) [89].*s; rank 1 (w-2, host *) for rank 0 (w-1, host *) [89].*s)" \
   "rank 1" -- --sync=ring --peer_transport=tcp --stall_timeout_ms=8000
+
+# G. As D for a job under --on_worker_lost=shrink: instead of failing, the
+# job drops rank 1 (w-2; with K = 2 no rank stands out and rank 0 stays)
+# within the bound and trains on without it (w-1 rank 0, steps still
+# advancing; the idle w-3 may join it as a late worker); w-2 is IDLE again
+# within the bound (alive, not lost) and is never given the job back; the
+# shrink event names the drop.
+echo "== G peer link cut between w-1 and w-2, ring/tcp, --on_worker_lost=shrink"
+job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 --sync=ring \
+  --peer_transport=tcp --on_worker_lost=shrink) || fail "G: submit: $job"
+wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "G: job $job made no progress: $(cli status "$job")"
+ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
+[ "$ranks" = "w-1 w-2" ] || fail "G: expected ranks w-1 w-2, got $ranks"
+printf 'table inet %s {\n%s\n}\n' lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" | on 2 nft -f - || fail "G: nft"
+t0=$(now_ms)
+shrunk_to_w1() {  # regrouped without w-2, w-1 rank 0 (w-3, idle, may join as a late worker)
+  cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and [r['worker_id'] for r in d['ranks']][:1] == ['w-1'] and 'w-2' not in [r['worker_id'] for r in d['ranks']]" | grep -q True
+}
+wait_until $(( t0 + BOUND_S * 1000 )) shrunk_to_w1 "$job" || fail "G: job $job not regrouped without w-2 within ${BOUND_S}s: $(cli status "$job")"
+t1=$(now_ms)
+wait_until $(( t0 + BOUND_S * 1000 )) idle w-2 || fail "G: w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
+t2=$(now_ms)
+at=$(cli status "$job" --json | json "int(d.get('step', 0))")
+wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "G: job $job did not go on after the shrink: $(cli status "$job")"
+event=$(cli status "$job" --json | json "d['membership_events'][0]['kind'] + ': ' + d['membership_events'][0]['reason']")
+case "$event" in
+  "shrink: rank 1 (w-2, host "*") dropped: its peers cannot reach it (every rank waits for a peer while every worker heartbeats"*) ;;
+  *) fail "G: the shrink event does not name the drop: $event" ;;
+esac
+idle w-2 || fail "G: w-2 was given a job again: $(cli workers)"
+awk -v j="$job" -v a="$((t1 - t0))" -v b="$((t2 - t0))" -v e="$event" \
+  'BEGIN { printf "G: job %s regrouped without w-2 %.2f s after the cut and trains on, w-2 idle after %.2f s; %s\n", j, a / 1000, b / 1000, e }'
+cli cancel "$job" >/dev/null || fail "G: cancel $job"
+on 2 nft delete table inet lockstep_peer_cut
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"
