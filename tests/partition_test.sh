@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 10, a worker cut off from the network (policy fail, the default):
+# Issue 10, a worker cut off from the network (policy fail, the default;
+# shrink and wait in cases G, H, I at the end):
 # four network namespaces on a bridge (10.x addresses, no DNS): a
 # coordinator in the first, three workers in the others. A K=3 job runs;
 # then one worker's host is cut off, and the test asserts, with deadlines
@@ -21,6 +22,8 @@
 # no sooner than 8 s after the cut (not at lost_after), within 8 s + bound.
 # G. as D under --on_worker_lost=shrink: rank 1 is dropped within the bound
 # and the job trains on as K = 1.
+# H, I. A host cut off (link down; nft drop) under shrink and under wait:
+# the job regroups within REGROUP_S (6 s, as tests/shrink_test) and trains on.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -61,6 +64,28 @@ for i in 2 3 4; do
   wait_until $(( $(now_ms) + 20000 )) idle "w-$((i - 1))" || fail "worker in namespace $i did not register"
 done
 
+# cut_host HOW NS: cuts namespace NS's host off: "link" (its link down) or
+# "nft" (every packet on its link dropped, both ways); heal_host undoes it.
+cut_host() {
+  if [ "$1" = link ]; then
+    on "$2" ip link set "${TAG}p$2" down
+  else
+    on "$2" nft -f - <<NFT
+table inet lockstep_cut {
+  chain in { type filter hook input priority 0; policy accept; iifname "${TAG}p$2" drop; }
+  chain out { type filter hook output priority 0; policy accept; oifname "${TAG}p$2" drop; }
+}
+NFT
+  fi
+}
+heal_host() {
+  if [ "$1" = link ]; then
+    on "$2" ip link set "${TAG}p$2" up
+  else
+    on "$2" nft delete table inet lockstep_cut
+  fi
+}
+
 # cut_case NAME HOW VICTIM(w-N) RANK SURVIVORS -- SUBMIT FLAGS...
 # HOW: "link" (link down) or "nft" (drop every packet on the link).
 cut_case() {
@@ -69,19 +94,8 @@ cut_case() {
   echo "== $name: $how cut on $vid (rank $rank, $NET.$i)"
   local job; job=$(cli submit --model=softmax --batch=48 --steps=1000000 "$@") || fail "$name: submit: $job"
   wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
-  local t0
-  if [ "$how" = link ]; then
-    on "$i" ip link set "${TAG}p$i" down || fail "$name: link down"
-    t0=$(now_ms)
-  else
-    on "$i" nft -f - <<NFT || fail "$name: nft"
-table inet lockstep_cut {
-  chain in { type filter hook input priority 0; policy accept; iifname "${TAG}p$i" drop; }
-  chain out { type filter hook output priority 0; policy accept; oifname "${TAG}p$i" drop; }
-}
-NFT
-    t0=$(now_ms)
-  fi
+  cut_host "$how" "$i" || fail "$name: $how cut"
+  local t0; t0=$(now_ms)
   wait_until $(( t0 + BOUND_S * 1000 )) is_failed "$job" || fail "$name: job $job not FAILED within ${BOUND_S}s: $(cli status "$job")"
   local t1; t1=$(now_ms)
   # shellcheck disable=SC2086
@@ -106,11 +120,7 @@ NFT
   awk -v n="$name" -v v="$vid" -v c="$((t3 - t0))" \
     'BEGIN { printf "%s: %s stopped its own job %.2f s after the cut\n", n, v, c / 1000 }'
   # Heal; the cut-off worker comes back by itself.
-  if [ "$how" = link ]; then
-    on "$i" ip link set "${TAG}p$i" up
-  else
-    on "$i" nft delete table inet lockstep_cut
-  fi
+  heal_host "$how" "$i"
   wait_until $(( $(now_ms) + 15000 )) idle "$vid" || fail "$name: $vid not IDLE after the network came back: $(cli workers)"
 }
 
@@ -226,6 +236,51 @@ awk -v j="$job" -v a="$((t1 - t0))" -v b="$((t2 - t0))" -v e="$event" \
   'BEGIN { printf "G: job %s regrouped without w-2 %.2f s after the cut and trains on, w-2 idle after %.2f s; %s\n", j, a / 1000, b / 1000, e }'
 cli cancel "$job" >/dev/null || fail "G: cancel $job"
 on 2 nft delete table inet lockstep_peer_cut
+
+# policy_case NAME HOW VICTIM(w-N) KIND RANKS -- SUBMIT FLAGS...: a job under
+# --on_worker_lost=shrink or wait steps; VICTIM's host is cut off (HOW as in
+# cut_case); within REGROUP_S the job has regrouped (not regrouping, its
+# first membership event KIND naming VICTIM lost) onto RANKS and trains on
+# (50 more steps); it is cancelled and the network healed, VICTIM IDLE again.
+REGROUP_S=6
+policy_case() {
+  local name=$1 how=$2 vid=$3 kind=$4 want=$5; shift 6
+  local i=$(( ${vid#w-} + 1 ))
+  echo "== $name: $how cut on $vid ($NET.$i)"
+  local job; job=$(cli submit --model=softmax --batch=48 --steps=1000000 "$@") || fail "$name: submit: $job"
+  wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
+  cut_host "$how" "$i" || fail "$name: $how cut"
+  local t0; t0=$(now_ms)
+  regrouped_onto() {
+    cli status "$1" --json | json "d['state'] == 'RUNNING' and not d.get('regrouping') and ' '.join(r['worker_id'] for r in d['ranks']) == '$want' and d['membership_events'][0]['kind'] == '$kind' and d['membership_events'][0]['worker_id'] == '$vid'" | grep -q True
+  }
+  wait_until $(( t0 + REGROUP_S * 1000 )) regrouped_onto "$job" \
+    || fail "$name: job $job not regrouped onto $want within ${REGROUP_S}s: $(cli status "$job")"
+  local t1; t1=$(now_ms)
+  local at; at=$(cli status "$job" --json | json "int(d.get('step', 0))")
+  wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) \
+    || fail "$name: job $job did not train on after the regroup: $(cli status "$job")"
+  local reason; reason=$(cli status "$job" --json | json "d['membership_events'][0]['reason']")
+  case "$reason" in
+    "worker $vid (rank "*", host $(hostname), $NET.$i:7071) lost: no heartbeat for "*) ;;
+    *) fail "$name: the $kind event does not name $vid lost: $reason" ;;
+  esac
+  awk -v n="$name" -v j="$job" -v w="$want" -v a="$((t1 - t0))" -v r="$reason" \
+    'BEGIN { printf "%s: job %s regrouped onto %s %.2f s after the cut and trains on; %s\n", n, j, w, a / 1000, r }'
+  cli cancel "$job" >/dev/null || fail "$name: cancel $job"
+  wait_until $(( t0 + 10000 )) grep -q "this worker is lost to its job, stopping it" "$T/w${vid#w-}.log" \
+    || fail "$name: $vid did not stop its job within 10 s of the cut"
+  heal_host "$how" "$i"
+  wait_until $(( $(now_ms) + 15000 )) idle "$vid" || fail "$name: $vid not IDLE after the network came back: $(cli workers)"
+}
+
+# H. The link of w-3 down under shrink (K = 3, ring/tcp): w-1 and w-2 go on.
+# I. Every packet of w-2 dropped under wait (K = 2, ring/tcp): the idle w-3
+# takes rank 1 and the job goes on with K = 2.
+policy_case "H link down, shrink" link w-3 shrink "w-1 w-2" -- --workers=3 --sync=ring \
+  --peer_transport=tcp --on_worker_lost=shrink
+policy_case "I nft drop, wait" nft w-2 wait "w-1 w-3" -- --workers=2 --sync=ring \
+  --peer_transport=tcp --on_worker_lost=wait
 
 # The three serve on: a K=3 job succeeds.
 out=$(cli submit --workers=3 --model=softmax --batch=48 --steps=20 --follow --json) || fail "job after: exit $?: $out"
