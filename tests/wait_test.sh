@@ -23,6 +23,11 @@
 #      replaced rank R within 2s (spec.wait_timeout_ms 2000); worker w-N
 #      (rank R, ...) lost: ..." within LOST_S + 2 s + 1 s of the kill, and
 #      the survivors idle within 3 s of that.
+#   R  ("restart", //tests:wait_restart_test) as A over a raw-TCP ring,
+#      with the coordinator (--state_dir) SIGKILLed while the job waits and
+#      restarted on its address: the job still waits for the same rank with
+#      the same deadline, then the fresh worker takes it and the final hash
+#      equals B's.
 # Measured times are printed.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; CASES="${4:-ring_grpc ps_tcp timeout}"
@@ -35,9 +40,14 @@ source "$(dirname "$0")/e2e_lib.sh"
 write_blobs "$T" 7 240 60 3 0.6   # overlapping classes: the loss stays well above 0
 DATA='csv:train.csv;test.csv'
 
-"$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
-wait_file "$T/coord.port"
-C="127.0.0.1:$(cat "$T/coord.port")"
+if [[ " $CASES " == *" restart "* ]]; then
+  S="$T/state"
+  start_coordinator  # e2e_lib.sh: --state_dir=$S, so it can restart
+else
+  "$COORD" --insecure --listen=127.0.0.1:0 --port_file="$T/coord.port" 2>"$T/coord.log" & pids+=($!)
+  wait_file "$T/coord.port"
+  C="127.0.0.1:$(cat "$T/coord.port")"
+fi
 # waiting JOB RANK: paused, waiting for a worker to take RANK.
 waiting() {
   cli status "$1" --json | json "d['state'] == 'RUNNING' and d.get('regrouping', False) and [int(r) for r in d.get('waiting_for_ranks', [])] == [$2] and d['reason'].startswith('waiting for a worker to replace rank $2 (lost: worker ')" | grep -q True
@@ -65,6 +75,26 @@ wait_case() {
   local t1; t1=$(now_ms)
   cli status "$a" | grep -q "wait: rank $vrank lost (generation 1), waiting for a worker to replace it; worker $vid (rank $vrank" \
     || fail "$name: status line while waiting: $(cli status "$a")"
+  if [ -n "${WAIT_RESTART:-}" ]; then
+    # The coordinator SIGKILLed while the job waits (after every live
+    # worker logged failed heartbeats for 1 s) and restarted on the same
+    # address and --state_dir: the job comes back waiting for the same rank
+    # with the same deadline.
+    local deadline; deadline=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
+    local offsets=() w
+    for w in "${live[@]}"; do offsets+=("$T/w${w#w-}.log:$(log_size "$T/w${w#w-}.log")"); done
+    kill_coordinator
+    local k0; k0=$(now_ms)
+    wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
+      || fail "$name: the workers did not see the coordinator down within 5 s"
+    start_coordinator
+    local k1; k1=$(now_ms)
+    wait_until $(( k1 + 10000 )) waiting "$a" "$vrank" \
+      || fail "$name: A not waiting for rank $vrank after the restart: $(cli status "$a")"
+    local deadline2; deadline2=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
+    [ "$deadline2" = "$deadline" ] || fail "$name: wait deadline $deadline2 after the restart, $deadline before"
+    echo "$name: coordinator SIGKILLed while waiting, restarted $(( k1 - k0 )) ms later; still waiting for rank $vrank, deadline $deadline"
+  fi
   # The replacement: a fresh daemon (a new id, a new address).
   spawn_worker
   local nid="w-$n_workers"
@@ -106,6 +136,10 @@ has_case ps_tcp && wait_case "SIGKILL ps/tcp K=3, wait, replaced" 2 -- --sync=ps
 # its data port. w-1 (rank 0) this time: the newcomer becomes rank 0 and
 # copies a survivor's state.
 has_case ring_tcp && wait_case "SIGKILL ring/tcp K=3, wait, replaced" 1 -- --peer_transport=tcp
+# The coordinator restarted while the job waits (//tests:wait_restart_test,
+# ring over raw TCP, w-2, a middle rank).
+has_case restart && WAIT_RESTART=1 wait_case "SIGKILL ring/tcp K=3, wait, coordinator restarted, replaced" 2 -- \
+  --peer_transport=tcp --wait_timeout_ms=120000
 has_case timeout || { echo PASS; exit 0; }
 
 echo "== no replacement: wait_timeout_ms=2000, ps/grpc"
