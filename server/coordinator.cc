@@ -383,7 +383,13 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
   if (!ps && (ShrinksOnLoss(*job) || WaitsOnLoss(*job))) {
     std::vector<int> waiting_for;
     for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
-    const int drop = RankToDropWhenStuck(waiting_for);
+    int drop = RankToDropWhenStuck(waiting_for);
+    // K = 2 cannot tell which of the two is cut off: rank 1 first; if the
+    // worker kept at rank 0 then is stuck again with its next peer, it is.
+    if (job->k == 2 && drop == 1 &&
+        job->ranks[0].worker_id == job->membership.kept_at_last_drop) {
+      drop = 0;
+    }
     if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
   }
   FailJobLocked(job, why);
@@ -393,16 +399,23 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
 bool Coordinator::DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck) {
   const Rank& r = job->ranks[rank];
   const std::string worker_id = r.worker_id;
-  const std::string why = absl::StrFormat(
-      "rank %d (%s, host %s) dropped: its peers cannot reach it (%s)", rank, r.worker_id,
-      r.hostname, stuck);
+  const std::string why = absl::StrFormat("rank %d (%s, host %s) %s (%s)", rank, r.worker_id,
+                                          r.hostname, kDroppedUnreachable, stuck);
+  const std::string kept = job->k == 2 ? job->ranks[1 - rank].worker_id : std::string();
+  std::string no_replica;
   if (ShrinksOnLoss(*job)) {
     ShrinkResult shrunk = ShrinkJob(job, rank, clock_->Now(), why);
-    if (!shrunk.shrunk) return false;
-    RenumberLocked(shrunk);
-  } else if (!VacateRank(job, rank, clock_->Now(), why)) {
+    no_replica = std::move(shrunk.no_replica);
+    if (shrunk.shrunk) RenumberLocked(shrunk);
+    if (!shrunk.shrunk && no_replica.empty()) return false;
+  } else if (!VacateRank(job, rank, clock_->Now(), why, &no_replica) && no_replica.empty()) {
     return false;
   }
+  if (!no_replica.empty()) {
+    FailJobLocked(job, std::move(no_replica));  // nobody left to copy from
+    return true;
+  }
+  job->membership.kept_at_last_drop = kept;
   // The dropped worker is alive: IDLE (its next heartbeat is told to stop
   // the job), never again a rank of this job.
   if (Worker* w = workers_.Find(worker_id); w != nullptr) WorkerRegistry::Unbind(w);

@@ -109,6 +109,7 @@ void RestoreMembership(const StoredJob& stored, JobRecord* job, absl::Time now) 
   m.source_rank = sm.source_rank;
   m.events.assign(sm.events.begin(), sm.events.end());
   while (m.events.size() > kMaxMembershipEvents) m.events.pop_front();
+  RestoreDroppedWorkers(job);
   m.waiting_since = FromUnixSeconds(sm.waiting_since_unix_s);
   m.waiting_for = sm.waiting_for;
   m.vacant.clear();  // "wait": the ranks without a worker

@@ -45,6 +45,16 @@ void RecordDroppedWorker(JobRecord* job, const std::string& worker_id) {
   while (d.size() > kMaxDroppedWorkers) d.pop_front();
 }
 
+void RestoreDroppedWorkers(JobRecord* job) {
+  job->membership.dropped_workers.clear();
+  for (const v1::MembershipEvent& e : job->membership.events) {
+    if ((e.kind() == "shrink" || e.kind() == "wait") &&
+        e.reason().find(kDroppedUnreachable) != std::string::npos && !e.worker_id().empty()) {
+      RecordDroppedWorker(job, e.worker_id());
+    }
+  }
+}
+
 bool WasDropped(const JobRecord& job, const std::string& worker_id) {
   const std::deque<std::string>& d = job.membership.dropped_workers;
   return std::find(d.begin(), d.end(), worker_id) != d.end();

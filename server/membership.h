@@ -96,7 +96,14 @@ struct MembershipState {
   // them (RankToDropWhenStuck): never given one of its ranks again (oldest
   // first, at most kMaxDroppedWorkers; kept in memory only).
   std::deque<std::string> dropped_workers;
+  // The worker kept at rank 0 when a K = 2 job last dropped its rank 1: if
+  // it is stuck again with its next peer, it is the one cut off.
+  std::string kept_at_last_drop;
 };
+// In the reason of a membership event that dropped a rank its peers could
+// not reach ("rank 1 (w-2, host h2) dropped: its peers cannot reach it
+// (...)"): how RestoreDroppedWorkers finds them after a restart.
+inline constexpr char kDroppedUnreachable[] = "dropped: its peers cannot reach it";
 inline constexpr size_t kMaxMembershipEvents = 64;
 inline constexpr size_t kMaxDroppedWorkers = 64;
 
@@ -113,6 +120,9 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for);
 void RecordDroppedWorker(JobRecord* job, const std::string& worker_id);
 // Whether `worker_id` was dropped from `job` (it never takes a rank of it).
 bool WasDropped(const JobRecord& job, const std::string& worker_id);
+// After a restart: the dropped workers again, from the job's membership
+// events (the newest kMaxMembershipEvents are kept, so older drops are not).
+void RestoreDroppedWorkers(JobRecord* job);
 
 // spec.on_worker_lost is "shrink".
 bool ShrinksOnLoss(const JobRecord& job);

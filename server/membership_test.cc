@@ -674,5 +674,24 @@ TEST(RankToDropWhenStuckTest, TheRankTheOthersWaitFor) {
   EXPECT_EQ(RankToDropWhenStuck({}), -1);
 }
 
+// After a restart the dropped workers come back from the stored events
+// (only those whose reason says they were dropped, not lost ones).
+TEST(RankToDropWhenStuckTest, DroppedWorkersAreRestoredFromTheEvents) {
+  JobRecord job;
+  v1::MembershipEvent lost;
+  lost.set_kind("shrink");
+  lost.set_worker_id("w-4");
+  lost.set_reason("worker w-4 (rank 2, host h4, 10.0.0.4:5000) lost: no heartbeat for 3.1s");
+  v1::MembershipEvent dropped;
+  dropped.set_kind("wait");
+  dropped.set_worker_id("w-2");
+  dropped.set_reason(absl::StrCat("rank 1 (w-2, host h2) ", kDroppedUnreachable, " (...)"));
+  job.membership.events = {lost, dropped};
+  RestoreDroppedWorkers(&job);
+  EXPECT_TRUE(WasDropped(job, "w-2"));
+  EXPECT_FALSE(WasDropped(job, "w-4"));
+  EXPECT_EQ(job.membership.dropped_workers.size(), 1u);
+}
+
 }  // namespace
 }  // namespace lockstep

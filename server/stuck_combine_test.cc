@@ -92,10 +92,11 @@ class StuckCombineTest : public ::testing::Test {
   // A heartbeat of `worker` running `job`, waiting for `peer` or `shard`
   // (-1: none) for `ms`.
   v1::HeartbeatReply Beat(const std::string &worker, uint64_t job, int peer, int64_t ms,
-                          int shard = -1) {
+                          int shard = -1, int64_t generation = 0) {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
     req.set_job_id(job);
+    req.set_generation(generation);
     if (peer >= 0 || shard >= 0) {
       req.set_waiting_for_peer(peer + 1);
       req.set_waiting_for_shard(shard + 1);
@@ -350,7 +351,8 @@ TEST_F(StuckCombineTest, UnderShrinkTheRankTheOthersWaitForIsDropped) {
 }
 
 // Under "wait" the dropped rank is left vacant for another worker; the
-// dropped worker does not take it back.
+// dropped worker does not take it back; a second drop in a K = 2 job whose
+// kept worker is stuck again drops that one.
 TEST_F(StuckCombineTest, UnderWaitTheDroppedRankIsLeftForAnotherWorker) {
   Start(2, v1::RING, 0, "wait");
   Beat(workers_[0], job_, 1, 3500);
@@ -366,6 +368,25 @@ TEST_F(StuckCombineTest, UnderWaitTheDroppedRankIsLeftForAnotherWorker) {
   ASSERT_TRUE(joined.has_assignment());
   EXPECT_EQ(joined.assignment().rank(), 1);
   EXPECT_EQ(Status().waiting_for_ranks_size(), 0);
+  // Generation 2 starts (w-1 holds step 40, the newcomer copies it) and is
+  // stuck again: with K = 2 nothing tells which is cut off, but w-1 was
+  // kept last time and is stuck with its new peer too, so this time w-1
+  // (rank 0) is dropped. The newcomer never got the state (from w-1, whom
+  // it cannot reach), so no replica is left: FAILED saying so.
+  const int64_t g = joined.assignment().generation();
+  Hold(workers_[0], g, 40);
+  Hold(fresh, g, -1);
+  ASSERT_FALSE(Status().regrouping());
+  Beat(fresh, job_, 0, 3500, -1, g);
+  EXPECT_TRUE(Beat(workers_[0], job_, 1, 3500, -1, g).stop_job());
+  st = Status();
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_EQ(st.reason().rfind("no rank holding a replica of the job's state is left at step 40 "
+                              "(nothing to copy from): rank 0 lost: rank 0 (w-1, host h1) "
+                              "dropped: its peers cannot reach it",
+                              0),
+            0u)
+      << st.reason();
 }
 
 }  // namespace

@@ -247,8 +247,13 @@ policy_case() {
   local name=$1 how=$2 vid=$3 kind=$4 want=$5; shift 6
   local i=$(( ${vid#w-} + 1 ))
   echo "== $name: $how cut on $vid ($NET.$i)"
+  # Every worker idle first (the previous case's may still be stopping), so
+  # the job lands where the case says.
+  wait_until $(( $(now_ms) + 15000 )) idle w-1 w-2 w-3 || fail "$name: workers not idle: $(cli workers)"
   local job; job=$(cli submit --model=softmax --batch=48 --steps=1000000 "$@") || fail "$name: submit: $job"
   wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
+  cli status "$job" --json | json "'$vid' in [r['worker_id'] for r in d['ranks']]" | grep -q True \
+    || fail "$name: $vid is not a rank of job $job: $(cli status "$job")"
   cut_host "$how" "$i" || fail "$name: $how cut"
   local t0; t0=$(now_ms)
   regrouped_onto() {

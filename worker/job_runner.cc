@@ -531,8 +531,11 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // state and rank 0 writes the final checkpoint, which the generation that
   // lost the rank may not have written (written again, the same state, if it
   // had).
+  // (Not for a copy of a finished rank's final state after a coordinator
+  // restart: the finished ranks take no part, as in AgreeOnShape, and that
+  // state was checked when they finished.)
   if (options_.generation > 0 && first_step == total && total > 0 &&
-      !options_.spec.checkpoint_dir().empty()) {
+      !options_.initial_state_is_final && !options_.spec.checkpoint_dir().empty()) {
     if (absl::Status s = FinalCheckpointOfRegroup(total, position, &checkpointer,
                                                   checkpoint_done(total - 1), r);
         !s.ok()) {

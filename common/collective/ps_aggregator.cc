@@ -391,11 +391,11 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
   // The shape-agreement key of a group held here rides on its group.
   const bool rides = (job & kPsShapeKeyBit) != 0 && jobs_.count(job & ~kPsShapeKeyBit) > 0;
   if (it == jobs_.end() && !rides) {
-    while (CountedKeysLocked() >= limits_.max_jobs) {
+    while (CountedKeysLocked(job) >= limits_.max_jobs) {
       const Eviction e = EvictIdlestLocked(now, job);
       if (!e.evicted) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "ps: job ", job, ": this server holds ", CountedKeysLocked(),
+            "ps: job ", job, ": this server holds ", CountedKeysLocked(job),
             " job keys (its limit, --max_jobs) and every one had a request in the last ",
             absl::FormatDuration(limits_.active_window),
             "; retry when one ends (the idlest, job ", e.idlest_job, ", was last used ",
@@ -436,10 +436,14 @@ bool PsShardRegistry::Forget(uint64_t job) {
   return true;
 }
 
-int PsShardRegistry::CountedKeysLocked() const {
+int PsShardRegistry::CountedKeysLocked(uint64_t creating) const {
   int n = 0;
   for (const auto& [key, entry] : jobs_) {
-    if ((key & kPsShapeKeyBit) == 0 || jobs_.count(key & ~kPsShapeKeyBit) == 0) ++n;
+    const bool shape = (key & kPsShapeKeyBit) != 0;
+    const uint64_t group = key & ~kPsShapeKeyBit;
+    // A shape key rides on its group: one held, or the one being created
+    // (a job's shape round comes first, before step 0).
+    if (!shape || (group != creating && jobs_.count(group) == 0)) ++n;
   }
   return n;
 }

@@ -333,9 +333,10 @@ class PsShardRegistry {
   Eviction EvictIdlestLocked(absl::Time now, uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<uint64_t, JobEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keys that count against max_jobs: all but the shape-agreement keys
-  // whose group key is held.
-  int CountedKeysLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keys that count against max_jobs when key `creating` is about to be
+  // created: all but the shape-agreement keys whose group key is held or is
+  // `creating`.
+  int CountedKeysLocked(uint64_t creating) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PsRegistryLimits limits_;
   // With limits.key_shape: the keys Forget dropped (newest kMaxForgotten),

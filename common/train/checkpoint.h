@@ -30,10 +30,12 @@
 //      end-8   8  XXH3-64 (seed 0) of every byte before it
 //
 // Files: <root>/job-<job id>/step-<next step, 12 digits>.ckpt. A write goes
-// to "<name>.tmp" in the same directory, is written and fsync'd, renamed
-// over the final name and the directory is fsync'd, so a crash leaves
-// either the old set of files or the new one, never a partial .ckpt (a
-// leftover .tmp is ignored and removed by the next write). After a write
+// to "<name>.<16 random hex digits>.tmp" in the same directory (its own: two
+// writers sharing the directory never share one), is written and fsync'd,
+// renamed over the final name and the directory is fsync'd, so a crash
+// leaves either the old set of files or the new one, never a partial .ckpt
+// (a leftover .tmp is ignored, and removed by a later write once an hour
+// old). After a write
 // the oldest files beyond `keep` are removed.
 //
 // Loading checks magic, version, every size against CheckpointLimits (the

@@ -258,6 +258,25 @@ TEST(PsBoundsTest, AHeldGroupsShapeKeyIsNeverRefusedForTheCount) {
   EXPECT_EQ(again->get(), registry.GetShard(1, 0, 2, 100)->get());
 }
 
+// A job's shape round comes first (the dataset agreement before step 0),
+// its group key after: the group's own shape key does not count against it,
+// so a server of max_jobs = 2 takes two jobs, not one and a half.
+TEST(PsBoundsTest, AJobsShapeRoundBeforeItsGroupCountsOnce) {
+  PsShardRegistry registry(/*max_jobs=*/2);
+  for (uint64_t group : {1, 2}) {
+    auto shape = registry.GetShard(PsShapeAgreementKey(group), 0, 2, 3);
+    ASSERT_TRUE(shape.ok()) << "job " << group << ": " << shape.status();
+    auto g = registry.GetShard(group, 0, 2, 8);
+    ASSERT_TRUE(g.ok()) << "job " << group << ": " << g.status();
+  }
+  EXPECT_EQ(registry.num_jobs(), 4);
+  auto third = registry.GetShard(PsShapeAgreementKey(3), 0, 2, 3);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_NE(third.status().message().find("holds 2 job keys (its limit, --max_jobs)"),
+            std::string::npos)
+      << third.status();
+}
+
 // The memory budget is given back by idle keys: finished jobs never say
 // they are done, so a server whose bytes are all held by idle jobs must
 // evict them (idlest first) rather than refuse every new job until a

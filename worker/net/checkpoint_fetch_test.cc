@@ -171,13 +171,31 @@ TEST_F(CheckpointFetchTest, ServesAtMostTwoTransfersAtOnce) {
   });
   std::vector<absl::StatusOr<FetchedCheckpoint>> got(3, absl::UnknownError("not run"));
   std::vector<std::thread> callers;
+  // Lets the held transfers go and joins every caller (also on the way out
+  // of a failed assertion: nothing may use this frame afterwards).
+  auto release_and_join = [&] {
+    {
+      absl::MutexLock l(&mu);
+      held = false;
+    }
+    for (auto& t : callers) {
+      if (t.joinable()) t.join();
+    }
+  };
   for (int i = 0; i < 2; ++i) {
     callers.emplace_back([&, i] { got[i] = FetchCheckpointFile(address_, Options(root, 0, 1 << 24)); });
   }
+  bool both_loading = false;
   {
     absl::MutexLock l(&mu);
-    ASSERT_TRUE(mu.AwaitWithTimeout(
-        absl::Condition(+[](int* n) { return *n == 2; }, &loading), absl::Seconds(20)));
+    both_loading = mu.AwaitWithTimeout(
+        absl::Condition(+[](int* n) { return *n == 2; }, &loading), absl::Seconds(20));
+  }
+  if (!both_loading) {
+    ADD_FAILURE() << "the two transfers did not both reach the loader";
+    release_and_join();
+    service_.SetLoadHookForTest(nullptr);
+    return;
   }
   absl::StatusOr<FetchedCheckpoint> third = FetchCheckpointFile(address_, Options(root, 0, 1 << 24));
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
@@ -197,15 +215,21 @@ TEST_F(CheckpointFetchTest, ServesAtMostTwoTransfersAtOnce) {
   {
     absl::MutexLock l(&mu);
     EXPECT_EQ(loading, 2);  // nothing got past the bound meanwhile
-    held = false;
   }
-  for (auto& t : callers) t.join();
+  release_and_join();
+  service_.SetLoadHookForTest(nullptr);
   for (const auto& g : got) {
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_EQ(g->step, 10);
     EXPECT_EQ(g->bytes, want);
   }
-  // Every slot is free again: two more at once are both served.
+  // Every slot is given back (once gRPC is done with each call, which may
+  // be just after its client returned): two more at once are both served.
+  const absl::Time freed_by = absl::Now() + absl::Seconds(20);
+  while (service_.active_transfers() > 0 && absl::Now() < freed_by) {
+    absl::SleepFor(absl::Milliseconds(5));  // polls a counter
+  }
+  ASSERT_EQ(service_.active_transfers(), 0);
   const int64_t refused = service_.busy_refusals();
   std::vector<std::thread> again;
   std::vector<absl::StatusOr<FetchedCheckpoint>> more(2, absl::UnknownError("not run"));

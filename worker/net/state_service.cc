@@ -165,7 +165,12 @@ grpc::ServerWriteReactor<v1::StateChunk>* StateServiceImpl::FetchCheckpoint(
   return new CheckpointWriter(
       [this, dir, step = request->step(), requester = request->requester()]()
           -> absl::StatusOr<std::pair<std::string, int64_t>> {
-        if (load_hook_) load_hook_();
+        std::function<void()> hook;
+        {
+          absl::MutexLock l(&hook_mu_);
+          hook = load_hook_;
+        }
+        if (hook) hook();
         absl::StatusOr<LoadedCheckpoint> loaded = LoadCheckpoint(dir, step, CheckpointLimits());
         if (!loaded.ok()) return loaded.status();
         const std::string path = loaded->path;

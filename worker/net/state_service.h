@@ -25,6 +25,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/log.h"
 #include "common/train/checkpoint_dirs.h"
@@ -62,10 +63,15 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
   int64_t misses() const { return misses_.load(); }
   // FetchCheckpoint calls refused RESOURCE_EXHAUSTED so far (for tests).
   int64_t busy_refusals() const { return busy_refusals_.load(); }
+  // FetchCheckpoint transfers in progress (for tests; a transfer ends when
+  // gRPC is done with its call, which may be after its client returned).
+  int active_transfers() const { return active_fetches_.load(); }
   // Tests only: runs on each checkpoint transfer's loader thread before it
-  // reads the file (a test holds transfers in progress with it). Set before
-  // the service serves.
-  void SetLoadHookForTest(std::function<void()> hook) { load_hook_ = std::move(hook); }
+  // reads the file (a test holds transfers in progress with it). Any thread.
+  void SetLoadHookForTest(std::function<void()> hook) {
+    absl::MutexLock l(&hook_mu_);
+    load_hook_ = std::move(hook);
+  }
 
  private:
   const StateBoard* const board_;
@@ -73,7 +79,8 @@ class StateServiceImpl final : public v1::ReplicaState::CallbackService {
   std::atomic<int> active_fetches_{0};  // FetchCheckpoint calls in progress
   std::atomic<int64_t> misses_{0};
   std::atomic<int64_t> busy_refusals_{0};
-  std::function<void()> load_hook_;
+  absl::Mutex hook_mu_;
+  std::function<void()> load_hook_ ABSL_GUARDED_BY(hook_mu_);
   const Logger log_;
 };
 
