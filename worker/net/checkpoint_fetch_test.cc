@@ -66,7 +66,19 @@ class CheckpointFetchTest : public ::testing::Test {
     server_ = b.BuildAndStart();
     address_ = absl::StrCat("127.0.0.1:", port);
   }
-  ~CheckpointFetchTest() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  ~CheckpointFetchTest() override {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+    // A transfer's reactor gives its slot back in OnDone, on a gRPC thread,
+    // possibly after its client returned: the service (a member) must not
+    // be destroyed before (the atomic load orders that last write before
+    // the destruction, also for ThreadSanitizer).
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (service_.active_transfers() > 0 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(service_.active_transfers(), 0);
+  }
 
   FetchCheckpointOptions Options(const std::string& root, int64_t step, int64_t max_bytes) {
     FetchCheckpointOptions o;
