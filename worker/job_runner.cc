@@ -48,19 +48,11 @@ uint64_t JobRunner::WireKey() const {
   return options_.group_key != 0 ? options_.group_key : options_.job_id;
 }
 
-namespace {
-
-// A job stopped while its combine ran: CANCELLED, with what the combine was
-// waiting for when the stop came (a shard it could not connect to says why,
-// grpc_ps_client.h), since the coordinator may have stopped the job because
-// every rank waited ("job 4 stopped at step 7 (its combine: ...)"). `s`:
-// the combine's status as users see it (JobRunner::UserFacing).
-absl::Status StoppedInCombine(uint64_t job, absl::string_view when, const absl::Status& s) {
+absl::Status JobRunner::StoppedInCombine(uint64_t job, absl::string_view when,
+                                         const absl::Status& s) {
   return absl::CancelledError(
       absl::StrCat("job ", job, " stopped", when, " (its combine: ", s.message(), ")"));
 }
-
-}  // namespace
 
 absl::Status JobRunner::UserFacing(const absl::Status& s) const {
   // Transports and ps shards name the keys they carry (the group key, the
@@ -372,7 +364,7 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
           }
           // Every rank restored the same checkpoint: the same identity.
           use_override = true;
-          id_override = back->hash.hi ^ (back->hash.lo * 0x9e3779b97f4a7c15ull);
+          id_override = back->hash.Fold();
           grow_offset(step - back->next_step + 1, step);
           rolled_back_to_ = back->next_step;
           rolled_back_at_ = step;

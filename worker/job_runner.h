@@ -318,6 +318,13 @@ class JobRunner {
   uint64_t WireKey() const;
   // `s` with the wire keys in its message replaced by "job <job_id>".
   absl::Status UserFacing(const absl::Status& s) const;
+  // A job stopped while its combine ran: CANCELLED, with what the combine
+  // was waiting for when the stop came (a shard it could not connect to
+  // says why, grpc_ps_client.h), since the coordinator may have stopped the
+  // job because every rank waited ("job 4 stopped at step 7 (its combine:
+  // ...)"). `s`: the combine's status as users see it (UserFacing).
+  static absl::Status StoppedInCombine(uint64_t job, absl::string_view when,
+                                       const absl::Status& s);
 
   std::unique_ptr<Replica> replica_;
   int64_t next_step_ = 0;

@@ -147,13 +147,10 @@ absl::Status JobRunner::FinalCheckpointOfRegroup(int64_t total, const SamplerPos
   if (options_.world > 1) {
     const WeightHash whole =
         HashReplica(r.params(), r.optimizer().steps(), r.optimizer().slots());
-    absl::StatusOr<bool> agreed =
-        AgreeOnFinalState(whole.hi ^ (whole.lo * 0x9e3779b97f4a7c15ull));
+    absl::StatusOr<bool> agreed = AgreeOnFinalState(whole.Fold());
     if (!agreed.ok()) {
       if (stop_.load()) {
-        return absl::CancelledError(absl::StrCat("job ", options_.job_id,
-                                                 " stopped after the last step (its combine: ",
-                                                 agreed.status().message(), ")"));
+        return StoppedInCombine(options_.job_id, " after the last step", agreed.status());
       }
       return agreed.status();
     }

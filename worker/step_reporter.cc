@@ -153,7 +153,7 @@ void StepReporter::Submit(v1::ReportStepRequest* report, absl::Span<const float>
     auto* blocks = s->report.mutable_block_hashes();
     blocks->Resize(static_cast<int>(u.blocks.size()), 0);
     std::copy(u.blocks.begin(), u.blocks.end(), blocks->mutable_data());
-    s->identity = s->hash.hi ^ (s->hash.lo * 0x9e3779b97f4a7c15ull);
+    s->identity = s->hash.Fold();
     if (opt != nullptr) {
       if (!u.slots_streamed) {
         BeginOptimizerHash(opt->steps());
@@ -195,7 +195,7 @@ void StepReporter::HashSlot(Slot* slot) {
   blocks->Resize(static_cast<int>(starts.size()), 0);
   // The weights hash and the per-tensor block hashes in one pass.
   slot->hash = fused_.Hash(w, starts, absl::MakeSpan(blocks->mutable_data(), blocks->size()));
-  slot->identity = slot->hash.hi ^ (slot->hash.lo * 0x9e3779b97f4a7c15ull);
+  slot->identity = slot->hash.Fold();
   if (options_.optimizer != nullptr) {
     BeginOptimizerHash(options_.optimizer->steps());
     hasher->Update(options_.optimizer->slots());

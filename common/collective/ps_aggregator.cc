@@ -389,8 +389,7 @@ absl::StatusOr<std::shared_ptr<PsShard>> PsShardRegistry::GetShard(
     if (!EvictIdlestLocked(now, job).evicted) return too_big(true);
   }
   // The shape-agreement key of a group held here rides on its group.
-  const bool rides = (job & kPsShapeKeyBit) != 0 && jobs_.count(job & ~kPsShapeKeyBit) > 0;
-  if (it == jobs_.end() && !rides) {
+  if (it == jobs_.end() && !RidesLocked(job, /*creating=*/job)) {
     while (CountedKeysLocked(job) >= limits_.max_jobs) {
       const Eviction e = EvictIdlestLocked(now, job);
       if (!e.evicted) {
@@ -436,14 +435,16 @@ bool PsShardRegistry::Forget(uint64_t job) {
   return true;
 }
 
+bool PsShardRegistry::RidesLocked(uint64_t key, uint64_t creating) const {
+  if ((key & kPsShapeKeyBit) == 0) return false;
+  const uint64_t group = key & ~kPsShapeKeyBit;
+  return group == creating || jobs_.count(group) > 0;
+}
+
 int PsShardRegistry::CountedKeysLocked(uint64_t creating) const {
   int n = 0;
   for (const auto& [key, entry] : jobs_) {
-    const bool shape = (key & kPsShapeKeyBit) != 0;
-    const uint64_t group = key & ~kPsShapeKeyBit;
-    // A shape key rides on its group: one held, or the one being created
-    // (a job's shape round comes first, before step 0).
-    if (!shape || (group != creating && jobs_.count(group) == 0)) ++n;
+    if (!RidesLocked(key, creating)) ++n;
   }
   return n;
 }

@@ -333,9 +333,12 @@ class PsShardRegistry {
   Eviction EvictIdlestLocked(absl::Time now, uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<uint64_t, JobEntry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `key` is a shape-agreement key riding on its group (not counted
+  // against max_jobs): its group key is held or is `creating` (a job's
+  // shape round comes first, before step 0).
+  bool RidesLocked(uint64_t key, uint64_t creating) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keys that count against max_jobs when key `creating` is about to be
-  // created: all but the shape-agreement keys whose group key is held or is
-  // `creating`.
+  // created: all but those that ride (RidesLocked).
   int CountedKeysLocked(uint64_t creating) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PsRegistryLimits limits_;

@@ -36,6 +36,11 @@ struct WeightHash {
   static constexpr int kHexDigits = 32;
   void WriteHex(char* out) const;
 
+  // The 128 bits folded into 64 (hi ^ lo * 2^64/phi): the replica identity
+  // a combine carries (StepReporter::last_identity, the rollback's and the
+  // final state's agreement). Equal hashes give equal folds.
+  uint64_t Fold() const { return hi ^ (lo * 0x9e3779b97f4a7c15ull); }
+
   friend bool operator==(const WeightHash& a, const WeightHash& b) {
     return a.hi == b.hi && a.lo == b.lo;
   }

@@ -279,5 +279,15 @@ TEST(FusedWeightHasherDeathTest, GapsAndEarlyFinishAbort) {
   EXPECT_DEATH(fused.Finish(), "before every float");
 }
 
+// The fold a combine carries: hi ^ lo * 0x9e3779b97f4a7c15 (mod 2^64), so
+// hashes that differ in either half give different folds here.
+TEST(WeightHashTest, FoldMixesBothHalves) {
+  EXPECT_EQ((WeightHash{0, 0}).Fold(), 0u);
+  EXPECT_EQ((WeightHash{5, 0}).Fold(), 5u);
+  EXPECT_EQ((WeightHash{0, 1}).Fold(), 0x9e3779b97f4a7c15ull);
+  EXPECT_EQ((WeightHash{0, 2}).Fold(), 0x3c6ef372fe94f82aull);  // wraps
+  EXPECT_EQ((WeightHash{0x9e3779b97f4a7c15ull, 1}).Fold(), 0u);
+}
+
 }  // namespace
 }  // namespace lockstep
