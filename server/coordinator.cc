@@ -315,15 +315,11 @@ void Coordinator::Tick() {
     if (w.job_id == 0) continue;
     Job* job = jobs_.Find(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
-      // The job's policy for a lost worker (spec.on_worker_lost): "shrink"
-      // regroups the survivors, "wait" leaves the rank vacant until an idle
-      // worker takes it (membership.h); "fail" ends the job.
-      if (ShrinksOnLoss(*job) && ShrinkLockedOnLoss(job, w, lost.silent)) continue;
-      if (WaitsOnLoss(*job) && VacateLockedOnLoss(job, w, lost.silent)) continue;
-      FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
-                                         w.id, w.rank,
-                                         w.hostname.empty() ? "" : "host " + w.hostname + ", ",
-                                         w.address, absl::ToDoubleSeconds(lost.silent)));
+      LoseWorkerLocked(job, w,
+                       absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
+                                       w.id, w.rank,
+                                       w.hostname.empty() ? "" : "host " + w.hostname + ", ",
+                                       w.address, absl::ToDoubleSeconds(lost.silent)));
     }
   }
   ExpireWaitsLocked(now);
@@ -437,11 +433,16 @@ void Coordinator::RenumberLocked(const ShrinkResult& shrunk) {
   }
 }
 
-bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
-  const std::string why =
-      absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
-                      lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
-                      lost.address, absl::ToDoubleSeconds(silent));
+bool Coordinator::LoseWorkerLocked(Job* job, const Worker& gone, const std::string& why) {
+  // "shrink" regroups the survivors, "wait" leaves the rank vacant until an
+  // idle worker takes it (membership.h); "fail" ends the job.
+  if (ShrinksOnLoss(*job) && ShrinkLockedOnLoss(job, gone, why)) return job->state == v1::RUNNING;
+  if (WaitsOnLoss(*job) && VacateLockedOnLoss(job, gone, why)) return job->state == v1::RUNNING;
+  FailJobLocked(job, why);
+  return false;
+}
+
+bool Coordinator::ShrinkLockedOnLoss(Job* job, const Worker& lost, const std::string& why) {
   const int lost_rank = lost.rank;
   ShrinkResult shrunk = ShrinkJob(job, lost_rank, clock_->Now(), why);
   if (!shrunk.shrunk && !shrunk.no_replica.empty()) {

@@ -559,11 +559,20 @@ class Coordinator {
   // that wrote the checkpoints (rank 0 of the job it resumes) when it is
   // alive and not this job's rank 0; "" otherwise.
   std::string CheckpointSourceLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's worker is gone from RUNNING `job`: LOST (no heartbeat), left
+  // (DeregisterWorker: SIGTERM) or restarted (RegisterWorker at its
+  // address); `why` names it ("worker w-2 (rank 1, host h2, 10.0.0.2:7071)
+  // lost: no heartbeat for 3.1s"). The job's spec.on_worker_lost decides:
+  // "shrink" regroups the survivors (ShrinkLockedOnLoss), "wait" leaves the
+  // rank vacant (VacateLockedOnLoss), and "fail", or either of them when it
+  // cannot, ends the job FAILED with `why`. True when the job goes on.
+  bool LoseWorkerLocked(Job* job, const Worker& gone, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // spec.on_worker_lost = "shrink": regroups `job` without the `lost`
   // worker (membership.h); false when it cannot (then the job fails as
   // under "fail"); true, with the job FAILED, when no survivor holds a
   // replica (membership.h NoReplicaLeft).
-  bool ShrinkLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
+  bool ShrinkLockedOnLoss(Job* job, const Worker& lost, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stuck combines: a ring job (K >= 2) whose every rank's last heartbeat
   // (fresh: within 3 heartbeat intervals + 1 s; reports are never
@@ -591,7 +600,7 @@ class Coordinator {
   // job FAILED at once when no rank holding a replica is left); waits past
   // their spec.wait_timeout_ms fail; idle workers take vacant ranks and
   // join shrunk jobs (before PENDING jobs start).
-  bool VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent)
+  bool VacateLockedOnLoss(Job* job, const Worker& lost, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireWaitsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillOpenRanksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -28,9 +28,13 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
                                    w->rank < static_cast<int>(job->ranks.size()) &&
                                    job->ranks[w->rank].worker_id == w->id &&
                                    job->ranks[w->rank].done;
-    if (job != nullptr && job->state == v1::RUNNING && !finished_its_part) {
-      FailJobLocked(job, absl::StrFormat("worker %s (rank %d, %s) left: %s", w->id, w->rank,
-                                         w->address, reason));
+    // A worker leaving mid-job is gone from it as a lost one is: the job's
+    // on_worker_lost decides (shrink, wait, or fail).
+    if (job != nullptr && job->state == v1::RUNNING && !finished_its_part &&
+        !LoseWorkerLocked(job, *w,
+                          absl::StrFormat("worker %s (rank %d, %s%s) left: %s", w->id, w->rank,
+                                          w->hostname.empty() ? "" : "host " + w->hostname + ", ",
+                                          w->address, reason))) {
       reply.set_failed_job_id(job->id);
     }
   }

@@ -62,7 +62,7 @@ TEST_F(CoordinatorTest, WorkerLeavingMidJobWithoutReportFailsItNamingTheWorker) 
   EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), job);
   v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::FAILED);
-  EXPECT_EQ(st.reason(), "worker w-2 (rank 1, 10.0.0.2:5000) left: shutting down (SIGTERM)");
+  EXPECT_EQ(st.reason(), "worker w-2 (rank 1, host host2, 10.0.0.2:5000) left: shutting down (SIGTERM)");
 
   // No reason given; a long one is cut to 256 bytes.
   Beat(w[0]);
@@ -71,14 +71,62 @@ TEST_F(CoordinatorTest, WorkerLeavingMidJobWithoutReportFailsItNamingTheWorker) 
   const uint64_t second = Submit(Spec(2));
   ASSERT_EQ(Job(second).state(), v1::RUNNING);
   EXPECT_EQ(Leave(coord_.get(), w[0], "").failed_job_id(), second);
-  EXPECT_EQ(Job(second).reason(), "worker w-1 (rank 0, 10.0.0.1:5000) left: it deregistered");
+  EXPECT_EQ(Job(second).reason(), "worker w-1 (rank 0, host host1, 10.0.0.1:5000) left: it deregistered");
   const uint64_t third = Submit(Spec(1));
   ASSERT_EQ(Job(third).state(), v1::RUNNING);
   const std::string rank0 = Job(third).ranks(0).worker_id();
   EXPECT_EQ(Leave(coord_.get(), rank0, std::string(1000, 'x')).failed_job_id(), third);
   EXPECT_EQ(rank0, "w-4");
   EXPECT_EQ(Job(third).reason(),
-            "worker w-4 (rank 0, 10.0.0.3:5000) left: " + std::string(256, 'x'));
+            "worker w-4 (rank 0, host host3, 10.0.0.3:5000) left: " + std::string(256, 'x'));
+}
+
+// Under on_worker_lost = "shrink" a worker that leaves mid-job (SIGTERM:
+// lockstep-worker deregisters first, without a failed ReportDone) is gone
+// from its job as a lost one is, at once: the others regroup without it.
+TEST_F(CoordinatorTest, WorkerLeavingMidJobUnderShrinkRegroupsTheOthersAtOnce) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(3, &w, "", "shrink");
+  EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), 0u);
+  const v1::JobStatus st = Job(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.world(), 2);
+  ASSERT_EQ(st.membership_events_size(), 1);
+  const v1::MembershipEvent& ev = st.membership_events(0);
+  EXPECT_EQ(ev.kind(), "shrink");
+  EXPECT_EQ(ev.worker_id(), "w-2");
+  EXPECT_EQ(ev.rank(), 1);
+  EXPECT_EQ(ev.world_before(), 3);
+  EXPECT_EQ(ev.world_after(), 2);
+  EXPECT_EQ(ev.reason(),
+            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) left: shutting down (SIGTERM)");
+  ASSERT_EQ(st.ranks_size(), 2);
+  EXPECT_EQ(st.ranks(0).worker_id(), "w-1");
+  EXPECT_EQ(st.ranks(1).worker_id(), "w-3");  // renumbered: rank 2 -> 1
+  EXPECT_TRUE(Beat(w[1]).reregister());        // forgotten
+  EXPECT_EQ(coord_->ListWorkers().workers_size(), 2);
+}
+
+// Under "wait" the leaving worker's rank is left vacant, and the next idle
+// worker takes it; under the default ("fail") the job fails (the test
+// above this one).
+TEST_F(CoordinatorTest, WorkerLeavingMidJobUnderWaitLeavesItsRankToTheNextWorker) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w, "", "wait");
+  EXPECT_EQ(Leave(coord_.get(), w[1], "shutting down (SIGTERM)").failed_job_id(), 0u);
+  v1::JobStatus st = Job(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  ASSERT_EQ(st.waiting_for_ranks_size(), 1);
+  EXPECT_EQ(st.waiting_for_ranks(0), 1);
+  EXPECT_THAT(st.reason(), ::testing::HasSubstr("left: shutting down (SIGTERM)"));
+  const std::string next = Register(3);
+  const v1::HeartbeatReply r = Beat(next);
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().rank(), 1);
+  st = Job(job);
+  EXPECT_EQ(st.waiting_for_ranks_size(), 0);
+  EXPECT_EQ(st.ranks(1).worker_id(), next);
 }
 
 TEST_F(CoordinatorTest, WorkerLeavingAfterFinishingItsPartLetsTheJobSucceed) {

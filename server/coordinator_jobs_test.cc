@@ -178,6 +178,48 @@ TEST_F(CoordinatorTest, ReregistrationDropsOldIdAndFailsItsJob) {
   EXPECT_EQ(list.workers(1).state(), v1::IDLE);
 }
 
+// A worker process that restarts at its own address while bound to a job
+// is gone from that job as a lost one is: under "wait" the restarted
+// process (a new, idle registration) takes its old rank back at once;
+// under "shrink" the others regroup without it.
+TEST_F(CoordinatorTest, ReregistrationUnderWaitGivesTheRestartedProcessItsRankBack) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(2, &w, "", "wait");
+  EXPECT_EQ(Register(2, true, tokens_["w-2"]), "w-3");
+  v1::JobStatus st = Job(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  const v1::HeartbeatReply r = Beat("w-3");
+  ASSERT_TRUE(r.has_assignment());
+  EXPECT_EQ(r.assignment().rank(), 1);
+  st = Job(job);
+  ASSERT_EQ(st.membership_events_size(), 2);
+  EXPECT_EQ(st.membership_events(0).kind(), "wait");
+  EXPECT_EQ(st.membership_events(0).worker_id(), "w-2");
+  EXPECT_EQ(st.membership_events(0).reason(),
+            "worker w-2 (rank 1, 10.0.0.2:5000) re-registered as w-3: it restarted and lost its "
+            "part of the job");
+  EXPECT_EQ(st.membership_events(1).kind(), "replace");
+  EXPECT_EQ(st.membership_events(1).worker_id(), "w-3");
+  EXPECT_EQ(st.ranks(1).worker_id(), "w-3");
+}
+
+TEST_F(CoordinatorTest, ReregistrationUnderShrinkRegroupsTheOthers) {
+  std::vector<std::string> w;
+  const uint64_t job = StartJob(3, &w, "", "shrink");
+  EXPECT_EQ(Register(1, true, tokens_["w-1"]), "w-4");
+  const v1::JobStatus st = Job(job);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.world(), 2);
+  ASSERT_GE(st.membership_events_size(), 1);
+  EXPECT_EQ(st.membership_events(0).kind(), "shrink");
+  EXPECT_EQ(st.membership_events(0).worker_id(), "w-1");
+  EXPECT_EQ(st.membership_events(0).rank(), 0);
+  EXPECT_EQ(st.ranks(0).worker_id(), "w-2");
+  EXPECT_EQ(st.ranks(1).worker_id(), "w-3");
+  EXPECT_TRUE(Beat("w-1").reregister());
+}
+
 TEST_F(CoordinatorTest, BadSubmissionsNameTheFieldAndServiceGoesOn) {
   struct Case {
     std::string what;

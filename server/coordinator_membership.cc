@@ -16,11 +16,7 @@
 
 namespace lockstep {
 
-bool Coordinator::VacateLockedOnLoss(Job* job, const Worker& lost, absl::Duration silent) {
-  const std::string why =
-      absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs", lost.id,
-                      lost.rank, lost.hostname.empty() ? "" : "host " + lost.hostname + ", ",
-                      lost.address, absl::ToDoubleSeconds(silent));
+bool Coordinator::VacateLockedOnLoss(Job* job, const Worker& lost, const std::string& why) {
   const int rank = lost.rank;
   std::string no_replica;
   if (!VacateRank(job, rank, clock_->Now(), why, &no_replica)) {

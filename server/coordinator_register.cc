@@ -137,16 +137,21 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
     }
     if (old.job_id == 0) continue;
     Job* job = jobs_.Find(old.job_id);
+    // Its process restarted (or the address went back to the process that
+    // held it first): the old worker is gone from its job as a lost one is,
+    // and the job's on_worker_lost decides (shrink, wait, or fail). Under
+    // "wait" the new registration may take the vacant rank at once.
     if (job != nullptr && job->state == v1::RUNNING) {
-      FailJobLocked(job, old.id == reclaimed_id
-                             ? absl::StrFormat(
-                                   "worker %s (rank %d, %s) lost its address to %s, the "
-                                   "process that held it before %s did (it proved so)",
-                                   old.id, old.rank, old.address, id, old.id)
-                             : absl::StrFormat(
-                                   "worker %s (rank %d, %s) re-registered as %s: it restarted "
-                                   "and lost its part of the job",
-                                   old.id, old.rank, old.address, id));
+      LoseWorkerLocked(job, old,
+                       old.id == reclaimed_id
+                           ? absl::StrFormat(
+                                 "worker %s (rank %d, %s) lost its address to %s, the "
+                                 "process that held it before %s did (it proved so)",
+                                 old.id, old.rank, old.address, id, old.id)
+                           : absl::StrFormat(
+                                 "worker %s (rank %d, %s) re-registered as %s: it restarted "
+                                 "and lost its part of the job",
+                                 old.id, old.rank, old.address, id));
     }
   }
   if (!reclaimed_id.empty()) {

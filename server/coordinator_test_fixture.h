@@ -144,10 +144,12 @@ class CoordinatorTest : public ::testing::Test {
   // Registers k workers and runs a K=k job on them, with every worker having
   // picked up (and acknowledged) its assignment. Returns the job id.
   uint64_t StartJob(int k, std::vector<std::string>* workers,
-                    const std::string& on_divergence = "") {
+                    const std::string& on_divergence = "",
+                    const std::string& on_worker_lost = "") {
     for (int i = 1; i <= k; ++i) workers->push_back(Register(i));
     v1::JobSpec spec = Spec(k);
     spec.set_on_divergence(on_divergence);
+    spec.set_on_worker_lost(on_worker_lost);
     const uint64_t job = Submit(spec);
     for (const std::string& w : *workers) {
       EXPECT_TRUE(Beat(w).has_assignment());

@@ -6,8 +6,8 @@
 #   A  a K=3 shrink job; once it has run 20 steps, one worker is SIGKILLed
 #      mid-step. Asserted, with deadlines and no sleeps to synchronise:
 #      the job regroups (generation 1, 2 ranks, the lost worker out, a
-#      "shrink" event with the step s it continued at) within REGROUP_S
-#      (6 s: lost_after 3 s + heartbeats + the state hand-over) of the kill,
+#      "shrink" event with the step s it continued at) within REGROUP_MS
+#      (REGROUP_MS, 6 s: lost_after 3 s + heartbeats + the state hand-over) of the kill,
 #      and ends SUCCEEDED.
 #   B  the same run, uninterrupted at K=3, with a checkpoint every step;
 #      cancelled once its checkpoint of step s is on disk;
@@ -33,6 +33,12 @@
 # reached it: after the regroup the shards hold no more groups than
 # before the kill (generation 0's keys forgotten, generation 1's in use),
 # and once each job ends they hold none (polled, bound FORGET_S).
+# With a 4th argument "sigterm" (//tests:shrink_sigterm_test), only a ring
+# case runs (the default raw-TCP plane) and the victim gets SIGTERM instead:
+# lockstep-worker leaves the job (DeregisterWorker) before it stops, so the
+# job regroups within REGROUP_MS (2.5 s, under lost_after: the loss
+# path could not be that fast) with a shrink event whose reason is the
+# worker's "left: shutting down (SIGTERM)", and ends with C's hash as above.
 # "ps_servers_tls" with a 6th argument, deploy/certs.sh
 # (//tests:shrink_ps_servers_tls_test): the same under mutual TLS, where a
 # shard takes a job's data-plane secret only from the coordinator's
@@ -42,7 +48,9 @@ set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; MODE="${4:-}"; PS="${5:-}"; CERTS_SH="${6:-}"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=20
-REGROUP_S=6
+REGROUP_MS=6000
+SIGNAL=KILL
+if [ "$MODE" = sigterm ]; then SIGNAL=TERM; REGROUP_MS=2500; fi
 source "$(dirname "$0")/e2e_lib.sh"
 SEC_COORD=(--insecure) SEC_PS=(--insecure)
 if [ "$MODE" = ps_servers_tls ]; then
@@ -132,11 +140,11 @@ shrink_case() {
   fi
   local vid="w-$vi"
   local vrank; vrank=$(cli status "$a" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$vid'][0]")
-  kill -KILL "${wpid[$vi]}"
+  kill -"$SIGNAL" "${wpid[$vi]}"
   local keep=(); for w in "${live[@]}"; do [ "$w" != "$vid" ] && keep+=("$w"); done; live=("${keep[@]}")
   local t0; t0=$(now_ms)
-  wait_until $(( t0 + REGROUP_S * 1000 )) regrouped "$a" \
-    || fail "$name: A not regrouped within ${REGROUP_S}s of the SIGKILL: $(cli status "$a")"
+  wait_until $(( t0 + REGROUP_MS )) regrouped "$a" \
+    || fail "$name: A not regrouped within ${REGROUP_MS} ms of the SIG$SIGNAL: $(cli status "$a")"
   local t1; t1=$(now_ms)
   if [ -n "$PS" ]; then
     # Generation 1 uses as many groups per shard as generation 0 did;
@@ -167,6 +175,11 @@ shrink_case() {
   local ha; ha=$(json "d['final_hash']" <<<"$st")
   cli status "$a" | grep -q "shrink: 3 -> 2 workers (generation 1), continued at step $s; worker $vid (rank $vrank" \
     || fail "$name: status line: $(cli status "$a")"
+  if [ "$SIGNAL" = TERM ]; then
+    # It left (DeregisterWorker), it was not found lost.
+    json "d['membership_events'][0]['reason']" <<<"$st" | grep -q "^worker $vid (rank $vrank, .*) left: shutting down (SIGTERM)\$" \
+      || fail "$name: the shrink's reason is not the worker's leaving: $(json "d['membership_events'][0]['reason']" <<<"$st")"
+  fi
   [ "$(json "int(d['checked_steps']) > 0 and int(d['mismatched_steps']) == 0" <<<"$st")" = True ] \
     || fail "$name: sync: $(cli status "$a")"
   if [ -n "$PS" ]; then
@@ -196,7 +209,7 @@ shrink_case() {
   local hd; hd=$(json "d['final_hash']" <<<"$out")
   [ "$hd" != "$ha" ] || fail "$name: the K=3 continuation has A's hash too ($hd): the test cannot tell"
   awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t2 - t0))" -v h="$ha" \
-    'BEGIN { printf "%s: regrouped %.2f s after SIGKILL, continued at step %d with K=2, SUCCEEDED %.2f s after the kill; final hash %s = K=3 to step %d then K=2 (resumed checkpoint)\n", n, a / 1000, s, b / 1000, h, s }'
+    -v sig="SIG$SIGNAL" 'BEGIN { printf "%s: regrouped %.2f s after %s, continued at step %d with K=2, SUCCEEDED %.2f s after the kill; final hash %s = K=3 to step %d then K=2 (resumed checkpoint)\n", n, a / 1000, sig, s, b / 1000, h, s }'
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
@@ -204,6 +217,11 @@ if [ "$MODE" = ps_servers ]; then
   shrink_case "SIGKILL ps/tcp on 2 lockstep-server shards K=3 -> 2" 2 -- --sync=ps --ps_transport=tcp --ps_shards=2
   wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most 0 \
     || fail "the shards still hold $(ps_jobs) groups after every job ended"
+  echo PASS
+  exit 0
+fi
+if [ "$MODE" = sigterm ]; then
+  shrink_case "SIGTERM ring/tcp K=3 -> 2" 2 --
   echo PASS
   exit 0
 fi

@@ -75,6 +75,10 @@ void WorkerDaemon::Drain(const std::string& why) {
   std::string wid, token;
   v1::ReportDoneRequest done;
   bool report = false;
+  bool claimed = false;      // this call reports for the running job
+  bool leave_first = false;  // ... by leaving it (shrink, wait)
+  std::string policy;
+  uint64_t job_id = 0;
   {
     absl::MutexLock l(&mu_);
     if (draining_) return;
@@ -84,6 +88,15 @@ void WorkerDaemon::Drain(const std::string& why) {
     wid = worker_id_;
     token = worker_token_;
     if (job_ != nullptr && !wid.empty() && !job_->report_claimed.exchange(true)) {
+      claimed = true;
+      policy = job_->assignment.spec().on_worker_lost();
+      job_id = job_->assignment.job_id();
+      // Under shrink or wait the job goes on without this worker: leave
+      // (DeregisterWorker) before stopping, so the coordinator regroups the
+      // others at once instead of after lost_after.
+      leave_first = policy == "shrink" || policy == "wait";
+    }
+    if (claimed && !leave_first) {
       report = true;
       done.set_worker_id(wid);
       done.set_job_id(job_->assignment.job_id());
@@ -91,6 +104,14 @@ void WorkerDaemon::Drain(const std::string& why) {
       done.set_generation(job_->generation.load());
       done.set_ok(false);
       done.set_error(absl::StrCat("worker ", wid, " (", options_.hostname, ") ", leave_reason_));
+    }
+  }
+  if (leave_first) {
+    log_.Warn("leaving mid-job, the job goes on without this worker",
+              {{"job", job_id}, {"on_worker_lost", policy}, {"worker", wid}});
+    if (Deregister(wid)) {
+      absl::MutexLock l(&mu_);
+      left_ = true;
     }
   }
   // Tell the coordinator before stopping the job: stopping first would make
@@ -112,7 +133,7 @@ void WorkerDaemon::Drain(const std::string& why) {
   Shutdown();
 }
 
-void WorkerDaemon::Deregister(const std::string& worker_id) {
+bool WorkerDaemon::Deregister(const std::string& worker_id) {
   v1::DeregisterWorkerRequest req;
   req.set_worker_id(worker_id);
   std::string token;
@@ -129,9 +150,10 @@ void WorkerDaemon::Deregister(const std::string& worker_id) {
   absl::Status s = FromGrpcStatus(stub_->DeregisterWorker(&ctx, req, &reply));
   if (!s.ok()) {
     log_.Warn("DeregisterWorker failed", {{"worker", worker_id}, {"error", s.message()}});
-  } else {
-    log_.Info("deregistered", {{"worker", worker_id}, {"coordinator", options_.coordinator}});
+    return false;
   }
+  log_.Info("deregistered", {{"worker", worker_id}, {"coordinator", options_.coordinator}});
+  return true;
 }
 
 absl::Status WorkerDaemon::Register() {
@@ -185,6 +207,12 @@ absl::Status WorkerDaemon::Run() {
   absl::Status last;
   while (!shutdown_.HasBeenNotified()) {
     if (worker_id().empty()) {
+      {
+        // A draining worker never registers again (Drain() may have left
+        // already: the coordinator then answers reregister).
+        absl::MutexLock l(&mu_);
+        if (draining_) break;
+      }
       last = Register();
       if (!last.ok()) {
         log_.Warn("cannot register, retrying",
@@ -212,7 +240,7 @@ absl::Status WorkerDaemon::Run() {
   std::string leaving;  // the worker id to deregister after a Drain()
   {
     absl::MutexLock l(&mu_);
-    if (draining_) leaving = worker_id_;
+    if (draining_ && !left_) leaving = worker_id_;
   }
   if (!leaving.empty()) Deregister(leaving);
   return absl::OkStatus();

@@ -213,7 +213,9 @@ class WorkerDaemon {
   // takes no new assignment, tells the coordinator that the job it runs
   // failed (ReportDone ok=false, "worker w-2 (host) shutting down
   // (SIGTERM)") before stopping it, so the job's reason names this worker;
-  // then Shutdown(): the job stops at its next step boundary and a combine
+  // a job whose on_worker_lost is "shrink" or "wait" goes on without it:
+  // the worker deregisters (DeregisterWorker) instead, before stopping, and
+  // the coordinator regroups the others at once; then Shutdown(): the job stops at its next step boundary and a combine
   // waiting on a peer returns at once. Run() then deregisters
   // (DeregisterWorker) before it returns. Each coordinator call here waits
   // at most kLeaveRpcTimeout. Any thread; blocks for that one RPC.
@@ -246,8 +248,9 @@ class WorkerDaemon {
   }
 
   absl::Status Register();
-  // DeregisterWorker with the drain reason (Run(), after a Drain()).
-  void Deregister(const std::string& worker_id);
+  // DeregisterWorker with the drain reason (Run(), after a Drain(); or
+  // Drain() itself, leaving a shrink or wait job). True when it got through.
+  bool Deregister(const std::string& worker_id);
   void Heartbeat();
   // Answers HeartbeatReply.resend_done_job_id (no lock held: one RPC).
   void ResendDone(uint64_t job_id);
@@ -306,6 +309,8 @@ class WorkerDaemon {
   std::unique_ptr<RunningJob> job_ ABSL_GUARDED_BY(mu_);
   // Drain() was called: no new assignments, deregister before Run() returns.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // Drain() deregistered already (leaving a shrink or wait job).
+  bool left_ ABSL_GUARDED_BY(mu_) = false;
   std::string leave_reason_ ABSL_GUARDED_BY(mu_);  // "shutting down (SIGTERM)"
   // Dataset cache: the last DataSpec loaded and its data.
   std::string data_key_ ABSL_GUARDED_BY(mu_);
