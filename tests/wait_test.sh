@@ -28,6 +28,16 @@
 #      restarted on its address: the job still waits for the same rank with
 #      the same deadline, then the fresh worker takes it and the final hash
 #      equals B's.
+#   W  ("worker_restart", //tests:wait_worker_restart_test) as A over a
+#      raw-TCP ring, but the killed worker's process is restarted at once
+#      on its own address (a supervisor's restart): the coordinator refuses
+#      the new process while the old registration is live (it has no
+#      token: "already registered by live worker w-N ... a restarted worker
+#      is accepted once the old one is LOST", in the new daemon's log), the
+#      daemon retries, and once the old one is LOST the
+#      job waits for its rank and the new registration, at the same
+#      address, takes it: resumed within LOST_S + RESUME_S of the restart,
+#      the final hash equals B's.
 # Measured times are printed.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"; CASES="${4:-ring_grpc ps_tcp timeout}"
@@ -67,42 +77,57 @@ wait_case() {
   # One status call between step 20 and the kill (the job runs ~400
   # steps/s; a loaded machine makes each call slow).
   local vrank; vrank=$(poll_rank_at "$a" 20 "$vid") || fail "$name: A made no progress: $(cli status "$a")"
+  local vaddr; vaddr=$(cli workers --json | json "[w['address'] for w in d['workers'] if w['worker_id'] == '$vid'][0]")
   kill_worker "$vi"
   [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
-  local t0; t0=$(now_ms)
-  wait_until $(( t0 + LOST_S * 1000 )) waiting "$a" "$vrank" \
-    || fail "$name: A not waiting for rank $vrank within ${LOST_S}s of the SIGKILL: $(cli status "$a")"
-  local t1; t1=$(now_ms)
-  cli status "$a" | grep -q "wait: rank $vrank lost (generation 1), waiting for a worker to replace it; worker $vid (rank $vrank" \
-    || fail "$name: status line while waiting: $(cli status "$a")"
-  if [ -n "${WAIT_RESTART:-}" ]; then
-    # The coordinator SIGKILLed while the job waits (after every live
-    # worker logged failed heartbeats for 1 s) and restarted on the same
-    # address and --state_dir: the job comes back waiting for the same rank
-    # with the same deadline.
-    local deadline; deadline=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
-    local offsets=() w
-    for w in "${live[@]}"; do offsets+=("$T/w${w#w-}.log:$(log_size "$T/w${w#w-}.log")"); done
-    kill_coordinator
-    local k0; k0=$(now_ms)
-    wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
-      || fail "$name: the workers did not see the coordinator down within 5 s"
-    start_coordinator
-    local k1; k1=$(now_ms)
-    wait_until $(( k1 + 10000 )) waiting "$a" "$vrank" \
-      || fail "$name: A not waiting for rank $vrank after the restart: $(cli status "$a")"
-    local deadline2; deadline2=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
-    [ "$deadline2" = "$deadline" ] || fail "$name: wait deadline $deadline2 after the restart, $deadline before"
-    echo "$name: coordinator SIGKILLed while waiting, restarted $(( k1 - k0 )) ms later; still waiting for rank $vrank, deadline $deadline"
+  local t0 t1 t2 resume_s=$RESUME_S; t0=$(now_ms)
+  if [ -n "${WORKER_RESTART:-}" ]; then
+    # The victim's process restarted at once on its own address.
+    spawn_worker --listen="$vaddr"
+    t1=$(now_ms) t2=$t1 resume_s=$(( LOST_S + RESUME_S ))
+  else
+    wait_until $(( t0 + LOST_S * 1000 )) waiting "$a" "$vrank" \
+      || fail "$name: A not waiting for rank $vrank within ${LOST_S}s of the SIGKILL: $(cli status "$a")"
+    t1=$(now_ms)
+    cli status "$a" | grep -q "wait: rank $vrank lost (generation 1), waiting for a worker to replace it; worker $vid (rank $vrank" \
+      || fail "$name: status line while waiting: $(cli status "$a")"
+    if [ -n "${WAIT_RESTART:-}" ]; then
+      # The coordinator SIGKILLed while the job waits (after every live
+      # worker logged failed heartbeats for 1 s) and restarted on the same
+      # address and --state_dir: the job comes back waiting for the same rank
+      # with the same deadline.
+      local deadline; deadline=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
+      local offsets=() w
+      for w in "${live[@]}"; do offsets+=("$T/w${w#w-}.log:$(log_size "$T/w${w#w-}.log")"); done
+      kill_coordinator
+      local k0; k0=$(now_ms)
+      wait_until $(( k0 + 5000 )) down_for 1000 "${offsets[@]}" \
+        || fail "$name: the workers did not see the coordinator down within 5 s"
+      start_coordinator
+      local k1; k1=$(now_ms)
+      wait_until $(( k1 + 10000 )) waiting "$a" "$vrank" \
+        || fail "$name: A not waiting for rank $vrank after the restart: $(cli status "$a")"
+      local deadline2; deadline2=$(cli status "$a" --json | json "d['wait_deadline_unix_s']")
+      [ "$deadline2" = "$deadline" ] || fail "$name: wait deadline $deadline2 after the restart, $deadline before"
+      echo "$name: coordinator SIGKILLed while waiting, restarted $(( k1 - k0 )) ms later; still waiting for rank $vrank, deadline $deadline"
+    fi
+    # The replacement: a fresh daemon (a new id, a new address).
+    spawn_worker
+    t2=$(now_ms)
   fi
-  # The replacement: a fresh daemon (a new id, a new address).
-  spawn_worker
   local nid="w-$n_workers"
-  local t2; t2=$(now_ms)
   # resumed: generation 2 decided its start after a "replace", K=3.
-  wait_until $(( t2 + RESUME_S * 1000 )) regrouped_to "$a" 2 replace 3 \
-    || fail "$name: A not resumed within ${RESUME_S}s of $nid's start: $(cli status "$a")"
+  wait_until $(( t2 + resume_s * 1000 )) regrouped_to "$a" 2 replace 3 \
+    || fail "$name: A not resumed within ${resume_s}s of $nid's start: $(cli status "$a")"
   local t3; t3=$(now_ms)
+  if [ -n "${WORKER_RESTART:-}" ]; then
+    [ "$(cli workers --json | json "[w['address'] for w in d['workers'] if w['worker_id'] == '$nid'][0]")" = "$vaddr" ] \
+      || fail "$name: $nid is not at $vid's address $vaddr: $(cli workers)"
+    grep -q "cannot register, retrying .*is already registered by live worker $vid .*a restarted worker is accepted once the old one is LOST" "$T/w$n_workers.log" \
+      || fail "$name: $nid was not refused while $vid was live: $(cat "$T/w$n_workers.log")"
+    cli status "$a" --json | json "d['membership_events'][0]['reason']" | grep -q "^worker $vid (rank $vrank, host [^,]*, $vaddr) lost: no heartbeat for" \
+      || fail "$name: the wait's reason: $(cli status "$a" --json | json "d['membership_events'][0]['reason']")"
+  fi
   wait_until $(( t3 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
   local st; st=$(cli status "$a" --json)
   [ "$(json "d['state']" <<<"$st")" = SUCCEEDED ] || fail "$name: A not SUCCEEDED: $(cli status "$a")"
@@ -123,8 +148,13 @@ wait_case() {
   [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: B: $out"
   local hb; hb=$(json "d['final_hash']" <<<"$out")
   [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "$name: A's final hash $ha != the uninterrupted run's $hb"
-  awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v w="$((t2 - t1))" -v h="$ha" \
-    'BEGIN { printf "%s: waiting %.2f s after SIGKILL; replacement started %.2f s later; resumed %.2f s after its start at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, w / 1000, b / 1000, s, h }'
+  if [ -n "${WORKER_RESTART:-}" ]; then
+    awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v h="$ha" \
+      'BEGIN { printf "%s: restarted %.2f s after SIGKILL; resumed %.2f s after its start (lost_after 3 s) at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, b / 1000, s, h }'
+  else
+    awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v w="$((t2 - t1))" -v h="$ha" \
+      'BEGIN { printf "%s: waiting %.2f s after SIGKILL; replacement started %.2f s later; resumed %.2f s after its start at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, w / 1000, b / 1000, s, h }'
+  fi
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
@@ -140,6 +170,10 @@ has_case ring_tcp && wait_case "SIGKILL ring/tcp K=3, wait, replaced" 1 -- --pee
 # ring over raw TCP, w-2, a middle rank).
 has_case restart && WAIT_RESTART=1 wait_case "SIGKILL ring/tcp K=3, wait, coordinator restarted, replaced" 2 -- \
   --peer_transport=tcp --wait_timeout_ms=120000
+# A worker's process restarted on its own address (//tests:wait_worker_restart_test,
+# ring over raw TCP, w-2, a middle rank).
+has_case worker_restart && WORKER_RESTART=1 wait_case "SIGKILL ring/tcp K=3, wait, the worker restarted at its address" 2 -- \
+  --peer_transport=tcp
 has_case timeout || { echo PASS; exit 0; }
 
 echo "== no replacement: wait_timeout_ms=2000, ps/grpc"
