@@ -221,11 +221,15 @@
 // DeregisterWorker(worker_id, reason): a worker that shuts down says so. It
 //   is removed from the registry at once (never scheduled again; later
 //   heartbeats from its id get reregister = true). If it was bound to a
-//   RUNNING job whose part it had not finished (no ReportDone ok), that job
-//   FAILS "worker w-2 (rank 1, 10.0.0.2:7071) left: shutting down
-//   (SIGTERM)"; a worker normally sends ReportDone(ok = false) naming itself
-//   first, so the job has already failed with that reason. Unknown ids are
-//   OK (idempotent). The reason is cut to 256 bytes.
+//   RUNNING job whose part it had not finished (no ReportDone ok), the
+//   job's on_worker_lost applies at once (LoseWorkerLocked), with the reason
+//   "worker w-2 (rank 1, host h2, 10.0.0.2:7071) left: shutting down
+//   (SIGTERM)": `fail` FAILS the job, `shrink` regroups the others, `wait`
+//   leaves its rank to the next idle worker. Under `fail` a worker normally
+//   sends ReportDone(ok = false) naming itself first, so the job has
+//   already failed with that reason; under `shrink`/`wait` it deregisters
+//   first and sends no failed ReportDone. Unknown ids are OK (idempotent).
+//   The reason is cut to 256 bytes.
 // BeginDrain(reason): the coordinator stops taking work. From then on
 //   SubmitJob and RegisterWorker fail UNAVAILABLE "coordinator is shutting
 //   down", nothing is scheduled, and every PENDING and RUNNING job FAILS
@@ -348,7 +352,8 @@ class Coordinator {
   // an empty host and caller_host is unknown; ALREADY_EXISTS as above.
   // `token`: the worker token the call carries (lockstep-worker-token
   // metadata; "" = none). Registering again at the address of a LIVE
-  // worker of the same process (which replaces it and fails its job) needs
+  // worker of the same process (which replaces it; its job's
+  // on_worker_lost applies as for a lost worker) needs
   // that worker's token; without it the call is refused with
   // ALREADY_EXISTS until the old registration is LOST, so a caller that
   // knows a worker's address, host and pid cannot take its place. A repeat
@@ -358,7 +363,7 @@ class Coordinator {
   // last_seen is refreshed), whatever token it carries: idempotent. The
   // process whose LOST registration was replaced at its address by another
   // (live) one takes the address back with its instance_secret: the live
-  // one is removed and its job failed, naming both.
+  // one is removed and its job's on_worker_lost applies, naming both.
   absl::StatusOr<lockstep::v1::RegisterWorkerReply> RegisterWorker(
       const lockstep::v1::RegisterWorkerRequest& request, const std::string& caller_host = "",
       const std::string& token = "");

@@ -417,7 +417,8 @@ int main(int argc, char** argv) {
   health.Shutdown();  // ends health Watch streams before the server waits for calls
   peers.Shutdown();   // and the peers' long-lived streams (the job has ended)
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  // Run() only returns after Shutdown(), i.e. after a signal arrived.
+  // Run() returns after a signal: Drain() (on the signal thread) makes it
+  // leave its loop and then calls Shutdown(); the join below waits for both.
   signal_thread.join();
   if (!s.ok()) {
     logger.Error(s.message());
