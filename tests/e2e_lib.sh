@@ -41,7 +41,9 @@
 #                   wpid[N] and live+=(w-N); returns once its port file is there
 #   start_worker [FLAGS...]
 #                   spawn_worker, then waits (10 s) until it is IDLE
-#   kill_worker N   SIGKILLs w-N (spawn_worker's) and drops it from live
+#   kill_worker N   SIGKILLs w-N (spawn_worker's), reaps it (its ports are
+#                   free on return) and drops it from live
+#   address_of W    worker W's registered address (`workers --json`)
 #   regrouped_to JOB GEN KIND WORLD
 #                   JOB's membership generation GEN has started (not
 #                   regrouping) with WORLD ranks, its newest membership
@@ -165,6 +167,7 @@ idle() {
 stepped() { [ "$(cli status "$1" --json | json "int(d.get('step', 0))")" -ge "$2" ]; }
 finished() { cli status "$1" --json | grep -Eq '"state":"(SUCCEEDED|FAILED|CANCELLED)"'; }
 state_of() { cli status "$1" --json | json "d['state']"; }
+address_of() { cli workers --json | json "[w['address'] for w in d['workers'] if w['worker_id'] == '$1'][0]"; }
 declare -A wpid
 n_workers=0
 live=()   # the ids of the workers alive
@@ -182,6 +185,7 @@ start_worker() {
 }
 kill_worker() {
   kill -KILL "${wpid[$1]}"
+  wait "${wpid[$1]}" 2>/dev/null
   local keep=() w; for w in "${live[@]}"; do [ "$w" != "w-$1" ] && keep+=("$w"); done; live=("${keep[@]}")
 }
 regrouped_to() {

@@ -36,7 +36,7 @@ done
 # Polls are cheap (one CLI call and a grep) so that they measure the
 # service, not the test.
 is_failed() { cli status "$1" --json | grep -q '"state":"FAILED"'; }
-address_of() { cli workers --json | python3 -c "import json,sys; d=json.load(sys.stdin); print([x['address'] for x in d['workers'] if x['worker_id']==sys.argv[1]][0])" "$1"; }
+# (address_of: e2e_lib.sh)
 
 # lost_case NAME SIGNAL VICTIM_INDEX VICTIM_ID RANK SURVIVORS -- SUBMIT FLAGS...
 lost_case() {

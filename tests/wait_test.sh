@@ -63,7 +63,7 @@ fi
 waiting() {
   cli status "$1" --json | json "d['state'] == 'RUNNING' and d.get('regrouping', False) and [int(r) for r in d.get('waiting_for_ranks', [])] == [$2] and d['reason'].startswith('waiting for a worker to replace rank $2 (lost: worker ')" | grep -q True
 }
-# (kill_worker, poll_rank_at, regrouped_to: e2e_lib.sh)
+# (kill_worker, address_of, poll_rank_at, regrouped_to: e2e_lib.sh)
 
 for _ in 1 2 3; do start_worker; done
 
@@ -78,14 +78,13 @@ wait_case() {
   # One status call between step 20 and the kill (the job runs ~400
   # steps/s; a loaded machine makes each call slow).
   local vrank; vrank=$(poll_rank_at "$a" 20 "$vid") || fail "$name: A made no progress: $(cli status "$a")"
-  local vaddr; vaddr=$(cli workers --json | json "[w['address'] for w in d['workers'] if w['worker_id'] == '$vid'][0]")
+  local vaddr; vaddr=$(address_of "$vid")
   kill_worker "$vi"
   [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
   local t0 t1 t2 resume_s=$RESUME_S; t0=$(now_ms)
   if [ -n "${WORKER_RESTART:-}" ]; then
-    # The victim's process restarted at once on its own address (once the
-    # killed one is gone, so that its port is free).
-    wait "${wpid[$vi]}" 2>/dev/null
+    # The victim's process restarted at once on its own address (kill_worker
+    # has reaped the killed one, so its port is free).
     spawn_worker --listen="$vaddr"
     t1=$(now_ms) t2=$t1 resume_s=$(( LOST_S + RESUME_S ))
   else
@@ -124,7 +123,7 @@ wait_case() {
     || fail "$name: A not resumed within ${resume_s}s of $nid's start: $(cli status "$a")"
   local t3; t3=$(now_ms)
   if [ -n "${WORKER_RESTART:-}" ]; then
-    [ "$(cli workers --json | json "[w['address'] for w in d['workers'] if w['worker_id'] == '$nid'][0]")" = "$vaddr" ] \
+    [ "$(address_of "$nid")" = "$vaddr" ] \
       || fail "$name: $nid is not at $vid's address $vaddr: $(cli workers)"
     # Refused while w-2 was live. A daemon that starts slowly (a sanitizer
     # build on a loaded host) may first ask after w-2 is LOST: then it is
@@ -158,13 +157,12 @@ wait_case() {
   [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "$name: B: $out"
   local hb; hb=$(json "d['final_hash']" <<<"$out")
   [ -n "$ha" ] && [ "$ha" = "$hb" ] || fail "$name: A's final hash $ha != the uninterrupted run's $hb"
-  if [ -n "${WORKER_RESTART:-}" ]; then
-    awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v h="$ha" \
-      'BEGIN { printf "%s: restarted %.2f s after SIGKILL; resumed %.2f s after its start (lost_after 3 s) at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, b / 1000, s, h }'
-  else
-    awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v w="$((t2 - t1))" -v h="$ha" \
-      'BEGIN { printf "%s: waiting %.2f s after SIGKILL; replacement started %.2f s later; resumed %.2f s after its start at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n", n, a / 1000, w / 1000, b / 1000, s, h }'
-  fi
+  awk -v n="$name" -v s="$s" -v a="$((t1 - t0))" -v b="$((t3 - t2))" -v w="$((t2 - t1))" -v h="$ha" \
+    -v r="${WORKER_RESTART:+1}" 'BEGIN {
+      lead = r ? sprintf("restarted %.2f s after SIGKILL", a / 1000) \
+               : sprintf("waiting %.2f s after SIGKILL; replacement started %.2f s later", a / 1000, w / 1000)
+      printf "%s: %s; resumed %.2f s after its start%s at step %d; SUCCEEDED, final hash %s = the uninterrupted run\n",
+             n, lead, b / 1000, r ? " (lost_after 3 s)" : "", s, h }'
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" || fail "$name: workers not idle: $(cli workers)"
 }
 
