@@ -316,10 +316,8 @@ void Coordinator::Tick() {
     Job* job = jobs_.Find(w.job_id);
     if (job != nullptr && job->state == v1::RUNNING) {
       LoseWorkerLocked(job, w,
-                       absl::StrFormat("worker %s (rank %d, %s%s) lost: no heartbeat for %.1fs",
-                                       w.id, w.rank,
-                                       w.hostname.empty() ? "" : "host " + w.hostname + ", ",
-                                       w.address, absl::ToDoubleSeconds(lost.silent)));
+                       absl::StrFormat("%s lost: no heartbeat for %.1fs", WorkerInJob(w),
+                                       absl::ToDoubleSeconds(lost.silent)));
     }
   }
   ExpireWaitsLocked(now);

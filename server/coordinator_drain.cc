@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/coordinator.h"
 
@@ -32,9 +33,7 @@ absl::StatusOr<v1::DeregisterWorkerReply> Coordinator::DeregisterWorker(
     // on_worker_lost decides (shrink, wait, or fail).
     if (job != nullptr && job->state == v1::RUNNING && !finished_its_part &&
         !LoseWorkerLocked(job, *w,
-                          absl::StrFormat("worker %s (rank %d, %s%s) left: %s", w->id, w->rank,
-                                          w->hostname.empty() ? "" : "host " + w->hostname + ", ",
-                                          w->address, reason))) {
+                          absl::StrCat(WorkerInJob(*w), " left: ", reason))) {
       reply.set_failed_job_id(job->id);
     }
   }

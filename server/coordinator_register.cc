@@ -145,13 +145,13 @@ absl::StatusOr<v1::RegisterWorkerReply> Coordinator::RegisterWorker(
       LoseWorkerLocked(job, old,
                        old.id == reclaimed_id
                            ? absl::StrFormat(
-                                 "worker %s (rank %d, %s) lost its address to %s, the "
-                                 "process that held it before %s did (it proved so)",
-                                 old.id, old.rank, old.address, id, old.id)
+                                 "%s lost its address to %s, the process that held it "
+                                 "before %s did (it proved so)",
+                                 WorkerInJob(old), id, old.id)
                            : absl::StrFormat(
-                                 "worker %s (rank %d, %s) re-registered as %s: it restarted "
-                                 "and lost its part of the job",
-                                 old.id, old.rank, old.address, id));
+                                 "%s re-registered as %s: it restarted and lost its part "
+                                 "of the job",
+                                 WorkerInJob(old), id));
     }
   }
   if (!reclaimed_id.empty()) {

@@ -8,6 +8,11 @@
 
 namespace lockstep {
 
+std::string WorkerInJob(const WorkerRecord& w) {
+  return absl::StrFormat("worker %s (rank %d, %s%s)", w.id, w.rank,
+                         w.hostname.empty() ? "" : "host " + w.hostname + ", ", w.address);
+}
+
 WorkerRecord* WorkerRegistry::Find(const std::string& id) {
   int64_t seq = 0;
   if (id.size() < 3 || id.compare(0, 2, "w-") != 0 ||

@@ -62,6 +62,11 @@ inline bool SameProcess(const WorkerRecord& w, const std::string& hostname, int6
   return w.hostname == hostname && w.pid == pid;
 }
 
+// How a job's reasons name a worker that holds one of its ranks: "worker
+// w-2 (rank 1, host h2, 10.0.0.2:7071)" (no "host ..." when it registered
+// none).
+std::string WorkerInJob(const WorkerRecord& w);
+
 class WorkerRegistry {
  public:
   // nullptr unless `id` is "w-N" of a registered worker.
