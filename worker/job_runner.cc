@@ -215,9 +215,16 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   report_options.job_id = job;
   report_options.worker_id = options_.worker_id;
   // Divergence location: one hash per parameter tensor, and the optimizer
-  // state's hash, with every report.
-  for (const ParamBlock& b : r.model().layout()) report_options.block_starts.push_back(b.offset);
-  report_options.optimizer = &r.optimizer();
+  // state's hash, with every report. Both only tell replicas apart: with
+  // one rank there is nothing to compare them with, so K = 1 reports the
+  // weights hash alone (two XXH3 passes fewer per step, README "Step
+  // reports are pipelined"). A job that grows runs again with K > 1.
+  if (options_.world > 1) {
+    for (const ParamBlock& b : r.model().layout()) {
+      report_options.block_starts.push_back(b.offset);
+    }
+    report_options.optimizer = &r.optimizer();
+  }
   StepReporter reporter(reporter_, report_options);
   v1::ReportStepRequest report;
   WarmReport(options_.worker_id, &report);
