@@ -22,11 +22,7 @@
 // Timing: rank 0 times each call; warm-up calls first; per-size medians; the
 // table shows the median over --repeats runs.
 #include <fcntl.h>
-#include <malloc.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>

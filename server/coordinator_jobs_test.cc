@@ -169,8 +169,8 @@ TEST_F(CoordinatorTest, ReregistrationDropsOldIdAndFailsItsJob) {
   const v1::JobStatus st = Job(job);
   EXPECT_EQ(st.state(), v1::FAILED);
   EXPECT_EQ(st.reason(),
-            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) re-registered as w-3: it restarted and lost its "
-            "part of the job");
+            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) re-registered as w-3: it restarted "
+            "and lost its part of the job");
   EXPECT_TRUE(Beat("w-2").reregister());
   v1::WorkerList list = coord_->ListWorkers();
   ASSERT_EQ(list.workers_size(), 2);
@@ -196,8 +196,8 @@ TEST_F(CoordinatorTest, ReregistrationUnderWaitGivesTheRestartedProcessItsRankBa
   EXPECT_EQ(st.membership_events(0).kind(), "wait");
   EXPECT_EQ(st.membership_events(0).worker_id(), "w-2");
   EXPECT_EQ(st.membership_events(0).reason(),
-            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) re-registered as w-3: it restarted and lost its "
-            "part of the job");
+            "worker w-2 (rank 1, host host2, 10.0.0.2:5000) re-registered as w-3: it restarted "
+            "and lost its part of the job");
   EXPECT_EQ(st.membership_events(1).kind(), "replace");
   EXPECT_EQ(st.membership_events(1).worker_id(), "w-3");
   EXPECT_EQ(st.ranks(1).worker_id(), "w-3");

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "proto/coordinator_state.pb.h"
 #include "server/coordinator.h"
 #include "server/job_series.h"
@@ -192,7 +191,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       if (rank.acknowledged && !rank.done) rank.done_asks_left = kDoneAsksAfterRestart;
       Worker* w = workers_.Find(rank.worker_id);
       if (w == nullptr) {
-        missing = absl::StrFormat("worker %s (rank %d, %s)", rank.worker_id, r, rank.address);
+        missing = WorkerInJob(rank.worker_id, static_cast<int>(r), rank.hostname, rank.address);
         continue;
       }
       w->state = v1::BUSY;

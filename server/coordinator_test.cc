@@ -245,8 +245,8 @@ TEST_F(CoordinatorTest, AProcessWhoseLostAddressWasTakenTakesItBack) {
   const v1::JobStatus failed = Job(job);
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_THAT(failed.reason(),
-              ::testing::HasSubstr("worker w-2 (rank 0, host vm, vm:7071) lost its address to w-3, the "
-                                   "process that held it before w-2 did (it proved so)"));
+              ::testing::HasSubstr("worker w-2 (rank 0, host vm, vm:7071) lost its address to "
+                                   "w-3, the process that held it before w-2 did (it proved so)"));
   EXPECT_TRUE(Beat("w-2").reregister());
 
   // The usurper cannot take it back in turn (w-3 displaced a live

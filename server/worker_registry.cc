@@ -8,9 +8,14 @@
 
 namespace lockstep {
 
+std::string WorkerInJob(const std::string& id, int rank, const std::string& hostname,
+                        const std::string& address) {
+  return absl::StrFormat("worker %s (rank %d, %s%s)", id, rank,
+                         hostname.empty() ? "" : "host " + hostname + ", ", address);
+}
+
 std::string WorkerInJob(const WorkerRecord& w) {
-  return absl::StrFormat("worker %s (rank %d, %s%s)", w.id, w.rank,
-                         w.hostname.empty() ? "" : "host " + w.hostname + ", ", w.address);
+  return WorkerInJob(w.id, w.rank, w.hostname, w.address);
 }
 
 WorkerRecord* WorkerRegistry::Find(const std::string& id) {

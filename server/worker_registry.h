@@ -66,6 +66,9 @@ inline bool SameProcess(const WorkerRecord& w, const std::string& hostname, int6
 // w-2 (rank 1, host h2, 10.0.0.2:7071)" (no "host ..." when it registered
 // none).
 std::string WorkerInJob(const WorkerRecord& w);
+// The same from a job's rank record (the worker may be gone).
+std::string WorkerInJob(const std::string& id, int rank, const std::string& hostname,
+                        const std::string& address);
 
 class WorkerRegistry {
  public:

@@ -217,8 +217,9 @@ absl::StatusOr<JobOutcome> JobRunner::Run() {
   // Divergence location: one hash per parameter tensor, and the optimizer
   // state's hash, with every report. Both only tell replicas apart: with
   // one rank there is nothing to compare them with, so K = 1 reports the
-  // weights hash alone (two XXH3 passes fewer per step, README "Step
-  // reports are pipelined"). A job that grows runs again with K > 1.
+  // weights hash alone (the momentum's pass and the block hashes inside the
+  // weights' pass fewer per step, README "Step reports are pipelined"). A
+  // job that grows or shrinks runs each generation with its own K.
   if (options_.world > 1) {
     for (const ParamBlock& b : r.model().layout()) {
       report_options.block_starts.push_back(b.offset);

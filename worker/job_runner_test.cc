@@ -432,6 +432,28 @@ TEST(JobRunnerTest, ReportsCarryTheStepTimingAndResidentMemory) {
   EXPECT_EQ(reports.back().weights_hash(), HashWeights(run.params[0]).ToHex());
 }
 
+TEST(JobRunnerTest, KEqualsOneReportsTheWeightsHashAloneAndKTwoAllThree) {
+  // Block and optimizer hashes tell replicas apart: a one-rank job has no
+  // other replica, so it reports the weights hash only (job_runner.cc).
+  TrainTest data = Blobs(100, 0);
+  v1::JobSpec spec = MlpSpec();
+  spec.set_steps(4);
+  for (int k : {1, 2}) {
+    SCOPED_TRACE(k);
+    FakeReporter reporter;
+    RunResult run = RunJob(spec, k, false, data, &reporter);
+    for (int r = 0; r < k; ++r) ASSERT_TRUE(run.status[r].ok()) << run.status[r];
+    const std::vector<v1::ReportStepRequest> reports = reporter.reports();
+    ASSERT_EQ(reports.size(), static_cast<size_t>(4 * k));
+    for (const v1::ReportStepRequest& r : reports) {
+      EXPECT_EQ(r.weights_hash().size(), 32u);
+      // mlp:16,8 (MlpSpec): W0, b0, W1, b1, W2, b2.
+      EXPECT_EQ(r.block_hashes_size(), k == 1 ? 0 : 6) << "step " << r.step();
+      EXPECT_EQ(r.optimizer_hash().size(), k == 1 ? 0u : 32u) << "step " << r.step();
+    }
+  }
+}
+
 TEST(JobRunnerTest, AWorkerWhoseDatasetHasAnotherShapeIsNamedOnEveryRank) {
   TrainTest data = Blobs(100, 0);
   TrainTest other = Blobs(100, 0);

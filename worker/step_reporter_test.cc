@@ -338,6 +338,42 @@ TEST(StepReporter, HashesTakenDuringTheUpdateEqualThoseTakenAfterIt) {
   }
 }
 
+TEST(StepReporter, WithoutBlocksOrOptimizerReportsTheWeightsHashAlone) {
+  // A K = 1 job's options (job_runner.cc): no block starts, no optimizer.
+  // The hashes taken during a momentum update are still used, and equal
+  // HashWeights; the reports carry no block hashes and no optimizer hash.
+  const int64_t n = 3 * UpdateObserver::kChunkFloats + 7;
+  OptimizerConfig config;
+  config.momentum = 0.9f;
+  auto opt = Optimizer::Create(config, n);
+  ASSERT_TRUE(opt.ok());
+  GatedReporter coord;
+  coord.Release(1000);
+  StepReporter rep(&coord, StepReporterOptions{});
+  std::vector<float> w(n), g(n);
+  for (int64_t i = 0; i < n; ++i) w[i] = 0.002f * static_cast<float>(i % 89);
+  for (int64_t step = 0; step < 4; ++step) {
+    for (int64_t i = 0; i < n; ++i) g[i] = 0.01f * static_cast<float>((i * (step + 5)) % 11);
+    ASSERT_TRUE(rep.WaitForRoom().ok());
+    (*opt)->Step(absl::MakeSpan(w), g, 0.1f, rep.HashDuringUpdate(w));
+    v1::ReportStepRequest r = Report(step);
+    rep.Submit(&r, w);
+    ASSERT_TRUE(rep.WaitHashed().ok());
+    EXPECT_EQ(rep.last_hash(), HashWeights(w)) << "step " << step;
+    EXPECT_EQ(rep.last_identity(), HashWeights(w).Fold()) << "step " << step;
+  }
+  EXPECT_EQ(rep.update_hashes_used(), 4);
+  ASSERT_TRUE(rep.Flush().ok());
+  const auto reports = coord.reports();
+  ASSERT_EQ(reports.size(), 4u);
+  for (const v1::ReportStepRequest& r : reports) {
+    EXPECT_EQ(r.block_hashes_size(), 0) << "step " << r.step();
+    EXPECT_EQ(r.optimizer_hash(), "") << "step " << r.step();
+    EXPECT_EQ(r.weights_hash().size(), 32u) << "step " << r.step();
+  }
+  EXPECT_EQ(reports.back().weights_hash(), HashWeights(w).ToHex());
+}
+
 }  // namespace
 }  // namespace lockstep
 
