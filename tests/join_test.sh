@@ -60,7 +60,7 @@ for _ in 1 2 3; do start_worker; done
 # victim among them; leaves the victim dead and the joiner idle)
 join_case() {
   local name=$1 vi=$2; shift 3
-  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=6000 --lr=0.1 "$@")
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=10000 --lr=0.1 "$@")
   echo "== $name"
   local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
   wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"
