@@ -34,6 +34,13 @@ assert len(a["weights_hash"]) == 32
 assert a["steps"] == 5 * 19, a["steps"]          # ceil(300/16) = 19 steps per epoch
 assert a["test_accuracy"] >= 0.9, a["test_accuracy"]
 PY
+# --eval_each_epoch=false: the epoch lines (stderr under --json) carry no
+# test figures but the last one's; the same training, hash and accuracy.
+e=$("$TRAIN" "${flags[@]}" --eval_each_epoch=false 2>"$dir/noeval.err")
+[ "$(grep -c '^epoch ' "$dir/noeval.err")" = 5 ] || { cat "$dir/noeval.err"; echo "expected 5 epoch lines"; exit 1; }
+[ "$(grep -c 'test_accuracy' "$dir/noeval.err")" = 1 ] && tail -1 "$dir/noeval.err" | grep -q '^epoch 5 .*test_accuracy' \
+  || { cat "$dir/noeval.err"; echo "--eval_each_epoch=false: expected test figures on epoch 5 only"; exit 1; }
+python3 -c 'import json,sys; e, a = (json.loads(x) for x in sys.argv[1:3]); assert (e["weights_hash"], e["test_accuracy"]) == (a["weights_hash"], a["test_accuracy"]), (e, a)' "$e" "$a"
 # A different seed gives different weights.
 c=$("$TRAIN" "${flags[@]}" --seed=2 2>/dev/null)
 python3 -c 'import json,sys; assert json.loads(sys.argv[1])["weights_hash"] != json.loads(sys.argv[2])["weights_hash"]' "$a" "$c"

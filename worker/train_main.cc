@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
         std::fprintf(json ? stderr : stdout, "%s\n", line.c_str());
         std::fflush(json ? stderr : stdout);
       },
-      *on_nonfinite);
+      *on_nonfinite, job->eval_each_epoch());
   if (!result.ok()) {
     std::fprintf(stderr, "lockstep-train: %s\n", std::string(result.status().message()).c_str());
     return 1;

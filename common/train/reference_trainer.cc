@@ -19,7 +19,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 absl::StatusOr<TrainResult> TrainReference(
     const TrainSpec& spec, const Dataset& train, const Dataset& test,
     const std::function<void(const EpochReport&)>& on_epoch,
-    std::optional<NonFinitePolicy> on_nonfinite) {
+    std::optional<NonFinitePolicy> on_nonfinite, bool eval_each_epoch) {
   if (train.num_examples == 0) {
     return absl::InvalidArgumentError("dataset: the training split is empty");
   }
@@ -71,7 +71,7 @@ absl::StatusOr<TrainResult> TrainReference(
     report.step = step + 1;
     report.train_loss = epoch_examples ? epoch_loss / epoch_examples : 0;
     report.examples_per_second = epoch_seconds > 0 ? epoch_examples / epoch_seconds : 0;
-    if (test.num_examples > 0) {
+    if (test.num_examples > 0 && (eval_each_epoch || step + 1 == total)) {
       EvalStats e = replica.Evaluate(test);
       report.has_test = true;
       report.test_accuracy = e.accuracy();

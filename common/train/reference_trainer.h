@@ -56,10 +56,14 @@ struct TrainResult {
 // update is left out (weights and optimizer state unchanged; the sampler
 // and the learning-rate schedule move on), counted in skipped_steps, and
 // its loss is left out of the epoch's train_loss.
+//
+// `eval_each_epoch` (lockstep-train --eval_each_epoch, as a job's): false
+// evaluates on `test` after the last step only; the other epoch reports
+// then have has_test false. Evaluation is never inside the timed steps.
 absl::StatusOr<TrainResult> TrainReference(
     const TrainSpec& spec, const Dataset& train, const Dataset& test,
     const std::function<void(const EpochReport&)>& on_epoch,
-    std::optional<NonFinitePolicy> on_nonfinite = std::nullopt);
+    std::optional<NonFinitePolicy> on_nonfinite = std::nullopt, bool eval_each_epoch = true);
 
 }  // namespace lockstep
 

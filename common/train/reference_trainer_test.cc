@@ -49,12 +49,18 @@ Dataset Blobs(int64_t n, uint64_t seed) {
   return d;
 }
 
-TEST(ReferenceTrainerTest, LinearRegressionRecoversTheTrueWeights) {
+// `epochs` epochs of `model` at batch `batch`, lr 0.1, no momentum.
+TrainSpec EpochSpec(const char* model, int64_t batch, int64_t epochs) {
   TrainSpec spec;
-  spec.model = "linear";
-  spec.global_batch = 16;
-  spec.epochs = 60;
+  spec.model = model;
+  spec.global_batch = batch;
+  spec.epochs = epochs;
   spec.lr.base_lr = 0.1f;
+  return spec;
+}
+
+TEST(ReferenceTrainerTest, LinearRegressionRecoversTheTrueWeights) {
+  TrainSpec spec = EpochSpec("linear", 16, 60);
   Dataset train = LinearData(200), test;
   auto r = TrainReference(spec, train, test, nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -85,6 +91,30 @@ TEST(ReferenceTrainerTest, SoftmaxAndMlpLearnBlobsAndReportEachEpoch) {
     EXPECT_GE(r->test_accuracy, 0.95);
     EXPECT_TRUE(r->has_test);
   }
+}
+
+// lockstep-train --eval_each_epoch=false (as a job's): the test split is
+// evaluated after the last step only, and the training is the same.
+TEST(ReferenceTrainerTest, EvalEachEpochFalseEvaluatesAfterTheLastStepOnly) {
+  TrainSpec spec = EpochSpec("softmax", 10, 3);
+  Dataset train = Blobs(301, 1), test = Blobs(100, 2);
+  std::vector<EpochReport> each, last;
+  auto a = TrainReference(spec, train, test, [&](const EpochReport& e) { each.push_back(e); });
+  auto b = TrainReference(spec, train, test, [&](const EpochReport& e) { last.push_back(e); },
+                          std::nullopt, /*eval_each_epoch=*/false);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(each.size(), 3u);
+  ASSERT_EQ(last.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(each[i].has_test);
+    EXPECT_EQ(last[i].has_test, i == 2);
+    EXPECT_EQ(last[i].train_loss, each[i].train_loss);
+  }
+  EXPECT_EQ(last[2].test_accuracy, each[2].test_accuracy);
+  EXPECT_TRUE(b->has_test);
+  EXPECT_EQ(b->test_accuracy, a->test_accuracy);
+  EXPECT_EQ(b->weights_hash, a->weights_hash);
 }
 
 TEST(ReferenceTrainerTest, SameSpecSameHashOtherSeedOtherHash) {
