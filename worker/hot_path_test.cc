@@ -17,10 +17,10 @@
 // What is counted, per group and per step window. The observer's OnStep(t)
 // is called on the job thread at the end of step t; window t is the
 // group's work between OnStep(t-1) and OnStep(t), i.e. step t.
-//   * heap allocations: this binary replaces malloc/calloc/realloc/
-//     memalign/posix_memalign/aligned_alloc/valloc/pvalloc (operator new
-//     calls malloc) with wrappers that count per group and call glibc's
-//     __libc_* functions. What a thread allocates on behalf of a peer
+//   * heap allocations: this binary links worker/alloc_counting, which
+//     replaces malloc/calloc/realloc/memalign/posix_memalign/aligned_alloc/
+//     valloc/pvalloc (operator new calls malloc) with wrappers that count
+//     per group and call glibc's __libc_* functions. What a thread allocates on behalf of a peer
 //     (e.g. an in-process Send that queues a message in the peer's mailbox)
 //     counts for the sender's group.
 //   * minor page faults: getrusage(RUSAGE_THREAD).ru_minflt of the job
@@ -57,10 +57,6 @@
 //
 // Diagnosis: LOCKSTEP_HOT_PATH_TRACE=1 prints the stack of every allocation
 // a group makes in windows 2.. (after its step 1) to stderr.
-#include <dlfcn.h>
-#include <errno.h>
-#include <execinfo.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -90,187 +86,24 @@
 #include "worker/combiner.h"
 #include "worker/job_runner.h"
 #include "common/net/data_auth.h"
+#include "worker/alloc_counting.h"
 #include "worker/net/tcp_transport.h"
-
-// ---------------------------------------------------------------- counting
-namespace {
-constexpr int kMaxGroups = 8;
-constexpr int kMaxThreadsPerGroup = 16;
-}  // namespace
-
-// ASan and TSan replace malloc themselves (defining it here crashes TSan).
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define LOCKSTEP_COUNT_ALLOCATIONS 1
-
-extern "C" {
-void* __libc_malloc(size_t size);
-void* __libc_calloc(size_t n, size_t size);
-void* __libc_realloc(void* p, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-void __libc_free(void* p);
-}
-
-namespace {
-// In the executable (linkstatic): static TLS, no allocation on access.
-thread_local int t_group = 0;            // 0 = not counted; rank r = group r + 1
-thread_local int64_t t_allocations = 0;  // this thread's, whatever its group
-thread_local bool t_in_trace = false;
-std::atomic<int64_t> g_group_allocations[kMaxGroups];
-std::atomic<int64_t> g_group_threads[kMaxGroups];  // joined, the job thread included
-std::atomic<int> g_group_tids[kMaxGroups][kMaxThreadsPerGroup];
-std::atomic<bool> g_trace_group[kMaxGroups];
-
-void ResetGroups() {
-  for (int g = 0; g < kMaxGroups; ++g) {
-    g_group_allocations[g].store(0);
-    g_group_threads[g].store(0);
-    g_trace_group[g].store(false);
-    for (auto& tid : g_group_tids[g]) tid.store(0);
-  }
-}
-
-void JoinGroup(int group) {
-  t_group = group;
-  const int64_t i = g_group_threads[group].fetch_add(1);
-  if (i < kMaxThreadsPerGroup) g_group_tids[group][i].store(static_cast<int>(gettid()));
-}
-
-void Counted() {
-  ++t_allocations;
-  const int g = t_group;
-  if (g <= 0) return;
-  g_group_allocations[g].fetch_add(1, std::memory_order_relaxed);
-  if (g_trace_group[g].load(std::memory_order_relaxed) && !t_in_trace) {
-    t_in_trace = true;  // backtrace() may allocate the first time
-    void* frames[24];
-    const int n = backtrace(frames, 24);
-    char sep[96];
-    const int len = snprintf(sep, sizeof(sep),
-                             "---- allocation on a traced hot-path step: group %d thread %d%s\n", g,
-                             static_cast<int>(gettid()),
-                             gettid() == g_group_tids[g][0].load() ? " (the job thread)" : "");
-    (void)!write(2, sep, len);
-    backtrace_symbols_fd(frames, n, 2);
-    t_in_trace = false;
-  }
-}
-
-// Minor faults of thread `tid` of this process (field 10 of its stat), with
-// raw syscalls and a stack buffer; 0 if unreadable (the thread ended).
-int64_t MinorFaultsOf(int tid) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[1024];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char* p = strrchr(buf, ')');  // the name (field 2) may hold spaces
-  if (p == nullptr) return 0;
-  // ") S ppid pgrp session tty_nr tpgid flags minflt": minflt is the 8th
-  // space-separated word after the ')'.
-  for (int spaces = 0; *p != '\0' && spaces < 8; ++p) spaces += *p == ' ';
-  return strtoll(p, nullptr, 10);
-}
-
-// Sum over the group's threads; per thread (index = order of creation, 0 =
-// the job thread) into by_thread[0, kMaxThreadsPerGroup) when non-null.
-int64_t GroupMinorFaults(int group, int64_t* by_thread = nullptr) {
-  int64_t sum = 0;
-  const int64_t n = std::min<int64_t>(g_group_threads[group].load(), kMaxThreadsPerGroup);
-  for (int64_t i = 0; i < n; ++i) {
-    const int tid = g_group_tids[group][i].load();
-    const int64_t f = tid > 0 ? MinorFaultsOf(tid) : 0;
-    if (by_thread != nullptr) by_thread[i] = f;
-    sum += f;
-  }
-  return sum;
-}
-
-struct StartArgs {
-  void* (*fn)(void*);
-  void* arg;
-  int group;
-  int64_t slot;  // in g_group_tids[group]
-};
-
-void* StartInGroup(void* p) {
-  const StartArgs a = *static_cast<StartArgs*>(p);
-  __libc_free(p);
-  if (a.group > 0) {
-    t_group = a.group;
-    if (a.slot < kMaxThreadsPerGroup) {
-      g_group_tids[a.group][a.slot].store(static_cast<int>(gettid()));
-    }
-  }
-  return a.fn(a.arg);
-}
-}  // namespace
-
-extern "C" {
-// New threads inherit their creator's group.
-int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
-                   void* arg) noexcept {
-  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
-  static const Create real = reinterpret_cast<Create>(dlsym(RTLD_NEXT, "pthread_create"));
-  auto* a = static_cast<StartArgs*>(__libc_malloc(sizeof(StartArgs)));
-  if (a == nullptr) return EAGAIN;
-  // Counted when created (not when the thread first runs), in the
-  // creator's step.
-  const int group = t_group;
-  const int64_t slot = group > 0 ? g_group_threads[group].fetch_add(1) : 0;
-  *a = StartArgs{fn, arg, group, slot};
-  const int rc = real(thread, attr, StartInGroup, a);
-  if (rc != 0) __libc_free(a);
-  return rc;
-}
-
-void* malloc(size_t size) noexcept {
-  Counted();
-  return __libc_malloc(size);
-}
-void* calloc(size_t n, size_t size) noexcept {
-  Counted();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t size) noexcept {
-  Counted();
-  return __libc_realloc(p, size);
-}
-void* memalign(size_t alignment, size_t size) noexcept {
-  Counted();
-  return __libc_memalign(alignment, size);
-}
-void* aligned_alloc(size_t alignment, size_t size) noexcept {
-  Counted();
-  return __libc_memalign(alignment, size);
-}
-int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
-  if (alignment % sizeof(void*) != 0 || (alignment & (alignment - 1)) != 0) {
-    return EINVAL;
-  }
-  Counted();
-  void* p = __libc_memalign(alignment, size);
-  if (p == nullptr) return ENOMEM;
-  *out = p;
-  return 0;
-}
-void* valloc(size_t size) noexcept {
-  Counted();
-  return __libc_memalign(static_cast<size_t>(sysconf(_SC_PAGESIZE)), size);
-}
-void* pvalloc(size_t size) noexcept {
-  Counted();
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return __libc_memalign(page, (size + page - 1) / page * page);
-}
-}  // extern "C"
-#endif  // !__SANITIZE_ADDRESS__ && !__SANITIZE_THREAD__
 
 namespace lockstep {
 namespace {
+
+using alloc_counting::kMaxThreadsPerGroup;
+#ifdef LOCKSTEP_COUNT_ALLOCATIONS
+using alloc_counting::CurrentGroup;
+using alloc_counting::GroupAllocations;
+using alloc_counting::GroupMinorFaults;
+using alloc_counting::GroupThreads;
+using alloc_counting::JoinGroup;
+using alloc_counting::LeaveGroup;
+using alloc_counting::ResetGroups;
+using alloc_counting::ThreadAllocations;
+using alloc_counting::TraceGroup;
+#endif
 
 constexpr int64_t kSteps = 24;
 constexpr int64_t kPerRankBatch = 128;
@@ -317,10 +150,10 @@ class SnapshotObserver final : public StepObserver {
     ++calls_;
 #ifdef LOCKSTEP_COUNT_ALLOCATIONS
     faults_[t.step] = GroupMinorFaults(group_, &thread_faults_[t.step * kMaxThreadsPerGroup]);
-    allocations_[t.step] = g_group_allocations[group_].load();
-    threads_[t.step] = g_group_threads[group_].load();
+    allocations_[t.step] = GroupAllocations(group_);
+    threads_[t.step] = GroupThreads(group_);
     lines_[t.step] = t_log_lines;
-    g_trace_group[group_].store(trace_ && t.step >= 1);  // traces windows 2..
+    TraceGroup(group_, trace_ && t.step >= 1);  // traces windows 2..
 #endif
   }
   const int group_;
@@ -522,7 +355,7 @@ void RunCase(const Case& c) {
       JobRunner runner(o, &data, combiner, &reporter);
       results[r]->status = runner.Run().status();
       if (runner.replica() != nullptr) results[r]->id_slots = runner.replica()->id_slots();
-      t_group = 0;
+      LeaveGroup();
     });
   }
   for (auto& t : threads) t.join();
@@ -608,38 +441,38 @@ TEST(HotPathTest, CountingWorks) {
   GTEST_SKIP() << "ASan/TSan replace malloc";
 #else
   ResetGroups();
-  const int64_t before = t_allocations;
+  const int64_t before = ThreadAllocations();
   static std::vector<int>* volatile keep;
   auto* p = new std::vector<int>(1000);
   keep = p;
   (void)keep;
-  const int64_t after = t_allocations;
+  const int64_t after = ThreadAllocations();
   delete p;
   EXPECT_GE(after - before, 2);  // the vector object and its buffer
-  EXPECT_EQ(g_group_allocations[7].load(), 0);
+  EXPECT_EQ(GroupAllocations(7), 0);
   // A thread of group 7 and the thread it starts count for group 7.
   int64_t grandchild_faults = -1;
   std::thread([&] {
     JoinGroup(7);
-    const int64_t g0 = g_group_allocations[7].load();
+    const int64_t g0 = GroupAllocations(7);
     std::string s(100, 'x');
-    EXPECT_EQ(g_group_allocations[7].load() - g0, 1);
+    EXPECT_EQ(GroupAllocations(7) - g0, 1);
     std::thread([&] {
-      EXPECT_EQ(t_group, 7);
+      EXPECT_EQ(CurrentGroup(), 7);
       const int64_t f0 = ThreadMinorPageFaults();
-      const int64_t g1 = g_group_allocations[7].load();
+      const int64_t g1 = GroupAllocations(7);
       std::vector<char> big(8 << 20, 1);  // 2048 fresh pages
-      EXPECT_EQ(g_group_allocations[7].load() - g1, 1);
+      EXPECT_EQ(GroupAllocations(7) - g1, 1);
       grandchild_faults = ThreadMinorPageFaults() - f0;
       EXPECT_GE(GroupMinorFaults(7), grandchild_faults);
     }).join();
-    t_group = 0;
+    LeaveGroup();
   }).join();
-  EXPECT_EQ(g_group_threads[7].load(), 2);
+  EXPECT_EQ(GroupThreads(7), 2);
   EXPECT_GE(grandchild_faults, 4);  // 2 MiB pages at worst
   // The other threads' allocations are not this thread's: it only made
   // the std::thread (its state object; at most 2 allocations).
-  EXPECT_LE(t_allocations - after, 2);
+  EXPECT_LE(ThreadAllocations() - after, 2);
 #endif
 }
 
