@@ -72,6 +72,12 @@ mkdir -p "$CK"
 COORD_FLAGS=()
 [ "$MODE" = restart ] && COORD_FLAGS=(--state_dir="$T/state")
 FORGET_S=5
+# Steps per job: the kill comes a status call or two after step 20, which
+# on a fast machine is thousands of steps (CI once saw a 4000-step job
+# killed at step 3267); the ps cases on two shards then read the shards'
+# gauges while generation 1 runs, so they run longer.
+STEPS=6000
+[ "$MODE" = ps_servers ] && STEPS=12000
 shard_metrics=()   # the lockstep-server shards' metrics URLs (ps_servers)
 if [ "$MODE" = ps_servers ]; then
   shards=()
@@ -129,22 +135,24 @@ for _ in 1 2 3; do start_worker; done
 # victim among them; leaves the victim dead and a fresh worker started)
 shrink_case() {
   local name=$1 vi=$2; shift 3
-  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps=6000 --lr=0.1 "$@")
+  local SPEC=(--model=mlp:8 --dataset="$DATA" --batch=24 --steps="$STEPS" --lr=0.1 "$@")
   echo "== $name"
   local a; a=$(cli submit --workers=3 --on_worker_lost=shrink "${SPEC[@]}") || fail "$name: submit A: $a"
-  wait_until $(( $(now_ms) + 30000 )) stepped "$a" 20 || fail "$name: A made no progress: $(cli status "$a")"
-  [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
+  local vid="w-$vi"
+  # One status call between step 20 and the kill (gives the victim's rank
+  # too): every call before the kill lets a fast machine run hundreds of
+  # steps (CI once saw the kill land at step 3267 of 4000).
+  local vrank; vrank=$(poll_rank_at "$a" 20 "$vid") || fail "$name: A made no progress: $(cli status "$a")"
   local held=""
   if [ -n "$PS" ]; then
     held=$(ps_jobs) || fail "$name: shard metrics"
-    echo "$name: groups held per shard before the kill: $held"
     for g in $held; do [ "$g" -gt 0 ] || fail "$name: a shard holds no group of the running job: $held"; done
   fi
-  local vid="w-$vi"
-  local vrank; vrank=$(cli status "$a" --json | json "[r['rank'] for r in d['ranks'] if r['worker_id']=='$vid'][0]")
   kill -"$SIGNAL" "${wpid[$vi]}"
   local keep=(); for w in "${live[@]}"; do [ "$w" != "$vid" ] && keep+=("$w"); done; live=("${keep[@]}")
   local t0; t0=$(now_ms)
+  [ "$(state_of "$a")" = RUNNING ] || fail "$name: A not RUNNING at the kill: $(cli status "$a")"
+  [ -z "$PS" ] || echo "$name: groups held per shard before the kill: $held"
   wait_until $(( t0 + REGROUP_MS )) regrouped "$a" \
     || fail "$name: A not regrouped within ${REGROUP_MS} ms of the SIG$SIGNAL: $(cli status "$a")"
   local t1; t1=$(now_ms)
@@ -153,13 +161,16 @@ shrink_case() {
     # generation 0's are forgotten (without the Control message each shard
     # would hold both generations' until idle eviction).
     local most; most=$(tr ' ' '\n' <<<"$held" | sort -n | tail -1)
-    # Five more steps, or the last one: on a fast machine the job may end
-    # within a second of the regroup (CI once saw a 4000-step job regroup at 3267).
-    wait_until $(( $(now_ms) + FORGET_S * 1000 )) stepped "$a" \
-      "$(cli status "$a" --json | json "min(int(d['step']) + 5, int(d['total_steps']))")" \
-      || fail "$name: A made no progress after the regroup: $(cli status "$a")"
-    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most "$most" \
-      || fail "$name: after the regroup the shards hold $(ps_jobs) groups, before the kill $held: generation 0's not forgotten"
+    # Polled from the shards' gauges alone (no CLI call, each of which lets
+    # a fast machine run hundreds of steps): every shard holds a group
+    # (generation 1's: the job is still running, since an ended job's are
+    # all dropped) and none more than before the kill.
+    gen1_only() {
+      local n g; n=$(ps_jobs) || return 1
+      for g in $n; do [ "$g" -gt 0 ] && [ "$g" -le "$1" ] || return 1; done
+    }
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) gen1_only "$most" \
+      || fail "$name: after the regroup the shards hold $(ps_jobs) groups, before the kill $held (generation 0's not forgotten, or A ended before they were read): $(cli status "$a")"
     echo "$name: groups held per shard after the regroup: $(ps_jobs)"
   fi
   if [ "$MODE" = restart ]; then
@@ -168,7 +179,9 @@ shrink_case() {
     # and it ends with the same hash as a ring job would.
     restart_coordinator "$name"
   fi
-  wait_until $(( t1 + 60000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
+  # (Generous: only that it finishes is checked; TSan-built daemons in CI
+  # are several times slower.)
+  wait_until $(( t1 + 300000 )) finished "$a" || fail "$name: A did not finish: $(cli status "$a")"
   local t2; t2=$(now_ms)
   local st; st=$(cli status "$a" --json)
   [ "$(json "d['state']" <<<"$st")" = SUCCEEDED ] || fail "$name: A not SUCCEEDED: $(cli status "$a")"
