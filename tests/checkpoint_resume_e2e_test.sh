@@ -31,7 +31,9 @@ done
 idle() { for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && return 0; sleep 0.05; done; fail "workers not idle"; }
 idle
 
-STEPS=4000
+# (12000: B is cancelled a status call or two after step 900, which on a
+# fast machine is thousands of steps.)
+STEPS=12000
 JOB=(--workers=2 --peer_transport=tcp --model=mlp:16 --dataset='csv:train.csv;test.csv'
      --batch=30 --steps=$STEPS --lr=0.05 --optimizer=sgd --momentum=0.9 --decay=cosine
      --seed=9 --eval_each_epoch=false)

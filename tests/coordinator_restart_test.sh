@@ -16,7 +16,7 @@ set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=15
-BOUND_S=60
+BOUND_S=180
 STEPS=6000
 source "$(dirname "$0")/e2e_lib.sh"
 

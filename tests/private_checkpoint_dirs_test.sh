@@ -72,7 +72,9 @@ start_worker 1 2; wait_idle 1   # registration order = worker ids
 start_worker 2 3; wait_idle 2
 mountpoint -q "$CK" && fail "the host sees a mount at $CK"
 
-STEPS=4000
+# (12000: B is cancelled a status call or two after step 900, which on a
+# fast machine is thousands of steps.)
+STEPS=12000
 JOB=(--workers=2 --peer_transport=tcp --model=mlp:16 --dataset='csv:train.csv;test.csv'
      --batch=30 --steps=$STEPS --lr=0.05 --optimizer=sgd --momentum=0.9 --decay=cosine
      --seed=9 --eval_each_epoch=false)

@@ -77,7 +77,8 @@ FORGET_S=5
 # killed at step 3267); the ps cases on two shards then read the shards'
 # gauges while generation 1 runs, so they run longer.
 STEPS=6000
-[ "$MODE" = ps_servers ] && STEPS=12000
+[ "$MODE" = ps_servers ] && STEPS=20000
+[ "$MODE" = restart ] && STEPS=12000
 shard_metrics=()   # the lockstep-server shards' metrics URLs (ps_servers)
 if [ "$MODE" = ps_servers ]; then
   shards=()
@@ -177,6 +178,8 @@ shrink_case() {
     # A ps job on the coordinator's own shard lost the shard's sums: the
     # restarted coordinator regroups it (a "restart" event after the shrink)
     # and it ends with the same hash as a ring job would.
+    [ "$(state_of "$a")" = RUNNING ] \
+      || fail "$name: A ended before the coordinator restart (it should run for seconds after the regroup): $(cli status "$a")"
     restart_coordinator "$name"
   fi
   # (Generous: only that it finishes is checked; TSan-built daemons in CI
@@ -212,7 +215,7 @@ shrink_case() {
   local b; b=$(cli submit --workers=3 "${SPEC[@]}" --checkpoint_dir="$CK" --checkpoint_every_steps=1 \
     --checkpoint_keep=100000) || fail "$name: submit B: $b"
   local file; file=$(printf '%s/job-%s/step-%012d.ckpt' "$CK" "$b" "$s")
-  wait_until $(( $(now_ms) + 60000 )) test -f "$file" || fail "$name: B wrote no $file: $(cli status "$b")"
+  wait_until $(( $(now_ms) + 120000 )) test -f "$file" || fail "$name: B wrote no $file: $(cli status "$b")"
   cli cancel "$b" >/dev/null || fail "$name: cancel B"
   wait_until $(( $(now_ms) + 10000 )) idle "${live[@]}" >/dev/null
   # C: resumed from step s with K=2.
