@@ -101,10 +101,10 @@ for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlin
   done
   echo "${out[*]}"
 }
-# ps_jobs_at_most N: every shard holds at most N groups.
-ps_jobs_at_most() {
+# ps_jobs_between LO HI: every shard holds from LO to HI groups.
+ps_jobs_between() {
   local n g; n=$(ps_jobs) || return 1
-  for g in $n; do [ "$g" -le "$1" ] || return 1; done
+  for g in $n; do [ "$g" -ge "$1" ] && [ "$g" -le "$2" ] || return 1; done
 }
 "$COORD" "${SEC_COORD[@]}" --listen=127.0.0.1:0 --port_file="$T/coord.port" "${COORD_FLAGS[@]}" 2>"$T/coord.log" & pids+=($!)
 cpid=$!
@@ -166,11 +166,7 @@ shrink_case() {
     # a fast machine run hundreds of steps): every shard holds a group
     # (generation 1's: the job is still running, since an ended job's are
     # all dropped) and none more than before the kill.
-    gen1_only() {
-      local n g; n=$(ps_jobs) || return 1
-      for g in $n; do [ "$g" -gt 0 ] && [ "$g" -le "$1" ] || return 1; done
-    }
-    wait_until $(( $(now_ms) + FORGET_S * 1000 )) gen1_only "$most" \
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_between 1 "$most" \
       || fail "$name: after the regroup the shards hold $(ps_jobs) groups, before the kill $held (generation 0's not forgotten, or A ended before they were read): $(cli status "$a")"
     echo "$name: groups held per shard after the regroup: $(ps_jobs)"
   fi
@@ -204,7 +200,7 @@ shrink_case() {
   [ "$(json "int(d['checked_steps']) > 0 and int(d['mismatched_steps']) == 0" <<<"$st")" = True ] \
     || fail "$name: sync: $(cli status "$a")"
   if [ -n "$PS" ]; then
-    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most 0 \
+    wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_between 0 0 \
       || fail "$name: A ended but the shards still hold $(ps_jobs) groups"
     echo "$name: groups held per shard once A ended: $(ps_jobs)"
   fi
@@ -236,7 +232,7 @@ shrink_case() {
 
 if [ "$MODE" = ps_servers ]; then
   shrink_case "SIGKILL ps/tcp on 2 lockstep-server shards K=3 -> 2" 2 -- --sync=ps --ps_transport=tcp --ps_shards=2
-  wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_at_most 0 \
+  wait_until $(( $(now_ms) + FORGET_S * 1000 )) ps_jobs_between 0 0 \
     || fail "the shards still hold $(ps_jobs) groups after every job ended"
   echo PASS
   exit 0
