@@ -28,7 +28,8 @@ void __libc_free(void* p);
 namespace lockstep {
 namespace alloc_counting {
 
-// Used by the extern "C" wrappers below (hence not in an unnamed namespace).
+namespace {
+
 // In the executable (linkstatic): static TLS, no allocation on access.
 thread_local int t_group = 0;            // 0 = not counted; rank r = group r + 1
 thread_local int64_t t_allocations = 0;  // this thread's, whatever its group
@@ -57,8 +58,6 @@ void Counted() {
     t_in_trace = false;
   }
 }
-
-namespace {
 
 // Minor faults of thread `tid` of this process (field 10 of its stat), with
 // raw syscalls and a stack buffer; 0 if unreadable (the thread ended).
@@ -123,6 +122,8 @@ int64_t GroupMinorFaults(int group, int64_t* by_thread) {
   return sum;
 }
 
+namespace {
+
 struct StartArgs {
   void* (*fn)(void*);
   void* arg;
@@ -141,6 +142,8 @@ void* StartInGroup(void* p) {
   }
   return a.fn(a.arg);
 }
+
+}  // namespace
 }  // namespace alloc_counting
 }  // namespace lockstep
 
