@@ -112,7 +112,10 @@
 //   is the last nonzero resident_bytes reported.
 //   Idempotent: each rank's steps must arrive in increasing order; a report
 //   for a step <= the last one recorded for that rank is a duplicate (or
-//   stale) and ignored (the first report wins).
+//   stale) and ignored (the first report wins). After a restart the last
+//   recorded step is the newest stored check's, so the reports a worker
+//   resends on its new report stream (worker/report_replay.h) fill the
+//   checks the database had not committed, each once.
 //   When all K ranks reported step t it is checked (sync_checker.h: majority
 //   hash, differing ranks, history). A mismatch marks the job out_of_sync
 //   and FAILED with "replicas diverged at step t: rank(s) 2 differ from the

@@ -76,20 +76,11 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobC
   EXPECT_EQ(done.mismatched_steps(), 0);
 
   // The newest 100 checks: 50 from the database, 50 from memory.
-  absl::StatusOr<v1::SyncHistory> h = c->GetSyncHistory(1, 0);
-  ASSERT_TRUE(h.ok()) << h.status();
-  ASSERT_EQ(h->checks_size(), 100);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(h->checks(i).step(), i);
+  ExpectChecksOfSteps(c, 1, 100);
   // Pages of 30 from step 0.
-  int64_t seen = 0;
-  for (int64_t from = 0; from >= 0;) {
-    absl::StatusOr<v1::SyncHistory> page = c->GetSyncHistoryPage(1, from, 30);
-    ASSERT_TRUE(page.ok()) << page.status();
-    ASSERT_LE(page->checks_size(), 30);
-    for (const v1::SyncCheck& check : page->checks()) EXPECT_EQ(check.step(), seen++);
-    from = page->next_step();
-  }
-  EXPECT_EQ(seen, 100);
+  std::vector<int64_t> want(100);
+  for (int i = 0; i < 100; ++i) want[i] = i;
+  EXPECT_EQ(PagedCheckSteps(c, 1, 30), want);
 
   // Ids continue; the incarnation (group keys) is the stored one.
   EXPECT_EQ(Register(c, 3), "w-3");
@@ -99,6 +90,54 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobC
   ASSERT_TRUE(r.has_assignment());
   EXPECT_EQ(r.assignment().job_id(), 2u);
   EXPECT_EQ(r.assignment().group_key() >> 20, group_key >> 20);
+}
+
+// Checks answered but not yet committed when the coordinator died (the
+// writer commits every 25 ms) come back from the reports the workers send
+// again on their new report streams (worker/report_replay.h): the reports
+// the database has are dropped as duplicates, the rest are checked, steps
+// only one rank had reported included. No check is lost or counted twice.
+TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommitted) {
+  const std::string dir = TempDir();
+  std::string killed;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, Spec(2, 30), 10);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    killed = CopyOf(dir, "killed");  // the database as a SIGKILL leaves it
+    // Answered after that: checks of steps 10-13, and steps 14-15 of rank 0 only.
+    for (int64_t s = 10; s < 14; ++s) {
+      Step(c, 1, 0, "w-1", s);
+      Step(c, 1, 1, "w-2", s);
+    }
+    Step(c, 1, 0, "w-1", 14);
+    Step(c, 1, 0, "w-1", 15);
+    EXPECT_EQ(c->GetJob(1)->checked_steps(), 14);
+  }
+  Incarnation second = Start(killed);
+  Coordinator* c = second.coord.get();
+  EXPECT_EQ(c->GetJob(1)->checked_steps(), 10) << "what the database had";
+  // Each worker's new stream resends its kept reports, then goes on.
+  for (int64_t s = 0; s < 16; ++s) Step(c, 1, 0, "w-1", s);
+  for (int64_t s = 0; s < 14; ++s) Step(c, 1, 1, "w-2", s);
+  EXPECT_EQ(c->GetJob(1)->checked_steps(), 14);
+  for (int64_t s = 14; s < 30; ++s) {
+    if (s >= 16) Step(c, 1, 0, "w-1", s);
+    Step(c, 1, 1, "w-2", s);
+  }
+  Done(c, 1, 0, "w-1", Hash(29));
+  Done(c, 1, 1, "w-2", Hash(29));
+  v1::JobStatus done = *c->GetJob(1);
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.checked_steps(), 30);
+  EXPECT_EQ(done.mismatched_steps(), 0);
+  ExpectChecksOfSteps(c, 1, 30);
+  ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  // And in the database, once each.
+  std::vector<int64_t> want(30);
+  for (int i = 0; i < 30; ++i) want[i] = i;
+  EXPECT_EQ(PagedCheckSteps(c, 1, 7), want);
 }
 
 // The data-plane secret of a group key is the same after a restart, so a

@@ -189,6 +189,28 @@ class CoordinatorStateTest : public ::testing::Test {
     ASSERT_TRUE(c->FinishWeightsUpload("w-1", 1).ok());
   }
 
+  // Job `job`'s newest checks (GetSyncHistory) are one per step 0..n-1.
+  static void ExpectChecksOfSteps(Coordinator* c, uint64_t job, int64_t n) {
+    absl::StatusOr<v1::SyncHistory> h = c->GetSyncHistory(job, 0);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_EQ(h->checks_size(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h->checks(static_cast<int>(i)).step(), i);
+  }
+  // The steps of job `job`'s checks, read in pages of `page` from step 0
+  // (GetSyncHistoryPage; the database's when there is one).
+  static std::vector<int64_t> PagedCheckSteps(Coordinator* c, uint64_t job, int page) {
+    std::vector<int64_t> steps;
+    for (int64_t from = 0; from >= 0;) {
+      absl::StatusOr<v1::SyncHistory> h = c->GetSyncHistoryPage(job, from, page);
+      EXPECT_TRUE(h.ok()) << h.status();
+      if (!h.ok()) break;
+      EXPECT_LE(h->checks_size(), page);
+      for (const v1::SyncCheck& check : h->checks()) steps.push_back(check.step());
+      from = h->next_step();
+    }
+    return steps;
+  }
+
   FakeClock clock_;
   uint64_t group_key_ = 0;  // StartAndStep's job's
   std::vector<uint64_t> forgotten_;  // CoordinatorOptions::forget_ps_group's calls

@@ -45,11 +45,49 @@ absl::StatusOr<bool> GrpcReporter::ReportStepWithReply(const v1::ReportStepReque
   return Answer(Unary(&v1::Coordinator::Stub::ReportStep, report, reply), *reply);
 }
 
+absl::Status GrpcReporter::Replay(v1::ReportStepReply* reply) {
+  const int n = replay_.size();
+  auto* out = replay_batch_.mutable_reports();
+  for (int first = 0; first < n; first += kReplayBatch) {
+    const int m = std::min(kReplayBatch, n - first);
+    while (out->size() > m) out->RemoveLast();
+    for (int i = 0; i < m; ++i) {
+      if (i == out->size()) out->Add();
+      out->Mutable(i)->CopyFrom(replay_.at(first + i));
+    }
+    reply->Clear();
+    if (absl::Status s = stream_->Exchange(replay_batch_, reply, absl::Now() + timeout_);
+        !s.ok()) {
+      return s;
+    }
+    if (reply->stop()) return absl::OkStatus();
+  }
+  if (logger_ != nullptr && n > 0) {
+    logger_->Info("resent step reports on a new report stream (a restarted coordinator "
+                  "checks the ones it had not stored)",
+                  {{"job", replay_.at(0).job_id()},
+                   {"reports", static_cast<int64_t>(n)},
+                   {"first_step", replay_.at(0).step()},
+                   {"last_step", replay_.at(n - 1).step()},
+                   {"not_kept", replay_.dropped()}});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GrpcReporter::StreamExchange(v1::ReportStepReply* reply) {
   bool fresh = false;
   if (stream_ == nullptr || !stream_->Alive()) {
     stream_ = ReportStream::Open(stub_, worker_token_);
     fresh = true;
+    if (streams_opened_++ > 0) {
+      // The previous stream ended: resend what it had answered first.
+      absl::Status s = Replay(reply);
+      if (!s.ok()) {
+        stream_.reset();
+        return s;
+      }
+      if (reply->stop()) return s;
+    }
   }
   reply->Clear();
   absl::Status s = stream_->Exchange(batch_, reply, absl::Now() + timeout_);
@@ -92,6 +130,9 @@ absl::StatusOr<bool> GrpcReporter::ReportStepsWithReply(
     // coordinator restarted is counted once.
     absl::Status s =
         RetryWhileCoordinatorDown([&] { return StreamExchange(reply); }, stop_, restart_grace_);
+    if (s.ok()) {
+      for (const v1::ReportStepRequest* r : reports) replay_.Add(*r);
+    }
     if (!lacks(s, "ReportStream")) return Answer(s, *reply);
     no_stream_ = true;
     if (reports.size() <= 1 || no_batches_) {

@@ -23,8 +23,10 @@
 #include "absl/types/span.h"
 #include "common/grpcutil/grpc_status.h"
 #include "common/grpcutil/worker_token.h"
+#include "common/log.h"
 #include "common/train/replica.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/report_replay.h"
 #include "worker/report_stream.h"
 #include "worker/step_reporter.h"
 
@@ -57,6 +59,10 @@ absl::Status RetryWhileCoordinatorDown(const Call& call, const std::atomic<bool>
   }
 }
 
+// Reports per StepReports message when kept reports are sent again: the
+// coordinator's limit (proto/coordinator.proto, StepReports: at most 8).
+inline constexpr int kReplayBatch = 8;
+
 // JobReporter over the coordinator's gRPC service.
 // Floats per UploadWeights message (1 MiB).
 inline constexpr int64_t kWeightsChunkFloats = 256 * 1024;
@@ -69,16 +75,22 @@ class GrpcReporter : public JobReporter {
   // to `restart_grace` or until *stop.
   // `worker_token`: worker_id's RegisterWorkerReply.worker_token, sent with
   // every call (common/grpcutil/worker_token.h).
+  // `replay_reports`: answered reports kept for a restarted coordinator
+  // (report_replay.h; see ReportStepsWithReply). `logger` (not owned,
+  // may be null) gets one line per replay.
   GrpcReporter(v1::Coordinator::Stub* stub, absl::Duration timeout, std::string worker_id,
                std::string worker_token, std::function<void()> on_stop,
-               const std::atomic<bool>* stop, absl::Duration restart_grace)
+               const std::atomic<bool>* stop, absl::Duration restart_grace,
+               int replay_reports = kReplayReports, const Logger* logger = nullptr)
       : stub_(stub),
         timeout_(timeout),
         worker_id_(std::move(worker_id)),
         worker_token_(std::move(worker_token)),
         on_stop_(std::move(on_stop)),
         stop_(stop),
-        restart_grace_(restart_grace) {}
+        restart_grace_(restart_grace),
+        replay_(replay_reports),
+        logger_(logger) {}
 
   absl::StatusOr<bool> ReportStep(const v1::ReportStepRequest& report) override {
     v1::ReportStepReply reply;
@@ -91,6 +103,16 @@ class GrpcReporter : public JobReporter {
   // without ReportStream (UNIMPLEMENTED, or refused by an older call
   // policy) one ReportSteps call for the batch; against one without that
   // either, report by report (step_reporter.h, "Batches").
+  //
+  // Replay (issue 10): every report answered on a stream is kept (the
+  // newest `replay_reports`). Each stream after the first (the previous
+  // one ended: the coordinator may have restarted, and lost the checks
+  // its database had not committed yet) begins with the kept reports, in
+  // step order, kReplayBatch per message, before the batch that opened it.
+  // The coordinator drops the ones it has (a step at or below the rank's
+  // last recorded step) and checks the rest, so a restart loses no check.
+  // A replayed reply that says stop ends the call with that reply. The
+  // unary fallbacks do not replay.
   absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
                                             v1::ReportStepReply* reply) override;
   // Half-closes the report stream and waits for its end, at most
@@ -144,8 +166,12 @@ class GrpcReporter : public JobReporter {
     return FromGrpcStatus(writer->Finish());
   }
 
-  // One exchange on the report stream (a new stream if there is none).
+  // One exchange on the report stream (a new stream if there is none,
+  // after the first one replayed).
   absl::Status StreamExchange(v1::ReportStepReply* reply);
+  // Sends the kept reports on the new stream_; OK with *reply saying stop
+  // when one of its replies did.
+  absl::Status Replay(v1::ReportStepReply* reply);
   // A unary report call (ReportStep or ReportSteps), retried while the
   // coordinator is down.
   template <typename Request>
@@ -172,6 +198,10 @@ class GrpcReporter : public JobReporter {
   // The reporter thread's (ReportStepsWithReply runs on it only).
   v1::StepReports batch_;
   std::shared_ptr<ReportStream> stream_;
+  int64_t streams_opened_ = 0;
+  ReportReplayLog replay_;
+  v1::StepReports replay_batch_;
+  const Logger* logger_;
   bool no_stream_ = false;   // the coordinator has no ReportStream
   bool no_batches_ = false;  // the coordinator has no ReportSteps
 };

@@ -2,7 +2,7 @@
 // one ReportStream per reporter, one reply per batch; a coordinator without
 // the stream gets ReportSteps calls; a stream that does not answer in time
 // is cancelled and the next batch goes on a new one; a restarted coordinator
-// gets the next batch on a new stream.
+// gets the kept reports again, then the next batch, on a new stream.
 #include "worker/coordinator_reporter.h"
 
 #include <grpcpp/grpcpp.h>
@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/grpcutil/worker_token.h"
+#include "common/log.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -144,11 +146,13 @@ struct Server {
 
 class Reporting {
  public:
-  explicit Reporting(int port, absl::Duration timeout = absl::Seconds(10))
+  explicit Reporting(int port, absl::Duration timeout = absl::Seconds(10),
+                     int replay_reports = kReplayReports, const Logger* logger = nullptr)
       : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                                            grpc::InsecureChannelCredentials()))),
         reporter_(std::make_unique<GrpcReporter>(
-            stub_.get(), timeout, "w-1", kToken, [this] { ++stops_; }, &stop_, absl::Seconds(5))) {}
+            stub_.get(), timeout, "w-1", kToken, [this] { ++stops_; }, &stop_, absl::Seconds(5),
+            replay_reports, logger)) {}
 
   // Reports steps [first, first + n) in one batch.
   absl::StatusOr<bool> Batch(int64_t first, int n) {
@@ -256,8 +260,50 @@ TEST(CoordinatorReporterTest, ARestartedCoordinatorGetsTheNextBatchOnANewStream)
   absl::StatusOr<bool> stop = r.Batch(2, 2);
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_EQ(before.steps(), (std::vector<int64_t>{0, 1}));
-  EXPECT_EQ(after.steps(), (std::vector<int64_t>{2, 3}));
+  // The answered reports first (the restarted coordinator may not have
+  // stored their checks), then the batch.
+  EXPECT_EQ(after.steps(), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(after.streams(), 1);
+}
+
+// The replay keeps the newest reports only, goes 8 per message, and a
+// replayed reply that says stop ends the call before the batch is sent.
+TEST(CoordinatorReporterTest, ANewStreamBeginsWithTheNewestKeptReports) {
+  FakeCoordinator before, after, third;
+  auto first = std::make_unique<Server>(&before);
+  ASSERT_NE(first->server, nullptr);
+  const int port = first->port;
+  auto clock = std::make_shared<FakeClock>(absl::FromUnixSeconds(1796047323));
+  auto sink = std::make_shared<StringLogSink>();
+  const Logger logger(sink, clock, LogOptions{LogFormat::kText, LogLevel::kInfo});
+  Reporting r(port, absl::Seconds(10), /*replay_reports=*/11, &logger);
+  for (int64_t step = 0; step < 14; step += 2) ASSERT_TRUE(r.Batch(step, 2).ok());
+  first->Stop();
+  auto second = std::make_unique<Server>(&after, port);
+  ASSERT_NE(second->server, nullptr) << "port " << port << " taken meanwhile";
+  ASSERT_TRUE(r.Batch(14, 1).ok());
+  std::vector<int64_t> want;
+  for (int64_t s = 3; s <= 14; ++s) want.push_back(s);
+  EXPECT_EQ(after.steps(), want) << "steps 3-13 (the newest 11), then 14";
+  EXPECT_EQ(after.stream_messages(), 3) << "11 kept reports in 2 messages, then the batch";
+  const std::string log = sink->contents();
+  EXPECT_NE(log.find("resent step reports"), std::string::npos) << log;
+  EXPECT_NE(log.find("reports=11"), std::string::npos) << log;
+  EXPECT_NE(log.find("first_step=3"), std::string::npos) << log;
+  EXPECT_NE(log.find("last_step=13"), std::string::npos) << log;
+  EXPECT_NE(log.find("not_kept=3"), std::string::npos) << log;
+
+  second->Stop();
+  third.stop_at = 5;
+  Server last(&third, port);
+  ASSERT_NE(last.server, nullptr) << "port " << port << " taken meanwhile";
+  absl::StatusOr<bool> stop = r.Batch(15, 2);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_TRUE(*stop) << "the reply to the replayed steps 4-11 says stop";
+  EXPECT_EQ(r.stops(), 1);
+  std::vector<int64_t> replayed;
+  for (int64_t s = 4; s <= 11; ++s) replayed.push_back(s);
+  EXPECT_EQ(third.steps(), replayed) << "the batch (15, 16) is not sent after a stop";
 }
 
 }  // namespace

@@ -84,9 +84,11 @@ void WorkerDaemon::RunJob(RunningJob* job) {
   // Step reports are pipelined (worker/step_reporter.h): a reply that says
   // stop arrives while the job thread may already be in the next combine,
   // so it stops the job as a heartbeat's stop_job does.
+  // It keeps the newest answered reports for a restarted coordinator
+  // (worker/report_replay.h).
   GrpcReporter reporter(stub_.get(), options_.rpc_timeout, wid, token,
                         [job] { job->RequestStop(); },
-                        &job->stop, options_.coordinator_restart_grace);
+                        &job->stop, options_.coordinator_restart_grace, kReplayReports, &log_);
 
   // The replica state this worker holds for a regroup (EncodeReplicaState
   // bytes, "" = the initial replica) and its step.
