@@ -37,7 +37,6 @@ DATA='csv:train.csv;test.csv'
 S="$T/state"
 
 start_coordinator
-done_logged() { [ "$(tail -c +"$2" "$1" | grep -c '"job done"\|job done')" -ge 1 ]; }
 
 start_worker
 start_worker
@@ -85,14 +84,8 @@ echo "== ps/grpc: coordinator SIGKILLed as the workers finish, restarted at once
 SPEC=(--model=mlp:8 --dataset="$DATA" --workers=2 --batch=24 --steps=$STEPS --lr=0.1 --sync=ps
       --ps_transport=grpc)
 wait_until $(( $(now_ms) + 10000 )) idle w-1 w-2 || fail "workers not idle: $(cli workers)"
-o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
-J3=$(cli submit "${SPEC[@]}") || fail "submit: $J3"
-wait_until $(( $(now_ms) + BOUND_S * 1000 )) \
-  eval 'done_logged "$T/w1.log" $((o1 + 1)) && done_logged "$T/w2.log" $((o2 + 1))' \
-  || fail "job $J3: the workers did not log job done: $(cli status "$J3")"
-kill_coordinator
-t0=$(now_ms)
-start_coordinator
+kill_at_job_done "${SPEC[@]}"
+J3=$JD
 wait_until $(( t0 + 30000 )) finished "$J3" || fail "job $J3 did not end: $(cli status "$J3")"
 [ "$(field "$J3" state)" = SUCCEEDED ] || fail "job $J3 after the restart: $(cli status "$J3")"
 H3=$(field "$J3" final_hash)

@@ -13,7 +13,9 @@
 #          back from the workers' resent reports);
 #        * the workers are back under their ids w-1, w-2 (not re-registered);
 #        * job 2 continues and ends SUCCEEDED with job 1's final hash;
-#   3. a third coordinator start on a held --state_dir is refused (exit 2).
+#   3. job 3: the coordinator is SIGKILLed as both workers log "job done"
+#      and restarted at once: SUCCEEDED, job 1's hash, every step checked;
+#   4. a third coordinator start on a held --state_dir is refused (exit 2).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -102,6 +104,27 @@ P2=$(cli sync "$J2" --max_entries=0 --all) || fail "sync $J2 --all: $P2"
 # Paging reads job 1's whole history from the database.
 P=$(cli sync "$J1" --max_entries=0 --all) || fail "sync --all: $P"
 [ "$(grep -c 'all 2 ranks match' <<<"$P")" = "$STEPS" ] || fail "sync --all listed $(grep -c 'all 2 ranks match' <<<"$P") of $STEPS checks"
+
+echo "== job 3, coordinator SIGKILLed as the workers finish, restarted at once"
+# Their ReportDone is in flight, answered or not: retried while the
+# coordinator is down (after the kept step reports), or asked for again by
+# the restarted one when the job's end was not committed (the kept step
+# reports go first). Either way the job ends SUCCEEDED with the
+# uninterrupted hash and every step checked.
+wait_until $(( $(now_ms) + 10000 )) eval '[ "$(cli workers | grep -c IDLE)" = 2 ]' \
+  || fail "workers not idle: $(cli workers)"
+kill_at_job_done "${SPEC[@]}"
+J3=$JD
+wait_until $(( t0 + 60000 )) ended "$J3" || fail "job $J3 did not end: $(cli status "$J3")"
+[ "$(field "$J3" state)" = SUCCEEDED ] || fail "job $J3 after the restart: $(cli status "$J3")"
+[ "$(field "$J3" final_hash)" = "$H1" ] || fail "job $J3 final hash $(field "$J3" final_hash) != $H1"
+C3=$(cli sync "$J3" --json | json "int(d['checked_steps'])")
+[ "$C3" = "$STEPS" ] || fail "job $J3 checked $C3 of $STEPS steps"
+how="its end was committed before the kill"
+after=$(tail -c +$((DONE_O1 + 1)) "$T/w1.log")
+grep -q "the coordinator was down" <<<"$after" && how="its ReportDone retried after the step reports"
+grep -q "ReportDone sent again" <<<"$after" && how="asked again by the restarted coordinator"
+echo "job $J3 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill ($how), $C3 of $STEPS steps checked, final hash = job $J1's"
 
 echo "== a second coordinator on the same --state_dir is refused"
 "$COORD" --insecure --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord3.log"

@@ -256,3 +256,19 @@ kill_coordinator() {
   wait "$cpid" 2>/dev/null
 }
 field() { cli status "$1" --json | json "d.get('$2', '')"; }
+# Submits a job (`cli submit "$@"`), waits (BOUND_S) until $T/w1.log and
+# $T/w2.log both logged "job done" after the submit, SIGKILLs the
+# coordinator and restarts it at once. Sets JD (the job), t0 (now_ms at the
+# kill) and DONE_O1 (w1.log's size before the submit).
+kill_at_job_done() {
+  local o2
+  DONE_O1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
+  JD=$(cli submit "$@") || fail "submit: $JD"
+  wait_until $(( $(now_ms) + BOUND_S * 1000 )) \
+    eval '[ "$(tail -c +$((DONE_O1 + 1)) "$T/w1.log" | grep -c "job done")" -ge 1 ] &&
+          [ "$(tail -c +$((o2 + 1)) "$T/w2.log" | grep -c "job done")" -ge 1 ]' \
+    || fail "job $JD: the workers did not log job done: $(cli status "$JD")"
+  kill_coordinator
+  t0=$(now_ms)
+  start_coordinator
+}

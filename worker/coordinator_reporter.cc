@@ -15,6 +15,26 @@ bool CoordinatorDown(const absl::Status& s) {
   return false;
 }
 
+absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worker_token,
+                           const ReportReplayLog& log, absl::Duration timeout) {
+  v1::StepReports batch;
+  for (int first = 0; first < log.size(); first += kReplayBatch) {
+    batch.clear_reports();
+    for (int i = first; i < std::min(log.size(), first + kReplayBatch); ++i) {
+      *batch.add_reports() = log.at(i);
+    }
+    grpc::ClientContext ctx;
+    AttachWorkerToken(&ctx, worker_token);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    v1::ReportStepReply reply;
+    if (absl::Status s = FromGrpcStatus(stub->ReportSteps(&ctx, batch, &reply)); !s.ok()) {
+      return s;
+    }
+    if (reply.stop()) break;
+  }
+  return absl::OkStatus();
+}
+
 GrpcReporter::~GrpcReporter() {
   if (stream_ != nullptr) stream_->Close(absl::Now() + std::min(timeout_, absl::Seconds(1)));
 }

@@ -63,6 +63,14 @@ absl::Status RetryWhileCoordinatorDown(const Call& call, const std::atomic<bool>
 // coordinator's limit (proto/coordinator.proto, StepReports: at most 8).
 inline constexpr int kReplayBatch = 8;
 
+// Sends `log`'s reports again with unary ReportSteps calls, kReplayBatch
+// per call, each with `timeout`, carrying `worker_token`: for a job whose
+// reporter is gone, when a restarted coordinator may lack the checks of
+// its last steps (before the job's ReportDone goes again). Stops at the
+// first error (returned) or at a reply that says stop (OK: the job ended).
+absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worker_token,
+                           const ReportReplayLog& log, absl::Duration timeout);
+
 // JobReporter over the coordinator's gRPC service.
 // Floats per UploadWeights message (1 MiB).
 inline constexpr int64_t kWeightsChunkFloats = 256 * 1024;
@@ -115,6 +123,9 @@ class GrpcReporter : public JobReporter {
   // unary fallbacks do not replay.
   absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
                                             v1::ReportStepReply* reply) override;
+  // The kept reports (see Replay above), moved out; call only when no
+  // StepReporter uses this reporter any more (the job's runs are over).
+  ReportReplayLog TakeReplay() { return std::move(replay_); }
   // Half-closes the report stream and waits for its end, at most
   // min(timeout, 1 s).
   ~GrpcReporter() override;

@@ -306,5 +306,40 @@ TEST(CoordinatorReporterTest, ANewStreamBeginsWithTheNewestKeptReports) {
   EXPECT_EQ(third.steps(), replayed) << "the batch (15, 16) is not sent after a stop";
 }
 
+// A finished job's kept reports (GrpcReporter::TakeReplay) go again in
+// unary ReportSteps calls of 8, before its ReportDone; a reply that says
+// stop ends them.
+TEST(CoordinatorReporterTest, AFinishedJobsKeptReportsGoAgainInCallsOfEight) {
+  FakeCoordinator fake;
+  Server server(&fake);
+  ASSERT_NE(server.server, nullptr);
+  ReportReplayLog log(20);
+  for (int64_t s = 0; s < 23; ++s) {
+    v1::ReportStepRequest r;
+    r.set_worker_id("w-1");
+    r.set_job_id(7);
+    r.set_step(s);
+    log.Add(r);
+  }
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server.port), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(ResendReports(stub.get(), kToken, log, absl::Seconds(10)).ok());
+  std::vector<int64_t> want;
+  for (int64_t s = 3; s < 23; ++s) want.push_back(s);
+  EXPECT_EQ(fake.steps(), want);
+  EXPECT_EQ(fake.unary_calls(), 3) << "20 reports, 8 per call";
+
+  FakeCoordinator stopping;
+  stopping.stop_at = 4;
+  Server second(&stopping);
+  ASSERT_NE(second.server, nullptr);
+  auto stub2 = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", second.port), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(ResendReports(stub2.get(), kToken, log, absl::Seconds(10)).ok());
+  EXPECT_EQ(stopping.unary_calls(), 1) << "the first call's reply says stop";
+  EXPECT_EQ(ResendReports(stub2.get(), "wrong", log, absl::Seconds(10)).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -15,7 +15,9 @@
 //     overwrites the oldest and counts it in dropped().
 //   * Add() copies the report into a slot made on first use and reused
 //     after (no allocation once every slot exists and has grown).
-//   * Not thread-safe: one thread (the reporter's) uses it.
+//   * Not thread-safe: one thread at a time (the reporter's while the job
+//     runs; the worker keeps its last job's log, GrpcReporter::TakeReplay,
+//     for a coordinator that restarts as the job ends).
 #ifndef LOCKSTEP_WORKER_REPORT_REPLAY_H_
 #define LOCKSTEP_WORKER_REPORT_REPLAY_H_
 
@@ -56,7 +58,7 @@ class ReportReplayLog {
   int64_t dropped() const { return dropped_; }
 
  private:
-  const int capacity_;
+  int capacity_;
   std::vector<v1::ReportStepRequest> ring_;
   int head_ = 0;  // the oldest slot once the ring is full
   int64_t dropped_ = 0;

@@ -358,11 +358,13 @@ void WorkerDaemon::Heartbeat() {
 void WorkerDaemon::ResendDone(uint64_t job_id) {
   v1::ReportDoneRequest done;
   std::string token;
+  std::shared_ptr<const ReportReplayLog> reports;
   {
     absl::MutexLock l(&mu_);
     if (last_done_.job_id() == job_id) {
       done = last_done_;
       token = last_done_token_;
+      reports = last_done_reports_;
     } else {
       token = worker_token_;
       // Nothing to resend (this process never finished that job): say so,
@@ -379,6 +381,16 @@ void WorkerDaemon::ResendDone(uint64_t job_id) {
     }
   }
   if (done.worker_id().empty()) return;
+  if (reports != nullptr) {
+    // The restarted coordinator lost what it had not committed: the checks
+    // of the job's last steps may be among it.
+    absl::Status s = ResendReports(stub_.get(), token, *reports, options_.rpc_timeout);
+    log_.Log(s.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+             "step reports sent again before ReportDone (the coordinator restarted)",
+             {{"job", job_id},
+              {"reports", static_cast<int64_t>(reports->size())},
+              {"error", s.ok() ? "" : s.message()}});
+  }
   grpc::ClientContext ctx;
   AttachWorkerToken(&ctx, token);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

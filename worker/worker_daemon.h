@@ -96,6 +96,7 @@
 #include "common/train/checkpoint_dirs.h"
 #include "common/train/state_board.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/report_replay.h"
 #include "worker/job_runner.h"
 #include "worker/step_observer.h"
 
@@ -302,6 +303,10 @@ class WorkerDaemon {
   // restarted coordinator asks (HeartbeatReply.resend_done_job_id).
   v1::ReportDoneRequest last_done_ ABSL_GUARDED_BY(mu_);
   std::string last_done_token_ ABSL_GUARDED_BY(mu_);  // its worker's token
+  // That job's newest answered step reports (worker/report_replay.h), sent
+  // again before its ReportDone when that goes again: the restarted
+  // coordinator may lack the checks of the job's last steps.
+  std::shared_ptr<const ReportReplayLog> last_done_reports_ ABSL_GUARDED_BY(mu_);
   // The state-board key of the last job's final state, offered for a
   // restarted coordinator's regroup (0: none). Removed when the next job
   // starts, so an idle worker holds at most one finished job's state.

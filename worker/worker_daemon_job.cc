@@ -560,14 +560,32 @@ void WorkerDaemon::RunJob(RunningJob* job) {
               {"code", absl::StatusCodeToString(out.status().code())},
               {"error", out.status().message()}});
   }
+  // No StepReporter uses the reporter any more (the runs are over).
+  auto reports = std::make_shared<const ReportReplayLog>(reporter.TakeReplay());
   {
     absl::MutexLock l(&mu_);
     last_done_ = done;  // sent again if a restarted coordinator asks
     last_done_token_ = token;
+    last_done_reports_ = reports;
   }
   if (!job->report_claimed.exchange(true)) {  // else Drain() reported it failed
+    bool retried = false;
     absl::Status s = RetryWhileCoordinatorDown(
         [&] {
+          if (retried) {
+            // The coordinator was down: a restarted one may lack the
+            // checks of the last steps. Their reports go first (tried
+            // again while it is down; any other error leaves them: the
+            // ReportDone matters more).
+            absl::Status r = ResendReports(stub_.get(), token, *reports, options_.rpc_timeout);
+            if (CoordinatorDown(r)) return r;
+            log_.Log(r.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+                     "step reports sent again before ReportDone (the coordinator was down)",
+                     {{"job", a.job_id()},
+                      {"reports", static_cast<int64_t>(reports->size())},
+                      {"error", r.ok() ? "" : r.message()}});
+          }
+          retried = true;
           grpc::ClientContext ctx;
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
           AttachWorkerToken(&ctx, token);
