@@ -129,6 +129,10 @@ ABSL_FLAG(int64_t, max_job_memory_bytes, 0,
 ABSL_FLAG(int64_t, drain_timeout_ms, 3000,
           "on SIGTERM/SIGINT, wait at most this long for the workers of the failed jobs to "
           "stop before exiting, ms (>= 0)");
+ABSL_FLAG(int64_t, fault_hold_state_from_step, -1,
+          "test only: once any job's check of a step >= this is queued, the --state_dir "
+          "database commits nothing more until exit (a SIGKILL then loses that job's last "
+          "checks and its end); -1 = off");
 
 namespace lockstep {
 namespace {
@@ -334,6 +338,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options.max_job_memory_bytes = absl::GetFlag(FLAGS_max_job_memory_bytes);
+  options.fault_hold_state_from_step = absl::GetFlag(FLAGS_fault_hold_state_from_step);
   options.logger = &logger;
   std::unique_ptr<StateDb> state_db;  // outlives the coordinator
   if (const std::string dir = absl::GetFlag(FLAGS_state_dir); !dir.empty()) {

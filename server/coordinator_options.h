@@ -70,6 +70,12 @@ struct CoordinatorOptions {
   // can ask the shard) and, like forget_ps_group, the keys nobody uses any
   // more.
   PsControl* ps_control = nullptr;
+  // Test fault (--fault_hold_state_from_step; -1 = off): once any job's
+  // check of a step >= this is queued for the state database, the database
+  // commits nothing more (StateDb::HoldWrites), so a SIGKILL loses the
+  // job's last checks and its end as a crash inside the flush interval
+  // would. Logged once (WARN).
+  int64_t fault_hold_state_from_step = -1;
 };
 
 }  // namespace lockstep

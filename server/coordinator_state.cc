@@ -394,7 +394,14 @@ void Coordinator::PersistJobLocked(const Job& job) {
   if (checked > mark.checked) {
     const int64_t fresh = std::min<int64_t>(checked - mark.checked, kMaxSyncReplyChecks);
     v1::SyncHistory h = job.sync.History(job.id, fresh);
-    for (const v1::SyncCheck& c : h.checks()) state_db_->AddSyncCheck(job.id, c);
+    for (const v1::SyncCheck& c : h.checks()) {
+      state_db_->AddSyncCheck(job.id, c);
+      if (options_.fault_hold_state_from_step >= 0 &&
+          c.step() >= options_.fault_hold_state_from_step && state_db_->HoldWrites()) {
+        LogLocked(LogLevel::kWarn, "fault: the state database commits nothing from now on",
+                  {{"job", job.id}, {"step", c.step()}});
+      }
+    }
     mark.checked = checked;
   }
   // Final weights: stored when published, deleted when dropped or evicted.

@@ -15,13 +15,19 @@
 #        * job 2 continues and ends SUCCEEDED with job 1's final hash;
 #   3. job 3: the coordinator is SIGKILLed as both workers log "job done"
 #      and restarted at once: SUCCEEDED, job 1's hash, every step checked;
-#   4. a third coordinator start on a held --state_dir is refused (exit 2).
+#   4. job 4: as job 3, but the coordinator's database commits nothing from
+#      the check of step HOLD_FROM on (--fault_hold_state_from_step), so the
+#      restarted coordinator lacks the job's end and its last checks: both
+#      workers resend their kept reports, then ReportDone; SUCCEEDED, every
+#      step checked;
+#   5. a further coordinator start on a held --state_dir is refused (exit 2).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
 T="${TEST_TMPDIR:-$(mktemp -d)}"
 FAIL_TAIL=15
 BOUND_S=180
 STEPS=6000
+HOLD_FROM=5500
 source "$(dirname "$0")/e2e_lib.sh"
 
 write_blobs "$T" 11 240 60
@@ -125,6 +131,36 @@ after=$(tail -c +$((DONE_O1 + 1)) "$T/w1.log")
 grep -q "the coordinator was down" <<<"$after" && how="its ReportDone retried after the step reports"
 grep -q "ReportDone sent again" <<<"$after" && how="asked again by the restarted coordinator"
 echo "job $J3 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill ($how), $C3 of $STEPS steps checked, final hash = job $J1's"
+
+echo "== job 4, the database holds its last $((STEPS - HOLD_FROM)) checks and its end uncommitted at the kill"
+# --fault_hold_state_from_step: from the check of step HOLD_FROM on, the
+# database commits nothing, so the kill at the workers' "job done" always
+# loses the job's end and its last checks. The restarted coordinator must
+# ask both workers for their ReportDone again, and they must send their
+# kept step reports first.
+kill_coordinator
+start_coordinator --fault_hold_state_from_step=$HOLD_FROM
+wait_until $(( $(now_ms) + 20000 )) eval '[ "$(cli workers | grep -c IDLE)" = 2 ]' \
+  || fail "workers not idle after the restart: $(cli workers)"
+o2=$(log_size "$T/w2.log")
+kill_at_job_done "${SPEC[@]}"
+J4=$JD
+grep -q "fault: the state database commits nothing from now on.*job=$J4 step=$HOLD_FROM" "$T/coord$((coord_starts - 1)).log" \
+  || fail "the coordinator did not hold its database at step $HOLD_FROM: $(grep fault "$T/coord$((coord_starts - 1)).log")"
+wait_until $(( t0 + 60000 )) ended "$J4" || fail "job $J4 did not end: $(cli status "$J4")"
+[ "$(field "$J4" state)" = SUCCEEDED ] || fail "job $J4 after the restart: $(cli status "$J4")"
+[ "$(field "$J4" final_hash)" = "$H1" ] || fail "job $J4 final hash $(field "$J4" final_hash) != $H1"
+C4=$(cli sync "$J4" --json | json "int(d['checked_steps'])")
+[ "$C4" = "$STEPS" ] || fail "job $J4 checked $C4 of $STEPS steps"
+P=$(cli sync "$J4" --max_entries=0 --all) || fail "sync --all: $P"
+[ "$(grep -c 'all 2 ranks match' <<<"$P")" = "$STEPS" ] || fail "sync $J4 --all listed $(grep -c 'all 2 ranks match' <<<"$P") of $STEPS checks"
+for w in 1 2; do
+  o=$DONE_O1; [ "$w" = 2 ] && o=$o2
+  line=$(tail -c +$((o + 1)) "$T/w$w.log" | grep "step reports sent again before ReportDone (the coordinator restarted).*job=$J4") \
+    || fail "worker $w did not resend its step reports before ReportDone: $(tail -c +$((o + 1)) "$T/w$w.log" | grep -i "again" | tail -3)"
+  grep -q "reports=4096" <<<"$line" || fail "worker $w resent: $line"
+done
+echo "job $J4 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill, its end and its checks from step $HOLD_FROM uncommitted then; $C4 of $STEPS steps checked, final hash = job $J1's"
 
 echo "== a second coordinator on the same --state_dir is refused"
 "$COORD" --insecure --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord3.log"

@@ -537,6 +537,13 @@ absl::Status StateDb::Flush(absl::Time deadline) {
   return absl::OkStatus();
 }
 
+bool StateDb::HoldWrites() {
+  absl::MutexLock l(&mu_);
+  const bool first = !held_;
+  held_ = true;
+  return first;
+}
+
 StateDb::Stats StateDb::GetStats() const {
   absl::MutexLock l(&mu_);
   return stats_;

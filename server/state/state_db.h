@@ -219,6 +219,14 @@ class StateDb {
   // commit failed.
   absl::Status Flush(absl::Time deadline);
 
+  // Test fault (lockstep-coordinator --fault_hold_state_from_step): from
+  // now on the writer commits nothing until the destructor, which writes
+  // what is queued as before. Puts are still queued (and checks dropped
+  // past the bound); Flush waits for its deadline. A SIGKILL while held
+  // loses everything queued since, as a crash inside the flush interval
+  // would, but deterministically. True on the first call.
+  bool HoldWrites();
+
   Stats GetStats() const;
 
  private:
@@ -251,6 +259,7 @@ class StateDb {
   uint64_t committed_seq_ ABSL_GUARDED_BY(mu_) = 0;  // last seq the writer finished
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;  // HoldWrites
   Stats stats_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, int64_t> checks_per_job_ ABSL_GUARDED_BY(mu_);  // accepted for writing
   std::thread writer_;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -339,22 +340,33 @@ TEST(StateDbTest, QueueIsBoundedAndDropsAreCounted) {
   EXPECT_EQ(checks->back().step(), 30);
 }
 
-TEST(StateDbTest, CommittedStateSurvivesSigkill) {
-  const std::string dir = TempDir();
+// Runs body on a StateDb opened on dir in a forked child, which exits with
+// body's value after closing the database (or dies by body's raise);
+// returns the child's waitpid status (-1: fork or wait failed).
+int InChild(const std::string& dir, const std::function<int(StateDb&)>& body) {
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) return -1;
   if (child == 0) {
     auto db = StateDb::Open({dir});
     if (!db.ok()) _exit(3);
-    (*db)->PutCounters({2, 2, 42});
-    (*db)->PutJob(Job(1, v1::RUNNING, 3));
-    (*db)->AddSyncCheck(1, Check(0, true));
-    if (!(*db)->Flush(Soon()).ok()) _exit(4);
-    raise(SIGKILL);  // no destructor, no close: the lock and WAL as a crash leaves them
-    _exit(5);
+    const int rc = body(**db);
+    db->reset();  // the destructor writes what is queued
+    _exit(rc);
   }
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  return waitpid(child, &status, 0) == child ? status : -1;
+}
+
+TEST(StateDbTest, CommittedStateSurvivesSigkill) {
+  const std::string dir = TempDir();
+  const int status = InChild(dir, [](StateDb& db) {
+    db.PutCounters({2, 2, 42});
+    db.PutJob(Job(1, v1::RUNNING, 3));
+    db.AddSyncCheck(1, Check(0, true));
+    if (!db.Flush(Soon()).ok()) return 4;
+    raise(SIGKILL);  // no destructor, no close: the lock and WAL as a crash leaves them
+    return 5;
+  });
   ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << WEXITSTATUS(status);
   ASSERT_EQ(WTERMSIG(status), SIGKILL);
   auto db = StateDb::Open({dir});
@@ -367,6 +379,45 @@ TEST(StateDbTest, CommittedStateSurvivesSigkill) {
   auto checks = (*db)->ReadSyncChecks(1, 0, 10);
   ASSERT_TRUE(checks.ok());
   EXPECT_EQ(checks->size(), 1u);
+}
+
+// HoldWrites (the coordinator's --fault_hold_state_from_step): nothing
+// queued after it is committed, Flush runs into its deadline, a SIGKILL
+// loses it all, and a destructor still writes it.
+TEST(StateDbTest, HeldWritesAreLostOnSigkillAndWrittenAtAnOrderlyClose) {
+  for (const bool kill : {true, false}) {
+    SCOPED_TRACE(kill ? "SIGKILL" : "destructor");
+    const std::string dir = TempDir();
+    const int status = InChild(dir, [kill](StateDb& db) {
+      db.PutJob(Job(1, v1::RUNNING, 3));
+      db.AddSyncCheck(1, Check(0, true));
+      if (!db.Flush(Soon()).ok()) return 4;
+      db.HoldWrites();
+      db.PutJob(Job(1, v1::SUCCEEDED, 9));
+      for (int64_t s = 1; s < 9; ++s) db.AddSyncCheck(1, Check(s, true));
+      if (!absl::IsDeadlineExceeded(db.Flush(absl::Now() + absl::Milliseconds(300)))) return 6;
+      auto committed = db.ReadJobStatus(1);
+      if (!committed.ok() || !committed->has_value() || (*committed)->step() != 3) return 7;
+      if (kill) raise(SIGKILL);
+      return 0;
+    });
+    if (kill) {
+      ASSERT_TRUE(WIFSIGNALED(status)) << "child exit " << WEXITSTATUS(status);
+    } else {
+      ASSERT_TRUE(WIFEXITED(status));
+      ASSERT_EQ(WEXITSTATUS(status), 0);
+    }
+    auto db = StateDb::Open({dir});
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto loaded = (*db)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_EQ(loaded->jobs.size(), 1u);
+    EXPECT_EQ(loaded->jobs[0].status.state(), kill ? v1::RUNNING : v1::SUCCEEDED);
+    EXPECT_EQ(loaded->jobs[0].status.step(), kill ? 3 : 9);
+    auto checks = (*db)->ReadSyncChecks(1, 0, 100);
+    ASSERT_TRUE(checks.ok());
+    EXPECT_EQ(checks->size(), kill ? 1u : 9u);
+  }
 }
 
 }  // namespace

@@ -27,10 +27,11 @@ void StateDb::WriterLoop() {
       absl::MutexLock l(&mu_);
       const int64_t soon = options_.max_queued_checks / 2;
       auto wake = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || flush_requested_ ||
-               static_cast<int64_t>(queued_.checks.size()) >= soon;
+        return stopping_ || (!held_ && (flush_requested_ ||
+                                        static_cast<int64_t>(queued_.checks.size()) >= soon));
       };
       mu_.AwaitWithTimeout(absl::Condition(&wake), options_.flush_interval);
+      if (held_ && !stopping_) continue;  // HoldWrites: nothing is committed
       flush_requested_ = false;
       stop = stopping_;
       std::swap(batch, queued_);
