@@ -147,6 +147,8 @@
 // CancelJob: PENDING/RUNNING -> CANCELLED, reason "cancelled by user";
 //   already terminal jobs are returned unchanged with OK (idempotent cancel).
 //   Unknown id -> NOT_FOUND "job 42 not found".
+// Under a state database both reply only once it committed the new job or
+// the cancel (at most 5 s, then logged WARN and answered anyway).
 // ---- Sync history and finished jobs (coordinator_history.cc) --------------
 // Each job's sync history is bounded (sync_checker.h, state/sync_history.h):
 // a running job keeps its newest options.max_sync_history checks in full,
@@ -454,6 +456,10 @@ class Coordinator {
   using Job = JobRecord;
   using Rank = RankRecord;
   using Worker = WorkerRecord;
+
+  // SubmitJob's work before the commit wait; *db = the database to wait for.
+  absl::StatusOr<lockstep::v1::SubmitJobReply> SubmitJobUncommitted(
+      const lockstep::v1::SubmitJobRequest& request, StateDb** db) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The job a worker reports on as rank `rank` (ReportStep/Eval/Done):
   // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of range,

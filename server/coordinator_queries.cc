@@ -13,12 +13,40 @@
 #include "server/submit_memory.h"
 
 namespace lockstep {
+namespace {
+
+// How long an acknowledged submit or cancel waits for the state database.
+constexpr absl::Duration kAcknowledgedCommitWait = absl::Seconds(5);
+
+// Waits (mu_ not held) until what a submit or cancel queued is committed, so
+// that a coordinator killed after its reply still has it. A database that
+// does not commit in time (a stalled disk) is logged, not returned: the call
+// took effect in memory and the job runs, so an error would only make the
+// user submit it twice.
+void CommitAcknowledged(StateDb* db, const Logger& log, const char* what, uint64_t job_id) {
+  if (db == nullptr) return;
+  const absl::Status s = db->Flush(absl::Now() + kAcknowledgedCommitWait);
+  if (s.ok()) return;
+  log.Log(LogLevel::kWarn, "acknowledged before the state database committed it",
+          {{"job", job_id}, {"call", what}, {"error", s.message()}});
+}
+
+}  // namespace
 
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
+  StateDb* db = nullptr;
+  absl::StatusOr<v1::SubmitJobReply> reply = SubmitJobUncommitted(request, &db);
+  if (reply.ok()) CommitAcknowledged(db, log_, "SubmitJob", reply->job_id());
+  return reply;
+}
+
+absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJobUncommitted(
+    const v1::SubmitJobRequest& request, StateDb** db) {
   const v1::JobSpec& spec = request.spec();
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   const absl::Time now = clock_->Now();
   Locked lock(this);  // writes this call's log lines after unlocking
+  *db = state_db_;
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status s = CheckPsShardsAtSubmit(spec, PsAddressesLocked()); !s.ok()) return s;
   {  // memory need against our limit and the live workers' (submit_memory.h)
@@ -114,15 +142,22 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   // Evicted: it had finished; like a finished job in memory, its status
   // (from the state database; without one NOT_FOUND "evicted").
   if (!not_found.ok()) return EvictedJobStatus(job_id, not_found);
-  Locked lock(this);  // writes this call's log lines after unlocking
-  absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
-  if (!found.ok()) return found.status();
-  Job* job = *found;
-  if (!IsTerminalJobState(job->state)) {
-    EndJobLocked(job, v1::CANCELLED, "cancelled by user");
-    ScheduleLocked();
+  StateDb* db = nullptr;
+  absl::StatusOr<v1::JobStatus> status;
+  {
+    Locked lock(this);  // writes this call's log lines after unlocking
+    absl::StatusOr<Job*> found = jobs_.FindOrNotFound(job_id);
+    if (!found.ok()) return found.status();
+    Job* job = *found;
+    if (!IsTerminalJobState(job->state)) {
+      EndJobLocked(job, v1::CANCELLED, "cancelled by user");
+      ScheduleLocked();
+      db = state_db_;
+    }
+    status = StatusLocked(*job, now);
   }
-  return StatusLocked(*job, now);
+  CommitAcknowledged(db, log_, "CancelJob", job_id);
+  return status;
 }
 
 // GetSyncHistory and GetSyncHistoryPage: coordinator_history.cc.

@@ -1,8 +1,10 @@
 // The coordinator's state database, a job's end across a restart: final
 // weights, curves and metrics survive; done reports sent again are taken;
+// a submit and a cancel are committed before they are answered;
 // the 26000-step, K = 4 history of the reported RESOURCE_EXHAUSTED (4.6 MB)
 // answers every request under gRPC's 4 MiB default, in process and over
 // gRPC with a default-sized stub (coordinator_state_test_fixture.h).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,27 @@
 namespace lockstep {
 namespace testing_coordinator_state {
 namespace {
+
+// A submit and a cancel answer only once the database committed them, so a
+// coordinator killed right after its reply still has the job: with a writer
+// that would otherwise wait an hour, the committed rows (the database's
+// reader) hold the job at once, then its cancel.
+TEST_F(CoordinatorStateTest, SubmitAndCancelAnswerOnlyOnceCommitted) {
+  const std::string dir = TempDir();
+  Incarnation inc = Start(dir, {}, absl::Hours(1));
+  Coordinator* c = inc.coord.get();
+  const uint64_t job = Submit(c, Spec(2, 100));
+  ASSERT_EQ(job, 1u);
+  absl::StatusOr<std::optional<v1::JobStatus>> stored = inc.db->ReadJobStatus(job);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_TRUE(stored->has_value()) << "the submitted job is not committed";
+  EXPECT_EQ((*stored)->state(), v1::PENDING);
+  ASSERT_TRUE(c->CancelJob(job).ok());
+  stored = inc.db->ReadJobStatus(job);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->state(), v1::CANCELLED);
+}
 
 // Final weights, curves (loss, eval, sync strip) and final metrics of a
 // finished job survive a restart: status, export and the status page.

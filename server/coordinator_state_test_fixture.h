@@ -68,10 +68,16 @@ class CoordinatorStateTest : public ::testing::Test {
  protected:
   CoordinatorStateTest() : clock_(absl::FromUnixSeconds(1700000000 + 1000)) {}
 
-  Incarnation Start(const std::string& dir, std::vector<std::string> ps_addresses = {}) {
+  // flush_interval: the database's (StateDbOptions); only Flush and a
+  // half-full queue commit before it.
+  Incarnation Start(const std::string& dir, std::vector<std::string> ps_addresses = {},
+                    absl::Duration flush_interval = absl::Milliseconds(25)) {
     Incarnation inc;
     if (!dir.empty()) {
-      auto db = StateDb::Open({dir});
+      StateDbOptions db_options;
+      db_options.dir = dir;
+      db_options.flush_interval = flush_interval;
+      auto db = StateDb::Open(db_options);
       EXPECT_TRUE(db.ok()) << db.status();
       inc.db = *std::move(db);
     }
