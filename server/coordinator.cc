@@ -280,6 +280,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
       // may have been accepted but not committed; ask for it again.
       --rank->done_asks_left;
       reply.set_resend_done_job_id(bound->id);
+      reply.set_resend_reports_from_step(std::max<int64_t>(0, rank->last_step + 1));
       return reply;
     }
     FailJobLocked(bound, absl::StrFormat(

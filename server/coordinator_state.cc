@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -264,6 +265,15 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     job->final_hash = st.final_hash();
     const int64_t stored_generation =
         stored.membership ? stored.membership->generation : st.generation();
+    // The step every rank had reported when the job row was written (the
+    // row is written at most every second, so a rank's own step there can
+    // be past the newest stored check: its reports of the steps between are
+    // resent after the restart and must not be taken for duplicates).
+    int64_t every_rank_reported = std::numeric_limits<int64_t>::max();
+    for (const v1::RankStatus& rs : st.ranks()) {
+      every_rank_reported = std::min(every_rank_reported, rs.step() - 1);
+    }
+    if (st.ranks_size() == 0) every_rank_reported = -1;
     for (int r = 0; r < st.ranks_size(); ++r) {
       const v1::RankStatus& rs = st.ranks(r);
       Rank rank;
@@ -271,9 +281,10 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       rank.address = rs.address();
       rank.hostname = rs.hostname();
       rank.data_address = rs.data_address();
-      // Every rank reported the newest stored check's step: a report of it
-      // (or older) sent again after the restart is a duplicate.
-      rank.last_step = std::max(rs.step() - 1, stored.stored_last_step);
+      // Every rank reported the newest stored check's step and
+      // every_rank_reported: a report of either (or older) sent again after
+      // the restart is a duplicate; a later one is checked.
+      rank.last_step = std::max(every_rank_reported, stored.stored_last_step);
       rank.last_hash = rs.last_hash();
       rank.in_sync = rs.in_sync();
       rank.last_heartbeat = now;
@@ -395,12 +406,13 @@ void Coordinator::PersistJobLocked(const Job& job) {
     const int64_t fresh = std::min<int64_t>(checked - mark.checked, kMaxSyncReplyChecks);
     v1::SyncHistory h = job.sync.History(job.id, fresh);
     for (const v1::SyncCheck& c : h.checks()) {
-      state_db_->AddSyncCheck(job.id, c);
+      // Held before the check is queued: that step's check is not committed.
       if (options_.fault_hold_state_from_step >= 0 &&
           c.step() >= options_.fault_hold_state_from_step && state_db_->HoldWrites()) {
         LogLocked(LogLevel::kWarn, "fault: the state database commits nothing from now on",
                   {{"job", job.id}, {"step", c.step()}});
       }
+      state_db_->AddSyncCheck(job.id, c);
     }
     mark.checked = checked;
   }

@@ -135,6 +135,7 @@ TEST_F(CoordinatorStateTest, RestoredRunningJobTakesTheDoneReportsSentAgain) {
     for (const char* w : {"w-1", "w-2"}) {
       v1::HeartbeatReply r = Beat(c, w);
       EXPECT_EQ(r.resend_done_job_id(), 1u) << w;
+      EXPECT_EQ(r.resend_reports_from_step(), 100) << w << ": every step's check was stored";
       EXPECT_FALSE(r.has_assignment());
     }
     if (variant == 0) {

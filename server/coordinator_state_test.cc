@@ -126,18 +126,41 @@ TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommi
     if (s >= 16) Step(c, 1, 0, "w-1", s);
     Step(c, 1, 1, "w-2", s);
   }
-  Done(c, 1, 0, "w-1", Hash(29));
-  Done(c, 1, 1, "w-2", Hash(29));
-  v1::JobStatus done = *c->GetJob(1);
-  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
-  EXPECT_EQ(done.checked_steps(), 30);
-  EXPECT_EQ(done.mismatched_steps(), 0);
-  ExpectChecksOfSteps(c, 1, 30);
+  FinishK2AndExpectEveryStepChecked(c, 30);
   ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
   // And in the database, once each.
   std::vector<int64_t> want(30);
   for (int i = 0; i < 30; ++i) want[i] = i;
   EXPECT_EQ(PagedCheckSteps(c, 1, 7), want);
+}
+
+// The job row (written at most every second) can record a rank further
+// on than the newest stored check: rank 0 had reported steps 10 and 11,
+// which rank 1 had not. After the restart rank 0's resent reports of them
+// must still count (each rank restarts from the step every rank had
+// reported), or steps 10 and 11 would never be checked.
+TEST_F(CoordinatorStateTest, ARankStoredAheadOfTheChecksHasItsResentReportsChecked) {
+  const std::string dir = TempDir();
+  std::string killed;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, Spec(2, 20), 10);
+    Step(c, 1, 0, "w-1", 10);
+    clock_.Advance(absl::Seconds(2));  // the next report rewrites the job row
+    Step(c, 1, 0, "w-1", 11);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    killed = CopyOf(dir, "killed");
+  }
+  Incarnation second = Start(killed);
+  Coordinator* c = second.coord.get();
+  EXPECT_EQ(c->GetJob(1)->checked_steps(), 10);
+  for (int64_t s = 0; s < 12; ++s) Step(c, 1, 0, "w-1", s);
+  for (int64_t s = 0; s < 20; ++s) {
+    if (s >= 12) Step(c, 1, 0, "w-1", s);
+    Step(c, 1, 1, "w-2", s);
+  }
+  FinishK2AndExpectEveryStepChecked(c, 20);
 }
 
 // The data-plane secret of a group key is the same after a restart, so a

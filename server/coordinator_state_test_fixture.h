@@ -202,6 +202,18 @@ class CoordinatorStateTest : public ::testing::Test {
     ASSERT_EQ(h->checks_size(), n);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h->checks(static_cast<int>(i)).step(), i);
   }
+  // Job 1 (K = 2 on w-1, w-2) has run `steps` steps: both ranks report done
+  // with the same hash; it must end SUCCEEDED with every step checked once
+  // and matching.
+  static void FinishK2AndExpectEveryStepChecked(Coordinator* c, int64_t steps) {
+    Done(c, 1, 0, "w-1", Hash(steps - 1));
+    Done(c, 1, 1, "w-2", Hash(steps - 1));
+    v1::JobStatus done = *c->GetJob(1);
+    EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+    EXPECT_EQ(done.checked_steps(), steps);
+    EXPECT_EQ(done.mismatched_steps(), 0);
+    ExpectChecksOfSteps(c, 1, steps);
+  }
   // The steps of job `job`'s checks, read in pages of `page` from step 0
   // (GetSyncHistoryPage; the database's when there is one).
   static std::vector<int64_t> PagedCheckSteps(Coordinator* c, uint64_t job, int page) {

@@ -15,11 +15,11 @@
 #        * job 2 continues and ends SUCCEEDED with job 1's final hash;
 #   3. job 3: the coordinator is SIGKILLed as both workers log "job done"
 #      and restarted at once: SUCCEEDED, job 1's hash, every step checked;
-#   4. job 4: as job 3, but the coordinator's database commits nothing from
-#      the check of step HOLD_FROM on (--fault_hold_state_from_step), so the
-#      restarted coordinator lacks the job's end and its last checks: both
-#      workers resend their kept reports, then ReportDone; SUCCEEDED, every
-#      step checked;
+#   4. job 4: the coordinator's database commits nothing from the check of
+#      step HOLD_FROM on (--fault_hold_state_from_step); it is SIGKILLed once
+#      the job ended and restarted, so the restarted one lacks the job's end
+#      and its last checks: both workers resend their kept reports from the
+#      first step it lacks, then ReportDone; SUCCEEDED, every step checked;
 #   5. a further coordinator start on a held --state_dir is refused (exit 2).
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -134,20 +134,26 @@ echo "job $J3 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill ($how), $C3 of $
 
 echo "== job 4, the database holds its last $((STEPS - HOLD_FROM)) checks and its end uncommitted at the kill"
 # --fault_hold_state_from_step: from the check of step HOLD_FROM on, the
-# database commits nothing, so the kill at the workers' "job done" always
-# loses the job's end and its last checks. The restarted coordinator must
-# ask both workers for their ReportDone again, and they must send their
-# kept step reports first.
-kill_coordinator
+# database commits nothing. The kill comes once the job has ended on that
+# coordinator (both ReportDone calls answered), so the restarted one always
+# lacks the job's end and its last checks: it must ask both workers for
+# their ReportDone again, and they must first send their kept step reports
+# from the first step it lacks. (Coordinator 3 stops with SIGTERM, which
+# commits what it queued: nothing of job 3 comes back to this one.)
+kill -TERM "$cpid"; wait "$cpid" 2>/dev/null
 start_coordinator --fault_hold_state_from_step=$HOLD_FROM
+held_log="$T/coord$coord_starts.log"
 wait_until $(( $(now_ms) + 20000 )) eval '[ "$(cli workers | grep -c IDLE)" = 2 ]' \
   || fail "workers not idle after the restart: $(cli workers)"
-o2=$(log_size "$T/w2.log")
-kill_at_job_done "${SPEC[@]}"
-J4=$JD
-grep -q "fault: the state database commits nothing from now on.*job=$J4 step=$HOLD_FROM" "$T/coord$((coord_starts - 1)).log" \
-  || fail "the coordinator did not hold its database at step $HOLD_FROM: $(grep fault "$T/coord$((coord_starts - 1)).log")"
-wait_until $(( t0 + 60000 )) ended "$J4" || fail "job $J4 did not end: $(cli status "$J4")"
+o1=$(log_size "$T/w1.log"); o2=$(log_size "$T/w2.log")
+J4=$(cli submit "${SPEC[@]}") || fail "submit 4: $J4"
+wait_until $(( $(now_ms) + BOUND_S * 1000 )) ended "$J4" || fail "job $J4 did not end: $(cli status "$J4")"
+grep -q "fault: the state database commits nothing from now on.*job=$J4 step=$HOLD_FROM" "$held_log" \
+  || fail "the coordinator did not hold its database at step $HOLD_FROM: $(grep fault "$held_log")"
+kill_coordinator
+t0=$(now_ms)
+start_coordinator
+wait_until $(( t0 + 60000 )) ended "$J4" || fail "job $J4 did not end after the restart: $(cli status "$J4")"
 [ "$(field "$J4" state)" = SUCCEEDED ] || fail "job $J4 after the restart: $(cli status "$J4")"
 [ "$(field "$J4" final_hash)" = "$H1" ] || fail "job $J4 final hash $(field "$J4" final_hash) != $H1"
 C4=$(cli sync "$J4" --json | json "int(d['checked_steps'])")
@@ -155,16 +161,22 @@ C4=$(cli sync "$J4" --json | json "int(d['checked_steps'])")
 P=$(cli sync "$J4" --max_entries=0 --all) || fail "sync --all: $P"
 [ "$(grep -c 'all 2 ranks match' <<<"$P")" = "$STEPS" ] || fail "sync $J4 --all listed $(grep -c 'all 2 ranks match' <<<"$P") of $STEPS checks"
 for w in 1 2; do
-  o=$DONE_O1; [ "$w" = 2 ] && o=$o2
+  o=$o1; [ "$w" = 2 ] && o=$o2
   line=$(tail -c +$((o + 1)) "$T/w$w.log" | grep "step reports sent again before ReportDone (the coordinator restarted).*job=$J4") \
     || fail "worker $w did not resend its step reports before ReportDone: $(tail -c +$((o + 1)) "$T/w$w.log" | grep -i "again" | tail -3)"
-  grep -q "reports=4096" <<<"$line" || fail "worker $w resent: $line"
+  # From the first step the restarted coordinator lacked: at most
+  # HOLD_FROM (nothing from there on was committed).
+  from=$(sed -n 's/.* from_step=\([0-9]*\).*/\1/p' <<<"$line")
+  sent=$(sed -n 's/.* reports=\([0-9]*\).*/\1/p' <<<"$line")
+  { [ -n "$from" ] && [ "$from" -le "$HOLD_FROM" ] && [ "$sent" = $((STEPS - from)) ]; } \
+    || fail "worker $w resent: $line"
+  echo "worker $w: $(grep -o 'reports=.*kept=[0-9]*' <<<"$line")"
 done
 echo "job $J4 SUCCEEDED $(( $(now_ms) - t0 )) ms after the kill, its end and its checks from step $HOLD_FROM uncommitted then; $C4 of $STEPS steps checked, final hash = job $J1's"
 
 echo "== a second coordinator on the same --state_dir is refused"
-"$COORD" --insecure --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord3.log"
+"$COORD" --insecure --listen=127.0.0.1:0 --state_dir="$S" --metrics_port=-1 2>"$T/coord_refused.log"
 rc=$?
 [ "$rc" = 2 ] || fail "second coordinator on $S: exit $rc, expected 2"
-grep -q "in use by another coordinator" "$T/coord3.log" || fail "no clear error: $(cat "$T/coord3.log")"
+grep -q "in use by another coordinator" "$T/coord_refused.log" || fail "no clear error: $(cat "$T/coord_refused.log")"
 echo PASS

@@ -16,13 +16,17 @@ bool CoordinatorDown(const absl::Status& s) {
 }
 
 absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worker_token,
-                           const ReportReplayLog& log, absl::Duration timeout) {
+                           const ReportReplayLog& log, absl::Duration timeout,
+                           int64_t from_step, int* sent) {
+  if (sent != nullptr) *sent = 0;
   v1::StepReports batch;
-  for (int first = 0; first < log.size(); first += kReplayBatch) {
+  for (int i = 0; i < log.size();) {
     batch.clear_reports();
-    for (int i = first; i < std::min(log.size(), first + kReplayBatch); ++i) {
-      *batch.add_reports() = log.at(i);
+    for (; i < log.size() && batch.reports_size() < kReplayBatch; ++i) {
+      if (log.at(i).step() >= from_step) *batch.add_reports() = log.at(i);
     }
+    if (batch.reports_size() == 0) break;
+    if (sent != nullptr) *sent += batch.reports_size();
     grpc::ClientContext ctx;
     AttachWorkerToken(&ctx, worker_token);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -63,13 +63,15 @@ absl::Status RetryWhileCoordinatorDown(const Call& call, const std::atomic<bool>
 // coordinator's limit (proto/coordinator.proto, StepReports: at most 8).
 inline constexpr int kReplayBatch = 8;
 
-// Sends `log`'s reports again with unary ReportSteps calls, kReplayBatch
-// per call, each with `timeout`, carrying `worker_token`: for a job whose
-// reporter is gone, when a restarted coordinator may lack the checks of
-// its last steps (before the job's ReportDone goes again). Stops at the
-// first error (returned) or at a reply that says stop (OK: the job ended).
+// Sends `log`'s reports of steps >= from_step again with unary ReportSteps
+// calls, kReplayBatch per call, each with `timeout`, carrying
+// `worker_token`: for a job whose reporter is gone, when a restarted
+// coordinator may lack the checks of its last steps (before the job's
+// ReportDone goes again). Stops at the first error (returned) or at a reply
+// that says stop (OK: the job ended). *sent (if not null): reports sent.
 absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worker_token,
-                           const ReportReplayLog& log, absl::Duration timeout);
+                           const ReportReplayLog& log, absl::Duration timeout,
+                           int64_t from_step = 0, int* sent = nullptr);
 
 // JobReporter over the coordinator's gRPC service.
 // Floats per UploadWeights message (1 MiB).
@@ -125,7 +127,11 @@ class GrpcReporter : public JobReporter {
                                             v1::ReportStepReply* reply) override;
   // The kept reports (see Replay above), moved out; call only when no
   // StepReporter uses this reporter any more (the job's runs are over).
-  ReportReplayLog TakeReplay() { return std::move(replay_); }
+  ReportReplayLog TakeReplay() {
+    ReportReplayLog taken = std::move(replay_);
+    replay_ = ReportReplayLog(0);  // empty, keeps nothing more
+    return taken;
+  }
   // Half-closes the report stream and waits for its end, at most
   // min(timeout, 1 s).
   ~GrpcReporter() override;

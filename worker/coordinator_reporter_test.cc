@@ -329,6 +329,22 @@ TEST(CoordinatorReporterTest, AFinishedJobsKeptReportsGoAgainInCallsOfEight) {
   EXPECT_EQ(fake.steps(), want);
   EXPECT_EQ(fake.unary_calls(), 3) << "20 reports, 8 per call";
 
+  // From the first step the coordinator lacks (HeartbeatReply
+  // .resend_reports_from_step): 15..22, one call.
+  FakeCoordinator from;
+  Server third(&from);
+  ASSERT_NE(third.server, nullptr);
+  auto stub3 = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", third.port), grpc::InsecureChannelCredentials()));
+  int sent = -1;
+  ASSERT_TRUE(ResendReports(stub3.get(), kToken, log, absl::Seconds(10), 15, &sent).ok());
+  EXPECT_EQ(sent, 8);
+  EXPECT_EQ(from.steps(), std::vector<int64_t>(want.end() - 8, want.end()));
+  EXPECT_EQ(from.unary_calls(), 1);
+  ASSERT_TRUE(ResendReports(stub3.get(), kToken, log, absl::Seconds(10), 23, &sent).ok());
+  EXPECT_EQ(sent, 0);
+  EXPECT_EQ(from.unary_calls(), 1) << "nothing to send, no call";
+
   FakeCoordinator stopping;
   stopping.stop_at = 4;
   Server second(&stopping);

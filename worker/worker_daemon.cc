@@ -304,7 +304,9 @@ void WorkerDaemon::Heartbeat() {
     }
     return;
   }
-  if (reply.resend_done_job_id() != 0) ResendDone(reply.resend_done_job_id());
+  if (reply.resend_done_job_id() != 0) {
+    ResendDone(reply.resend_done_job_id(), reply.resend_reports_from_step());
+  }
   DeferredLog later(&log_);  // written after mu_ is released
   absl::MutexLock l(&mu_);
   last_answer_ = absl::Now();
@@ -355,7 +357,7 @@ void WorkerDaemon::Heartbeat() {
   }
 }
 
-void WorkerDaemon::ResendDone(uint64_t job_id) {
+void WorkerDaemon::ResendDone(uint64_t job_id, int64_t reports_from_step) {
   v1::ReportDoneRequest done;
   std::string token;
   std::shared_ptr<const ReportReplayLog> reports;
@@ -383,12 +385,17 @@ void WorkerDaemon::ResendDone(uint64_t job_id) {
   if (done.worker_id().empty()) return;
   if (reports != nullptr) {
     // The restarted coordinator lost what it had not committed: the checks
-    // of the job's last steps may be among it.
-    absl::Status s = ResendReports(stub_.get(), token, *reports, options_.rpc_timeout);
+    // of the job's last steps may be among it. Only the reports from the
+    // first step it lacks go (few: this runs on the heartbeat thread).
+    int sent = 0;
+    absl::Status s = ResendReports(stub_.get(), token, *reports, options_.rpc_timeout,
+                                   reports_from_step, &sent);
     log_.Log(s.ok() ? LogLevel::kInfo : LogLevel::kWarn,
              "step reports sent again before ReportDone (the coordinator restarted)",
              {{"job", job_id},
-              {"reports", static_cast<int64_t>(reports->size())},
+              {"reports", static_cast<int64_t>(sent)},
+              {"from_step", reports_from_step},
+              {"kept", static_cast<int64_t>(reports->size())},
               {"error", s.ok() ? "" : s.message()}});
   }
   grpc::ClientContext ctx;

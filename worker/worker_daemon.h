@@ -253,8 +253,10 @@ class WorkerDaemon {
   // Drain() itself, leaving a shrink or wait job). True when it got through.
   bool Deregister(const std::string& worker_id);
   void Heartbeat();
-  // Answers HeartbeatReply.resend_done_job_id (no lock held: one RPC).
-  void ResendDone(uint64_t job_id);
+  // Answers HeartbeatReply.resend_done_job_id (no lock held): the kept step
+  // reports from reports_from_step (HeartbeatReply.resend_reports_from_step,
+  // ReportSteps calls of 8), then the ReportDone.
+  void ResendDone(uint64_t job_id, int64_t reports_from_step);
   // After a combine failed: waits until the job is stopped or superseded
   // (a regroup) for `grace` from now, extended while the coordinator is
   // down (restarting) to `grace` after its last down heartbeat, at most
