@@ -273,7 +273,6 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     for (const v1::RankStatus& rs : st.ranks()) {
       every_rank_reported = std::min(every_rank_reported, rs.step() - 1);
     }
-    if (st.ranks_size() == 0) every_rank_reported = -1;
     for (int r = 0; r < st.ranks_size(); ++r) {
       const v1::RankStatus& rs = st.ranks(r);
       Rank rank;

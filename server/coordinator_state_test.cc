@@ -155,6 +155,7 @@ TEST_F(CoordinatorStateTest, ARankStoredAheadOfTheChecksHasItsResentReportsCheck
   Incarnation second = Start(killed);
   Coordinator* c = second.coord.get();
   EXPECT_EQ(c->GetJob(1)->checked_steps(), 10);
+  EXPECT_EQ(c->GetJob(1)->ranks(0).step(), 10) << "restarts from step 10, not 12";
   for (int64_t s = 0; s < 12; ++s) Step(c, 1, 0, "w-1", s);
   for (int64_t s = 0; s < 20; ++s) {
     if (s >= 12) Step(c, 1, 0, "w-1", s);

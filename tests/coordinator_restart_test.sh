@@ -162,12 +162,14 @@ P=$(cli sync "$J4" --max_entries=0 --all) || fail "sync --all: $P"
 [ "$(grep -c 'all 2 ranks match' <<<"$P")" = "$STEPS" ] || fail "sync $J4 --all listed $(grep -c 'all 2 ranks match' <<<"$P") of $STEPS checks"
 for w in 1 2; do
   o=$o1; [ "$w" = 2 ] && o=$o2
-  line=$(tail -c +$((o + 1)) "$T/w$w.log" | grep "step reports sent again before ReportDone (the coordinator restarted).*job=$J4") \
+  line=$(tail -c +$((o + 1)) "$T/w$w.log" | grep "step reports sent again before ReportDone (the coordinator restarted).*job=$J4" |
+         grep 'error=""' | sed -n 1p) \
     || fail "worker $w did not resend its step reports before ReportDone: $(tail -c +$((o + 1)) "$T/w$w.log" | grep -i "again" | tail -3)"
   # From the first step the restarted coordinator lacked: at most
   # HOLD_FROM (nothing from there on was committed).
   from=$(sed -n 's/.* from_step=\([0-9]*\).*/\1/p' <<<"$line")
   sent=$(sed -n 's/.* reports=\([0-9]*\).*/\1/p' <<<"$line")
+  # (The first resend that went through: a failed one is asked again.)
   { [ -n "$from" ] && [ "$from" -le "$HOLD_FROM" ] && [ "$sent" = $((STEPS - from)) ]; } \
     || fail "worker $w resent: $line"
   echo "worker $w: $(grep -o 'reports=.*kept=[0-9]*' <<<"$line")"

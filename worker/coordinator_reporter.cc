@@ -26,7 +26,6 @@ absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worke
       if (log.at(i).step() >= from_step) *batch.add_reports() = log.at(i);
     }
     if (batch.reports_size() == 0) break;
-    if (sent != nullptr) *sent += batch.reports_size();
     grpc::ClientContext ctx;
     AttachWorkerToken(&ctx, worker_token);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -34,6 +33,7 @@ absl::Status ResendReports(v1::Coordinator::Stub* stub, const std::string& worke
     if (absl::Status s = FromGrpcStatus(stub->ReportSteps(&ctx, batch, &reply)); !s.ok()) {
       return s;
     }
+    if (sent != nullptr) *sent += batch.reports_size();
     if (reply.stop()) break;
   }
   return absl::OkStatus();

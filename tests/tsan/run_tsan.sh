@@ -99,6 +99,25 @@ if [ "$(cat "$LIB/.complete" 2>/dev/null)" != "$RECIPE" ]; then
 fi
 if [ "${1:-}" = --absl_only ]; then echo "tsan: instrumented abseil in $LIB" >&2; exit 0; fi
 
+# The tree as target patterns, //... without the top-level bazel-*
+# convenience symlinks: this script's Bazel (its own output base) does not
+# skip a symlink into another output base, and bazel-<workspace> from the
+# normal phases (not in .bazelignore unless the checkout is named main or
+# lockstep) would load bazel_tools' packages as ours and fail.
+tree_patterns() {
+  local d
+  echo //:all
+  for d in */; do
+    d=${d%/}
+    case "$d" in bazel-*) continue ;; esac
+    [ -L "$d" ] && continue
+    grep -qxF "$d" .bazelignore 2>/dev/null && continue
+    [ -n "$(find "$d" \( -name BUILD -o -name BUILD.bazel \) -print -quit)" ] || continue
+    echo "//$d/..."
+  done
+}
+mapfile -t TREE < <(tree_patterns)
+
 TARGETS=()
 FLAGS=()
 SUPP_EXTRA=""
@@ -111,7 +130,8 @@ for a in "$@"; do
     --sh)
       # Every sh_test but the excluded (sh_excluded.txt: the reason beside each).
       mapfile -t excluded < <(grep -o '^//[^[:space:]]*' tests/tsan/sh_excluded.txt)
-      mapfile -t -O "${#TARGETS[@]}" TARGETS < <("${BAZEL[@]}" query 'kind(sh_test, //...)' 2>/dev/null |
+      tree_expr=$(printf ' + %s' "${TREE[@]}"); tree_expr=${tree_expr# + }
+      mapfile -t -O "${#TARGETS[@]}" TARGETS < <("${BAZEL[@]}" query "kind(sh_test, $tree_expr)" 2>/dev/null |
         grep -vxF -f <(printf '%s\n' "${excluded[@]}"))
       [ ${#TARGETS[@]} -gt 0 ] || { echo "tsan: bazel query found no shell tests" >&2; exit 1; }
       SUPP_EXTRA=tests/tsan/tsan_sh.supp
@@ -131,7 +151,7 @@ done
 # (Until 2026-12-05 the 21 tests that start no thread were left out too;
 # they are cheap, so the set is every C++ test now.)
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(//... //tests/tsan:absl_mutex_visible_test)
+  TARGETS=("${TREE[@]}" //tests/tsan:absl_mutex_visible_test)
   FLAGS=(--build_tests_only --test_lang_filters=cc "${FLAGS[@]}")
 fi
 
