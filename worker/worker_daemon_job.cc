@@ -577,12 +577,15 @@ void WorkerDaemon::RunJob(RunningJob* job) {
             // checks of the last steps. Their reports go first (tried
             // again while it is down; any other error leaves them: the
             // ReportDone matters more).
-            absl::Status r = ResendReports(stub_.get(), token, *reports, options_.rpc_timeout);
+            int sent = 0;
+            absl::Status r =
+                ResendReports(stub_.get(), token, *reports, options_.rpc_timeout, 0, &sent);
             if (CoordinatorDown(r)) return r;
             log_.Log(r.ok() ? LogLevel::kInfo : LogLevel::kWarn,
                      "step reports sent again before ReportDone (the coordinator was down)",
                      {{"job", a.job_id()},
-                      {"reports", static_cast<int64_t>(reports->size())},
+                      {"reports", static_cast<int64_t>(sent)},
+                      {"kept", static_cast<int64_t>(reports->size())},
                       {"error", r.ok() ? "" : r.message()}});
           }
           retried = true;
