@@ -56,7 +56,11 @@ start_worker() {  # start_worker N [FLAGS...]
 }
 # Worker 2 loses its first RegisterWorker reply (a test-only fault): it
 # repeats the call and gets the same registration back.
-start_worker 1; start_worker 2 --fault_lose_register_reply
+start_worker 1
+# Worker 1 registers first, so it is w-1 (later lines kill wpid[2] as w-2).
+for _ in $(seq 200); do [ "$(cli workers 2>/dev/null | grep -c '^w-')" = 1 ] && break; sleep 0.05; done
+[ "$(cli workers 2>/dev/null | grep -c '^w-')" = 1 ] || fail "worker 1 did not register: $(cat "$T/w1.log")"
+start_worker 2 --fault_lose_register_reply
 W1="127.0.0.1:$(cat "$T/w1.port")"; W2="127.0.0.1:$(cat "$T/w2.port")"
 
 echo "== health: every daemon answers lockstep health"

@@ -133,8 +133,8 @@ out=$(cli submit --workers=1 --model=mlp:16 --dataset='csv:train.csv;test.csv' -
 busy=$(json "d['job_id']" <<<"$out")
 wait_idle 0
 cli workers | grep -Eq '^w-1 .* BUSY ' || fail "E: w-1 is not BUSY: $(cli workers)"
-start_worker 4 3; start_worker 5 4
-wait_idle 2
+start_worker 4 3; wait_idle 1   # registration order = worker ids
+start_worker 5 4; wait_idle 2
 out=$(cli resume "$B" --follow --json) || fail "E exit $?: $out"
 [ "$(json "d['state']" <<<"$out")" = SUCCEEDED ] || fail "E: $out"
 Eid=$(json "d['job_id']" <<<"$out")
