@@ -457,9 +457,11 @@ class Coordinator {
   using Rank = RankRecord;
   using Worker = WorkerRecord;
 
-  // SubmitJob's work before the commit wait; *db = the database to wait for.
+  // SubmitJob's work before the commit wait; *db = the database to wait for,
+  // *since = its position before this call's puts (StateDb::Flush).
   absl::StatusOr<lockstep::v1::SubmitJobReply> SubmitJobUncommitted(
-      const lockstep::v1::SubmitJobRequest& request, StateDb** db) ABSL_LOCKS_EXCLUDED(mu_);
+      const lockstep::v1::SubmitJobRequest& request, StateDb** db, uint64_t* since)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The job a worker reports on as rank `rank` (ReportStep/Eval/Done):
   // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of range,

@@ -20,12 +20,15 @@ constexpr absl::Duration kAcknowledgedCommitWait = absl::Seconds(5);
 
 // Waits (mu_ not held) until what a submit or cancel queued is committed, so
 // that a coordinator killed after its reply still has it. A database that
-// does not commit in time (a stalled disk) is logged, not returned: the call
+// does not commit in time (a stalled disk), or fails the commit holding the
+// call's puts (a failure before the call is not blamed on it: `since`, the
+// database's position before the puts), is logged, not returned: the call
 // took effect in memory and the job runs, so an error would only make the
 // user submit it twice.
-void CommitAcknowledged(StateDb* db, const Logger& log, const char* what, uint64_t job_id) {
+void CommitAcknowledged(StateDb* db, uint64_t since, const Logger& log, const char* what,
+                        uint64_t job_id) {
   if (db == nullptr) return;
-  const absl::Status s = db->Flush(absl::Now() + kAcknowledgedCommitWait);
+  const absl::Status s = db->Flush(absl::Now() + kAcknowledgedCommitWait, since);
   if (s.ok()) return;
   log.Log(LogLevel::kWarn, "acknowledged before the state database committed it",
           {{"job", job_id}, {"call", what}, {"error", s.message()}});
@@ -35,18 +38,20 @@ void CommitAcknowledged(StateDb* db, const Logger& log, const char* what, uint64
 
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
   StateDb* db = nullptr;
-  absl::StatusOr<v1::SubmitJobReply> reply = SubmitJobUncommitted(request, &db);
-  if (reply.ok()) CommitAcknowledged(db, log_, "SubmitJob", reply->job_id());
+  uint64_t since = 0;
+  absl::StatusOr<v1::SubmitJobReply> reply = SubmitJobUncommitted(request, &db, &since);
+  if (reply.ok()) CommitAcknowledged(db, since, log_, "SubmitJob", reply->job_id());
   return reply;
 }
 
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJobUncommitted(
-    const v1::SubmitJobRequest& request, StateDb** db) {
+    const v1::SubmitJobRequest& request, StateDb** db, uint64_t* since) {
   const v1::JobSpec& spec = request.spec();
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   const absl::Time now = clock_->Now();
   Locked lock(this);  // writes this call's log lines after unlocking
   *db = state_db_;
+  *since = state_db_ != nullptr ? state_db_->QueuedSeq() : 0;
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status s = CheckPsShardsAtSubmit(spec, PsAddressesLocked()); !s.ok()) return s;
   {  // memory need against our limit and the live workers' (submit_memory.h)
@@ -143,6 +148,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   // (from the state database; without one NOT_FOUND "evicted").
   if (!not_found.ok()) return EvictedJobStatus(job_id, not_found);
   StateDb* db = nullptr;
+  uint64_t since = 0;
   absl::StatusOr<v1::JobStatus> status;
   {
     Locked lock(this);  // writes this call's log lines after unlocking
@@ -150,13 +156,14 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
     if (!found.ok()) return found.status();
     Job* job = *found;
     if (!IsTerminalJobState(job->state)) {
+      if (state_db_ != nullptr) since = state_db_->QueuedSeq();
       EndJobLocked(job, v1::CANCELLED, "cancelled by user");
       ScheduleLocked();
       db = state_db_;
     }
     status = StatusLocked(*job, now);
   }
-  CommitAcknowledged(db, log_, "CancelJob", job_id);
+  CommitAcknowledged(db, since, log_, "CancelJob", job_id);
   return status;
 }
 

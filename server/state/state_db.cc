@@ -524,7 +524,12 @@ void StateDb::AddSyncCheck(uint64_t job_id, const v1::SyncCheck& check) {
   stats_.queued_checks = static_cast<int64_t>(queued_.checks.size());
 }
 
-absl::Status StateDb::Flush(absl::Time deadline) {
+uint64_t StateDb::QueuedSeq() const {
+  absl::MutexLock l(&mu_);
+  return enqueued_seq_;
+}
+
+absl::Status StateDb::Flush(absl::Time deadline, uint64_t since) {
   absl::MutexLock l(&mu_);
   const uint64_t target = enqueued_seq_;
   flush_requested_ = true;
@@ -533,7 +538,10 @@ absl::Status StateDb::Flush(absl::Time deadline) {
     return absl::DeadlineExceededError(
         absl::StrCat(path_, ": writes not committed by the deadline"));
   }
-  if (!stats_.last_error.empty()) return absl::InternalError(stats_.last_error);
+  // Newest first: a failed commit that held any put in (since, target].
+  for (auto it = failed_commits_.rbegin(); it != failed_commits_.rend(); ++it) {
+    if (it->to_seq > since && it->from_seq < target) return absl::InternalError(it->error);
+  }
   return absl::OkStatus();
 }
 

@@ -47,6 +47,7 @@
 #define LOCKSTEP_SERVER_STATE_STATE_DB_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -143,6 +144,10 @@ struct StateDbOptions {
   absl::Duration flush_interval = absl::Milliseconds(25);
   int64_t max_queued_checks = 1 << 16;
   int64_t max_checks_per_job = 1 << 20;
+  // Test fault: called on the writer thread before each non-empty commit;
+  // when it returns an error, the transaction is rolled back with it (as a
+  // failing disk would). Unset in production.
+  std::function<absl::Status()> commit_fault_for_test;
 };
 
 class StateDb {
@@ -214,10 +219,19 @@ class StateDb {
   void PutWeights(StoredWeights weights);
   void DeleteWeights(uint64_t job_id);
 
+  // The number of puts queued so far (a position in the write order): a
+  // caller takes it before its puts and hands it to Flush as `since`.
+  uint64_t QueuedSeq() const;
+
   // Blocks until everything queued before the call is committed, or
-  // `deadline` (DEADLINE_EXCEEDED). Returns the writer's last error if the
-  // commit failed.
-  absl::Status Flush(absl::Time deadline);
+  // `deadline` (DEADLINE_EXCEEDED). Returns INTERNAL with the commit's error
+  // if a commit holding a put queued after position `since` (QueuedSeq)
+  // failed: those puts are lost. Failures of older commits are not
+  // reported again (Stats.last_error keeps the newest). The newest
+  // kFailedCommitsKept failed commits are remembered; `since` = 0 means
+  // every one of them.
+  absl::Status Flush(absl::Time deadline, uint64_t since = 0);
+  static constexpr size_t kFailedCommitsKept = 64;
 
   // Test fault (lockstep-coordinator --fault_hold_state_from_step): from
   // now on the writer commits nothing until the destructor, which writes
@@ -260,6 +274,14 @@ class StateDb {
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool held_ ABSL_GUARDED_BY(mu_) = false;  // HoldWrites
+  // The newest failed commits (at most kFailedCommitsKept): each held the
+  // puts at positions (from_seq, to_seq].
+  struct FailedCommit {
+    uint64_t from_seq;
+    uint64_t to_seq;
+    std::string error;
+  };
+  std::deque<FailedCommit> failed_commits_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, int64_t> checks_per_job_ ABSL_GUARDED_BY(mu_);  // accepted for writing
   std::thread writer_;

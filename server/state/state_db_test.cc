@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -285,6 +286,46 @@ TEST(StateDbTest, Version1DatabaseIsMigrated) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(loaded->jobs[0].membership.has_value());
   EXPECT_EQ(loaded->jobs[0].membership->members.size(), 2u);
+}
+
+// A failed commit loses its puts; Flush reports it to a caller whose
+// position (QueuedSeq) came before them, and not to a later caller.
+TEST(StateDbTest, FlushReportsOnlyFailedCommitsAfterItsPosition) {
+  const std::string dir = TempDir();
+  std::atomic<bool> failing{true};
+  StateDbOptions options{dir};
+  options.commit_fault_for_test = [&failing]() {
+    return failing.load() ? absl::UnavailableError("disk full (injected)") : absl::OkStatus();
+  };
+  {
+    auto db = StateDb::Open(options);
+    ASSERT_TRUE(db.ok()) << db.status();
+    const uint64_t before1 = (*db)->QueuedSeq();
+    (*db)->PutJob(Job(1, v1::SUCCEEDED, 10));
+    const absl::Status f1 = (*db)->Flush(Soon(), before1);
+    EXPECT_TRUE(absl::IsInternal(f1)) << f1;
+    EXPECT_EQ(f1.message(), "disk full (injected)");
+    failing = false;
+    const uint64_t before2 = (*db)->QueuedSeq();
+    EXPECT_GT(before2, before1);
+    (*db)->PutJob(Job(2, v1::RUNNING, 5));
+    // Job 1's failure is before this caller's position: not reported again.
+    EXPECT_TRUE((*db)->Flush(Soon(), before2).ok());
+    // From the start (since = 0) it still is.
+    EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon())));
+    EXPECT_EQ((*db)->GetStats().last_error, "disk full (injected)");
+    failing = true;
+    const uint64_t before3 = (*db)->QueuedSeq();
+    (*db)->PutJob(Job(3, v1::RUNNING, 1));
+    EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon(), before3)));
+    failing = false;
+  }
+  auto db = StateDb::Open({dir});
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto loaded = (*db)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->jobs.size(), 1u);  // 1 and 3 were in failed commits
+  EXPECT_EQ(loaded->jobs[0].status.job_id(), 2u);
 }
 
 TEST(StateDbTest, SecondOpenOfTheSameDirectoryIsRefused) {

@@ -21,6 +21,7 @@ using statedb::Stmt;
 void StateDb::WriterLoop() {
   for (;;) {
     Batch batch;
+    uint64_t from_seq;  // the batch holds the puts at positions (from_seq, seq]
     uint64_t seq;
     bool stop;
     {
@@ -35,6 +36,7 @@ void StateDb::WriterLoop() {
       flush_requested_ = false;
       stop = stopping_;
       std::swap(batch, queued_);
+      from_seq = committed_seq_;
       seq = enqueued_seq_;
       stats_.queued_checks = 0;
     }
@@ -56,7 +58,11 @@ void StateDb::WriterLoop() {
         stats_.checks_written += static_cast<int64_t>(batch.checks.size());
         stats_.write_seconds += seconds;
       }
-      if (!s.ok()) stats_.last_error = std::string(s.message());
+      if (!s.ok()) {
+        stats_.last_error = std::string(s.message());
+        failed_commits_.push_back({from_seq, seq, stats_.last_error});
+        if (failed_commits_.size() > kFailedCommitsKept) failed_commits_.pop_front();
+      }
       committed_seq_ = seq;
       if (stop && queued_.empty()) return;
     }
@@ -121,6 +127,9 @@ void WriteMembership(sqlite3* db, uint64_t job_id, const StoredMembership& m, Ch
 
 absl::Status StateDb::Write(Batch& batch) {
   sqlite3* db = writer_db_;
+  if (options_.commit_fault_for_test) {
+    if (absl::Status s = options_.commit_fault_for_test(); !s.ok()) return s;
+  }
   if (absl::Status s = Exec(db, path_, "BEGIN IMMEDIATE"); !s.ok()) return s;
   absl::Status result = absl::OkStatus();
   auto check = [&](Stmt& st, absl::string_view what) {
