@@ -196,7 +196,12 @@
 //     (acknowledged), their reports are accepted; checks of steps that
 //     completed in the last moments before the kill and were not yet
 //     committed, and steps some ranks had reported to the old process, are
-//     not checked (checked_steps then falls short of the steps run);
+//     checked from the reports the workers send again (their newest 4096,
+//     worker/report_replay.h: on a new report stream, and before a resent
+//     ReportDone from resend_reports_from_step); every rank restores its
+//     last step as the newest stored check's, or as the lowest last step
+//     the ranks had stored in the job row if higher, so each step is
+//     checked once;
 //   * membership: each job's generation, members (worker ids, addresses by
 //     rank, held steps) and membership events are stored when they change
 //     (with the job row, at once), so a job that shrank (or regroups) comes
@@ -348,6 +353,11 @@ class Coordinator {
   // INVALID_ARGUMENT naming `reports`), in order, under one lock: as many
   // ReportStep calls. Returns the first reply that says stop or the first
   // error (the reports after it are not looked at), else the last reply.
+  // A probe (StepReports.probe, exactly one report naming job, worker, rank
+  // and generation) records nothing and answers probe_answered with
+  // resend_from_step = the rank's last recorded step + 1, stop for a job
+  // that is no longer RUNNING, neither for a stale generation, and the
+  // report's errors (NOT_FOUND, FAILED_PRECONDITION) as ReportStep would.
   static constexpr int kMaxStepReports = 8;
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportSteps(
       const lockstep::v1::StepReports& request);
@@ -479,6 +489,10 @@ class Coordinator {
   std::vector<std::string> PsAddressesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts PENDING jobs in FIFO order while they can start (scheduler.h).
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A StepReports probe (StepReports.probe): where the probe's rank should
+  // resume resending its kept reports; records nothing.
+  absl::StatusOr<lockstep::v1::ReportStepReply> ProbeLocked(
+      const lockstep::v1::ReportStepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReportStep's work, mu_ held (log lines queued for the Locked holder).
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStepLocked(
       const lockstep::v1::ReportStepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

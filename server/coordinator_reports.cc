@@ -23,6 +23,15 @@ bool IsHex32(const std::string& s) {
   return true;
 }
 
+// The answer to a report of a job that is no longer RUNNING.
+v1::ReportStepReply StopReply(const JobRecord& job) {
+  v1::ReportStepReply reply;
+  reply.set_stop(true);
+  reply.set_reason(absl::StrCat("job ", job.id, " is ", v1::JobState_Name(job.state),
+                                job.reason.empty() ? "" : ": ", job.reason));
+  return reply;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
@@ -38,6 +47,13 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportSteps(const v1::StepRepor
                                                    request.reports_size()));
   }
   Locked lock(this);  // one lock for the batch; log lines after unlocking
+  if (request.probe()) {
+    if (request.reports_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reports: a probe names its rank in exactly 1 report, got ", request.reports_size()));
+    }
+    return ProbeLocked(request.reports(0));
+  }
   absl::StatusOr<v1::ReportStepReply> reply;
   for (const v1::ReportStepRequest& report : request.reports()) {
     reply = ReportStepLocked(report);
@@ -48,6 +64,24 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportSteps(const v1::StepRepor
     }
     if (reply->stop()) break;
   }
+  return reply;
+}
+
+absl::StatusOr<v1::ReportStepReply> Coordinator::ProbeLocked(const v1::ReportStepRequest& request) {
+  v1::ReportStepReply reply;
+  // A stale generation's rank may be another now: the worker resends all
+  // it kept, and the coordinator drops those reports as stale.
+  if (const Job* j = jobs_.Find(request.job_id());
+      j != nullptr && request.generation() < j->membership.generation) {
+    return reply;
+  }
+  absl::StatusOr<Job*> found =
+      ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
+  if (!found.ok()) return found.status();
+  const Job* job = *found;
+  if (job->state != v1::RUNNING) return StopReply(*job);
+  reply.set_probe_answered(true);
+  reply.set_resend_from_step(job->ranks[request.rank()].last_step + 1);
   return reply;
 }
 
@@ -64,13 +98,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   if (!found.ok()) return found.status();
   Job* job = *found;
   v1::ReportStepReply reply;
-  auto stop_reply = [&]() {
-    reply.set_stop(true);
-    reply.set_reason(absl::StrCat("job ", job->id, " is ", v1::JobState_Name(job->state),
-                                  job->reason.empty() ? "" : ": ", job->reason));
-    return reply;
-  };
-  if (job->state != v1::RUNNING) return stop_reply();
+  if (job->state != v1::RUNNING) return StopReply(*job);
   if (request.step() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: expected >= 0, got ", request.step()));
@@ -142,7 +170,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   int64_t min_last = job->ranks[0].last_step;
   for (const Rank& r : job->ranks) min_last = std::min(min_last, r.last_step);
   job->sync.DropSettled(min_last);
-  if (job->state != v1::RUNNING) return stop_reply();
+  if (job->state != v1::RUNNING) return StopReply(*job);
   return with_repair();
 }
 

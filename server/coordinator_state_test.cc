@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "server/coordinator_state_test_fixture.h"
 
 namespace lockstep {
@@ -98,14 +99,7 @@ TEST_F(CoordinatorStateTest, RestartKeepsJobsWorkersCountersAndHistoryAndTheJobC
 // the database has are dropped as duplicates, the rest are checked, steps
 // only one rank had reported included. No check is lost or counted twice.
 TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommitted) {
-  const std::string dir = TempDir();
-  std::string killed;
-  {
-    Incarnation first = Start(dir);
-    Coordinator* c = first.coord.get();
-    StartAndStep(c, Spec(2, 30), 10);
-    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
-    killed = CopyOf(dir, "killed");  // the database as a SIGKILL leaves it
+  const std::string killed = KilledAfterTenCommittedSteps(30, [](Coordinator* c) {
     // Answered after that: checks of steps 10-13, and steps 14-15 of rank 0 only.
     for (int64_t s = 10; s < 14; ++s) {
       Step(c, 1, 0, "w-1", s);
@@ -114,7 +108,7 @@ TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommi
     Step(c, 1, 0, "w-1", 14);
     Step(c, 1, 0, "w-1", 15);
     EXPECT_EQ(c->GetJob(1)->checked_steps(), 14);
-  }
+  });
   Incarnation second = Start(killed);
   Coordinator* c = second.coord.get();
   EXPECT_EQ(c->GetJob(1)->checked_steps(), 10) << "what the database had";
@@ -132,6 +126,65 @@ TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommi
   std::vector<int64_t> want(30);
   for (int i = 0; i < 30; ++i) want[i] = i;
   EXPECT_EQ(PagedCheckSteps(c, 1, 7), want);
+}
+
+// A worker's new report stream first asks where each rank should resume
+// (StepReports.probe): on a live coordinator after every answered report,
+// on a restarted one where the database left off, so only what was lost is
+// sent again. The probe records nothing.
+TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
+  auto probe = [](Coordinator* c, int rank, const std::string& w, int reports = 1) {
+    v1::StepReports req;
+    req.set_probe(true);
+    for (int i = 0; i < reports; ++i) {
+      v1::ReportStepRequest* r = req.add_reports();
+      r->set_worker_id(w);
+      r->set_job_id(1);
+      r->set_rank(rank);
+      r->set_step(3);  // the oldest kept report: its step does not matter
+      r->set_weights_hash(Hash(3));
+    }
+    return c->ReportSteps(req);
+  };
+  const std::string killed = KilledAfterTenCommittedSteps(30, [&probe](Coordinator* c) {
+    for (int64_t s = 10; s < 14; ++s) {
+      Step(c, 1, 0, "w-1", s);
+      Step(c, 1, 1, "w-2", s);
+    }
+    Step(c, 1, 0, "w-1", 14);
+    auto p0 = probe(c, 0, "w-1");
+    ASSERT_TRUE(p0.ok()) << p0.status();
+    EXPECT_TRUE(p0->probe_answered());
+    EXPECT_EQ(p0->resend_from_step(), 15) << "a live coordinator has every answered report";
+    auto p1 = probe(c, 1, "w-2");
+    ASSERT_TRUE(p1.ok()) << p1.status();
+    EXPECT_EQ(p1->resend_from_step(), 14);
+    EXPECT_EQ(c->GetJob(1)->checked_steps(), 14) << "the probe's report was not recorded";
+    auto two = probe(c, 0, "w-1", 2);
+    ASSERT_TRUE(absl::IsInvalidArgument(two.status())) << two.status();
+    EXPECT_TRUE(absl::StrContains(two.status().message(), "reports:")) << two.status();
+    auto stranger = probe(c, 1, "w-1");
+    EXPECT_TRUE(absl::IsFailedPrecondition(stranger.status())) << stranger.status();
+  });
+  Incarnation second = Start(killed);
+  Coordinator* c = second.coord.get();
+  for (int rank = 0; rank < 2; ++rank) {
+    auto p = probe(c, rank, rank == 0 ? "w-1" : "w-2");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->probe_answered());
+    EXPECT_EQ(p->resend_from_step(), 10) << "rank " << rank << ": where the database left off";
+  }
+  // Resending from there (steps 10-14 of rank 0, 10-13 of rank 1) and going
+  // on checks every step once.
+  for (int64_t s = 10; s < 30; ++s) {
+    Step(c, 1, 0, "w-1", s);
+    Step(c, 1, 1, "w-2", s);
+  }
+  FinishK2AndExpectEveryStepChecked(c, 30);
+  auto after = probe(c, 0, "w-1");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->stop()) << "the job ended";
+  EXPECT_FALSE(after->probe_answered());
 }
 
 // The job row (written at most every second) can record a rank further

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,21 @@ class CoordinatorStateTest : public ::testing::Test {
     for (int64_t s = 0; s < steps; ++s) {
       for (int i = 1; i <= k; ++i) Step(c, 1, i - 1, absl::StrCat("w-", i), s);
     }
+  }
+  // A K=2 job of `total` steps that ran 10 with every check committed,
+  // then `after` (more reports, answered but not committed) on the same
+  // coordinator: returns a copy of the database as a SIGKILL there would
+  // have left it (the checks of steps 0-9).
+  std::string KilledAfterTenCommittedSteps(int64_t total,
+                                           const std::function<void(Coordinator*)>& after) {
+    const std::string dir = TempDir();
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, Spec(2, total), 10);
+    EXPECT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    std::string killed = CopyOf(dir, "killed");
+    after(c);
+    return killed;
   }
   // Uploads 6 floats as job 1's final weights from w-1 (rank 0).
   static void UploadWeights(Coordinator* c) {

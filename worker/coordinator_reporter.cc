@@ -71,26 +71,43 @@ absl::StatusOr<bool> GrpcReporter::ReportStepWithReply(const v1::ReportStepReque
 
 absl::Status GrpcReporter::Replay(v1::ReportStepReply* reply) {
   const int n = replay_.size();
+  if (n == 0) return absl::OkStatus();
   auto* out = replay_batch_.mutable_reports();
-  for (int first = 0; first < n; first += kReplayBatch) {
-    const int m = std::min(kReplayBatch, n - first);
-    while (out->size() > m) out->RemoveLast();
-    for (int i = 0; i < m; ++i) {
-      if (i == out->size()) out->Add();
-      out->Mutable(i)->CopyFrom(replay_.at(first + i));
+  // The probe: one report (the oldest kept) names the job, rank and
+  // generation; the coordinator answers the first step it lacks from this
+  // rank. A coordinator without probes records that report as a report
+  // (it is the oldest: nothing it already has is overtaken) and answers
+  // without probe_answered; then everything after it goes again.
+  out->Clear();
+  out->Add()->CopyFrom(replay_.at(0));
+  replay_batch_.set_probe(true);
+  reply->Clear();
+  absl::Status s = stream_->Exchange(replay_batch_, reply, absl::Now() + timeout_);
+  replay_batch_.set_probe(false);
+  if (!s.ok() || reply->stop()) return s;
+  const bool answered = reply->probe_answered();
+  const int64_t from_step = answered ? reply->resend_from_step() : -1;
+  int i = answered ? 0 : 1;
+  int64_t sent = i;  // an unanswered probe's report was recorded as a report
+  while (i < n) {
+    out->Clear();  // keeps the cleared elements: no allocation once grown
+    for (; i < n && out->size() < kReplayBatch; ++i) {
+      if (replay_.at(i).step() < from_step) continue;
+      out->Add()->CopyFrom(replay_.at(i));
     }
+    if (out->empty()) break;
     reply->Clear();
-    if (absl::Status s = stream_->Exchange(replay_batch_, reply, absl::Now() + timeout_);
-        !s.ok()) {
-      return s;
-    }
+    if (s = stream_->Exchange(replay_batch_, reply, absl::Now() + timeout_); !s.ok()) return s;
+    sent += out->size();
     if (reply->stop()) return absl::OkStatus();
   }
-  if (logger_ != nullptr && n > 0) {
+  if (logger_ != nullptr) {
     logger_->Info("resent step reports on a new report stream (a restarted coordinator "
                   "checks the ones it had not stored)",
                   {{"job", replay_.at(0).job_id()},
-                   {"reports", static_cast<int64_t>(n)},
+                   {"reports", sent},
+                   {"from_step", from_step},
+                   {"kept", static_cast<int64_t>(n)},
                    {"first_step", replay_.at(0).step()},
                    {"last_step", replay_.at(n - 1).step()},
                    {"not_kept", replay_.dropped()}});

@@ -117,12 +117,18 @@ class GrpcReporter : public JobReporter {
   // Replay (issue 10): every report answered on a stream is kept (the
   // newest `replay_reports`). Each stream after the first (the previous
   // one ended: the coordinator may have restarted, and lost the checks
-  // its database had not committed yet) begins with the kept reports, in
-  // step order, kReplayBatch per message, before the batch that opened it.
-  // The coordinator drops the ones it has (a step at or below the rank's
-  // last recorded step) and checks the rest, so a restart loses no check.
-  // A replayed reply that says stop ends the call with that reply. The
-  // unary fallbacks do not replay.
+  // its database had not committed yet) begins with a probe
+  // (StepReports.probe: the oldest kept report names job, rank and
+  // generation), whose reply says the first step the coordinator lacks
+  // from this rank; the kept reports from that step go, in the order they
+  // were answered, kReplayBatch per message, before the batch that opened
+  // the stream. A live coordinator (a stream that merely ended) lacks
+  // none; a restarted one those after its database's newest check. A
+  // coordinator without probes records the probe's report as a report and
+  // gets every kept report after it; it drops those it has (a step at or
+  // below the rank's last recorded step) and checks the rest. So a restart
+  // loses no check. A reply that says stop ends the call with that reply.
+  // The unary fallbacks do not replay.
   absl::StatusOr<bool> ReportStepsWithReply(absl::Span<const v1::ReportStepRequest* const> reports,
                                             v1::ReportStepReply* reply) override;
   // The kept reports (see Replay above), moved out; call only when no

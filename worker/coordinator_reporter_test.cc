@@ -36,6 +36,9 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   bool has_stream = true;          // false: ReportStream is UNIMPLEMENTED
   bool hang_first_stream = false;  // the first stream reads and never answers
   int64_t stop_at = 1 << 30;
+  // >= 0: answers probes (StepReports.probe) with this resend_from_step;
+  // -1: a coordinator without probes (records the probe's report).
+  int64_t probe_from = -1;
 
   grpc::Status ReportSteps(grpc::ServerContext* context, const v1::StepReports* request,
                            v1::ReportStepReply* reply) override {
@@ -98,12 +101,22 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     absl::MutexLock l(&mu_);
     return cancelled_;
   }
+  int probes() {
+    absl::MutexLock l(&mu_);
+    return probes_;
+  }
 
  private:
   grpc::Status Answer(const grpc::ServerContext& context, const v1::StepReports& request,
                       v1::ReportStepReply* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (WorkerTokenOf(context) != kToken) {
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no or wrong worker token");
+    }
+    if (request.probe() && probe_from >= 0) {
+      ++probes_;
+      reply->set_probe_answered(true);
+      reply->set_resend_from_step(probe_from);
+      return grpc::Status::OK;
     }
     for (const v1::ReportStepRequest& r : request.reports()) {
       steps_.push_back(r.step());
@@ -122,6 +135,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   int stream_messages_ ABSL_GUARDED_BY(mu_) = 0;
   int unary_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  int probes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A fake coordinator on an OS-chosen (or a given) loopback port.
@@ -176,6 +190,31 @@ class Reporting {
   std::atomic<int> stops_{0};
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::unique_ptr<GrpcReporter> reporter_;
+};
+
+// A logging reporter that keeps 11 answered reports, after steps 0-13
+// were reported to `before` on the loopback port `port`, whose server has
+// stopped since (as a killed coordinator's): its next batch opens a new
+// stream there. Construct in a test; check `ok`.
+struct ReplayAfterFourteenSteps {
+  explicit ReplayAfterFourteenSteps(FakeCoordinator* before) {
+    Server first(before);
+    if (first.server == nullptr) return;
+    port = first.port;
+    reporting = std::make_unique<Reporting>(port, absl::Seconds(10), /*replay_reports=*/11,
+                                            &logger);
+    for (int64_t step = 0; step < 14; step += 2) {
+      if (!reporting->Batch(step, 2).ok()) return;
+    }
+    ok = true;
+  }  // first stops here
+  std::shared_ptr<FakeClock> clock =
+      std::make_shared<FakeClock>(absl::FromUnixSeconds(1796047323));
+  std::shared_ptr<StringLogSink> sink = std::make_shared<StringLogSink>();
+  const Logger logger{sink, clock, LogOptions{LogFormat::kText, LogLevel::kInfo}};
+  int port = 0;
+  std::unique_ptr<Reporting> reporting;
+  bool ok = false;
 };
 
 TEST(CoordinatorReporterTest, BatchesGoOnOneStreamWithOneReplyEach) {
@@ -261,7 +300,8 @@ TEST(CoordinatorReporterTest, ARestartedCoordinatorGetsTheNextBatchOnANewStream)
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_EQ(before.steps(), (std::vector<int64_t>{0, 1}));
   // The answered reports first (the restarted coordinator may not have
-  // stored their checks), then the batch.
+  // stored their checks; this one answers no probe, so the probe's report,
+  // step 0, counts as the first), then the batch.
   EXPECT_EQ(after.steps(), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(after.streams(), 1);
 }
@@ -270,25 +310,23 @@ TEST(CoordinatorReporterTest, ARestartedCoordinatorGetsTheNextBatchOnANewStream)
 // replayed reply that says stop ends the call before the batch is sent.
 TEST(CoordinatorReporterTest, ANewStreamBeginsWithTheNewestKeptReports) {
   FakeCoordinator before, after, third;
-  auto first = std::make_unique<Server>(&before);
-  ASSERT_NE(first->server, nullptr);
-  const int port = first->port;
-  auto clock = std::make_shared<FakeClock>(absl::FromUnixSeconds(1796047323));
-  auto sink = std::make_shared<StringLogSink>();
-  const Logger logger(sink, clock, LogOptions{LogFormat::kText, LogLevel::kInfo});
-  Reporting r(port, absl::Seconds(10), /*replay_reports=*/11, &logger);
-  for (int64_t step = 0; step < 14; step += 2) ASSERT_TRUE(r.Batch(step, 2).ok());
-  first->Stop();
+  ReplayAfterFourteenSteps setup(&before);
+  ASSERT_TRUE(setup.ok);
+  const int port = setup.port;
+  Reporting& r = *setup.reporting;
+  StringLogSink* sink = setup.sink.get();
   auto second = std::make_unique<Server>(&after, port);
   ASSERT_NE(second->server, nullptr) << "port " << port << " taken meanwhile";
   ASSERT_TRUE(r.Batch(14, 1).ok());
   std::vector<int64_t> want;
   for (int64_t s = 3; s <= 14; ++s) want.push_back(s);
   EXPECT_EQ(after.steps(), want) << "steps 3-13 (the newest 11), then 14";
-  EXPECT_EQ(after.stream_messages(), 3) << "11 kept reports in 2 messages, then the batch";
+  EXPECT_EQ(after.stream_messages(), 4)
+      << "the probe (recorded: a coordinator without probes), 10 more kept reports in 2 "
+         "messages, then the batch";
   const std::string log = sink->contents();
   EXPECT_NE(log.find("resent step reports"), std::string::npos) << log;
-  EXPECT_NE(log.find("reports=11"), std::string::npos) << log;
+  EXPECT_NE(log.find("reports=11 from_step=-1 kept=11"), std::string::npos) << log;
   EXPECT_NE(log.find("first_step=3"), std::string::npos) << log;
   EXPECT_NE(log.find("last_step=13"), std::string::npos) << log;
   EXPECT_NE(log.find("not_kept=3"), std::string::npos) << log;
@@ -299,11 +337,44 @@ TEST(CoordinatorReporterTest, ANewStreamBeginsWithTheNewestKeptReports) {
   ASSERT_NE(last.server, nullptr) << "port " << port << " taken meanwhile";
   absl::StatusOr<bool> stop = r.Batch(15, 2);
   ASSERT_TRUE(stop.ok()) << stop.status();
-  EXPECT_TRUE(*stop) << "the reply to the replayed steps 4-11 says stop";
+  EXPECT_TRUE(*stop) << "the reply to the replayed steps 5-12 says stop";
   EXPECT_EQ(r.stops(), 1);
-  std::vector<int64_t> replayed;
-  for (int64_t s = 4; s <= 11; ++s) replayed.push_back(s);
+  std::vector<int64_t> replayed;  // the probe's step 4, then 5-12
+  for (int64_t s = 4; s <= 12; ++s) replayed.push_back(s);
   EXPECT_EQ(third.steps(), replayed) << "the batch (15, 16) is not sent after a stop";
+}
+
+// A coordinator that answers probes gets only the kept reports it lacks:
+// after a restart those from where its database left off, after a stream
+// that merely ended on a live coordinator none.
+TEST(CoordinatorReporterTest, ANewStreamResendsOnlyWhatTheProbeAsksFor) {
+  FakeCoordinator before, restarted, live;
+  ReplayAfterFourteenSteps setup(&before);
+  ASSERT_TRUE(setup.ok);
+  const int port = setup.port;
+  Reporting& r = *setup.reporting;
+  StringLogSink* sink = setup.sink.get();
+  restarted.probe_from = 9;  // its database had the checks of steps 0-8
+  auto second = std::make_unique<Server>(&restarted, port);
+  ASSERT_NE(second->server, nullptr) << "port " << port << " taken meanwhile";
+  ASSERT_TRUE(r.Batch(14, 1).ok());
+  EXPECT_EQ(restarted.probes(), 1);
+  EXPECT_EQ(restarted.steps(), (std::vector<int64_t>{9, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(restarted.stream_messages(), 3) << "the probe, steps 9-13, the batch";
+  EXPECT_NE(sink->contents().find("reports=5 from_step=9 kept=11 first_step=3 last_step=13"),
+            std::string::npos)
+      << sink->contents();
+
+  second->Stop();
+  live.probe_from = 15;  // has every answered report (0-14)
+  Server last(&live, port);
+  ASSERT_NE(last.server, nullptr) << "port " << port << " taken meanwhile";
+  ASSERT_TRUE(r.Batch(15, 2).ok());
+  EXPECT_EQ(live.probes(), 1);
+  EXPECT_EQ(live.steps(), (std::vector<int64_t>{15, 16})) << "nothing resent";
+  EXPECT_EQ(live.stream_messages(), 2) << "the probe, the batch";
+  EXPECT_NE(sink->contents().find("reports=0 from_step=15"), std::string::npos)
+      << sink->contents();
 }
 
 // A finished job's kept reports (GrpcReporter::TakeReplay) go again in
