@@ -468,10 +468,10 @@ class Coordinator {
   using Worker = WorkerRecord;
 
   // SubmitJob's work before the commit wait; *db = the database to wait for,
-  // *since = its position before this call's puts (StateDb::Flush).
+  // *puts = this call's puts in its write order (StateDb::Flush).
   absl::StatusOr<lockstep::v1::SubmitJobReply> SubmitJobUncommitted(
-      const lockstep::v1::SubmitJobRequest& request, StateDb** db, uint64_t* since)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const lockstep::v1::SubmitJobRequest& request, StateDb** db,
+      StateDb::QueuedRange* puts) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The job a worker reports on as rank `rank` (ReportStep/Eval/Done):
   // NOT_FOUND for an unknown job, INVALID_ARGUMENT for a rank out of range,

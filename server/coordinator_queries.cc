@@ -21,14 +21,14 @@ constexpr absl::Duration kAcknowledgedCommitWait = absl::Seconds(5);
 // Waits (mu_ not held) until what a submit or cancel queued is committed, so
 // that a coordinator killed after its reply still has it. A database that
 // does not commit in time (a stalled disk), or fails the commit holding the
-// call's puts (a failure before the call is not blamed on it: `since`, the
-// database's position before the puts), is logged, not returned: the call
+// call's puts (another commit's failure is not blamed on it: `puts`, the
+// database's positions before and after them), is logged, not returned: the call
 // took effect in memory and the job runs, so an error would only make the
 // user submit it twice.
-void CommitAcknowledged(StateDb* db, uint64_t since, const Logger& log, const char* what,
-                        uint64_t job_id) {
+void CommitAcknowledged(StateDb* db, const StateDb::QueuedRange& puts, const Logger& log,
+                        const char* what, uint64_t job_id) {
   if (db == nullptr) return;
-  const absl::Status s = db->Flush(absl::Now() + kAcknowledgedCommitWait, since);
+  const absl::Status s = db->Flush(absl::Now() + kAcknowledgedCommitWait, puts);
   if (s.ok()) return;
   log.Log(LogLevel::kWarn, "acknowledged before the state database committed it",
           {{"job", job_id}, {"call", what}, {"error", s.message()}});
@@ -38,20 +38,20 @@ void CommitAcknowledged(StateDb* db, uint64_t since, const Logger& log, const ch
 
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
   StateDb* db = nullptr;
-  uint64_t since = 0;
-  absl::StatusOr<v1::SubmitJobReply> reply = SubmitJobUncommitted(request, &db, &since);
-  if (reply.ok()) CommitAcknowledged(db, since, log_, "SubmitJob", reply->job_id());
+  StateDb::QueuedRange puts;
+  absl::StatusOr<v1::SubmitJobReply> reply = SubmitJobUncommitted(request, &db, &puts);
+  if (reply.ok()) CommitAcknowledged(db, puts, log_, "SubmitJob", reply->job_id());
   return reply;
 }
 
 absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJobUncommitted(
-    const v1::SubmitJobRequest& request, StateDb** db, uint64_t* since) {
+    const v1::SubmitJobRequest& request, StateDb** db, StateDb::QueuedRange* puts) {
   const v1::JobSpec& spec = request.spec();
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   const absl::Time now = clock_->Now();
   Locked lock(this);  // writes this call's log lines after unlocking
   *db = state_db_;
-  *since = state_db_ != nullptr ? state_db_->QueuedSeq() : 0;
+  if (state_db_ != nullptr) puts->since = state_db_->QueuedSeq();
   if (draining_) return absl::UnavailableError("coordinator is shutting down");
   if (absl::Status s = CheckPsShardsAtSubmit(spec, PsAddressesLocked()); !s.ok()) return s;
   {  // memory need against our limit and the live workers' (submit_memory.h)
@@ -80,6 +80,7 @@ absl::StatusOr<v1::SubmitJobReply> Coordinator::SubmitJobUncommitted(
              {"batch", spec.global_batch()},
              {"name", spec.name()}});
   ScheduleLocked();
+  if (state_db_ != nullptr) puts->until = state_db_->QueuedSeq();
   v1::SubmitJobReply reply;
   reply.set_job_id(j->id);
   reply.set_state(j->state);
@@ -148,7 +149,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
   // (from the state database; without one NOT_FOUND "evicted").
   if (!not_found.ok()) return EvictedJobStatus(job_id, not_found);
   StateDb* db = nullptr;
-  uint64_t since = 0;
+  StateDb::QueuedRange puts;
   absl::StatusOr<v1::JobStatus> status;
   {
     Locked lock(this);  // writes this call's log lines after unlocking
@@ -156,14 +157,15 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(uint64_t job_id) {
     if (!found.ok()) return found.status();
     Job* job = *found;
     if (!IsTerminalJobState(job->state)) {
-      if (state_db_ != nullptr) since = state_db_->QueuedSeq();
+      if (state_db_ != nullptr) puts.since = state_db_->QueuedSeq();
       EndJobLocked(job, v1::CANCELLED, "cancelled by user");
       ScheduleLocked();
+      if (state_db_ != nullptr) puts.until = state_db_->QueuedSeq();
       db = state_db_;
     }
     status = StatusLocked(*job, now);
   }
-  CommitAcknowledged(db, since, log_, "CancelJob", job_id);
+  CommitAcknowledged(db, puts, log_, "CancelJob", job_id);
   return status;
 }
 

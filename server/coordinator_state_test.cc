@@ -133,7 +133,10 @@ TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommi
 // on a restarted one where the database left off, so only what was lost is
 // sent again. The probe records nothing.
 TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
-  auto probe = [](Coordinator* c, int rank, const std::string& w, int reports = 1) {
+  // `step`: the probe's report's (the worker's oldest kept one); it does
+  // not matter to the answer.
+  auto probe = [](Coordinator* c, int rank, const std::string& w, int reports = 1,
+                  int64_t step = 3) {
     v1::StepReports req;
     req.set_probe(true);
     for (int i = 0; i < reports; ++i) {
@@ -141,8 +144,10 @@ TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
       r->set_worker_id(w);
       r->set_job_id(1);
       r->set_rank(rank);
-      r->set_step(3);  // the oldest kept report: its step does not matter
-      r->set_weights_hash(Hash(3));
+      r->set_step(step);
+      r->set_weights_hash(Hash(step));
+      r->set_loss(1.0);
+      r->set_examples(8);
     }
     return c->ReportSteps(req);
   };
@@ -156,10 +161,16 @@ TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
     ASSERT_TRUE(p0.ok()) << p0.status();
     EXPECT_TRUE(p0->probe_answered());
     EXPECT_EQ(p0->resend_from_step(), 15) << "a live coordinator has every answered report";
-    auto p1 = probe(c, 1, "w-2");
+    // A probe naming rank 1's step 14, which as a report would complete
+    // step 14 (rank 0 reported it): not recorded.
+    auto p1 = probe(c, 1, "w-2", 1, 14);
     ASSERT_TRUE(p1.ok()) << p1.status();
+    EXPECT_TRUE(p1->probe_answered());
     EXPECT_EQ(p1->resend_from_step(), 14);
-    EXPECT_EQ(c->GetJob(1)->checked_steps(), 14) << "the probe's report was not recorded";
+    EXPECT_EQ(c->GetJob(1)->checked_steps(), 14) << "the probe's report was recorded";
+    auto again = probe(c, 1, "w-2", 1, 14);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->resend_from_step(), 14);
     auto two = probe(c, 0, "w-1", 2);
     ASSERT_TRUE(absl::IsInvalidArgument(two.status())) << two.status();
     EXPECT_TRUE(absl::StrContains(two.status().message(), "reports:")) << two.status();

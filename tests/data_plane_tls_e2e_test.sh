@@ -47,6 +47,7 @@ start() {  # NAME EXTRA_DAEMON_FLAGS [own: no --ps_addresses, ps jobs use the co
     wait_file "$T/$n.w$i.port"
     # One at a time: registration order gives the ids (w-1 is $n.w1.log's).
     for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = "$i" ] && break; sleep 0.05; done
+    [ "$(cli workers | grep -c IDLE)" = "$i" ] || fail "$n: worker $i did not register: $(cli workers)"
   done
   for _ in $(seq 200); do [ "$(cli workers | grep -c IDLE)" = 2 ] && return 0; sleep 0.05; done
   fail "$n: workers not idle: $(cli workers)"

@@ -102,8 +102,9 @@ absl::Status GrpcReporter::Replay(v1::ReportStepReply* reply) {
     if (reply->stop()) return absl::OkStatus();
   }
   if (logger_ != nullptr) {
-    logger_->Info("resent step reports on a new report stream (a restarted coordinator "
-                  "checks the ones it had not stored)",
+    // reports=0 on a live coordinator (the old stream merely ended).
+    logger_->Info("resent step reports the coordinator lacked on a new report stream "
+                  "(a restarted coordinator checks the ones it had not stored)",
                   {{"job", replay_.at(0).job_id()},
                    {"reports", sent},
                    {"from_step", from_step},

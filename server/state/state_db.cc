@@ -529,9 +529,11 @@ uint64_t StateDb::QueuedSeq() const {
   return enqueued_seq_;
 }
 
-absl::Status StateDb::Flush(absl::Time deadline, uint64_t since) {
+absl::Status StateDb::Flush(absl::Time deadline) { return Flush(deadline, QueuedRange()); }
+
+absl::Status StateDb::Flush(absl::Time deadline, QueuedRange puts) {
   absl::MutexLock l(&mu_);
-  const uint64_t target = enqueued_seq_;
+  const uint64_t target = std::min(enqueued_seq_, puts.until);
   flush_requested_ = true;
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return committed_seq_ >= target; };
   if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
@@ -540,7 +542,9 @@ absl::Status StateDb::Flush(absl::Time deadline, uint64_t since) {
   }
   // Newest first: a failed commit that held any put in (since, target].
   for (auto it = failed_commits_.rbegin(); it != failed_commits_.rend(); ++it) {
-    if (it->to_seq > since && it->from_seq < target) return absl::InternalError(it->error);
+    if (it->to_seq > puts.since && it->from_seq < target) {
+      return absl::InternalError(it->error);
+    }
   }
   return absl::OkStatus();
 }

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -220,17 +221,24 @@ class StateDb {
   void DeleteWeights(uint64_t job_id);
 
   // The number of puts queued so far (a position in the write order): a
-  // caller takes it before its puts and hands it to Flush as `since`.
+  // caller takes it before and after its puts (QueuedRange) and hands
+  // them to Flush.
   uint64_t QueuedSeq() const;
+  // A caller's puts: the positions (since, until] of the write order.
+  struct QueuedRange {
+    uint64_t since = 0;
+    uint64_t until = std::numeric_limits<uint64_t>::max();
+  };
 
-  // Blocks until everything queued before the call is committed, or
-  // `deadline` (DEADLINE_EXCEEDED). Returns INTERNAL with the commit's error
-  // if a commit holding a put queued after position `since` (QueuedSeq)
-  // failed: those puts are lost. Failures of older commits are not
-  // reported again (Stats.last_error keeps the newest). The newest
-  // kFailedCommitsKept failed commits are remembered; `since` = 0 means
-  // every one of them.
-  absl::Status Flush(absl::Time deadline, uint64_t since = 0);
+  // Blocks until everything queued before the call (at most up to
+  // puts.until) is committed, or `deadline` (DEADLINE_EXCEEDED). Returns
+  // INTERNAL with the commit's error if a commit holding a put in `puts`
+  // failed: those puts are lost. Failures of other commits are not
+  // reported (Stats.last_error keeps the newest). The newest
+  // kFailedCommitsKept failed commits are remembered; without a range,
+  // every put counts.
+  absl::Status Flush(absl::Time deadline, QueuedRange puts);
+  absl::Status Flush(absl::Time deadline);
   static constexpr size_t kFailedCommitsKept = 64;
 
   // Test fault (lockstep-coordinator --fault_hold_state_from_step): from

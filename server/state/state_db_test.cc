@@ -288,9 +288,10 @@ TEST(StateDbTest, Version1DatabaseIsMigrated) {
   EXPECT_EQ(loaded->jobs[0].membership->members.size(), 2u);
 }
 
-// A failed commit loses its puts; Flush reports it to a caller whose
-// position (QueuedSeq) came before them, and not to a later caller.
-TEST(StateDbTest, FlushReportsOnlyFailedCommitsAfterItsPosition) {
+// A failed commit loses its puts; Flush reports it to a caller whose puts
+// (QueuedRange, from QueuedSeq before and after them) it held, not to one
+// whose puts came before or after it.
+TEST(StateDbTest, FlushReportsOnlyFailedCommitsOfTheCallersPuts) {
   const std::string dir = TempDir();
   std::atomic<bool> failing{true};
   StateDbOptions options{dir};
@@ -302,7 +303,7 @@ TEST(StateDbTest, FlushReportsOnlyFailedCommitsAfterItsPosition) {
     ASSERT_TRUE(db.ok()) << db.status();
     const uint64_t before1 = (*db)->QueuedSeq();
     (*db)->PutJob(Job(1, v1::SUCCEEDED, 10));
-    const absl::Status f1 = (*db)->Flush(Soon(), before1);
+    const absl::Status f1 = (*db)->Flush(Soon(), {before1});
     EXPECT_TRUE(absl::IsInternal(f1)) << f1;
     EXPECT_EQ(f1.message(), "disk full (injected)");
     failing = false;
@@ -310,22 +311,35 @@ TEST(StateDbTest, FlushReportsOnlyFailedCommitsAfterItsPosition) {
     EXPECT_GT(before2, before1);
     (*db)->PutJob(Job(2, v1::RUNNING, 5));
     // Job 1's failure is before this caller's position: not reported again.
-    EXPECT_TRUE((*db)->Flush(Soon(), before2).ok());
+    EXPECT_TRUE((*db)->Flush(Soon(), {before2}).ok());
     // From the start (since = 0) it still is.
     EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon())));
     EXPECT_EQ((*db)->GetStats().last_error, "disk full (injected)");
     failing = true;
     const uint64_t before3 = (*db)->QueuedSeq();
     (*db)->PutJob(Job(3, v1::RUNNING, 1));
-    EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon(), before3)));
+    const uint64_t after3 = (*db)->QueuedSeq();
+    EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon(), {before3, after3})));
+    // A commit that fails after the caller's puts is not the caller's.
+    failing = false;
+    const uint64_t before4 = (*db)->QueuedSeq();
+    (*db)->PutJob(Job(4, v1::RUNNING, 1));
+    const uint64_t after4 = (*db)->QueuedSeq();
+    ASSERT_TRUE((*db)->Flush(Soon(), {before4, after4}).ok());
+    failing = true;
+    (*db)->PutJob(Job(5, v1::RUNNING, 1));
+    EXPECT_TRUE(absl::IsInternal((*db)->Flush(Soon(), {after4})));  // job 5's commit
+    EXPECT_TRUE((*db)->Flush(Soon(), {before4, after4}).ok())
+        << "job 5's failed commit is after the caller's puts";
     failing = false;
   }
   auto db = StateDb::Open({dir});
   ASSERT_TRUE(db.ok()) << db.status();
   auto loaded = (*db)->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_EQ(loaded->jobs.size(), 1u);  // 1 and 3 were in failed commits
+  ASSERT_EQ(loaded->jobs.size(), 2u);  // 1, 3 and 5 were in failed commits
   EXPECT_EQ(loaded->jobs[0].status.job_id(), 2u);
+  EXPECT_EQ(loaded->jobs[1].status.job_id(), 4u);
 }
 
 TEST(StateDbTest, SecondOpenOfTheSameDirectoryIsRefused) {
