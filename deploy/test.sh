@@ -6,8 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh || exit 1
+# The tree's top-level packages rather than //... (deploy/tree_patterns.sh).
+source deploy/tree_patterns.sh
+mapfile -t TREE < <(tree_patterns)
 log=$(mktemp)
-bazel test "$@" //... 2>&1 | tee "$log"
+bazel test "$@" "${TREE[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|FAILED TO BUILD|NO STATUS|INCOMPLETE)' "$log")

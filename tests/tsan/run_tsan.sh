@@ -104,18 +104,7 @@ if [ "${1:-}" = --absl_only ]; then echo "tsan: instrumented abseil in $LIB" >&2
 # skip a symlink into another output base, and bazel-<workspace> from the
 # normal phases (not in .bazelignore unless the checkout is named main or
 # lockstep) would load bazel_tools' packages as ours and fail.
-tree_patterns() {
-  local d
-  echo //:all
-  for d in */; do
-    d=${d%/}
-    case "$d" in bazel-*) continue ;; esac
-    [ -L "$d" ] && continue
-    grep -qxF "$d" .bazelignore 2>/dev/null && continue
-    [ -n "$(find "$d" \( -name BUILD -o -name BUILD.bazel \) -print -quit)" ] || continue
-    echo "//$d/..."
-  done
-}
+source "$ROOT/deploy/tree_patterns.sh"
 mapfile -t TREE < <(tree_patterns)
 
 TARGETS=()
