@@ -224,7 +224,13 @@
 //     ranks, a "restart" event; the ranks continue at the newest step one
 //     of them completed, the others copying its state), unless a rank had
 //     already finished (then it is at its end and is left as it is); a
-//     ReportDone of the generation before such regroups still counts;
+//     ReportDone of the generation before such regroups still counts, and
+//     so do its step reports of the steps after each rank's last recorded
+//     one (SyncChecker::OpenLate: late reports, checked and stored but
+//     not judged, answered with an empty reply; a probe of that generation
+//     names where the rank's late reports resume), so the database's lost
+//     checks come back as for any other job, except the step a rank never
+//     ran because it copies the state after it;
 //   * not kept: timing medians.
 //
 // ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------
@@ -496,6 +502,12 @@ class Coordinator {
   // ReportStep's work, mu_ held (log lines queued for the Locked holder).
   absl::StatusOr<lockstep::v1::ReportStepReply> ReportStepLocked(
       const lockstep::v1::ReportStepRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A report of the closed generation whose late reports job->sync takes
+  // (SyncChecker::OpenLate, after a restart regroup): checked, stored and
+  // answered with an empty reply; nothing else of the job changes.
+  absl::StatusOr<lockstep::v1::ReportStepReply> ReportLateLocked(
+      Job* job, const lockstep::v1::ReportStepRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Progress, curves and the mismatch verdict of a checked step.
   void ApplyCompletedStepLocked(Job* job, const CompletedStep& step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -32,6 +32,40 @@ v1::ReportStepReply StopReply(const JobRecord& job) {
   return reply;
 }
 
+// How a report's generation relates to its job's (membership.h): the
+// current one; a closed one whose late reports the job takes (only
+// restarts since, so every rank is the same worker: SyncChecker::OpenLate);
+// or stale, dropped (the job regrouped since; its sender's rank may be
+// another now).
+enum class Generation { kCurrent, kLate, kStale };
+
+Generation GenerationOf(const JobRecord* job, int64_t generation) {
+  if (job == nullptr || generation >= job->membership.generation) return Generation::kCurrent;
+  if (generation == job->sync.late_generation() && OnlyRestartsSince(*job, generation)) {
+    return Generation::kLate;
+  }
+  return Generation::kStale;
+}
+
+// What the sync checker keeps of a report (hashes in lower case).
+StepReport StepReportOf(const v1::ReportStepRequest& request) {
+  StepReport report;
+  report.hash = absl::AsciiStrToLower(request.weights_hash());
+  report.loss = request.loss();
+  report.examples = request.examples();
+  report.epoch = request.epoch();
+  if (!request.optimizer_hash().empty()) {
+    report.optimizer_hash = absl::AsciiStrToLower(request.optimizer_hash());
+  }
+  report.blocks.assign(request.block_hashes().begin(), request.block_hashes().end());
+  if (request.repaired()) report.repaired_from = request.repaired_from();
+  if (request.rolled_back()) {
+    report.rolled_back_to = request.rolled_back_to();
+    report.rolled_back_at = request.rolled_back_at();
+  }
+  return report;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStep(
@@ -70,35 +104,37 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportSteps(const v1::StepRepor
 absl::StatusOr<v1::ReportStepReply> Coordinator::ProbeLocked(const v1::ReportStepRequest& request) {
   v1::ReportStepReply reply;
   // A stale generation's rank may be another now: the worker resends all
-  // it kept, and the coordinator drops those reports as stale.
-  if (const Job* j = jobs_.Find(request.job_id());
-      j != nullptr && request.generation() < j->membership.generation) {
-    return reply;
-  }
+  // it kept, and the coordinator drops those reports as stale. A closed
+  // generation whose late reports the job takes resumes at the rank's last
+  // late step.
+  const Generation g = GenerationOf(jobs_.Find(request.job_id()), request.generation());
+  if (g == Generation::kStale) return reply;
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
   const Job* job = *found;
-  if (job->state != v1::RUNNING) return StopReply(*job);
+  if (job->state != v1::RUNNING) return g == Generation::kLate ? reply : StopReply(*job);
   reply.set_probe_answered(true);
-  reply.set_resend_from_step(job->ranks[request.rank()].last_step + 1);
+  reply.set_resend_from_step(
+      (g == Generation::kLate ? job->sync.late_last_step(request.rank())
+                              : job->ranks[request.rank()].last_step) +
+      1);
   return reply;
 }
 
 absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
     const v1::ReportStepRequest& request) {
   // A report of an older generation (membership.h: the job regrouped since;
-  // its sender's rank may have changed) is stale: dropped.
-  if (const Job* j = jobs_.Find(request.job_id());
-      j != nullptr && request.generation() < j->membership.generation) {
-    return v1::ReportStepReply();
-  }
+  // its sender's rank may have changed) is stale: dropped; unless the job
+  // takes that generation's late reports (GenerationOf).
+  const Generation g = GenerationOf(jobs_.Find(request.job_id()), request.generation());
+  if (g == Generation::kStale) return v1::ReportStepReply();
   absl::StatusOr<Job*> found =
       ReportingJobLocked(request.job_id(), request.worker_id(), request.rank());
   if (!found.ok()) return found.status();
   Job* job = *found;
   v1::ReportStepReply reply;
-  if (job->state != v1::RUNNING) return StopReply(*job);
+  if (job->state != v1::RUNNING) return g == Generation::kLate ? reply : StopReply(*job);
   if (request.step() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("step: expected >= 0, got ", request.step()));
@@ -107,6 +143,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
     return absl::InvalidArgumentError(absl::StrCat(
         "weights_hash: expected 32 hex digits, got \"", request.weights_hash(), "\""));
   }
+  if (g == Generation::kLate) return ReportLateLocked(job, request);
   Rank& rank = job->ranks[request.rank()];
   rank.acknowledged = true;
   // A pending repair goes with every answer, a duplicate's too: the worker
@@ -130,7 +167,8 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
     job->last_nonfinite_ranks.assign(request.nonfinite_ranks().begin(),
                                      request.nonfinite_ranks().end());
   }
-  rank.last_hash = absl::AsciiStrToLower(request.weights_hash());
+  StepReport report = StepReportOf(request);
+  rank.last_hash = report.hash;
   StepTimes times;
   times.step = request.step_seconds();
   times.compute = request.compute_seconds();
@@ -141,20 +179,6 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   if (request.resident_bytes() > 0) rank.resident_bytes = request.resident_bytes();
   if (job->spec.steps() == 0 && request.total_steps() > job->total_steps) {
     job->total_steps = request.total_steps();
-  }
-  StepReport report;
-  report.hash = rank.last_hash;
-  report.loss = request.loss();
-  report.examples = request.examples();
-  report.epoch = request.epoch();
-  if (!request.optimizer_hash().empty()) {
-    report.optimizer_hash = absl::AsciiStrToLower(request.optimizer_hash());
-  }
-  report.blocks.assign(request.block_hashes().begin(), request.block_hashes().end());
-  if (request.repaired()) report.repaired_from = request.repaired_from();
-  if (request.rolled_back()) {
-    report.rolled_back_to = request.rolled_back_to();
-    report.rolled_back_at = request.rolled_back_at();
   }
   if (request.block_names_size() > 0) {
     job->sync.SetBlockNames({request.block_names().begin(), request.block_names().end()});
@@ -172,6 +196,33 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
   job->sync.DropSettled(min_last);
   if (job->state != v1::RUNNING) return StopReply(*job);
   return with_repair();
+}
+
+absl::StatusOr<v1::ReportStepReply> Coordinator::ReportLateLocked(
+    Job* job, const v1::ReportStepRequest& request) {
+  v1::ReportStepReply reply;  // the closed generation's runner is gone: no repair, no stop
+  // Once the new generation's start is decided, the closed one's steps are
+  // below it (every rank held at most that step).
+  const MembershipState& m = job->membership;
+  if (!m.regrouping && m.start_step >= 0 && request.step() >= m.start_step) return reply;
+  v1::SyncCheck check;
+  std::optional<CompletedStep> c =
+      job->sync.AddLate(request.rank(), request.step(), StepReportOf(request), &check);
+  if (!c.has_value()) return reply;
+  // Stored here, not by PersistJobLocked (which stores the history's newest
+  // checks): counted as stored.
+  if (state_db_ != nullptr) {
+    state_db_->AddSyncCheck(job->id, check);
+    ++persisted_[job->id].checked;
+  }
+  // A past step's mismatch: counted and logged; the ranks' state now is the
+  // new generation's (its checks say whether they match).
+  if (!c->differing.empty()) {
+    LogMismatchLocked(*job, "hash mismatch (reported again after a coordinator restart)",
+                      c->step, c->differing, c->majority);
+  }
+  BumpLocked(job);
+  return reply;
 }
 
 void Coordinator::ApplyCompletedStepLocked(Job* job, const CompletedStep& c) {

@@ -205,6 +205,12 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
       return;
     }
     if (!j->coordinator_ps_shard) return;
+    // The old generation's reports of the steps after the ranks' last
+    // recorded ones come again from the workers (the database had not
+    // committed their checks): the job takes them as late reports.
+    std::vector<int64_t> last_steps;
+    for (const Rank& rank : j->ranks) last_steps.push_back(rank.last_step);
+    const int64_t generation = j->membership.generation;
     if (!RegroupAfterRestart(
             j, now,
             "this coordinator's parameter-server shard lost the job's in-flight sums in the "
@@ -212,6 +218,7 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
             "when none had; the final state of a rank that had finished)")) {
       return;  // every rank had finished: their done reports come again
     }
+    j->sync.OpenLate(generation, std::move(last_steps));
     LogLocked(LogLevel::kWarn, "ps job regrouping after the restart",
               {{"job", j->id},
                {"generation", j->membership.generation},

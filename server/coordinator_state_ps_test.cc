@@ -96,6 +96,125 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
                                                gen1_key | kShape}));
 }
 
+// Issue 10, "sync still shows every job and its history": a ps job on the
+// coordinator's shard restarted after the database committed the checks of
+// steps 0-9 while rank 0 had reported steps 10-14 and rank 1 steps 10-13.
+// The restart regroups the job (generation 1), and the ranks' generation-0
+// reports of the steps the database lacked come again as late reports: a
+// probe names where each rank resumes, steps 10-13 are checked (12 and 13
+// only after generation 1 has checked steps 15-29: put in step order) and
+// stored; step 14, which rank 1 never ran (it copies rank 0's state at
+// step 15), stays unchecked. A duplicate, a step at or past the start and
+// a late mismatch are handled; after another restart the database lists
+// the same steps.
+TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain) {
+  const std::string dir = TempDir();
+  v1::JobSpec spec = Spec(2, 40);
+  spec.set_sync_mode(v1::PS);
+  std::string killed;
+  {
+    Incarnation first = Start(dir);
+    Coordinator* c = first.coord.get();
+    StartAndStep(c, spec, 10);
+    ASSERT_TRUE(first.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+    killed = CopyOf(dir, "killed");
+  }
+  auto late = [](Coordinator* c, int rank, int64_t step, const std::string& hash) {
+    v1::ReportStepRequest req;
+    req.set_worker_id(absl::StrCat("w-", rank + 1));
+    req.set_job_id(1);
+    req.set_rank(rank);
+    req.set_step(step);
+    req.set_weights_hash(hash);
+    req.set_examples(8);
+    req.set_generation(0);
+    auto r = c->ReportStep(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->stop());
+    EXPECT_EQ(r->repair_step(), 0);
+  };
+  auto probe = [](Coordinator* c, int rank, int64_t step) {
+    v1::StepReports req;
+    req.set_probe(true);
+    v1::ReportStepRequest* r = req.add_reports();
+    r->set_worker_id(absl::StrCat("w-", rank + 1));
+    r->set_job_id(1);
+    r->set_rank(rank);
+    r->set_step(step);
+    r->set_weights_hash(Hash(step));
+    r->set_generation(0);
+    return c->ReportSteps(req);
+  };
+  const std::string db_dir = killed;
+  {
+    Incarnation second = Start(db_dir);
+    Coordinator* c = second.coord.get();
+    ASSERT_EQ(c->GetJob(1)->generation(), 1);
+    ASSERT_EQ(c->GetJob(1)->checked_steps(), 10);
+    auto p = probe(c, 0, 8);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->probe_answered());
+    EXPECT_EQ(p->resend_from_step(), 10);
+    for (int64_t s = 10; s <= 14; ++s) late(c, 0, s, Hash(s));
+    late(c, 1, 10, Hash(10));
+    late(c, 1, 11, Hash(11));
+    late(c, 1, 11, Hash(11));  // a duplicate
+    EXPECT_EQ(c->GetJob(1)->checked_steps(), 12);
+    p = probe(c, 1, 8);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->resend_from_step(), 12);
+    // Generation 1 starts at step 15 (rank 0 held it, rank 1 step 14).
+    Beat(c, "w-1", 1);
+    EXPECT_FALSE(Hold(c, "w-1", 1, 1, 15).has_assignment());
+    v1::HeartbeatReply r = Hold(c, "w-2", 1, 1, 14);
+    ASSERT_TRUE(r.has_assignment());
+    ASSERT_EQ(r.assignment().start_step(), 15);
+    for (int64_t s = 15; s < 30; ++s) {
+      Step(c, 1, 0, "w-1", s, 1);
+      Step(c, 1, 1, "w-2", s, 1);
+    }
+    late(c, 1, 12, Hash(12));
+    late(c, 1, 13, Hash(1313));  // rank 1 differed at step 13
+    late(c, 1, 15, Hash(15));    // past the start: not the old generation's
+    v1::JobStatus j = *c->GetJob(1);
+    EXPECT_EQ(j.checked_steps(), 10 + 4 + 15);
+    EXPECT_EQ(j.mismatched_steps(), 1);
+    EXPECT_EQ(j.state(), v1::RUNNING) << j.reason();
+    absl::StatusOr<v1::SyncHistory> h = c->GetSyncHistory(1, 0);
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->first_mismatch_step(), 13);
+    std::vector<int64_t> want;
+    for (int64_t s = 0; s < 30; ++s) {
+      if (s != 14) want.push_back(s);
+    }
+    std::vector<int64_t> got;
+    for (const v1::SyncCheck& check : h->checks()) {
+      got.push_back(check.step());
+      EXPECT_EQ(check.all_match(), check.step() != 13) << check.step();
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(PagedCheckSteps(c, 1, 7), want);
+    for (int64_t s = 30; s < 40; ++s) {
+      Step(c, 1, 0, "w-1", s, 1);
+      Step(c, 1, 1, "w-2", s, 1);
+    }
+    Done(c, 1, 0, "w-1", Hash(39), 1);
+    Done(c, 1, 1, "w-2", Hash(39), 1);
+    ASSERT_EQ(c->GetJob(1)->state(), v1::SUCCEEDED);
+    ASSERT_TRUE(second.db->Flush(absl::Now() + absl::Seconds(10)).ok());
+  }
+  Incarnation third = Start(db_dir);
+  Coordinator* c = third.coord.get();
+  v1::JobStatus j = *c->GetJob(1);
+  EXPECT_EQ(j.checked_steps(), 39);
+  EXPECT_EQ(j.mismatched_steps(), 1);
+  std::vector<int64_t> want;
+  for (int64_t s = 0; s < 40; ++s) {
+    if (s != 14) want.push_back(s);
+  }
+  EXPECT_EQ(PagedCheckSteps(c, 1, 7), want);
+}
+
 // Issue 10: a ps job on the coordinator's shard killed before any rank
 // completed a step. Its workers had not even received the assignment (or
 // one had, and its runner failed before step 0), so after the restart

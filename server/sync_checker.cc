@@ -46,9 +46,58 @@ void SyncChecker::DropSettled(int64_t min_last_step) {
   }
 }
 
-void SyncChecker::ClearPending() { pending_.clear(); }
+void SyncChecker::ClearPending() {
+  pending_.clear();
+  CloseLate();
+}
 
-CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
+void SyncChecker::OpenLate(int64_t generation, std::vector<int64_t> last_steps) {
+  late_pending_.clear();
+  if (generation < 0 || static_cast<int>(last_steps.size()) != k_) {
+    CloseLate();
+    return;
+  }
+  late_generation_ = generation;
+  late_last_ = std::move(last_steps);
+}
+
+void SyncChecker::CloseLate() {
+  late_generation_ = -1;
+  late_last_.clear();
+  late_pending_.clear();
+}
+
+std::optional<CompletedStep> SyncChecker::AddLate(int rank, int64_t step, StepReport report,
+                                                  v1::SyncCheck* check) {
+  if (late_generation_ < 0 || rank < 0 || rank >= static_cast<int>(late_last_.size()) ||
+      step <= late_last_[static_cast<size_t>(rank)]) {
+    return std::nullopt;
+  }
+  auto it = late_pending_.find(step);
+  if (it == late_pending_.end()) {
+    if (late_pending_.size() >= kMaxLateSteps) return std::nullopt;
+    it = late_pending_.emplace(step, Pending()).first;
+    it->second.reports.resize(k_);
+  }
+  late_last_[static_cast<size_t>(rank)] = step;
+  Pending& pending = it->second;
+  pending.reports[rank] = std::move(report);
+  ++pending.count;
+  std::optional<CompletedStep> out;
+  if (pending.count == k_) {
+    Pending complete = std::move(pending);
+    late_pending_.erase(it);
+    out = Complete(step, complete, check);
+  }
+  // A step at or below every rank's last late step can no longer complete.
+  const int64_t settled = *std::min_element(late_last_.begin(), late_last_.end());
+  while (!late_pending_.empty() && late_pending_.begin()->first <= settled) {
+    late_pending_.erase(late_pending_.begin());
+  }
+  return out;
+}
+
+CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending, v1::SyncCheck* late) {
   CompletedStep c;
   c.step = step;
   double loss_weighted = 0, loss_plain = 0;
@@ -123,13 +172,23 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending) {
   ++checked_;
   if (!c.differing.empty()) {
     ++mismatched_;
-    if (first_mismatch_ < 0) first_mismatch_ = step;
+    if (first_mismatch_ < 0 || step < first_mismatch_) first_mismatch_ = step;
   }
   lockstep::v1::SyncCheck check;
   check.set_step(step);
   check.set_all_match(c.differing.empty());
   check.set_majority_hash(c.majority);
   for (int32_t r : c.differing) check.add_differing_ranks(r);
+  if (late != nullptr) {
+    for (const std::string& h : c.hashes) check.add_rank_hashes(h);
+    if (!c.differing.empty()) {
+      check.set_first_differing_block(c.first_block);
+      check.set_no_majority(c.no_majority);
+    }
+    *late = check;
+    history_.AddLate(std::move(check));
+    return c;
+  }
   if (c.differing.empty()) {  // held without the K equal rank hashes
     history_.AddMatching(std::move(check), static_cast<int32_t>(c.hashes.size()));
     return c;

@@ -142,17 +142,45 @@ class SyncChecker {
   std::optional<CompletedStep> Add(int rank, int64_t step, StepReport report);
   // Forgets the pending steps <= min_last_step.
   void DropSettled(int64_t min_last_step);
-  // Forgets every pending step (the job ended).
+  // Forgets every pending step, late ones too (the job ended).
   void ClearPending();
   // The job's group changed (server/membership.h): `k` ranks from now on;
   // pending steps and a scheduled repair are forgotten, counters and
-  // history kept.
+  // history kept. Late reports (below) stay open while k is unchanged.
   void Regroup(int k) {
     k_ = k < 1 ? 1 : k;
     pending_.clear();
     repair_.reset();
     rollback_from_ = -1;
+    if (static_cast<int>(late_last_.size()) != k_) CloseLate();
   }
+
+  // Late reports: a closed generation's reports of steps this checker never
+  // completed, taken after the group moved on. The coordinator opens them
+  // when a restart regroups a ps job on its own shard (coordinator.h,
+  // "State database and restarts"): the ranks continue in a new generation
+  // with the same ranks, while each worker resends its kept reports of the
+  // old one (worker/report_replay.h) for the steps the database had not
+  // committed. `last_steps` (index = rank, one per rank of the current K)
+  // are the ranks' last recorded steps; `generation` is the closed one.
+  void OpenLate(int64_t generation, std::vector<int64_t> last_steps);
+  void CloseLate();
+  // The generation whose late reports are taken; -1 when none.
+  int64_t late_generation() const { return late_generation_; }
+  // `rank`'s last recorded late step (precondition: late reports open and
+  // 0 <= rank < k).
+  int64_t late_last_step(int rank) const { return late_last_[static_cast<size_t>(rank)]; }
+  // Records `rank`'s late report of `step`; one at or below the rank's last
+  // late step is a duplicate and dropped, and so is a new step beyond
+  // kMaxLateSteps pending. When it is the K-th report of that step, the
+  // step is checked as Add would (no Judge: the job has moved on), counted
+  // (first_mismatch is the smallest mismatching step) and put in the
+  // history in step order (SyncHistoryBuffer::AddLate); returns it and sets
+  // *check to the SyncCheck, which the caller stores itself (History's
+  // newest entries need not be it).
+  std::optional<CompletedStep> AddLate(int rank, int64_t step, StepReport report,
+                                       lockstep::v1::SyncCheck* check);
+  static constexpr size_t kMaxLateSteps = 8192;
   // The job writes checkpoints at intervals (JobSpec checkpoint_dir with
   // checkpoint_every_steps or _seconds) and K > 1, so a divergence without
   // a majority under repair is resolved by every rank reloading the last
@@ -214,7 +242,11 @@ class SyncChecker {
     std::vector<std::optional<StepReport>> reports;  // index = rank
     int count = 0;
   };
-  CompletedStep Complete(int64_t step, const Pending& pending);
+  // Checks a step every rank reported and counts it; the SyncCheck made of
+  // it goes to the history (Add) or, with `late` set, to *late and to the
+  // history in step order (AddLate).
+  CompletedStep Complete(int64_t step, const Pending& pending,
+                         lockstep::v1::SyncCheck* late = nullptr);
 
   int k_;
   std::map<int64_t, Pending> pending_;  // by step
@@ -226,6 +258,10 @@ class SyncChecker {
   std::string last_divergence_;
   bool checkpoint_rollback_ = false;
   int64_t rollback_from_ = -1;  // the no-majority check awaiting a rollback
+  // Late reports (OpenLate): -1 = closed.
+  int64_t late_generation_ = -1;
+  std::vector<int64_t> late_last_;       // index = rank
+  std::map<int64_t, Pending> late_pending_;  // by step, at most kMaxLateSteps
 };
 
 }  // namespace lockstep

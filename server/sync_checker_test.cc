@@ -66,6 +66,51 @@ TEST(SyncCheckerTest, CompletesWhenTheKthReportArrives) {
   EXPECT_EQ(c.first_mismatch(), -1);
 }
 
+// Late reports (a closed generation's, after a coordinator restart):
+// duplicates dropped, a step that can no longer complete forgotten, at most
+// kMaxLateSteps pending, the SyncCheck handed out with every rank's hash,
+// and a regroup with another K ends them.
+TEST(SyncCheckerTest, LateReportsCompleteAreBoundedAndEndWithAnotherK) {
+  SyncChecker c(2);
+  v1::SyncCheck check;
+  EXPECT_FALSE(c.AddLate(0, 5, Report(kA), &check).has_value());  // not open
+  c.OpenLate(/*generation=*/3, {4, 4});
+  EXPECT_EQ(c.late_generation(), 3);
+  EXPECT_FALSE(c.AddLate(0, 4, Report(kA), &check).has_value());  // recorded before
+  EXPECT_FALSE(c.AddLate(0, 5, Report(kA), &check).has_value());
+  EXPECT_FALSE(c.AddLate(0, 5, Report(kB), &check).has_value());  // duplicate
+  EXPECT_FALSE(c.AddLate(0, 6, Report(kA), &check).has_value());
+  std::optional<CompletedStep> s = c.AddLate(1, 5, Report(kA), &check);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 5);
+  EXPECT_TRUE(s->differing.empty());
+  EXPECT_EQ(check.step(), 5);
+  EXPECT_EQ(check.rank_hashes_size(), 2);
+  EXPECT_EQ(c.checked(), 1);
+  // Rank 1 skips step 6 (it never ran it): step 6 can no longer complete.
+  EXPECT_FALSE(c.AddLate(1, 7, Report(kA), &check).has_value());
+  s = c.AddLate(0, 7, Report(kB), &check);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->step, 7);
+  EXPECT_TRUE(s->no_majority);
+  EXPECT_EQ(check.differing_ranks_size(), 2);
+  EXPECT_EQ(c.late_last_step(0), 7);
+  EXPECT_EQ(c.checked(), 2);
+  EXPECT_EQ(c.mismatched(), 1);
+  EXPECT_EQ(c.first_mismatch(), 7);
+  // Bounded: rank 0 alone runs ahead.
+  for (int64_t step = 8; step < 8 + static_cast<int64_t>(SyncChecker::kMaxLateSteps) + 10;
+       ++step) {
+    c.AddLate(0, step, Report(kA), &check);
+  }
+  EXPECT_EQ(c.late_last_step(0), 8 + static_cast<int64_t>(SyncChecker::kMaxLateSteps) - 1);
+  c.Regroup(2);  // same K: still open
+  EXPECT_EQ(c.late_generation(), 3);
+  c.Regroup(3);
+  EXPECT_EQ(c.late_generation(), -1);
+  EXPECT_FALSE(c.AddLate(1, 8, Report(kA), &check).has_value());
+}
+
 TEST(SyncCheckerTest, PlainMeanLossWhenNoRankReportsExamples) {
   SyncChecker c(2, 10);
   c.Add(0, 5, Report(kA, 1.0));

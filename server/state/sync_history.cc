@@ -80,6 +80,24 @@ void SyncHistoryBuffer::AddMatching(v1::SyncCheck check, int32_t ranks) {
   Trim();
 }
 
+void SyncHistoryBuffer::AddLate(v1::SyncCheck check) {
+  const int64_t step = check.step();
+  if (step > last_step_) {
+    Add(std::move(check));
+    return;
+  }
+  ++checked_;
+  if (!check.all_match()) {
+    ++mismatched_;
+    if (first_mismatch_ < 0 || step < first_mismatch_) first_mismatch_ = step;
+  }
+  if (!window_.empty() && step < window_.front().check.step()) return;  // only counted
+  auto at = std::upper_bound(window_.begin(), window_.end(), step,
+                             [](int64_t s, const Held& h) { return s < h.check.step(); });
+  window_.insert(at, Compact(std::move(check)));
+  Trim();
+}
+
 v1::SyncCheck* SyncHistoryBuffer::MutableNewest() {
   return window_.empty() ? nullptr : &window_.back().check;
 }

@@ -63,6 +63,14 @@ class SyncHistoryBuffer {
   // The same for an all-matching check given without its rank hashes:
   // `ranks` ranks, each with check.majority_hash() (no copies made).
   void AddMatching(lockstep::v1::SyncCheck check, int32_t ranks);
+  // A check that may be older than checks already added (a closed
+  // generation's step reported again after a coordinator restart,
+  // SyncChecker::AddLate): counted as Add counts (first_mismatch_step is
+  // the smallest); held in step order when it is newer than the window's
+  // oldest check (or the window is empty), else only counted (a caller with
+  // a database stores it there; pages read steps older than the window
+  // from the database). Precondition: no check of its step was added.
+  void AddLate(lockstep::v1::SyncCheck check);
   // The newest check added (to note what it meant); nullptr when none.
   lockstep::v1::SyncCheck* MutableNewest();
   // New limits (e.g. smaller ones once the job finished): the window,

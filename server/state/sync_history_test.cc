@@ -1,6 +1,7 @@
 #include "server/state/sync_history.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -122,6 +123,33 @@ TEST(SyncHistoryBufferTest, PagesInStepOrder) {
     from = page.next_step();
   }
   EXPECT_EQ(seen, 90);
+}
+
+// Late checks (a closed generation's steps reported again after a
+// coordinator restart): held in step order inside the window, counted only
+// when older than it; the first mismatch is the smallest step.
+TEST(SyncHistoryBufferTest, LateChecksGoInStepOrderOrAreOnlyCounted) {
+  SyncHistoryBuffer b({/*recent=*/4, /*max_mismatches=*/8, /*max_runs=*/8});
+  b.AddLate(Check(10, 2, true));  // newer than everything: appended
+  b.Add(Check(15, 2, true));
+  b.Add(Check(16, 2, false));
+  b.AddLate(Check(12, 2, false));  // inside the window: in step order
+  b.AddLate(Check(11, 2, true));
+  EXPECT_EQ(b.checked_steps(), 5);
+  EXPECT_EQ(b.mismatched_steps(), 2);
+  EXPECT_EQ(b.first_mismatch_step(), 12);
+  EXPECT_EQ(b.LastStep(), 16);
+  // The window holds 4: step 10 left it, summarised as a run.
+  EXPECT_EQ(b.OldestFullStep(), 11);
+  b.AddLate(Check(9, 2, false));  // older than the window: only counted
+  EXPECT_EQ(b.checked_steps(), 6);
+  EXPECT_EQ(b.first_mismatch_step(), 9);
+  v1::SyncHistory h;
+  b.Page(0, 0, &h);
+  std::vector<int64_t> steps;
+  for (const v1::SyncCheck& c : h.checks()) steps.push_back(c.step());
+  EXPECT_EQ(steps, (std::vector<int64_t>{11, 12, 15, 16}));
+  EXPECT_EQ(h.checks(0).rank_hashes_size(), 2);  // held compactly, filled in again
 }
 
 TEST(SyncHistoryBufferTest, RestoredCountersContinue) {
