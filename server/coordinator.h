@@ -228,9 +228,11 @@
 //     so do its step reports of the steps after each rank's last recorded
 //     one (SyncChecker::OpenLate: late reports, checked and stored but
 //     not judged, answered with an empty reply; a probe of that generation
-//     names where the rank's late reports resume), so the database's lost
+//     names where the rank's late reports resume; a rank's first report of
+//     the new generation ends its late reports), so the database's lost
 //     checks come back as for any other job, except the step a rank never
-//     ran because it copies the state after it;
+//     ran because it copies the state after it (and late checks not yet
+//     committed at a second restart);
 //   * not kept: timing medians.
 //
 // ---- Leaving and draining (SIGTERM; coordinator_drain.cc) -----------------

@@ -144,6 +144,11 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
         "weights_hash: expected 32 hex digits, got \"", request.weights_hash(), "\""));
   }
   if (g == Generation::kLate) return ReportLateLocked(job, request);
+  if (job->sync.late_generation() >= 0 && !job->membership.regrouping &&
+      job->membership.start_step >= 0) {
+    // This rank's resent reports of the closed generation came before it.
+    job->sync.EndLate(request.rank(), job->membership.start_step - 1);
+  }
   Rank& rank = job->ranks[request.rank()];
   rank.acknowledged = true;
   // A pending repair goes with every answer, a duplicate's too: the worker

@@ -247,10 +247,9 @@ absl::Status Coordinator::AttachStateDb(StateDb* db) {
     // most every kPersistProgressEvery: the newer of the two counts.
     job->restored_checked = std::max(st.checked_steps(), stored.stored_checks);
     job->restored_mismatched = std::max(st.mismatched_steps(), stored.stored_mismatches);
-    job->restored_first_mismatch = stored.first_mismatch_step;
-    if (job->restored_first_mismatch < 0) {
-      job->restored_first_mismatch = stored.stored_first_mismatch;
-    }
+    // The smaller of the two: late checks are committed out of step order.
+    job->restored_first_mismatch =
+        EarlierStep(stored.first_mismatch_step, stored.stored_first_mismatch);
     job->steps_done = std::max(st.step(), stored.stored_last_step + 1);
     job->epoch = st.epoch();
     job->total_steps = st.total_steps();

@@ -102,11 +102,12 @@ TEST_F(CoordinatorStateTest, PsJobOnTheCoordinatorsShardRegroupsAtRestartAndFini
 // The restart regroups the job (generation 1), and the ranks' generation-0
 // reports of the steps the database lacked come again as late reports: a
 // probe names where each rank resumes, steps 10-13 are checked (12 and 13
-// only after generation 1 has checked steps 15-29: put in step order) and
-// stored; step 14, which rank 1 never ran (it copies rank 0's state at
-// step 15), stays unchecked. A duplicate, a step at or past the start and
-// a late mismatch are handled; after another restart the database lists
-// the same steps.
+// after rank 0's first report of generation 1) and stored; step 14, which
+// rank 1 never ran (it copies rank 0's state at step 15), stays unchecked.
+// A duplicate, a step at or past the start and a late mismatch are
+// handled; once every rank reported generation 1 the late reports end (a
+// probe is not answered); after another restart the database lists the
+// same steps.
 TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain) {
   const std::string dir = TempDir();
   v1::JobSpec spec = Spec(2, 40);
@@ -169,13 +170,23 @@ TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain
     v1::HeartbeatReply r = Hold(c, "w-2", 1, 1, 14);
     ASSERT_TRUE(r.has_assignment());
     ASSERT_EQ(r.assignment().start_step(), 15);
-    for (int64_t s = 15; s < 30; ++s) {
-      Step(c, 1, 0, "w-1", s, 1);
-      Step(c, 1, 1, "w-2", s, 1);
-    }
+    // Rank 0's first report of generation 1 comes before rank 1's late
+    // ones (each worker resends before anything new, but the ranks are
+    // not ordered with each other).
+    Step(c, 1, 0, "w-1", 15, 1);
     late(c, 1, 12, Hash(12));
     late(c, 1, 13, Hash(1313));  // rank 1 differed at step 13
     late(c, 1, 15, Hash(15));    // past the start: not the old generation's
+    EXPECT_TRUE(probe(c, 1, 8)->probe_answered());
+    for (int64_t s = 15; s < 30; ++s) {
+      if (s > 15) Step(c, 1, 0, "w-1", s, 1);
+      Step(c, 1, 1, "w-2", s, 1);
+    }
+    // Both ranks reported generation 1: their late reports are over.
+    p = probe(c, 1, 8);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_FALSE(p->probe_answered());
+    late(c, 1, 14, Hash(14));  // stale now
     v1::JobStatus j = *c->GetJob(1);
     EXPECT_EQ(j.checked_steps(), 10 + 4 + 15);
     EXPECT_EQ(j.mismatched_steps(), 1);

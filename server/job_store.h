@@ -130,8 +130,16 @@ inline int64_t CheckedStepsOf(const JobRecord& j) { return j.restored_checked + 
 inline int64_t MismatchedStepsOf(const JobRecord& j) {
   return j.restored_mismatched + j.sync.mismatched();
 }
+// The smaller of two steps, -1 meaning none.
+inline int64_t EarlierStep(int64_t a, int64_t b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return a < b ? a : b;
+}
+// The smallest: a late check (SyncChecker::AddLate) may be older than the
+// mismatches counted before the restart.
 inline int64_t FirstMismatchOf(const JobRecord& j) {
-  return j.restored_first_mismatch >= 0 ? j.restored_first_mismatch : j.sync.first_mismatch();
+  return EarlierStep(j.restored_first_mismatch, j.sync.first_mismatch());
 }
 
 // SUCCEEDED, FAILED or CANCELLED.

@@ -67,6 +67,25 @@ void SyncChecker::CloseLate() {
   late_pending_.clear();
 }
 
+void SyncChecker::EndLate(int rank, int64_t step) {
+  if (late_generation_ < 0 || rank < 0 || rank >= static_cast<int>(late_last_.size())) return;
+  int64_t& last = late_last_[static_cast<size_t>(rank)];
+  last = std::max(last, step);
+  if (*std::min_element(late_last_.begin(), late_last_.end()) >= step) {
+    CloseLate();
+    return;
+  }
+  SettleLate();
+}
+
+void SyncChecker::SettleLate() {
+  // A step at or below every rank's last late step can no longer complete.
+  const int64_t settled = *std::min_element(late_last_.begin(), late_last_.end());
+  while (!late_pending_.empty() && late_pending_.begin()->first <= settled) {
+    late_pending_.erase(late_pending_.begin());
+  }
+}
+
 std::optional<CompletedStep> SyncChecker::AddLate(int rank, int64_t step, StepReport report,
                                                   v1::SyncCheck* check) {
   if (late_generation_ < 0 || rank < 0 || rank >= static_cast<int>(late_last_.size()) ||
@@ -89,11 +108,7 @@ std::optional<CompletedStep> SyncChecker::AddLate(int rank, int64_t step, StepRe
     late_pending_.erase(it);
     out = Complete(step, complete, check);
   }
-  // A step at or below every rank's last late step can no longer complete.
-  const int64_t settled = *std::min_element(late_last_.begin(), late_last_.end());
-  while (!late_pending_.empty() && late_pending_.begin()->first <= settled) {
-    late_pending_.erase(late_pending_.begin());
-  }
+  SettleLate();
   return out;
 }
 

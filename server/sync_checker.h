@@ -165,6 +165,10 @@ class SyncChecker {
   // are the ranks' last recorded steps; `generation` is the closed one.
   void OpenLate(int64_t generation, std::vector<int64_t> last_steps);
   void CloseLate();
+  // `rank` sends no more late reports up to `step` (its first report of
+  // the current generation came: a worker resends its kept reports before
+  // anything new). Once every rank is past `step` the late reports end.
+  void EndLate(int rank, int64_t step);
   // The generation whose late reports are taken; -1 when none.
   int64_t late_generation() const { return late_generation_; }
   // `rank`'s last recorded late step (precondition: late reports open and
@@ -247,6 +251,8 @@ class SyncChecker {
   // history in step order (AddLate).
   CompletedStep Complete(int64_t step, const Pending& pending,
                          lockstep::v1::SyncCheck* late = nullptr);
+  // Forgets the late steps that can no longer complete.
+  void SettleLate();
 
   int k_;
   std::map<int64_t, Pending> pending_;  // by step

@@ -109,6 +109,20 @@ TEST(SyncCheckerTest, LateReportsCompleteAreBoundedAndEndWithAnotherK) {
   c.Regroup(3);
   EXPECT_EQ(c.late_generation(), -1);
   EXPECT_FALSE(c.AddLate(1, 8, Report(kA), &check).has_value());
+  // Each rank's first report of the new generation ends its late reports
+  // up to the step before the start; once every rank's have ended, they
+  // close.
+  c.OpenLate(4, {0, 0, 0});
+  EXPECT_FALSE(c.AddLate(0, 1, Report(kA), &check).has_value());
+  EXPECT_FALSE(c.AddLate(1, 1, Report(kA), &check).has_value());
+  c.EndLate(2, 5);
+  EXPECT_EQ(c.late_generation(), 4);
+  EXPECT_EQ(c.late_last_step(2), 5);
+  EXPECT_FALSE(c.AddLate(2, 1, Report(kA), &check).has_value());  // ended for rank 2
+  EXPECT_EQ(c.checked(), 2);
+  c.EndLate(0, 5);
+  c.EndLate(1, 5);
+  EXPECT_EQ(c.late_generation(), -1);
 }
 
 TEST(SyncCheckerTest, PlainMeanLossWhenNoRankReportsExamples) {
