@@ -85,6 +85,15 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     absl::MutexLock l(&mu_);
     return steps_;
   }
+  // The generation of each recorded report, and of each probe's.
+  std::vector<int64_t> generations() {
+    absl::MutexLock l(&mu_);
+    return generations_;
+  }
+  std::vector<int64_t> probe_generations() {
+    absl::MutexLock l(&mu_);
+    return probe_generations_;
+  }
   int streams() {
     absl::MutexLock l(&mu_);
     return streams_;
@@ -114,12 +123,16 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     }
     if (request.probe() && probe_from >= 0) {
       ++probes_;
+      if (request.reports_size() > 0) {
+        probe_generations_.push_back(request.reports(0).generation());
+      }
       reply->set_probe_answered(true);
       reply->set_resend_from_step(probe_from);
       return grpc::Status::OK;
     }
     for (const v1::ReportStepRequest& r : request.reports()) {
       steps_.push_back(r.step());
+      generations_.push_back(r.generation());
       if (r.step() >= stop_at) {
         reply->set_stop(true);
         reply->set_reason("cancelled");
@@ -131,6 +144,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   absl::Mutex mu_;
   bool never_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> probe_generations_ ABSL_GUARDED_BY(mu_);
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
   int stream_messages_ ABSL_GUARDED_BY(mu_) = 0;
   int unary_calls_ ABSL_GUARDED_BY(mu_) = 0;
@@ -168,14 +183,15 @@ class Reporting {
             stub_.get(), timeout, "w-1", kToken, [this] { ++stops_; }, &stop_, absl::Seconds(5),
             replay_reports, logger)) {}
 
-  // Reports steps [first, first + n) in one batch.
-  absl::StatusOr<bool> Batch(int64_t first, int n) {
+  // Reports steps [first, first + n) of `generation` in one batch.
+  absl::StatusOr<bool> Batch(int64_t first, int n, int64_t generation = 0) {
     std::vector<v1::ReportStepRequest> reports(n);
     std::vector<const v1::ReportStepRequest*> ptrs;
     for (int i = 0; i < n; ++i) {
       reports[i].set_worker_id("w-1");
       reports[i].set_job_id(7);
       reports[i].set_step(first + i);
+      reports[i].set_generation(generation);
       ptrs.push_back(&reports[i]);
     }
     v1::ReportStepReply reply;
@@ -375,6 +391,30 @@ TEST(CoordinatorReporterTest, ANewStreamResendsOnlyWhatTheProbeAsksFor) {
   EXPECT_EQ(live.stream_messages(), 2) << "the probe, the batch";
   EXPECT_NE(sink->contents().find("reports=0 from_step=15"), std::string::npos)
       << sink->contents();
+}
+
+// A job regrouped by a coordinator restart (a ps job on its own shard):
+// the reporter's kept reports span two generations. The probe names the
+// oldest kept report's generation (the closed one, whose late reports the
+// coordinator takes: coordinator.h), and the reports from its answer go in
+// the order they were answered, both generations, before the batch.
+TEST(CoordinatorReporterTest, AProbeOfTheClosedGenerationResendsBothGenerationsInOrder) {
+  FakeCoordinator before, restarted;
+  auto first = std::make_unique<Server>(&before);
+  ASSERT_NE(first->server, nullptr);
+  const int port = first->port;
+  Reporting r(port, absl::Seconds(10), /*replay_reports=*/11);
+  for (int64_t step = 0; step < 8; step += 2) ASSERT_TRUE(r.Batch(step, 2, 0).ok());
+  for (int64_t step = 8; step < 14; step += 2) ASSERT_TRUE(r.Batch(step, 2, 1).ok());
+  first->Stop();
+  restarted.probe_from = 6;
+  Server second(&restarted, port);
+  ASSERT_NE(second.server, nullptr) << "port " << port << " taken meanwhile";
+  ASSERT_TRUE(r.Batch(14, 1, 1).ok());
+  EXPECT_EQ(restarted.probe_generations(), (std::vector<int64_t>{0}))
+      << "the probe carries the oldest kept report (step 3, generation 0)";
+  EXPECT_EQ(restarted.steps(), (std::vector<int64_t>{6, 7, 8, 9, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(restarted.generations(), (std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 1}));
 }
 
 // A finished job's kept reports (GrpcReporter::TakeReplay) go again in
