@@ -144,8 +144,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportStepLocked(
         "weights_hash: expected 32 hex digits, got \"", request.weights_hash(), "\""));
   }
   if (g == Generation::kLate) return ReportLateLocked(job, request);
-  if (job->sync.late_generation() >= 0 && !job->membership.regrouping &&
-      job->membership.start_step >= 0) {
+  if (job->sync.late_generation() >= 0 && StartDecided(job->membership)) {
     // This rank's resent reports of the closed generation came before it.
     job->sync.EndLate(request.rank(), job->membership.start_step - 1);
   }
@@ -209,7 +208,7 @@ absl::StatusOr<v1::ReportStepReply> Coordinator::ReportLateLocked(
   // Once the new generation's start is decided, the closed one's steps are
   // below it (every rank held at most that step).
   const MembershipState& m = job->membership;
-  if (!m.regrouping && m.start_step >= 0 && request.step() >= m.start_step) return reply;
+  if (StartDecided(m) && request.step() >= m.start_step) return reply;
   v1::SyncCheck check;
   std::optional<CompletedStep> c =
       job->sync.AddLate(request.rank(), request.step(), StepReportOf(request), &check);

@@ -134,17 +134,9 @@ TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain
     EXPECT_FALSE(r->stop());
     EXPECT_EQ(r->repair_step(), 0);
   };
-  auto probe = [](Coordinator* c, int rank, int64_t step) {
-    v1::StepReports req;
-    req.set_probe(true);
-    v1::ReportStepRequest* r = req.add_reports();
-    r->set_worker_id(absl::StrCat("w-", rank + 1));
-    r->set_job_id(1);
-    r->set_rank(rank);
-    r->set_step(step);
-    r->set_weights_hash(Hash(step));
-    r->set_generation(0);
-    return c->ReportSteps(req);
+  // A probe of generation 0 (its oldest kept report: step 8).
+  auto probe = [](Coordinator* c, int rank) {
+    return Probe(c, rank, absl::StrCat("w-", rank + 1), 1, /*step=*/8, /*generation=*/0);
   };
   const std::string db_dir = killed;
   {
@@ -152,7 +144,7 @@ TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain
     Coordinator* c = second.coord.get();
     ASSERT_EQ(c->GetJob(1)->generation(), 1);
     ASSERT_EQ(c->GetJob(1)->checked_steps(), 10);
-    auto p = probe(c, 0, 8);
+    auto p = probe(c, 0);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_TRUE(p->probe_answered());
     EXPECT_EQ(p->resend_from_step(), 10);
@@ -161,7 +153,7 @@ TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain
     late(c, 1, 11, Hash(11));
     late(c, 1, 11, Hash(11));  // a duplicate
     EXPECT_EQ(c->GetJob(1)->checked_steps(), 12);
-    p = probe(c, 1, 8);
+    p = probe(c, 1);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(p->resend_from_step(), 12);
     // Generation 1 starts at step 15 (rank 0 held it, rank 1 step 14).
@@ -177,13 +169,13 @@ TEST_F(CoordinatorStateTest, PsJobRestartChecksTheOldGenerationsReportsSentAgain
     late(c, 1, 12, Hash(12));
     late(c, 1, 13, Hash(1313));  // rank 1 differed at step 13
     late(c, 1, 15, Hash(15));    // past the start: not the old generation's
-    EXPECT_TRUE(probe(c, 1, 8)->probe_answered());
+    EXPECT_TRUE(probe(c, 1)->probe_answered());
     for (int64_t s = 15; s < 30; ++s) {
       if (s > 15) Step(c, 1, 0, "w-1", s, 1);
       Step(c, 1, 1, "w-2", s, 1);
     }
     // Both ranks reported generation 1: their late reports are over.
-    p = probe(c, 1, 8);
+    p = probe(c, 1);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_FALSE(p->probe_answered());
     late(c, 1, 14, Hash(14));  // stale now

@@ -133,54 +133,36 @@ TEST_F(CoordinatorStateTest, ResentReportsRestoreTheChecksTheDatabaseHadNotCommi
 // on a restarted one where the database left off, so only what was lost is
 // sent again. The probe records nothing.
 TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
-  // `step`: the probe's report's (the worker's oldest kept one); it does
-  // not matter to the answer.
-  auto probe = [](Coordinator* c, int rank, const std::string& w, int reports = 1,
-                  int64_t step = 3) {
-    v1::StepReports req;
-    req.set_probe(true);
-    for (int i = 0; i < reports; ++i) {
-      v1::ReportStepRequest* r = req.add_reports();
-      r->set_worker_id(w);
-      r->set_job_id(1);
-      r->set_rank(rank);
-      r->set_step(step);
-      r->set_weights_hash(Hash(step));
-      r->set_loss(1.0);
-      r->set_examples(8);
-    }
-    return c->ReportSteps(req);
-  };
-  const std::string killed = KilledAfterTenCommittedSteps(30, [&probe](Coordinator* c) {
+  const std::string killed = KilledAfterTenCommittedSteps(30, [](Coordinator* c) {
     for (int64_t s = 10; s < 14; ++s) {
       Step(c, 1, 0, "w-1", s);
       Step(c, 1, 1, "w-2", s);
     }
     Step(c, 1, 0, "w-1", 14);
-    auto p0 = probe(c, 0, "w-1");
+    auto p0 = Probe(c, 0, "w-1");
     ASSERT_TRUE(p0.ok()) << p0.status();
     EXPECT_TRUE(p0->probe_answered());
     EXPECT_EQ(p0->resend_from_step(), 15) << "a live coordinator has every answered report";
     // A probe naming rank 1's step 14, which as a report would complete
     // step 14 (rank 0 reported it): not recorded.
-    auto p1 = probe(c, 1, "w-2", 1, 14);
+    auto p1 = Probe(c, 1, "w-2", 1, 14);
     ASSERT_TRUE(p1.ok()) << p1.status();
     EXPECT_TRUE(p1->probe_answered());
     EXPECT_EQ(p1->resend_from_step(), 14);
     EXPECT_EQ(c->GetJob(1)->checked_steps(), 14) << "the probe's report was recorded";
-    auto again = probe(c, 1, "w-2", 1, 14);
+    auto again = Probe(c, 1, "w-2", 1, 14);
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->resend_from_step(), 14);
-    auto two = probe(c, 0, "w-1", 2);
+    auto two = Probe(c, 0, "w-1", 2);
     ASSERT_TRUE(absl::IsInvalidArgument(two.status())) << two.status();
     EXPECT_TRUE(absl::StrContains(two.status().message(), "reports:")) << two.status();
-    auto stranger = probe(c, 1, "w-1");
+    auto stranger = Probe(c, 1, "w-1");
     EXPECT_TRUE(absl::IsFailedPrecondition(stranger.status())) << stranger.status();
   });
   Incarnation second = Start(killed);
   Coordinator* c = second.coord.get();
   for (int rank = 0; rank < 2; ++rank) {
-    auto p = probe(c, rank, rank == 0 ? "w-1" : "w-2");
+    auto p = Probe(c, rank, rank == 0 ? "w-1" : "w-2");
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_TRUE(p->probe_answered());
     EXPECT_EQ(p->resend_from_step(), 10) << "rank " << rank << ": where the database left off";
@@ -192,7 +174,7 @@ TEST_F(CoordinatorStateTest, AProbeSaysWhereARankResumesAndRecordsNothing) {
     Step(c, 1, 1, "w-2", s);
   }
   FinishK2AndExpectEveryStepChecked(c, 30);
-  auto after = probe(c, 0, "w-1");
+  auto after = Probe(c, 0, "w-1");
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(after->stop()) << "the job ended";
   EXPECT_FALSE(after->probe_answered());

@@ -144,6 +144,28 @@ class CoordinatorStateTest : public ::testing::Test {
     req.set_generation(generation);
     ASSERT_TRUE(c->ReportDone(req).ok());
   }
+  // A StepReports probe (StepReports.probe) of `rank` on `w`, job 1, with
+  // `reports` reports of `step` (a probe names its rank in exactly 1; the
+  // step, the worker's oldest kept report's, does not matter to the
+  // answer) of `generation`.
+  static absl::StatusOr<v1::ReportStepReply> Probe(Coordinator* c, int rank,
+                                                   const std::string& w, int reports = 1,
+                                                   int64_t step = 3, int64_t generation = 0) {
+    v1::StepReports req;
+    req.set_probe(true);
+    for (int i = 0; i < reports; ++i) {
+      v1::ReportStepRequest* r = req.add_reports();
+      r->set_worker_id(w);
+      r->set_job_id(1);
+      r->set_rank(rank);
+      r->set_step(step);
+      r->set_weights_hash(Hash(step));
+      r->set_loss(1.0);
+      r->set_examples(8);
+      r->set_generation(generation);
+    }
+    return c->ReportSteps(req);
+  }
   // A rank holding its replica at `held` for `generation` (a regroup).
   static v1::HeartbeatReply Hold(Coordinator* c, const std::string& w, uint64_t job,
                                  int64_t generation, int64_t held) {

@@ -409,13 +409,13 @@ bool RecordHeldStep(JobRecord* job, int rank, int64_t generation, int64_t held_s
 bool NeedsAssignment(const JobRecord& job, int64_t generation, bool holds_state) {
   const MembershipState& m = job.membership;
   if (generation < m.generation) return true;
-  return generation == m.generation && holds_state && !m.regrouping && m.start_step >= 0;
+  return generation == m.generation && holds_state && StartDecided(m);
 }
 
 void FillMembership(const JobRecord& job, v1::Assignment* a) {
   const MembershipState& m = job.membership;
   a->set_generation(m.generation);
-  if (m.generation > 0 && !m.regrouping && m.start_step >= 0) {
+  if (m.generation > 0 && StartDecided(m)) {
     a->set_start_ready(true);
     a->set_start_step(m.start_step);
     a->set_state_source_rank(m.source_rank);

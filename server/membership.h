@@ -100,6 +100,9 @@ struct MembershipState {
   // it is stuck again with its next peer, it is the one cut off.
   std::string kept_at_last_drop;
 };
+// The current generation's start is decided (start_step: every rank said
+// which step it holds).
+inline bool StartDecided(const MembershipState& m) { return !m.regrouping && m.start_step >= 0; }
 // In the reason of a membership event that dropped a rank its peers could
 // not reach ("rank 1 (w-2, host h2) dropped: its peers cannot reach it
 // (...)"): how RestoreDroppedWorkers finds them after a restart.

@@ -29,22 +29,29 @@ SyncChecker::SyncChecker(int k, int64_t max_history)
                                        SyncHistoryLimits().max_mismatches,
                                        SyncHistoryLimits().max_runs}) {}
 
-std::optional<CompletedStep> SyncChecker::Add(int rank, int64_t step, StepReport report) {
-  Pending& pending = pending_[step];
+std::optional<CompletedStep> SyncChecker::Record(std::map<int64_t, Pending>* by_step, int rank,
+                                                 int64_t step, StepReport report,
+                                                 v1::SyncCheck* late) {
+  auto it = by_step->try_emplace(step).first;
+  Pending& pending = it->second;
   if (pending.reports.empty()) pending.reports.resize(k_);
   pending.reports[rank] = std::move(report);
   ++pending.count;
   if (pending.count < k_) return std::nullopt;
   Pending complete = std::move(pending);
-  pending_.erase(step);
-  return Complete(step, complete);
+  by_step->erase(it);
+  return Complete(step, complete, late);
 }
 
-void SyncChecker::DropSettled(int64_t min_last_step) {
-  while (!pending_.empty() && pending_.begin()->first <= min_last_step) {
-    pending_.erase(pending_.begin());
-  }
+void SyncChecker::EraseThrough(std::map<int64_t, Pending>* by_step, int64_t step) {
+  while (!by_step->empty() && by_step->begin()->first <= step) by_step->erase(by_step->begin());
 }
+
+std::optional<CompletedStep> SyncChecker::Add(int rank, int64_t step, StepReport report) {
+  return Record(&pending_, rank, step, std::move(report), nullptr);
+}
+
+void SyncChecker::DropSettled(int64_t min_last_step) { EraseThrough(&pending_, min_last_step); }
 
 void SyncChecker::ClearPending() {
   pending_.clear();
@@ -80,10 +87,7 @@ void SyncChecker::EndLate(int rank, int64_t step) {
 
 void SyncChecker::SettleLate() {
   // A step at or below every rank's last late step can no longer complete.
-  const int64_t settled = *std::min_element(late_last_.begin(), late_last_.end());
-  while (!late_pending_.empty() && late_pending_.begin()->first <= settled) {
-    late_pending_.erase(late_pending_.begin());
-  }
+  EraseThrough(&late_pending_, *std::min_element(late_last_.begin(), late_last_.end()));
 }
 
 std::optional<CompletedStep> SyncChecker::AddLate(int rank, int64_t step, StepReport report,
@@ -92,22 +96,11 @@ std::optional<CompletedStep> SyncChecker::AddLate(int rank, int64_t step, StepRe
       step <= late_last_[static_cast<size_t>(rank)]) {
     return std::nullopt;
   }
-  auto it = late_pending_.find(step);
-  if (it == late_pending_.end()) {
-    if (late_pending_.size() >= kMaxLateSteps) return std::nullopt;
-    it = late_pending_.emplace(step, Pending()).first;
-    it->second.reports.resize(k_);
+  if (late_pending_.count(step) == 0 && late_pending_.size() >= kMaxLateSteps) {
+    return std::nullopt;
   }
   late_last_[static_cast<size_t>(rank)] = step;
-  Pending& pending = it->second;
-  pending.reports[rank] = std::move(report);
-  ++pending.count;
-  std::optional<CompletedStep> out;
-  if (pending.count == k_) {
-    Pending complete = std::move(pending);
-    late_pending_.erase(it);
-    out = Complete(step, complete, check);
-  }
+  std::optional<CompletedStep> out = Record(&late_pending_, rank, step, std::move(report), check);
   SettleLate();
   return out;
 }
@@ -194,24 +187,22 @@ CompletedStep SyncChecker::Complete(int64_t step, const Pending& pending, v1::Sy
   check.set_all_match(c.differing.empty());
   check.set_majority_hash(c.majority);
   for (int32_t r : c.differing) check.add_differing_ranks(r);
-  if (late != nullptr) {
-    for (const std::string& h : c.hashes) check.add_rank_hashes(h);
-    if (!c.differing.empty()) {
-      check.set_first_differing_block(c.first_block);
-      check.set_no_majority(c.no_majority);
-    }
-    *late = check;
-    history_.AddLate(std::move(check));
-    return c;
-  }
-  if (c.differing.empty()) {  // held without the K equal rank hashes
+  const bool match = c.differing.empty();
+  if (match && late == nullptr) {  // held without the K equal rank hashes
     history_.AddMatching(std::move(check), static_cast<int32_t>(c.hashes.size()));
     return c;
   }
   for (const std::string& h : c.hashes) check.add_rank_hashes(h);
-  check.set_first_differing_block(c.first_block);
-  check.set_no_majority(c.no_majority);
-  history_.Add(std::move(check));
+  if (!match) {
+    check.set_first_differing_block(c.first_block);
+    check.set_no_majority(c.no_majority);
+  }
+  if (late == nullptr) {
+    history_.Add(std::move(check));
+    return c;
+  }
+  *late = check;
+  history_.AddLate(std::move(check));
   return c;
 }
 

@@ -251,6 +251,14 @@ class SyncChecker {
   // history in step order (AddLate).
   CompletedStep Complete(int64_t step, const Pending& pending,
                          lockstep::v1::SyncCheck* late = nullptr);
+  // Records `rank`'s report of `step` among `by_step` (pending_ or
+  // late_pending_); at its K-th report the step is completed (Complete,
+  // `late` as there) and leaves `by_step`.
+  std::optional<CompletedStep> Record(std::map<int64_t, Pending>* by_step, int rank,
+                                      int64_t step, StepReport report,
+                                      lockstep::v1::SyncCheck* late);
+  // Forgets the steps of `by_step` at or below `step`.
+  static void EraseThrough(std::map<int64_t, Pending>* by_step, int64_t step);
   // Forgets the late steps that can no longer complete.
   void SettleLate();
 

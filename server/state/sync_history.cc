@@ -58,12 +58,16 @@ size_t SyncHistoryBuffer::WireSize(const Held& h) {
              (1 + google::protobuf::io::CodedOutputStream::VarintSize64(len) + len);
 }
 
-void SyncHistoryBuffer::Add(v1::SyncCheck check) {
+void SyncHistoryBuffer::Count(const v1::SyncCheck& check) {
   ++checked_;
   if (!check.all_match()) {
     ++mismatched_;
-    if (first_mismatch_ < 0) first_mismatch_ = check.step();
+    if (first_mismatch_ < 0 || check.step() < first_mismatch_) first_mismatch_ = check.step();
   }
+}
+
+void SyncHistoryBuffer::Add(v1::SyncCheck check) {
+  Count(check);
   last_step_ = std::max(last_step_, check.step());
   window_.push_back(Compact(std::move(check)));
   Trim();
@@ -86,11 +90,7 @@ void SyncHistoryBuffer::AddLate(v1::SyncCheck check) {
     Add(std::move(check));
     return;
   }
-  ++checked_;
-  if (!check.all_match()) {
-    ++mismatched_;
-    if (first_mismatch_ < 0 || step < first_mismatch_) first_mismatch_ = step;
-  }
+  Count(check);
   if (!window_.empty() && step < window_.front().check.step()) return;  // only counted
   auto at = std::upper_bound(window_.begin(), window_.end(), step,
                              [](int64_t s, const Held& h) { return s < h.check.step(); });

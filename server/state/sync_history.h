@@ -121,6 +121,8 @@ class SyncHistoryBuffer {
   static Held Compact(lockstep::v1::SyncCheck check);
   static void Expand(const Held& h, lockstep::v1::SyncCheck* out);
   static size_t WireSize(const Held& h);
+  // Counts a check (checked, mismatched, the smallest mismatching step).
+  void Count(const lockstep::v1::SyncCheck& check);
   void Trim();
   void Evict(Held held);
   // The i-th of (old_events_ ++ window_).
