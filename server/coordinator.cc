@@ -243,6 +243,9 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
       rank->waited = absl::Milliseconds(
           std::clamp<int64_t>(request.waiting_ms(), 0, int64_t{24} * 3600 * 1000));
       rank->waiting_reported = now;
+      if (current && request.probe_id() != 0 && request.reachable_ranks_size() <= bound->k) {
+        RecordProbeAnswer(bound, w->rank, request.probe_id(), request.reachable_ranks());
+      }
       if (FailStuckCombineLocked(bound, now)) {
         if (bound->state == v1::RUNNING && w->job_id == bound->id) {
           // Regrouped without another rank: this one's new assignment.
@@ -265,6 +268,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
         StartPsKeysLocked(bound);
         *reply.mutable_assignment() = AssignmentLocked(*bound, w->rank);
       }
+      FillProbeLocked(*bound, w->rank, &reply);
     } else {
       reply.set_stop_job(true);
     }
@@ -325,103 +329,6 @@ void Coordinator::Tick() {
   ScheduleLocked();
   ResendPsKeysLocked(now);
   EvictFinishedJobsLocked();
-}
-
-bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
-  const bool ps = job->spec.sync_mode() == v1::PS;
-  // A ring of one waits for nobody; a ps job of one waits for its shards.
-  if ((!ps && job->k < 2) || job->membership.regrouping) return false;
-  if (static_cast<int>(job->ranks.size()) != job->k) return false;
-  // A report counts only while fresh (a few heartbeat intervals): an old
-  // one says nothing about now (its worker may be computing, or dead: the
-  // lost-worker path's case).
-  const absl::Duration fresh = 3 * options_.heartbeat_interval + absl::Seconds(1);
-  const int shards = static_cast<int>(job->ps_addresses.size());
-  // The job's own bound (spec.stall_timeout_ms), else lost_after.
-  const absl::Duration stall = job->spec.stall_timeout_ms() > 0
-                                   ? absl::Milliseconds(job->spec.stall_timeout_ms())
-                                   : options_.lost_after;
-  std::vector<std::string> waits;
-  for (int r = 0; r < job->k; ++r) {
-    const Rank& rank = job->ranks[r];
-    // Every rank's latest report, fresh, says its combine has waited for a
-    // peer (ring) or a shard (ps) for at least the stall bound: nothing
-    // moves, and no worker is lost.
-    const int target = ps ? rank.waiting_for_shard : rank.waiting_for;
-    if (rank.worker_id.empty() || target < 0 || target >= (ps ? shards : job->k) ||
-        rank.waited < stall || now - rank.waiting_reported > fresh) {
-      return false;
-    }
-    if (ps) {
-      waits.push_back(absl::StrFormat("rank %d (%s, host %s) for shard %d (%s) %.1fs", r,
-                                      rank.worker_id, rank.hostname, target,
-                                      job->ps_addresses[target],
-                                      absl::ToDoubleSeconds(rank.waited)));
-      continue;
-    }
-    const Rank& peer = job->ranks[target];
-    waits.push_back(absl::StrFormat("rank %d (%s, host %s) for rank %d (%s, host %s) %.1fs", r,
-                                    rank.worker_id, rank.hostname, target, peer.worker_id,
-                                    peer.hostname, absl::ToDoubleSeconds(rank.waited)));
-  }
-  const std::string why =
-      ps ? absl::StrCat("every rank waits for a parameter-server shard while every "
-                        "worker heartbeats: a shard is out of the workers' reach "
-                        "or stuck (",
-                        absl::StrJoin(waits, "; "), ")")
-         : absl::StrCat("every rank waits for a peer while every worker "
-                        "heartbeats: a link between workers is down (",
-                        absl::StrJoin(waits, "; "), ")");
-  // Under shrink or wait a ring job drops the rank its peers cannot reach
-  // when the waits name one (membership.h RankToDropWhenStuck); a stuck
-  // shard is every rank's, so a ps job fails.
-  if (!ps && (ShrinksOnLoss(*job) || WaitsOnLoss(*job))) {
-    std::vector<int> waiting_for;
-    for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
-    int drop = RankToDropWhenStuck(waiting_for);
-    // K = 2 cannot tell which of the two is cut off: rank 1 first; if the
-    // worker kept at rank 0 then is stuck again with its next peer, it is.
-    if (job->k == 2 && drop == 1 &&
-        job->ranks[0].worker_id == job->membership.kept_at_last_drop) {
-      drop = 0;
-    }
-    if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
-  }
-  FailJobLocked(job, why);
-  return true;
-}
-
-bool Coordinator::DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck) {
-  const Rank& r = job->ranks[rank];
-  const std::string worker_id = r.worker_id;
-  const std::string why = absl::StrFormat("rank %d (%s, host %s) %s (%s)", rank, r.worker_id,
-                                          r.hostname, kDroppedUnreachable, stuck);
-  const std::string kept = job->k == 2 ? job->ranks[1 - rank].worker_id : std::string();
-  std::string no_replica;
-  if (ShrinksOnLoss(*job)) {
-    ShrinkResult shrunk = ShrinkJob(job, rank, clock_->Now(), why);
-    no_replica = std::move(shrunk.no_replica);
-    if (shrunk.shrunk) RenumberLocked(shrunk);
-    if (!shrunk.shrunk && no_replica.empty()) return false;
-  } else if (!VacateRank(job, rank, clock_->Now(), why, &no_replica) && no_replica.empty()) {
-    return false;
-  }
-  if (!no_replica.empty()) {
-    FailJobLocked(job, std::move(no_replica));  // nobody left to copy from
-    return true;
-  }
-  job->membership.kept_at_last_drop = kept;
-  // The dropped worker is alive: IDLE (its next heartbeat is told to stop
-  // the job), never again a rank of this job.
-  if (Worker* w = workers_.Find(worker_id); w != nullptr) WorkerRegistry::Unbind(w);
-  RecordDroppedWorker(job, worker_id);
-  LogLocked(LogLevel::kWarn, ShrinksOnLoss(*job) ? "job shrinking" : "job waiting for a worker",
-            {{"job", job->id},
-             {"generation", job->membership.generation},
-             {"world", job->k},
-             {"dropped", why}});
-  StateChangedLocked(job);
-  return true;
 }
 
 void Coordinator::RenumberLocked(const ShrinkResult& shrunk) {

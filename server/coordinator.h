@@ -578,7 +578,22 @@ class Coordinator {
   // (DropUnreachableRankLocked): shrunk or vacated as for a lost worker,
   // its worker IDLE and never again a rank of the job. True when it failed
   // the job or dropped a rank.
+  // When the waits name no single rank (K >= 3: a cycle, a partition into
+  // groups), ProbeStuckLocked asks every rank which peers accept a TCP
+  // connection (HeartbeatReply.probe, FillProbeLocked; the answers come in
+  // heartbeats, membership.h RecordProbeAnswer) and drops every rank
+  // outside the largest set that reach each other both ways
+  // (LargestMutuallyReachable). The job waits meanwhile, at most a connect
+  // timeout (1 s) + 3 heartbeat intervals + 1 s; it is failed as before
+  // when a rank does not answer, every rank reaches every other, or no two
+  // do (the reason then says what the probe found). Definitions:
+  // coordinator_stuck.cc.
   bool FailStuckCombineLocked(Job* job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  enum class ProbeOutcome { kPending, kDropped, kNone };
+  ProbeOutcome ProbeStuckLocked(Job* job, absl::Time now, std::string* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillProbeLocked(const Job& job, int rank, v1::HeartbeatReply* reply) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The survivors of a shrink take their new ranks.

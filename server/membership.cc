@@ -39,6 +39,73 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for) {
   return unique ? best : -1;
 }
 
+namespace {
+
+// Bron-Kerbosch with pivoting over 64-bit rank sets: every maximal set of
+// ranks that reach each other, keeping the best (LargestMutuallyReachable).
+void MaximalCliques(const std::vector<uint64_t>& adj, uint64_t r, uint64_t p, uint64_t x,
+                    uint64_t* best) {
+  if (p == 0 && x == 0) {
+    const int n = __builtin_popcountll(r), b = __builtin_popcountll(*best);
+    // Same size: the set that holds the lowest rank where the two differ.
+    const uint64_t diff = r ^ *best;
+    if (n > b || (n == b && diff != 0 && (r & diff & (~diff + 1)) != 0)) *best = r;
+    return;
+  }
+  const int pivot = __builtin_ctzll(p | x);
+  for (uint64_t cand = p & ~adj[static_cast<size_t>(pivot)]; cand != 0; cand &= cand - 1) {
+    const int v = __builtin_ctzll(cand);
+    const uint64_t bit = uint64_t{1} << v;
+    MaximalCliques(adj, r | bit, p & adj[static_cast<size_t>(v)], x & adj[static_cast<size_t>(v)],
+                   best);
+    p &= ~bit;
+    x |= bit;
+  }
+}
+
+}  // namespace
+
+std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach) {
+  const int k = static_cast<int>(reach.size());
+  if (k == 0 || k > kMaxProbedRanks) return {};
+  std::vector<uint64_t> adj(static_cast<size_t>(k), 0);  // both ways, no self
+  for (int i = 0; i < k; ++i) {
+    for (int j = 0; j < k; ++j) {
+      const auto at = [&](int a, int b) {
+        const std::vector<bool>& row = reach[static_cast<size_t>(a)];
+        return static_cast<size_t>(b) < row.size() && row[static_cast<size_t>(b)];
+      };
+      if (i != j && at(i, j) && at(j, i)) adj[static_cast<size_t>(i)] |= uint64_t{1} << j;
+    }
+  }
+  const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+  uint64_t best = 0;
+  MaximalCliques(adj, 0, all, 0, &best);
+  std::vector<int> keep;
+  for (int i = 0; i < k; ++i) {
+    if ((best >> i) & 1) keep.push_back(i);
+  }
+  return keep;
+}
+
+bool RecordProbeAnswer(JobRecord* job, int rank, uint64_t id,
+                       const google::protobuf::RepeatedField<int32_t>& reachable) {
+  MembershipState::ReachProbe& p = job->membership.probe;
+  const int k = static_cast<int>(job->ranks.size());
+  if (id == 0 || id != p.id || p.generation != job->membership.generation || rank < 0 ||
+      rank >= k || static_cast<int>(p.answered.size()) != k) {
+    return false;
+  }
+  std::vector<bool> row(static_cast<size_t>(k), false);
+  row[static_cast<size_t>(rank)] = true;
+  for (int32_t r : reachable) {
+    if (r >= 0 && r < k) row[static_cast<size_t>(r)] = true;
+  }
+  p.reachable[static_cast<size_t>(rank)] = std::move(row);
+  p.answered[static_cast<size_t>(rank)] = true;
+  return true;
+}
+
 void RecordDroppedWorker(JobRecord* job, const std::string& worker_id) {
   std::deque<std::string>& d = job->membership.dropped_workers;
   d.push_back(worker_id);

@@ -99,6 +99,19 @@ struct MembershipState {
   // The worker kept at rank 0 when a K = 2 job last dropped its rank 1: if
   // it is stuck again with its next peer, it is the one cut off.
   std::string kept_at_last_drop;
+  // A stuck ring job's reachability probe (RankToDropWhenStuck named no
+  // rank; Coordinator::ProbeStuckLocked): id 0 = none. Started with the
+  // generation it probes; answered[r] once rank r said which ranks it
+  // connected to (reachable[r]). Dropped as soon as the job is not stuck.
+  struct ReachProbe {
+    uint64_t id = 0;
+    int64_t generation = -1;
+    absl::Time started = absl::InfinitePast();
+    std::vector<bool> answered;
+    std::vector<std::vector<bool>> reachable;
+  };
+  ReachProbe probe;
+  uint64_t probes_started = 0;  // the last probe's id (per job)
 };
 // The current generation's start is decided (start_step: every rank said
 // which step it holds).
@@ -119,6 +132,21 @@ inline constexpr size_t kMaxDroppedWorkers = 64;
 // stands out (a ring's waits form a cycle: every rank waited for once), or
 // an entry is out of range.
 int RankToDropWhenStuck(const std::vector<int>& waiting_for);
+// The ranks to keep of a stuck ring job after its reachability probe:
+// the largest set of ranks every two of which reached each other, both
+// ways (reach[i][j]: rank i connected to rank j; a rank always reaches
+// itself), in ascending order. Among sets of that size the one whose
+// sorted ranks come first (so rank 0 stays when it can). K at most
+// kMaxProbedRanks (an empty result beyond).
+inline constexpr int kMaxProbedRanks = 64;
+std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach);
+// Records rank `rank`'s answer to probe `id` of the job's current probe
+// (ranks it reached, from the network: only ranks of the job count, each
+// once). False (ignored) when it is not the current probe's or the rank is
+// out of range.
+bool RecordProbeAnswer(JobRecord* job, int rank, uint64_t id,
+                       const google::protobuf::RepeatedField<int32_t>& reachable);
+
 // Records `worker_id` in job->membership.dropped_workers (bounded).
 void RecordDroppedWorker(JobRecord* job, const std::string& worker_id);
 // Whether `worker_id` was dropped from `job` (it never takes a rank of it).

@@ -321,5 +321,72 @@ TEST(RankToDropWhenStuckTest, DroppedWorkersAreRestoredFromTheEvents) {
   EXPECT_EQ(job.membership.dropped_workers.size(), 1u);
 }
 
+// reach[i][j] from the links that are up (both directions unless `one_way`).
+std::vector<std::vector<bool>> Reach(int k, const std::vector<std::pair<int, int>>& up,
+                                     const std::vector<std::pair<int, int>>& one_way = {}) {
+  std::vector<std::vector<bool>> r(static_cast<size_t>(k), std::vector<bool>(k, false));
+  for (int i = 0; i < k; ++i) r[i][i] = true;
+  for (auto [a, b] : up) r[a][b] = r[b][a] = true;
+  for (auto [a, b] : one_way) r[a][b] = true;
+  return r;
+}
+
+TEST(LargestMutuallyReachableTest, KeepsTheLargestGroupAndRankZeroOnATie) {
+  using V = std::vector<int>;
+  // K = 3, the link 0-1 down: {0, 2} and {1, 2} tie; rank 0 stays.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(3, {{0, 2}, {1, 2}})), (V{0, 2}));
+  // A partition {0, 1} | {2, 3}: a tie again, the group with rank 0.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(4, {{0, 1}, {2, 3}})), (V{0, 1}));
+  // {0} | {1, 2, 3}: the larger group, without rank 0.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(4, {{1, 2}, {1, 3}, {2, 3}})), (V{1, 2, 3}));
+  // One host cut off: the rest.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(4, {{0, 1}, {0, 3}, {1, 3}})), (V{0, 1, 3}));
+  // A one-way link is not a link.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(3, {{1, 2}}, {{0, 1}, {0, 2}})), (V{1, 2}));
+  // Every link up: everyone; none: rank 0 alone.
+  EXPECT_EQ(LargestMutuallyReachable(Reach(3, {{0, 1}, {0, 2}, {1, 2}})), (V{0, 1, 2}));
+  EXPECT_EQ(LargestMutuallyReachable(Reach(3, {})), (V{0}));
+  // A ring of 5 with 0-1 and 2-3 down besides the ring's other non-edges:
+  // the largest clique of {0-2, 0-3, 0-4, 1-3, 1-4, 2-4, 3-4, 1-2}: {0, 2, 4}
+  // and {1, 3, 4}, {0, 3, 4}, {1, 2, 4} all size 3; rank 0's first: {0, 2, 4}.
+  EXPECT_EQ(LargestMutuallyReachable(
+                Reach(5, {{0, 2}, {0, 3}, {0, 4}, {1, 3}, {1, 4}, {2, 4}, {3, 4}, {1, 2}})),
+            (V{0, 2, 4}));
+  // Short rows count as unreachable; bounds.
+  EXPECT_EQ(LargestMutuallyReachable({{true}, {true, true}}), (V{0}));
+  EXPECT_EQ(LargestMutuallyReachable({}), V{});
+  EXPECT_EQ(LargestMutuallyReachable(Reach(kMaxProbedRanks + 1, {})), V{});
+  // 64 ranks, every link up but those of rank 63: ranks 0..62.
+  std::vector<std::pair<int, int>> up;
+  for (int i = 0; i < 63; ++i) {
+    for (int j = i + 1; j < 63; ++j) up.push_back({i, j});
+  }
+  EXPECT_EQ(LargestMutuallyReachable(Reach(64, up)).size(), 63u);
+}
+
+TEST(LargestMutuallyReachableTest, AnswersCountOnlyForTheCurrentProbeAndRanksOfTheJob) {
+  JobRecord job;
+  job.ranks.resize(3);
+  job.k = 3;
+  job.membership.generation = 2;
+  MembershipState::ReachProbe& p = job.membership.probe;
+  p.id = 5;
+  p.generation = 2;
+  p.answered.assign(3, false);
+  p.reachable.assign(3, {});
+  google::protobuf::RepeatedField<int32_t> r;
+  r.Add(2);
+  r.Add(7);   // not a rank of the job
+  r.Add(-1);
+  EXPECT_FALSE(RecordProbeAnswer(&job, 1, 4, r));  // an old probe
+  EXPECT_FALSE(RecordProbeAnswer(&job, 3, 5, r));  // no such rank
+  EXPECT_FALSE(p.answered[1]);
+  EXPECT_TRUE(RecordProbeAnswer(&job, 1, 5, r));
+  EXPECT_TRUE(p.answered[1]);
+  EXPECT_EQ(p.reachable[1], (std::vector<bool>{false, true, true}));
+  job.membership.generation = 3;  // regrouped since
+  EXPECT_FALSE(RecordProbeAnswer(&job, 0, 5, r));
+}
+
 }  // namespace
 }  // namespace lockstep

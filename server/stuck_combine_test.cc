@@ -40,6 +40,7 @@ class StuckCombineTest : public ::testing::Test {
     spec.set_steps(100);
     spec.set_stall_timeout_ms(stall_timeout_ms);
     spec.set_on_worker_lost(on_worker_lost);
+    spec.set_peer_transport(transport_);
     v1::SubmitJobRequest submit;
     *submit.mutable_spec() = spec;
     absl::StatusOr<v1::SubmitJobReply> s = coord_->SubmitJob(submit);
@@ -58,6 +59,7 @@ class StuckCombineTest : public ::testing::Test {
     const int i = static_cast<int>(workers_.size()) + 1;
     v1::RegisterWorkerRequest req;
     req.set_address(absl::StrCat("10.0.0.", i, ":5000"));
+    req.set_data_address(absl::StrCat("10.0.0.", i, ":6000"));
     req.set_hostname(absl::StrCat("h", i));
     absl::StatusOr<v1::RegisterWorkerReply> r = coord_->RegisterWorker(req);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -119,6 +121,37 @@ class StuckCombineTest : public ::testing::Test {
     EXPECT_EQ(st.reason(), reason);
   }
 
+  // Ranks 0 .. n-1 of a K-rank job (n = answers' size, K = `k` or n) say
+  // which ranks they reached in their answer to probe `id`, each waiting
+  // as in a ring (rank r for r - 1) for `ms`; the last reply.
+  v1::HeartbeatReply Answer(uint64_t id, const std::vector<std::vector<int>> &reached,
+                            int64_t ms, int k = 0) {
+    const int n = static_cast<int>(reached.size());
+    if (k == 0) k = n;
+    v1::HeartbeatReply last;
+    for (int r = 0; r < n; ++r) {
+      v1::HeartbeatRequest req;
+      req.set_worker_id(workers_[r]);
+      req.set_job_id(job_);
+      req.set_waiting_for_peer((r + k - 1) % k + 1);
+      req.set_waiting_ms(ms);
+      req.set_probe_id(id);
+      for (int q : reached[r]) req.add_reachable_ranks(q);
+      absl::StatusOr<v1::HeartbeatReply> reply = coord_->Heartbeat(req);
+      EXPECT_TRUE(reply.ok()) << reply.status();
+      if (reply.ok()) last = *reply;
+    }
+    return last;
+  }
+  // Every rank of a K-rank ring job waits for its left neighbour for `ms`
+  // (a cycle: no rank stands out); the last rank's reply.
+  v1::HeartbeatReply Cycle(int k, int64_t ms) {
+    v1::HeartbeatReply last;
+    for (int r = 0; r < k; ++r) last = Beat(workers_[r], job_, (r + k - 1) % k, ms);
+    return last;
+  }
+
+  v1::PeerTransport transport_ = v1::GRPC;
   FakeClock clock_;
   std::unique_ptr<Coordinator> coord_;
   std::vector<std::string> workers_;
@@ -343,11 +376,26 @@ TEST_F(StuckCombineTest, UnderShrinkTheRankTheOthersWaitForIsDropped) {
   coord_->Tick();  // every worker of the first job is LOST now
   workers_.clear();
   Start(3, v1::RING, 0, "shrink");
-  Beat(workers_[0], job_, 2, 3500);
-  Beat(workers_[1], job_, 0, 3500);
-  EXPECT_TRUE(Beat(workers_[2], job_, 1, 3500).stop_job());
+  // A cycle names no rank: the ranks are asked which peers they reach
+  // (ReachProbeTest below); ranks that never answer fail the job once the
+  // probe's time is up (1 s + 3 heartbeats + 1 s).
+  for (int64_t ms = 3500; ms <= 6500; ms += 1000) {
+    Beat(workers_[0], job_, 2, ms);
+    Beat(workers_[1], job_, 0, ms);
+    const v1::HeartbeatReply r = Beat(workers_[2], job_, 1, ms);
+    if (ms < 6500) {
+      EXPECT_FALSE(r.stop_job()) << ms;
+      EXPECT_TRUE(r.has_probe()) << ms;
+      clock_.Advance(absl::Seconds(1));
+    } else {
+      EXPECT_TRUE(r.stop_job());
+    }
+  }
   EXPECT_EQ(State(), v1::FAILED);
   EXPECT_EQ(Status().reason().rfind("every rank waits for a peer", 0), 0u) << Status().reason();
+  EXPECT_NE(Status().reason().find("a reachability probe got no answer from rank(s) 0, 1, 2"),
+            std::string::npos)
+      << Status().reason();
 }
 
 // Under "wait" the dropped rank is left vacant for another worker; the
@@ -387,6 +435,119 @@ TEST_F(StuckCombineTest, UnderWaitTheDroppedRankIsLeftForAnotherWorker) {
                               0),
             0u)
       << st.reason();
+}
+
+// Issue 10, "the job does what its policy says": a ring job whose waits
+// form a cycle (K >= 3, one link down) is no longer FAILED under shrink or
+// wait. The coordinator asks every rank which peers accept a connection
+// (HeartbeatReply.probe: the peers' gRPC addresses, or their data
+// addresses for a tcp job) and drops every rank outside the largest group
+// that reach each other both ways.
+TEST_F(StuckCombineTest, UnderShrinkACycleIsResolvedByAReachabilityProbe) {
+  Start(3, v1::RING, 0, "shrink");
+  const v1::HeartbeatReply asked = Cycle(3, 3500);
+  EXPECT_FALSE(asked.stop_job());
+  ASSERT_TRUE(asked.has_probe());
+  const v1::PeerProbe& p = asked.probe();
+  EXPECT_EQ(p.job_id(), job_);
+  EXPECT_EQ(p.generation(), 0);
+  EXPECT_EQ(p.timeout_ms(), 1000);
+  // Rank 2's reply: its own entry empty, the others' gRPC addresses.
+  EXPECT_EQ(std::vector<std::string>(p.addresses().begin(), p.addresses().end()),
+            (std::vector<std::string>{"10.0.0.1:5000", "10.0.0.2:5000", ""}));
+  EXPECT_EQ(State(), v1::RUNNING);
+  // The link 0-1 is down. Rank 2 reaches both; {0, 2} and {1, 2} tie and
+  // rank 0 stays, so rank 1 (w-2) is dropped.
+  Answer(p.id(), {{2}, {2}}, 3700, 3);  // ranks 0 and 1 answered: not yet
+  EXPECT_EQ(State(), v1::RUNNING);
+  ASSERT_EQ(Status().ranks_size(), 3);
+  v1::HeartbeatRequest last;
+  last.set_worker_id(workers_[2]);
+  last.set_job_id(job_);
+  last.set_waiting_for_peer(2);
+  last.set_waiting_ms(3700);
+  last.set_probe_id(p.id());
+  last.add_reachable_ranks(0);
+  last.add_reachable_ranks(1);
+  absl::StatusOr<v1::HeartbeatReply> decided = coord_->Heartbeat(last);
+  ASSERT_TRUE(decided.ok()) << decided.status();
+  ASSERT_TRUE(decided->has_assignment());  // w-3 is rank 1 of 2 now
+  EXPECT_EQ(decided->assignment().rank(), 1);
+  const v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.ranks_size(), 2);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  EXPECT_EQ(st.ranks(1).worker_id(), workers_[2]);
+  EXPECT_EQ(WorkerStateOf(workers_[1]), v1::IDLE);
+  ASSERT_GE(st.membership_events_size(), 1);
+  const std::string why = st.membership_events(st.membership_events_size() - 1).reason();
+  EXPECT_EQ(why.rfind("rank 1 (w-2, host h2) dropped: its peers cannot reach it (every rank waits "
+                      "for a peer",
+                      0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("a reachability probe found: rank 0 reached 2; rank 1 reached 2; rank 2 "
+                     "reached 0, 1)"),
+            std::string::npos)
+      << why;
+  EXPECT_TRUE(Beat(workers_[1], job_, 0, 3800).stop_job());
+}
+
+// A tcp job's probe names the data addresses. A partition into {0, 1} and
+// {2, 3} under "wait" keeps rank 0's group and leaves ranks 2 and 3 vacant.
+// A rank that stops waiting meanwhile ends the probe (a new one starts if
+// the job is stuck again).
+TEST_F(StuckCombineTest, UnderWaitAPartitionKeepsOneGroupAndLeavesTheOthersRanksVacant) {
+  transport_ = v1::TCP;
+  Start(4, v1::RING, 0, "wait");
+  v1::HeartbeatReply asked = Cycle(4, 3500);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_EQ(asked.probe().addresses(0), "10.0.0.1:6000");
+  EXPECT_EQ(asked.probe().addresses(3), "");
+  const uint64_t first = asked.probe().id();
+  // Rank 1 computes for a moment: not stuck, no probe any more.
+  EXPECT_FALSE(Beat(workers_[1], job_, -1, 0).has_probe());
+  asked = Cycle(4, 3600);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_GT(asked.probe().id(), first);
+  // The old probe's answers count for nothing.
+  Answer(first, {{1}, {0}, {3}, {2}}, 3700);
+  EXPECT_EQ(Status().waiting_for_ranks_size(), 0);
+  Answer(asked.probe().id(), {{1}, {0}, {3}, {2}}, 3700);
+  const v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(std::vector<int>(st.waiting_for_ranks().begin(), st.waiting_for_ranks().end()),
+            (std::vector<int>{2, 3}));
+  EXPECT_EQ(WorkerStateOf(workers_[2]), v1::IDLE);
+  EXPECT_EQ(WorkerStateOf(workers_[3]), v1::IDLE);
+}
+
+// When every rank reaches every other, no link is down (a peer's process
+// is stuck): the job fails as before, saying what the probe found; so it
+// does when no two ranks reach each other (the data port is closed to
+// every peer, say).
+TEST_F(StuckCombineTest, AProbeThatFindsNoGroupToKeepFailsTheJobSayingWhy) {
+  Start(3, v1::RING, 0, "shrink");
+  v1::HeartbeatReply asked = Cycle(3, 3500);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_TRUE(Answer(asked.probe().id(), {{1, 2}, {0, 2}, {0, 1}}, 3600).stop_job());
+  EXPECT_EQ(State(), v1::FAILED);
+  EXPECT_NE(Status().reason().find("rank 2 reached 0, 1 (every rank reaches every other: no "
+                                   "link is down, a peer is stuck)"),
+            std::string::npos)
+      << Status().reason();
+
+  clock_.Advance(absl::Seconds(10));
+  coord_->Tick();
+  workers_.clear();
+  Start(3, v1::RING, 0, "shrink");
+  asked = Cycle(3, 3500);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_TRUE(Answer(asked.probe().id(), {{}, {}, {}}, 3600).stop_job());
+  EXPECT_EQ(State(), v1::FAILED);
+  EXPECT_NE(Status().reason().find("rank 2 reached none (no two ranks reach each other)"),
+            std::string::npos)
+      << Status().reason();
 }
 
 }  // namespace

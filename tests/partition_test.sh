@@ -24,6 +24,9 @@
 # and the job trains on as K = 1.
 # H, I. A host cut off (link down; nft drop) under shrink and under wait:
 # the job regroups within REGROUP_S (6 s, as tests/shrink_test) and trains on.
+# J. Only the link between w-1 and w-2 cut in a K = 3 ring under shrink: the
+# waits form a cycle, a reachability probe finds the link, w-2 is dropped
+# within 8 s and the job trains on with w-1 and w-3.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -202,6 +205,21 @@ STALL_MS=8000 stuck_case F 2 lockstep_peer_cut "  chain in { type filter hook in
   "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *) [89].*s; rank 1 (w-2, host *) for rank 0 (w-1, host *) [89].*s)" \
   "rank 1" -- --sync=ring --peer_transport=tcp --stall_timeout_ms=8000
 
+# cut_peer_link NAME RANKS -- SUBMIT FLAGS...: submits a job, waits for 20
+# steps and its ranks RANKS, then drops the traffic between w-1 and w-2
+# only (nft table lockstep_peer_cut in w-1's namespace). Sets job and t0
+# (the cut).
+cut_peer_link() {
+  local name=$1 want=$2; shift 3
+  job=$(cli submit --model=softmax --batch=48 --steps=1000000 "$@") || fail "$name: submit: $job"
+  wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
+  local ranks; ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
+  [ "$ranks" = "$want" ] || fail "$name: expected ranks $want, got $ranks"
+  printf 'table inet %s {\n%s\n}\n' lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" | on 2 nft -f - || fail "$name: nft"
+  t0=$(now_ms)
+}
+
 # G. As D for a job under --on_worker_lost=shrink: instead of failing, the
 # job drops rank 1 (w-2; with K = 2 no rank stands out and rank 0 stays)
 # within the bound and trains on without it (w-1 rank 0, steps still
@@ -209,14 +227,7 @@ STALL_MS=8000 stuck_case F 2 lockstep_peer_cut "  chain in { type filter hook in
 # within the bound (alive, not lost) and is never given the job back; the
 # shrink event names the drop.
 echo "== G peer link cut between w-1 and w-2, ring/tcp, --on_worker_lost=shrink"
-job=$(cli submit --model=softmax --batch=48 --steps=1000000 --workers=2 --sync=ring \
-  --peer_transport=tcp --on_worker_lost=shrink) || fail "G: submit: $job"
-wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "G: job $job made no progress: $(cli status "$job")"
-ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
-[ "$ranks" = "w-1 w-2" ] || fail "G: expected ranks w-1 w-2, got $ranks"
-printf 'table inet %s {\n%s\n}\n' lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
-  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" | on 2 nft -f - || fail "G: nft"
-t0=$(now_ms)
+cut_peer_link G "w-1 w-2" -- --workers=2 --sync=ring --peer_transport=tcp --on_worker_lost=shrink
 shrunk_to_w1() {  # regrouped without w-2, w-1 rank 0 (w-3, idle, may join as a late worker)
   cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and [r['worker_id'] for r in d['ranks']][:1] == ['w-1'] and 'w-2' not in [r['worker_id'] for r in d['ranks']]" | grep -q True
 }
@@ -235,6 +246,41 @@ idle w-2 || fail "G: w-2 was given a job again: $(cli workers)"
 awk -v j="$job" -v a="$((t1 - t0))" -v b="$((t2 - t0))" -v e="$event" \
   'BEGIN { printf "G: job %s regrouped without w-2 %.2f s after the cut and trains on, w-2 idle after %.2f s; %s\n", j, a / 1000, b / 1000, e }'
 cli cancel "$job" >/dev/null || fail "G: cancel $job"
+on 2 nft delete table inet lockstep_peer_cut
+
+# J. Only the link between w-1 and w-2 cut in a K = 3 ring under shrink
+# (both still reach w-3 and the coordinator): the ring's waits form a cycle
+# (rank 1 waits for rank 0, rank 2 for rank 1, rank 0 for rank 2), so no
+# rank stands out. The coordinator asks the ranks which peers' data ports
+# accept a connection and keeps the largest group that reach each other:
+# {w-1, w-3} and {w-2, w-3} tie, rank 0 stays, so w-2 is dropped within
+# PROBE_BOUND_S (lost_after 3 s + the probe, at most 1 s + 3 heartbeats +
+# 1 s) and the job trains on as K = 2. (Before, it was FAILED.) The ring
+# algorithm is forced: this small model's automatic choice is the direct
+# exchange, whose waits name a rank without a probe.
+PROBE_BOUND_S=8
+echo "== J link cut between w-1 and w-2 in a K = 3 ring (both reach w-3), ring/tcp, shrink"
+wait_until $(( $(now_ms) + 15000 )) idle w-1 w-2 w-3 || fail "J: workers not idle: $(cli workers)"
+cut_peer_link J "w-1 w-2 w-3" -- --workers=3 --sync=ring --peer_transport=tcp \
+  --ring_algorithm=ring --on_worker_lost=shrink
+regrouped_to() {  # JOB RANKS: running, regrouped (generation >= 1), ranks RANKS
+  cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and ' '.join(r['worker_id'] for r in d['ranks']) == '$2'" | grep -q True
+}
+wait_until $(( t0 + PROBE_BOUND_S * 1000 )) regrouped_to "$job" "w-1 w-3" \
+  || fail "J: job $job not regrouped onto w-1 w-3 within ${PROBE_BOUND_S}s: $(cli status "$job")"
+t1=$(now_ms)
+wait_until $(( t0 + PROBE_BOUND_S * 1000 )) idle w-2 || fail "J: w-2 not IDLE within ${PROBE_BOUND_S}s: $(cli workers)"
+at=$(cli status "$job" --json | json "int(d.get('step', 0))")
+wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "J: job $job did not go on after the shrink: $(cli status "$job")"
+event=$(cli status "$job" --json | json "d['membership_events'][0]['kind'] + ': ' + d['membership_events'][0]['reason']")
+case "$event" in
+  "shrink: rank 1 (w-2, host "*") dropped: its peers cannot reach it (every rank waits for a peer while every worker heartbeats"*"; a reachability probe found: rank 0 reached 2; rank 1 reached 2; rank 2 reached 0, 1)") ;;
+  *) fail "J: the shrink event does not name the drop and the probe: $event" ;;
+esac
+grep -q "job stuck, probing which ranks reach which" "$T/coord.log" || fail "J: the coordinator did not log the probe"
+awk -v j="$job" -v a="$((t1 - t0))" -v e="$event" \
+  'BEGIN { printf "J: job %s regrouped onto w-1 w-3 %.2f s after the cut and trains on; %s\n", j, a / 1000, e }'
+cli cancel "$job" >/dev/null || fail "J: cancel $job"
 on 2 nft delete table inet lockstep_peer_cut
 
 # policy_case NAME HOW VICTIM(w-N) KIND RANKS -- SUBMIT FLAGS...: a job under

@@ -262,6 +262,7 @@ void WorkerDaemon::Heartbeat() {
         req.set_holds_state(true);
         req.set_held_step(job_->held_step.load());
       }
+      probes_.Fill(job_->assignment.job_id(), job_->generation.load(), &req);
       const PeerWait::Waiting w = job_->peer_wait.Current();
       if (w.peer >= 0 || w.shard >= 0) {
         req.set_waiting_for_peer(w.peer + 1);
@@ -304,6 +305,7 @@ void WorkerDaemon::Heartbeat() {
     }
     return;
   }
+  if (reply.has_probe()) probes_.Start(reply.probe());  // this thread, no lock
   if (reply.resend_done_job_id() != 0) {
     ResendDone(reply.resend_done_job_id(), reply.resend_reports_from_step());
   }

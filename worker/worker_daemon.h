@@ -98,6 +98,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "worker/report_replay.h"
 #include "worker/job_runner.h"
+#include "worker/probe_runner.h"
 #include "worker/step_observer.h"
 
 namespace lockstep {
@@ -275,6 +276,9 @@ class WorkerDaemon {
   absl::Notification shutdown_;
   // Set (under mu_) when the main loop should heartbeat at once: shutdown,
   // or a job finished (so the worker shows IDLE without waiting a period).
+  // The coordinator's reachability probes (HeartbeatReply.probe): the
+  // heartbeat thread (Run) only.
+  ProbeRunner probes_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
 
   mutable absl::Mutex mu_;

@@ -279,6 +279,12 @@ std::string PeerRole(const Conn& c) {
   return role;
 }
 
+bool NothingReceived(const Conn& c) {
+  if (c.ssl == nullptr) return false;
+  const BIO* rbio = SSL_get_rbio(c.ssl);
+  return rbio != nullptr && BIO_number_read(const_cast<BIO*>(rbio)) == 0;
+}
+
 absl::StatusOr<bool> HandshakeStep(const DataTls& tls, Conn& c, bool* want_write) {
   *want_write = false;
   ERR_clear_error();

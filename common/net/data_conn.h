@@ -107,6 +107,10 @@ inline ssize_t Send(const Conn& c, const void* p, size_t n) {
   iovec v{const_cast<void*>(p), n};
   return Sendv(c, &v, 1);
 }
+// True when nothing at all has arrived on a TLS session (not one byte of
+// a handshake): its peer connected and closed, e.g. a reachability probe.
+// False for a plain connection.
+bool NothingReceived(const Conn& c);
 // True when a TLS session holds bytes not read yet, decrypted or read ahead
 // (poll on the descriptor would not show them). Recv returns EAGAIN only
 // when they do not complete a record, so a caller that reads until EAGAIN

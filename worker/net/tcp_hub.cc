@@ -374,6 +374,10 @@ bool TcpPeerHub::SendChallenge(PendingHello& p) {
 bool TcpPeerHub::ReadHello(PendingHello& p) {
   if (p.handshaking) {
     absl::StatusOr<bool> done = dataconn::HandshakeStep(*options_.tls, p.conn, &p.want_write);
+    if (!done.ok() && dataconn::NothingReceived(p.conn)) {
+      dataconn::Close(p.conn);  // as below: a probe that sent nothing
+      return true;
+    }
     if (!done.ok()) {
       Reject(p.conn, p.peer, std::string(done.status().message()));
       return true;
@@ -395,6 +399,13 @@ bool TcpPeerHub::ReadHello(PendingHello& p) {
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (p.got == 0 && (r == 0 || errno == ECONNRESET)) {
+      // Closed (or reset: it did not read our challenge) before sending a
+      // byte: a reachability probe (reach_probe.h) or a port check, not a
+      // refused peer. Closed without a refusal.
+      dataconn::Close(p.conn);
+      return true;
+    }
     Reject(p.conn, p.peer, absl::StrCat("no complete hello (", p.got, " of ", kHelloBytes, " bytes): ",
                               r == 0 ? std::string("end of stream") : Errno("recv")));
     return true;

@@ -1,0 +1,235 @@
+// Coordinator facade: ring and ps jobs whose every rank waits for a peer or
+// a shard while every worker heartbeats (a link is down, no worker lost):
+// failed naming the waits, or under on_worker_lost "shrink" or "wait" the
+// rank(s) the others cannot reach dropped, found from the waits
+// (RankToDropWhenStuck) or by a reachability probe (LargestMutuallyReachable).
+// Contracts: coordinator.h ("FailStuckCombineLocked"); the rules are in
+// server/membership.h.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/coordinator.h"
+#include "server/membership.h"
+
+namespace lockstep {
+
+namespace {
+
+// How long a worker's probe may wait for each connection to be accepted.
+constexpr absl::Duration kProbeConnectTimeout = absl::Seconds(1);
+
+// A job that is not stuck (any more) has no probe.
+bool NotStuck(JobRecord* job) {
+  if (job->membership.probe.id != 0) job->membership.probe = MembershipState::ReachProbe();
+  return false;
+}
+
+// "rank 0 reached 1, 2; rank 2 reached none".
+std::string ProbeSummary(const MembershipState::ReachProbe& p) {
+  std::vector<std::string> parts;
+  for (size_t r = 0; r < p.reachable.size(); ++r) {
+    std::vector<int> peers;
+    for (size_t q = 0; q < p.reachable[r].size(); ++q) {
+      if (q != r && p.reachable[r][q]) peers.push_back(static_cast<int>(q));
+    }
+    parts.push_back(absl::StrCat("rank ", r, " reached ",
+                                 peers.empty() ? "none" : absl::StrJoin(peers, ", ")));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
+bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
+  const bool ps = job->spec.sync_mode() == v1::PS;
+  // A ring of one waits for nobody; a ps job of one waits for its shards.
+  if ((!ps && job->k < 2) || job->membership.regrouping ||
+      static_cast<int>(job->ranks.size()) != job->k) {
+    return NotStuck(job);
+  }
+  // A report counts only while fresh (a few heartbeat intervals): an old
+  // one says nothing about now (its worker may be computing, or dead: the
+  // lost-worker path's case).
+  const absl::Duration fresh = 3 * options_.heartbeat_interval + absl::Seconds(1);
+  const int shards = static_cast<int>(job->ps_addresses.size());
+  // The job's own bound (spec.stall_timeout_ms), else lost_after.
+  const absl::Duration stall = job->spec.stall_timeout_ms() > 0
+                                   ? absl::Milliseconds(job->spec.stall_timeout_ms())
+                                   : options_.lost_after;
+  std::vector<std::string> waits;
+  for (int r = 0; r < job->k; ++r) {
+    const Rank& rank = job->ranks[r];
+    // Every rank's latest report, fresh, says its combine has waited for a
+    // peer (ring) or a shard (ps) for at least the stall bound: nothing
+    // moves, and no worker is lost.
+    const int target = ps ? rank.waiting_for_shard : rank.waiting_for;
+    if (rank.worker_id.empty() || target < 0 || target >= (ps ? shards : job->k) ||
+        rank.waited < stall || now - rank.waiting_reported > fresh) {
+      return NotStuck(job);
+    }
+    if (ps) {
+      waits.push_back(absl::StrFormat("rank %d (%s, host %s) for shard %d (%s) %.1fs", r,
+                                      rank.worker_id, rank.hostname, target,
+                                      job->ps_addresses[target],
+                                      absl::ToDoubleSeconds(rank.waited)));
+      continue;
+    }
+    const Rank& peer = job->ranks[target];
+    waits.push_back(absl::StrFormat("rank %d (%s, host %s) for rank %d (%s, host %s) %.1fs", r,
+                                    rank.worker_id, rank.hostname, target, peer.worker_id,
+                                    peer.hostname, absl::ToDoubleSeconds(rank.waited)));
+  }
+  std::string why =
+      ps ? absl::StrCat("every rank waits for a parameter-server shard while every "
+                        "worker heartbeats: a shard is out of the workers' reach "
+                        "or stuck (",
+                        absl::StrJoin(waits, "; "), ")")
+         : absl::StrCat("every rank waits for a peer while every worker "
+                        "heartbeats: a link between workers is down (",
+                        absl::StrJoin(waits, "; "), ")");
+  // Under shrink or wait a ring job drops the rank its peers cannot reach
+  // when the waits name one (membership.h RankToDropWhenStuck), or else the
+  // ranks a reachability probe finds cut off from the largest group; a
+  // stuck shard is every rank's, so a ps job fails.
+  if (!ps && (ShrinksOnLoss(*job) || WaitsOnLoss(*job))) {
+    std::vector<int> waiting_for;
+    for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
+    int drop = RankToDropWhenStuck(waiting_for);
+    // K = 2 cannot tell which of the two is cut off: rank 1 first; if the
+    // worker kept at rank 0 then is stuck again with its next peer, it is.
+    if (job->k == 2 && drop == 1 &&
+        job->ranks[0].worker_id == job->membership.kept_at_last_drop) {
+      drop = 0;
+    }
+    if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
+    // No single rank stands out (a cycle, a partition into groups): ask
+    // the ranks which peers they reach.
+    if (drop < 0) {
+      switch (ProbeStuckLocked(job, now, &why)) {
+        case ProbeOutcome::kPending:
+          return false;
+        case ProbeOutcome::kDropped:
+          return true;
+        case ProbeOutcome::kNone:
+          break;
+      }
+    }
+  }
+  FailJobLocked(job, why);
+  return true;
+}
+
+bool Coordinator::DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck) {
+  const Rank& r = job->ranks[rank];
+  const std::string worker_id = r.worker_id;
+  const std::string why = absl::StrFormat("rank %d (%s, host %s) %s (%s)", rank, r.worker_id,
+                                          r.hostname, kDroppedUnreachable, stuck);
+  const std::string kept = job->k == 2 ? job->ranks[1 - rank].worker_id : std::string();
+  std::string no_replica;
+  if (ShrinksOnLoss(*job)) {
+    ShrinkResult shrunk = ShrinkJob(job, rank, clock_->Now(), why);
+    no_replica = std::move(shrunk.no_replica);
+    if (shrunk.shrunk) RenumberLocked(shrunk);
+    if (!shrunk.shrunk && no_replica.empty()) return false;
+  } else if (!VacateRank(job, rank, clock_->Now(), why, &no_replica) && no_replica.empty()) {
+    return false;
+  }
+  if (!no_replica.empty()) {
+    FailJobLocked(job, std::move(no_replica));  // nobody left to copy from
+    return true;
+  }
+  job->membership.kept_at_last_drop = kept;
+  // The dropped worker is alive: IDLE (its next heartbeat is told to stop
+  // the job), never again a rank of this job.
+  if (Worker* w = workers_.Find(worker_id); w != nullptr) WorkerRegistry::Unbind(w);
+  RecordDroppedWorker(job, worker_id);
+  LogLocked(LogLevel::kWarn, ShrinksOnLoss(*job) ? "job shrinking" : "job waiting for a worker",
+            {{"job", job->id},
+             {"generation", job->membership.generation},
+             {"world", job->k},
+             {"dropped", why}});
+  StateChangedLocked(job);
+  return true;
+}
+
+Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now,
+                                                       std::string* why) {
+  MembershipState& m = job->membership;
+  MembershipState::ReachProbe& p = m.probe;
+  const int k = job->k;
+  if (k < 3 || k > kMaxProbedRanks) return ProbeOutcome::kNone;
+  if (p.id == 0 || p.generation != m.generation) {
+    p = MembershipState::ReachProbe();
+    p.id = ++m.probes_started;
+    p.generation = m.generation;
+    p.started = now;
+    p.answered.assign(static_cast<size_t>(k), false);
+    p.reachable.assign(static_cast<size_t>(k), {});
+    LogLocked(LogLevel::kWarn, "job stuck, probing which ranks reach which",
+              {{"job", job->id}, {"generation", m.generation}, {"probe", p.id}, {"stuck", *why}});
+    return ProbeOutcome::kPending;
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < k; ++r) {
+    if (!p.answered[static_cast<size_t>(r)]) silent.push_back(r);
+  }
+  if (!silent.empty()) {
+    // The answers come within a connect timeout and a few heartbeats.
+    if (now - p.started <= kProbeConnectTimeout + 3 * options_.heartbeat_interval +
+                               absl::Seconds(1)) {
+      return ProbeOutcome::kPending;
+    }
+    absl::StrAppend(why, "; a reachability probe got no answer from rank(s) ",
+                    absl::StrJoin(silent, ", "));
+    return ProbeOutcome::kNone;
+  }
+  const std::vector<int> keep = LargestMutuallyReachable(p.reachable);
+  const std::string found = absl::StrCat("; a reachability probe found: ", ProbeSummary(p));
+  absl::StrAppend(why, found);
+  if (static_cast<int>(keep.size()) == k) {
+    absl::StrAppend(why, " (every rank reaches every other: no link is down, a peer is stuck)");
+    return ProbeOutcome::kNone;
+  }
+  if (keep.size() < 2) {
+    absl::StrAppend(why, " (no two ranks reach each other)");
+    return ProbeOutcome::kNone;
+  }
+  // Drop from the highest rank down: a shrink renumbers only the ranks
+  // above the one it drops, so the lower ranks' indices stay valid.
+  bool dropped = false;
+  for (int r = k - 1; r >= 0; --r) {
+    if (std::find(keep.begin(), keep.end(), r) != keep.end()) continue;
+    if (!DropUnreachableRankLocked(job, r, *why)) break;
+    dropped = true;
+    if (job->state != v1::RUNNING) break;  // failed: nobody left to copy from
+  }
+  return dropped ? ProbeOutcome::kDropped : ProbeOutcome::kNone;
+}
+
+void Coordinator::FillProbeLocked(const Job& job, int rank, v1::HeartbeatReply* reply) const {
+  const MembershipState::ReachProbe& p = job.membership.probe;
+  if (p.id == 0 || p.generation != job.membership.generation || rank < 0 ||
+      rank >= static_cast<int>(p.answered.size()) || p.answered[static_cast<size_t>(rank)] ||
+      static_cast<int>(job.ranks.size()) != static_cast<int>(p.answered.size())) {
+    return;
+  }
+  v1::PeerProbe* probe = reply->mutable_probe();
+  probe->set_id(p.id);
+  probe->set_job_id(job.id);
+  probe->set_generation(p.generation);
+  probe->set_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(kProbeConnectTimeout)));
+  // The path the ring uses: the data port over tcp, else the gRPC port.
+  const bool tcp = job.spec.peer_transport() == v1::TCP;
+  for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {
+    const Rank& peer = job.ranks[static_cast<size_t>(r)];
+    probe->add_addresses(r == rank ? std::string()
+                         : tcp && !peer.data_address.empty() ? peer.data_address
+                                                             : peer.address);
+  }
+}
+
+}  // namespace lockstep
