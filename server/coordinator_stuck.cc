@@ -161,10 +161,18 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
   MembershipState& m = job->membership;
   MembershipState::ReachProbe& p = m.probe;
   const int k = job->k;
-  if (k < 3 || k > kMaxProbedRanks) return ProbeOutcome::kNone;
+  if (k < 3) return ProbeOutcome::kNone;
+  if (k > kMaxProbedRanks) {
+    absl::StrAppend(why, "; no reachability probe: K = ", k, " is over ", kMaxProbedRanks);
+    return ProbeOutcome::kNone;
+  }
   if (p.id == 0 || p.generation != m.generation) {
     p = MembershipState::ReachProbe();
-    p.id = ++m.probes_started;
+    // Unique across coordinator runs (a ring job keeps its generation over
+    // a restart, and a worker answers an id it has probed once): the
+    // start's Unix milliseconds, and a counter for probes within one.
+    p.id = (static_cast<uint64_t>(absl::ToUnixMillis(now)) << 12) |
+           (++m.probes_started & 0xfff);
     p.generation = m.generation;
     p.started = now;
     p.answered.assign(static_cast<size_t>(k), false);
@@ -188,8 +196,11 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
     return ProbeOutcome::kNone;
   }
   const std::vector<int> keep = LargestMutuallyReachable(p.reachable);
-  const std::string found = absl::StrCat("; a reachability probe found: ", ProbeSummary(p));
-  absl::StrAppend(why, found);
+  absl::StrAppend(why, "; a reachability probe found: ", ProbeSummary(p));
+  if (keep.empty()) {
+    absl::StrAppend(why, " (too many groups to compare: none is kept)");
+    return ProbeOutcome::kNone;
+  }
   if (static_cast<int>(keep.size()) == k) {
     absl::StrAppend(why, " (every rank reaches every other: no link is down, a peer is stuck)");
     return ProbeOutcome::kNone;

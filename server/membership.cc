@@ -43,8 +43,14 @@ namespace {
 
 // Bron-Kerbosch with pivoting over 64-bit rank sets: every maximal set of
 // ranks that reach each other, keeping the best (LargestMutuallyReachable).
+// *budget bounds the calls: the number of maximal sets can grow
+// exponentially with K (64 ranks in 32 cut pairs have 2^32), and this runs
+// under the coordinator's lock. A branch that cannot reach the best size
+// found is not explored.
 void MaximalCliques(const std::vector<uint64_t>& adj, uint64_t r, uint64_t p, uint64_t x,
-                    uint64_t* best) {
+                    uint64_t* best, int64_t* budget) {
+  if (--*budget < 0) return;
+  if (__builtin_popcountll(r | p) < __builtin_popcountll(*best)) return;
   if (p == 0 && x == 0) {
     const int n = __builtin_popcountll(r), b = __builtin_popcountll(*best);
     // Same size: the set that holds the lowest rank where the two differ.
@@ -57,7 +63,8 @@ void MaximalCliques(const std::vector<uint64_t>& adj, uint64_t r, uint64_t p, ui
     const int v = __builtin_ctzll(cand);
     const uint64_t bit = uint64_t{1} << v;
     MaximalCliques(adj, r | bit, p & adj[static_cast<size_t>(v)], x & adj[static_cast<size_t>(v)],
-                   best);
+                   best, budget);
+    if (*budget < 0) return;
     p &= ~bit;
     x |= bit;
   }
@@ -80,7 +87,9 @@ std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& 
   }
   const uint64_t all = k == 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
   uint64_t best = 0;
-  MaximalCliques(adj, 0, all, 0, &best);
+  int64_t budget = kMaxCliqueSteps;
+  MaximalCliques(adj, 0, all, 0, &best, &budget);
+  if (budget < 0) return {};  // too many groups to compare
   std::vector<int> keep;
   for (int i = 0; i < k; ++i) {
     if ((best >> i) & 1) keep.push_back(i);

@@ -111,7 +111,7 @@ struct MembershipState {
     std::vector<std::vector<bool>> reachable;
   };
   ReachProbe probe;
-  uint64_t probes_started = 0;  // the last probe's id (per job)
+  uint64_t probes_started = 0;  // probes of this job started by this coordinator run
 };
 // The current generation's start is decided (start_step: every rank said
 // which step it holds).
@@ -136,9 +136,13 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for);
 // the largest set of ranks every two of which reached each other, both
 // ways (reach[i][j]: rank i connected to rank j; a rank always reaches
 // itself), in ascending order. Among sets of that size the one whose
-// sorted ranks come first (so rank 0 stays when it can). K at most
-// kMaxProbedRanks (an empty result beyond).
+// sorted ranks come first (so among the largest groups, one with rank 0
+// when there is one). K at most kMaxProbedRanks; the search takes at most
+// kMaxCliqueSteps steps (it runs under the coordinator's lock). Empty when
+// K is out of range or the search ran out of steps (answers so tangled
+// that no group is picked).
 inline constexpr int kMaxProbedRanks = 64;
+inline constexpr int64_t kMaxCliqueSteps = int64_t{1} << 20;
 std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach);
 // Records rank `rank`'s answer to probe `id` of the job's current probe
 // (ranks it reached, from the network: only ranks of the job count, each

@@ -362,6 +362,15 @@ TEST(LargestMutuallyReachableTest, KeepsTheLargestGroupAndRankZeroOnATie) {
     for (int j = i + 1; j < 63; ++j) up.push_back({i, j});
   }
   EXPECT_EQ(LargestMutuallyReachable(Reach(64, up)).size(), 63u);
+  // 64 ranks in 32 pairs whose own link is down: 2^32 groups of 32 tie.
+  // The search stops after kMaxCliqueSteps and keeps none.
+  up.clear();
+  for (int i = 0; i < 64; ++i) {
+    for (int j = i + 1; j < 64; ++j) {
+      if (j != i + 32) up.push_back({i, j});
+    }
+  }
+  EXPECT_EQ(LargestMutuallyReachable(Reach(64, up)), V{});
 }
 
 TEST(LargestMutuallyReachableTest, AnswersCountOnlyForTheCurrentProbeAndRanksOfTheJob) {

@@ -16,7 +16,10 @@ ProbeRunner::~ProbeRunner() {
 }
 
 void ProbeRunner::Start(const v1::PeerProbe& p) {
-  if (p.id() == 0 || (p.job_id() == started_job_ && p.id() == started_id_)) return;
+  if (p.id() == 0 || (p.job_id() == started_job_ && p.id() == started_id_ &&
+                      p.generation() == started_generation_)) {
+    return;
+  }
   if (p.addresses_size() > kMaxAddresses) return;
   for (const std::string& a : p.addresses()) {
     if (a.size() > kMaxAddressBytes) return;
@@ -24,6 +27,7 @@ void ProbeRunner::Start(const v1::PeerProbe& p) {
   if (thread_.joinable()) thread_.join();  // ends by its own deadline
   started_job_ = p.job_id();
   started_id_ = p.id();
+  started_generation_ = p.generation();
   {
     absl::MutexLock l(&mu_);
     done_ = false;

@@ -7,9 +7,12 @@
 //
 // Threading: Start, Fill and the destructor are called from one thread
 // (the daemon's heartbeat thread); the probe thread only writes the
-// answer, under mu_. The destructor and Start join a finished or finishing
-// probe thread (each probe ends by its own deadline, at most kMaxTimeout);
-// no lock is held across the join.
+// answer, under mu_. The destructor and Start join the previous probe
+// thread, so they may block until its deadline (the probe's timeout_ms,
+// 1 s from the coordinator, at most kMaxTimeout); no lock is held across
+// the join. Fill takes mu_ and nothing else, so a caller may hold its own
+// lock around it (the daemon holds its mu_: order daemon mu_, then this
+// mu_).
 #ifndef LOCKSTEP_WORKER_PROBE_RUNNER_H_
 #define LOCKSTEP_WORKER_PROBE_RUNNER_H_
 
@@ -46,7 +49,8 @@ class ProbeRunner {
   ProbeRunner(const ProbeRunner&) = delete;
   ProbeRunner& operator=(const ProbeRunner&) = delete;
 
-  // Starts `p` unless it is the probe started last (same job and id) or it
+  // Starts `p` unless it is the probe started last (same job, generation
+  // and id) or it
   // asks more than the bounds above (then it is ignored: the coordinator's
   // own deadline fails the job as before). A probe still running is
   // joined first.
@@ -62,6 +66,7 @@ class ProbeRunner {
   ProbeFn probe_;
   std::thread thread_;  // the caller's thread only
   uint64_t started_job_ = 0, started_id_ = 0;  // the caller's thread only
+  int64_t started_generation_ = -1;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t job_ ABSL_GUARDED_BY(mu_) = 0;

@@ -274,11 +274,11 @@ class WorkerDaemon {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   TransportFactory transports_;
   absl::Notification shutdown_;
-  // Set (under mu_) when the main loop should heartbeat at once: shutdown,
-  // or a job finished (so the worker shows IDLE without waiting a period).
   // The coordinator's reachability probes (HeartbeatReply.probe): the
   // heartbeat thread (Run) only.
   ProbeRunner probes_;
+  // Set (under mu_) when the main loop should heartbeat at once: shutdown,
+  // or a job finished (so the worker shows IDLE without waiting a period).
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
 
   mutable absl::Mutex mu_;

@@ -15,26 +15,28 @@
 namespace lockstep {
 namespace {
 
-// Starts a non-blocking connect; -1 when it failed at once. *done: the
-// connect completed at once (loopback may).
-int StartConnect(const std::string& address, absl::Time deadline, bool* done) {
-  *done = false;
+// Starts a non-blocking connect to every address `address` resolves to
+// (as tcp_transport.cc tries each): the fds still connecting go to
+// *pending; true when one connected at once (loopback may).
+bool StartConnects(const std::string& address, absl::Time deadline, std::vector<int>* pending) {
   std::string host, port;
-  if (!tcpio::SplitHostPort(address, &host, &port)) return -1;
+  if (!tcpio::SplitHostPort(address, &host, &port)) return false;
   absl::StatusOr<AddrInfoList> ai = Resolve(host, port, deadline);
-  if (!ai.ok() || *ai == nullptr) return -1;
-  const addrinfo* a = ai->get();
-  const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-    *done = true;
-    return fd;
+  if (!ai.ok()) return false;
+  for (const addrinfo* a = ai->get(); a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      close(fd);
+      return true;
+    }
+    if (errno == EINPROGRESS) {
+      pending->push_back(fd);
+    } else {
+      close(fd);
+    }
   }
-  if (errno != EINPROGRESS) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return false;
 }
 
 }  // namespace
@@ -42,22 +44,22 @@ int StartConnect(const std::string& address, absl::Time deadline, bool* done) {
 std::vector<bool> ProbeReachable(const std::vector<std::string>& addresses, absl::Time deadline) {
   std::vector<bool> ok(addresses.size(), false);
   std::vector<pollfd> fds;
-  std::vector<size_t> index;  // fds[i] probes addresses[index[i]]
+  std::vector<size_t> index;  // fds[i] probes (one of the addresses of) addresses[index[i]]
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (addresses[i].empty()) {
       ok[i] = true;  // the caller itself
       continue;
     }
-    bool done = false;
-    const int fd = StartConnect(addresses[i], deadline, &done);
-    if (fd < 0) continue;
-    if (done) {
-      ok[i] = true;
-      close(fd);
-      continue;
+    std::vector<int> pending;
+    if (StartConnects(addresses[i], deadline, &pending)) ok[i] = true;
+    for (int fd : pending) {
+      if (ok[i]) {
+        close(fd);
+        continue;
+      }
+      fds.push_back({fd, POLLOUT, 0});
+      index.push_back(i);
     }
-    fds.push_back({fd, POLLOUT, 0});
-    index.push_back(i);
   }
   size_t open = fds.size();
   while (open > 0) {

@@ -8,8 +8,11 @@
 // such a connection without logging a refusal. A refused or reset
 // connection, an unparsable address, a name that does not resolve in time
 // and a connect still pending at `deadline` all count as unreachable; ""
-// (the caller's own rank) counts as reachable. Name resolution is bounded
-// by the same deadline (common/net/resolve.h).
+// (the caller's own rank) counts as reachable. Every address a name
+// resolves to is tried (as the transport does); names are resolved one
+// after another before any connect, all within the same deadline
+// (common/net/resolve.h; the coordinator sends what the workers
+// registered, numeric addresses unless --advertise named a host).
 //
 // Any thread; blocks until every address has answered or `deadline`.
 #ifndef LOCKSTEP_WORKER_NET_REACH_PROBE_H_

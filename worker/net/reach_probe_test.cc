@@ -91,6 +91,24 @@ void ExpectProbeIsNotARefusal(Hubs& h) {
   }
 }
 
+// A connection that ends unused later than probe_close is refused as
+// before (here probe_close is 0: every one is late).
+TEST(ReachProbeTest, ALateSilentCloseIsStillARefusal) {
+  TcpHubOptions o;
+  o.probe_close = absl::ZeroDuration();
+  Hubs h(1, o);
+  EXPECT_THAT(ProbeReachable(h.Addresses(), absl::Now() + absl::Seconds(5)),
+              ::testing::ElementsAre(true));
+  const int fd = tcptest::RawConnect(h.hubs[0]->port());  // a second one, to wait on
+  close(fd);
+  for (absl::Time end = absl::Now() + absl::Seconds(30);
+       h.hubs[0]->rejected_connections() < 2 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a counter, with a deadline
+  }
+  EXPECT_EQ(h.hubs[0]->rejected_connections(), 2);
+  EXPECT_THAT(h.hubs[0]->last_rejection(), ::testing::HasSubstr("no complete hello (0 of"));
+}
+
 TEST(ReachProbeTest, APlainHubClosesAProbeWithoutARefusal) {
   Hubs h(2);
   ExpectProbeIsNotARefusal(h);

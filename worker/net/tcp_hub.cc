@@ -303,7 +303,8 @@ void TcpPeerHub::AcceptLoop() {
         }
         PendingHello p;
         p.got = 0;
-        p.deadline = absl::Now() + options_.hello_timeout;
+        p.accepted = absl::Now();
+        p.deadline = p.accepted + options_.hello_timeout;
         p.nonce = dataauth::RandomNonce();
         p.peer = peer;
         if (options_.tls != nullptr) {
@@ -357,6 +358,10 @@ void TcpPeerHub::AcceptLoop() {
   pending_hellos_.store(0);
 }
 
+bool TcpPeerHub::ClosedAtOnce(const PendingHello& p) const {
+  return absl::Now() - p.accepted < options_.probe_close;
+}
+
 bool TcpPeerHub::SendChallenge(PendingHello& p) {
   // The challenge: 40 bytes into a fresh socket's (or session's) empty send
   // buffer.
@@ -374,7 +379,7 @@ bool TcpPeerHub::SendChallenge(PendingHello& p) {
 bool TcpPeerHub::ReadHello(PendingHello& p) {
   if (p.handshaking) {
     absl::StatusOr<bool> done = dataconn::HandshakeStep(*options_.tls, p.conn, &p.want_write);
-    if (!done.ok() && dataconn::NothingReceived(p.conn)) {
+    if (!done.ok() && dataconn::NothingReceived(p.conn) && ClosedAtOnce(p)) {
       dataconn::Close(p.conn);  // as below: a probe that sent nothing
       return true;
     }
@@ -399,10 +404,12 @@ bool TcpPeerHub::ReadHello(PendingHello& p) {
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    if (p.got == 0 && (r == 0 || errno == ECONNRESET)) {
-      // Closed (or reset: it did not read our challenge) before sending a
-      // byte: a reachability probe (reach_probe.h) or a port check, not a
-      // refused peer. Closed without a refusal.
+    if (p.got == 0 && (r == 0 || errno == ECONNRESET) && ClosedAtOnce(p)) {
+      // Closed (or reset: it did not read our challenge) at once, before
+      // sending a byte: a reachability probe (reach_probe.h) or a port
+      // check, not a refused peer. Closed without a refusal. (A peer that
+      // gave up on its own deadline, e.g. one without --data_plane_tls
+      // waiting for a challenge that never came, is refused as before.)
       dataconn::Close(p.conn);
       return true;
     }

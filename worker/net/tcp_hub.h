@@ -70,6 +70,10 @@ struct TcpHubOptions {
   // connection has its own deadline; hellos are read as they arrive, so a
   // silent connection delays no other).
   absl::Duration hello_timeout = absl::Seconds(5);
+  // A connection that ends having sent nothing within this of its accept
+  // is a reachability probe (reach_probe.h) or a port check: closed
+  // without a refusal. Later it is refused as any silent connection.
+  absl::Duration probe_close = absl::Seconds(1);
   // Connections accepted whose hello is not complete yet; one more is
   // closed at once (counted, named).
   int max_pending_hellos = 256;
@@ -249,6 +253,7 @@ class TcpPeerHub {
     uint8_t buf[tcpwire::kHelloBytes];
     size_t got;
     absl::Time deadline;
+    absl::Time accepted;    // for options_.probe_close
     dataauth::Nonce nonce;  // the challenge sent on accept
     std::string peer;       // "host:port" of the connecting side
   };
@@ -258,6 +263,8 @@ class TcpPeerHub {
   bool ReadHello(PendingHello& p);
   // Sends p's challenge; false if it could not (p rejected).
   bool SendChallenge(PendingHello& p);
+  // p ended unused within options_.probe_close of its accept.
+  bool ClosedAtOnce(const PendingHello& p) const;
   void HandleHello(PendingHello& p);
   // Answers a verified hello with its accept (tcp_wire.h), then hands the
   // connection to `inbox`; closes it (and says why, empty when not
