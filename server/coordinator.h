@@ -583,11 +583,13 @@ class Coordinator {
   // connection (HeartbeatReply.probe, FillProbeLocked; the answers come in
   // heartbeats, membership.h RecordProbeAnswer) and drops every rank
   // outside the largest set that reach each other both ways
-  // (LargestMutuallyReachable). The job waits meanwhile, at most a connect
-  // timeout (1 s) + 3 heartbeat intervals + 1 s; it is failed as before
-  // when a rank does not answer, every rank reaches every other, or no two
-  // do (the reason then says what the probe found). Definitions:
-  // coordinator_stuck.cc.
+  // (LargestMutuallyReachable). A stuck ps job under shrink or wait (K >= 2)
+  // is probed the same way for its shards (PeerProbe.shards) and keeps the
+  // ranks that reach every shard (RanksReachingEveryShard). The job waits
+  // meanwhile, at most a connect timeout (1 s) + 3 heartbeat intervals +
+  // 1 s; it is failed as before when a rank does not answer, when every
+  // rank reaches every peer or shard, or when no group is left (the reason
+  // then says what the probe found). Definitions: coordinator_stuck.cc.
   bool FailStuckCombineLocked(Job* job, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   enum class ProbeOutcome { kPending, kDropped, kNone };
   ProbeOutcome ProbeStuckLocked(Job* job, absl::Time now, std::string* why)

@@ -28,16 +28,19 @@ bool NotStuck(JobRecord* job) {
   return false;
 }
 
-// "rank 0 reached 1, 2; rank 2 reached none".
+// "rank 0 reached 1, 2; rank 2 reached none", or for shards "rank 0
+// reached shard 0, 1; ...".
 std::string ProbeSummary(const MembershipState::ReachProbe& p) {
   std::vector<std::string> parts;
   for (size_t r = 0; r < p.reachable.size(); ++r) {
     std::vector<int> peers;
     for (size_t q = 0; q < p.reachable[r].size(); ++q) {
-      if (q != r && p.reachable[r][q]) peers.push_back(static_cast<int>(q));
+      if ((p.shards || q != r) && p.reachable[r][q]) peers.push_back(static_cast<int>(q));
     }
     parts.push_back(absl::StrCat("rank ", r, " reached ",
-                                 peers.empty() ? "none" : absl::StrJoin(peers, ", ")));
+                                 peers.empty()  ? "none"
+                                 : p.shards     ? absl::StrCat("shard ", absl::StrJoin(peers, ", "))
+                                                : absl::StrJoin(peers, ", ")));
   }
   return absl::StrJoin(parts, "; ");
 }
@@ -93,22 +96,26 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
                         absl::StrJoin(waits, "; "), ")");
   // Under shrink or wait a ring job drops the rank its peers cannot reach
   // when the waits name one (membership.h RankToDropWhenStuck), or else the
-  // ranks a reachability probe finds cut off from the largest group; a
-  // stuck shard is every rank's, so a ps job fails.
-  if (!ps && (ShrinksOnLoss(*job) || WaitsOnLoss(*job))) {
-    std::vector<int> waiting_for;
-    for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
-    int drop = RankToDropWhenStuck(waiting_for);
-    // K = 2 cannot tell which of the two is cut off: rank 1 first; if the
-    // worker kept at rank 0 then is stuck again with its next peer, it is.
-    if (job->k == 2 && drop == 1 &&
-        job->ranks[0].worker_id == job->membership.kept_at_last_drop) {
-      drop = 0;
+  // ranks a reachability probe finds cut off from the largest group; a ps
+  // job the ranks a probe finds cut off from a shard the others reach.
+  if (ShrinksOnLoss(*job) || WaitsOnLoss(*job)) {
+    bool probe = ps;
+    if (!ps) {
+      std::vector<int> waiting_for;
+      for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
+      int drop = RankToDropWhenStuck(waiting_for);
+      // K = 2 cannot tell which of the two is cut off: rank 1 first; if the
+      // worker kept at rank 0 then is stuck again with its next peer, it is.
+      if (job->k == 2 && drop == 1 &&
+          job->ranks[0].worker_id == job->membership.kept_at_last_drop) {
+        drop = 0;
+      }
+      if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
+      // No single rank stands out (a cycle, a partition into groups): ask
+      // the ranks which peers they reach.
+      probe = drop < 0;
     }
-    if (drop >= 0 && DropUnreachableRankLocked(job, drop, why)) return true;
-    // No single rank stands out (a cycle, a partition into groups): ask
-    // the ranks which peers they reach.
-    if (drop < 0) {
+    if (probe) {
       switch (ProbeStuckLocked(job, now, &why)) {
         case ProbeOutcome::kPending:
           return false;
@@ -126,8 +133,10 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
 bool Coordinator::DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck) {
   const Rank& r = job->ranks[rank];
   const std::string worker_id = r.worker_id;
-  const std::string why = absl::StrFormat("rank %d (%s, host %s) %s (%s)", rank, r.worker_id,
-                                          r.hostname, kDroppedUnreachable, stuck);
+  const bool ps = job->spec.sync_mode() == v1::PS;
+  const std::string why =
+      absl::StrFormat("rank %d (%s, host %s) %s (%s)", rank, r.worker_id, r.hostname,
+                      ps ? kDroppedNoShard : kDroppedUnreachable, stuck);
   const std::string kept = job->k == 2 ? job->ranks[1 - rank].worker_id : std::string();
   std::string no_replica;
   if (ShrinksOnLoss(*job)) {
@@ -161,7 +170,11 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
   MembershipState& m = job->membership;
   MembershipState::ReachProbe& p = m.probe;
   const int k = job->k;
-  if (k < 3) return ProbeOutcome::kNone;
+  const bool ps = job->spec.sync_mode() == v1::PS;
+  const int shards = static_cast<int>(job->ps_addresses.size());
+  // A ring of 2 cannot tell which is cut off (RankToDropWhenStuck decides);
+  // a ps job of 1 has nobody to keep.
+  if (k < (ps ? 2 : 3)) return ProbeOutcome::kNone;
   if (k > kMaxProbedRanks) {
     absl::StrAppend(why, "; no reachability probe: K = ", k, " is over ", kMaxProbedRanks);
     return ProbeOutcome::kNone;
@@ -175,6 +188,8 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
            (++m.probes_started & 0xfff);
     p.generation = m.generation;
     p.started = now;
+    p.shards = ps;
+    p.width = ps ? shards : k;
     p.answered.assign(static_cast<size_t>(k), false);
     p.reachable.assign(static_cast<size_t>(k), {});
     LogLocked(LogLevel::kWarn, "job stuck, probing which ranks reach which",
@@ -195,19 +210,34 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
                     absl::StrJoin(silent, ", "));
     return ProbeOutcome::kNone;
   }
-  const std::vector<int> keep = LargestMutuallyReachable(p.reachable);
   absl::StrAppend(why, "; a reachability probe found: ", ProbeSummary(p));
-  if (keep.empty()) {
-    absl::StrAppend(why, " (too many groups to compare: none is kept)");
-    return ProbeOutcome::kNone;
-  }
-  if (static_cast<int>(keep.size()) == k) {
-    absl::StrAppend(why, " (every rank reaches every other: no link is down, a peer is stuck)");
-    return ProbeOutcome::kNone;
-  }
-  if (keep.size() < 2) {
-    absl::StrAppend(why, " (no two ranks reach each other)");
-    return ProbeOutcome::kNone;
+  std::vector<int> keep;
+  if (p.shards) {
+    // The ranks that reach every shard go on; none, or all (a shard is
+    // stuck, not cut off), leaves nothing to decide.
+    keep = RanksReachingEveryShard(p.reachable, p.width);
+    if (keep.empty()) {
+      absl::StrAppend(why, " (no rank reaches every shard)");
+      return ProbeOutcome::kNone;
+    }
+    if (static_cast<int>(keep.size()) == k) {
+      absl::StrAppend(why, " (every rank reaches every shard: no link is down, a shard is stuck)");
+      return ProbeOutcome::kNone;
+    }
+  } else {
+    keep = LargestMutuallyReachable(p.reachable);
+    if (keep.empty()) {
+      absl::StrAppend(why, " (too many groups to compare: none is kept)");
+      return ProbeOutcome::kNone;
+    }
+    if (static_cast<int>(keep.size()) == k) {
+      absl::StrAppend(why, " (every rank reaches every other: no link is down, a peer is stuck)");
+      return ProbeOutcome::kNone;
+    }
+    if (keep.size() < 2) {
+      absl::StrAppend(why, " (no two ranks reach each other)");
+      return ProbeOutcome::kNone;
+    }
   }
   // Drop from the highest rank down: a shrink renumbers only the ranks
   // above the one it drops, so the lower ranks' indices stay valid.
@@ -233,6 +263,10 @@ void Coordinator::FillProbeLocked(const Job& job, int rank, v1::HeartbeatReply* 
   probe->set_job_id(job.id);
   probe->set_generation(p.generation);
   probe->set_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(kProbeConnectTimeout)));
+  if (p.shards) {
+    probe->set_shards(true);  // the worker probes its shards as it dials them
+    return;
+  }
   // The path the ring uses: the data port over tcp, else the gRPC port.
   const bool tcp = job.spec.peer_transport() == v1::TCP;
   for (int r = 0; r < static_cast<int>(job.ranks.size()); ++r) {

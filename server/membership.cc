@@ -97,18 +97,29 @@ std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& 
   return keep;
 }
 
+std::vector<int> RanksReachingEveryShard(const std::vector<std::vector<bool>>& reach,
+                                         int shards) {
+  std::vector<int> keep;
+  for (size_t r = 0; r < reach.size(); ++r) {
+    bool all = static_cast<int>(reach[r].size()) >= shards;
+    for (int s = 0; all && s < shards; ++s) all = reach[r][static_cast<size_t>(s)];
+    if (all) keep.push_back(static_cast<int>(r));
+  }
+  return keep;
+}
+
 bool RecordProbeAnswer(JobRecord* job, int rank, uint64_t id,
                        const google::protobuf::RepeatedField<int32_t>& reachable) {
   MembershipState::ReachProbe& p = job->membership.probe;
   const int k = static_cast<int>(job->ranks.size());
   if (id == 0 || id != p.id || p.generation != job->membership.generation || rank < 0 ||
-      rank >= k || static_cast<int>(p.answered.size()) != k) {
+      rank >= k || static_cast<int>(p.answered.size()) != k || p.width < 0) {
     return false;
   }
-  std::vector<bool> row(static_cast<size_t>(k), false);
-  row[static_cast<size_t>(rank)] = true;
+  std::vector<bool> row(static_cast<size_t>(p.width), false);
+  if (!p.shards && rank < p.width) row[static_cast<size_t>(rank)] = true;
   for (int32_t r : reachable) {
-    if (r >= 0 && r < k) row[static_cast<size_t>(r)] = true;
+    if (r >= 0 && r < p.width) row[static_cast<size_t>(r)] = true;
   }
   p.reachable[static_cast<size_t>(rank)] = std::move(row);
   p.answered[static_cast<size_t>(rank)] = true;
@@ -124,8 +135,9 @@ void RecordDroppedWorker(JobRecord* job, const std::string& worker_id) {
 void RestoreDroppedWorkers(JobRecord* job) {
   job->membership.dropped_workers.clear();
   for (const v1::MembershipEvent& e : job->membership.events) {
-    if ((e.kind() == "shrink" || e.kind() == "wait") &&
-        e.reason().find(kDroppedUnreachable) != std::string::npos && !e.worker_id().empty()) {
+    if ((e.kind() == "shrink" || e.kind() == "wait") && !e.worker_id().empty() &&
+        (e.reason().find(kDroppedUnreachable) != std::string::npos ||
+         e.reason().find(kDroppedNoShard) != std::string::npos)) {
       RecordDroppedWorker(job, e.worker_id());
     }
   }

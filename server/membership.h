@@ -106,6 +106,10 @@ struct MembershipState {
   struct ReachProbe {
     uint64_t id = 0;
     int64_t generation = -1;
+    // A ps job's probe: reachable[r][s] = rank r reached shard s (width S);
+    // else reachable[r][q] = rank r reached rank q (width K).
+    bool shards = false;
+    int width = 0;
     absl::Time started = absl::InfinitePast();
     std::vector<bool> answered;
     std::vector<std::vector<bool>> reachable;
@@ -120,6 +124,8 @@ inline bool StartDecided(const MembershipState& m) { return !m.regrouping && m.s
 // not reach ("rank 1 (w-2, host h2) dropped: its peers cannot reach it
 // (...)"): how RestoreDroppedWorkers finds them after a restart.
 inline constexpr char kDroppedUnreachable[] = "dropped: its peers cannot reach it";
+// The same for a ps job's rank that could not reach a shard the others did.
+inline constexpr char kDroppedNoShard[] = "dropped: it cannot reach a parameter-server shard";
 inline constexpr size_t kMaxMembershipEvents = 64;
 inline constexpr size_t kMaxDroppedWorkers = 64;
 
@@ -144,10 +150,13 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for);
 inline constexpr int kMaxProbedRanks = 64;
 inline constexpr int64_t kMaxCliqueSteps = int64_t{1} << 20;
 std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach);
+// The ranks to keep of a stuck ps job after its probe: those that reached
+// every shard (reach[r][s]), ascending.
+std::vector<int> RanksReachingEveryShard(const std::vector<std::vector<bool>>& reach, int shards);
 // Records rank `rank`'s answer to probe `id` of the job's current probe
-// (ranks it reached, from the network: only ranks of the job count, each
-// once). False (ignored) when it is not the current probe's or the rank is
-// out of range.
+// (ranks, or for a shards probe shards, it reached, from the network: only
+// those of the job count, each once). False (ignored) when it is not the
+// current probe's or the rank is out of range.
 bool RecordProbeAnswer(JobRecord* job, int rank, uint64_t id,
                        const google::protobuf::RepeatedField<int32_t>& reachable);
 

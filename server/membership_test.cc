@@ -381,6 +381,7 @@ TEST(LargestMutuallyReachableTest, AnswersCountOnlyForTheCurrentProbeAndRanksOfT
   MembershipState::ReachProbe& p = job.membership.probe;
   p.id = 5;
   p.generation = 2;
+  p.width = 3;
   p.answered.assign(3, false);
   p.reachable.assign(3, {});
   google::protobuf::RepeatedField<int32_t> r;
@@ -395,6 +396,17 @@ TEST(LargestMutuallyReachableTest, AnswersCountOnlyForTheCurrentProbeAndRanksOfT
   EXPECT_EQ(p.reachable[1], (std::vector<bool>{false, true, true}));
   job.membership.generation = 3;  // regrouped since
   EXPECT_FALSE(RecordProbeAnswer(&job, 0, 5, r));
+  // A ps job's probe of its 2 shards: shard indices, no self mark.
+  p.generation = 3;
+  p.shards = true;
+  p.width = 2;
+  google::protobuf::RepeatedField<int32_t> shards;
+  shards.Add(1);
+  shards.Add(2);  // not a shard
+  EXPECT_TRUE(RecordProbeAnswer(&job, 0, 5, shards));
+  EXPECT_EQ(p.reachable[0], (std::vector<bool>{false, true}));
+  EXPECT_EQ(RanksReachingEveryShard({{true, true}, {false, true}, {true, true}, {true}}, 2),
+            (std::vector<int>{0, 2}));
 }
 
 }  // namespace

@@ -143,6 +143,21 @@ class StuckCombineTest : public ::testing::Test {
     }
     return last;
   }
+  // `worker`'s answer to shards probe `id` (it reached `shards`), waiting
+  // for shard 0 for 3.6 s.
+  v1::HeartbeatReply AnswerShards(const std::string &worker, uint64_t id,
+                                  const std::vector<int> &shards) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    req.set_job_id(job_);
+    req.set_waiting_for_shard(1);
+    req.set_waiting_ms(3600);
+    req.set_probe_id(id);
+    for (int s : shards) req.add_reachable_ranks(s);
+    absl::StatusOr<v1::HeartbeatReply> reply = coord_->Heartbeat(req);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : v1::HeartbeatReply();
+  }
   // Every rank of a K-rank ring job waits for its left neighbour for `ms`
   // (a cycle: no rank stands out); the last rank's reply.
   v1::HeartbeatReply Cycle(int k, int64_t ms) {
@@ -546,6 +561,58 @@ TEST_F(StuckCombineTest, AProbeThatFindsNoGroupToKeepFailsTheJobSayingWhy) {
   EXPECT_TRUE(Answer(asked.probe().id(), {{}, {}, {}}, 3600).stop_job());
   EXPECT_EQ(State(), v1::FAILED);
   EXPECT_NE(Status().reason().find("rank 2 reached none (no two ranks reach each other)"),
+            std::string::npos)
+      << Status().reason();
+}
+
+// A ps job under shrink whose every rank waits for a shard: a probe of the
+// shards (as each worker dials them) finds the rank that cannot reach
+// shard 0 while the others can; it is dropped and the job goes on. When
+// every rank reaches every shard, the shard is stuck: FAILED as before.
+TEST_F(StuckCombineTest, UnderShrinkAPsRankThatCannotReachAShardIsDropped) {
+  Start(3, v1::PS, 0, "shrink");
+  for (int r = 0; r < 2; ++r) Beat(workers_[r], job_, -1, 3500, /*shard=*/0);
+  const v1::HeartbeatReply asked = Beat(workers_[2], job_, -1, 3500, 0);
+  EXPECT_FALSE(asked.stop_job());
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_TRUE(asked.probe().shards());
+  EXPECT_EQ(asked.probe().addresses_size(), 0);  // the worker fills them in
+  auto answer = [&](int r, std::vector<int> reached) {
+    return AnswerShards(workers_[r], asked.probe().id(), reached);
+  };
+  answer(0, {0});
+  answer(2, {});
+  EXPECT_EQ(State(), v1::RUNNING);
+  ASSERT_EQ(Status().ranks_size(), 3);
+  EXPECT_TRUE(answer(1, {0, 5}).has_assignment());  // 5: not a shard, ignored
+  const v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_EQ(st.ranks_size(), 2);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  EXPECT_EQ(st.ranks(1).worker_id(), workers_[1]);
+  EXPECT_EQ(WorkerStateOf(workers_[2]), v1::IDLE);
+  const std::string why = st.membership_events(st.membership_events_size() - 1).reason();
+  EXPECT_EQ(why.rfind("rank 2 (w-3, host h3) dropped: it cannot reach a parameter-server shard "
+                      "(every rank waits for a parameter-server shard",
+                      0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("a reachability probe found: rank 0 reached shard 0; rank 1 reached "
+                     "shard 0; rank 2 reached none)"),
+            std::string::npos)
+      << why;
+
+  clock_.Advance(absl::Seconds(10));
+  coord_->Tick();
+  workers_.clear();
+  Start(2, v1::PS, 0, "wait");
+  Beat(workers_[0], job_, -1, 3500, 0);
+  const v1::HeartbeatReply again = Beat(workers_[1], job_, -1, 3500, 0);
+  ASSERT_TRUE(again.has_probe());
+  for (int r = 0; r < 2; ++r) AnswerShards(workers_[r], again.probe().id(), {0});
+  EXPECT_EQ(State(), v1::FAILED);
+  EXPECT_NE(Status().reason().find("rank 1 reached shard 0 (every rank reaches every shard: no "
+                                   "link is down, a shard is stuck)"),
             std::string::npos)
       << Status().reason();
 }

@@ -27,6 +27,9 @@
 # J. Only the link between w-1 and w-2 cut in a K = 3 ring under shrink: the
 # waits form a cycle, a reachability probe finds the link, w-2 is dropped
 # within 8 s and the job trains on with w-1 and w-3.
+# K. Only w-3's route to the coordinator's ps data port cut in a K = 3 ps
+# job under shrink: a probe of the shards finds it, w-3 is dropped within
+# 8 s and the job trains on with w-1 and w-2.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -205,20 +208,21 @@ STALL_MS=8000 stuck_case F 2 lockstep_peer_cut "  chain in { type filter hook in
   "every rank waits for a peer while every worker heartbeats: a link between workers is down (rank 0 (w-1, host *) for rank 1 (w-2, host *) [89].*s; rank 1 (w-2, host *) for rank 0 (w-1, host *) [89].*s)" \
   "rank 1" -- --sync=ring --peer_transport=tcp --stall_timeout_ms=8000
 
-# cut_peer_link NAME RANKS -- SUBMIT FLAGS...: submits a job, waits for 20
-# steps and its ranks RANKS, then drops the traffic between w-1 and w-2
-# only (nft table lockstep_peer_cut in w-1's namespace). Sets job and t0
-# (the cut).
-cut_peer_link() {
-  local name=$1 want=$2; shift 3
+# start_and_cut NAME RANKS NS TABLE RULES -- SUBMIT FLAGS...: submits a job,
+# waits for 20 steps and its ranks RANKS, then loads nft table TABLE with
+# RULES in namespace NS. Sets job and t0 (the cut).
+start_and_cut() {
+  local name=$1 want=$2 ns=$3 table=$4 rules=$5; shift 6
   job=$(cli submit --model=softmax --batch=48 --steps=1000000 "$@") || fail "$name: submit: $job"
   wait_until $(( $(now_ms) + 30000 )) stepped "$job" 20 || fail "$name: job $job made no progress: $(cli status "$job")"
   local ranks; ranks=$(cli status "$job" --json | json "' '.join(r['worker_id'] for r in d['ranks'])")
   [ "$ranks" = "$want" ] || fail "$name: expected ranks $want, got $ranks"
-  printf 'table inet %s {\n%s\n}\n' lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
-  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }" | on 2 nft -f - || fail "$name: nft"
+  printf 'table inet %s {\n%s\n}\n' "$table" "$rules" | on "$ns" nft -f - || fail "$name: nft"
   t0=$(now_ms)
 }
+# The traffic between w-1 and w-2 only, in w-1's namespace.
+PEER_CUT="  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }"
 
 # G. As D for a job under --on_worker_lost=shrink: instead of failing, the
 # job drops rank 1 (w-2; with K = 2 no rank stands out and rank 0 stays)
@@ -227,7 +231,8 @@ cut_peer_link() {
 # within the bound (alive, not lost) and is never given the job back; the
 # shrink event names the drop.
 echo "== G peer link cut between w-1 and w-2, ring/tcp, --on_worker_lost=shrink"
-cut_peer_link G "w-1 w-2" -- --workers=2 --sync=ring --peer_transport=tcp --on_worker_lost=shrink
+start_and_cut G "w-1 w-2" 2 lockstep_peer_cut "$PEER_CUT" -- --workers=2 --sync=ring \
+  --peer_transport=tcp --on_worker_lost=shrink
 shrunk_to_w1() {  # regrouped without w-2, w-1 rank 0 (w-3, idle, may join as a late worker)
   cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and [r['worker_id'] for r in d['ranks']][:1] == ['w-1'] and 'w-2' not in [r['worker_id'] for r in d['ranks']]" | grep -q True
 }
@@ -259,29 +264,53 @@ on 2 nft delete table inet lockstep_peer_cut
 # algorithm is forced: this small model's automatic choice is the direct
 # exchange, whose waits name a rank without a probe.
 PROBE_BOUND_S=8
-echo "== J link cut between w-1 and w-2 in a K = 3 ring (both reach w-3), ring/tcp, shrink"
-wait_until $(( $(now_ms) + 15000 )) idle w-1 w-2 w-3 || fail "J: workers not idle: $(cli workers)"
-cut_peer_link J "w-1 w-2 w-3" -- --workers=3 --sync=ring --peer_transport=tcp \
-  --ring_algorithm=ring --on_worker_lost=shrink
 regrouped_to() {  # JOB RANKS: running, regrouped (generation >= 1), ranks RANKS
   cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and ' '.join(r['worker_id'] for r in d['ranks']) == '$2'" | grep -q True
 }
-wait_until $(( t0 + PROBE_BOUND_S * 1000 )) regrouped_to "$job" "w-1 w-3" \
-  || fail "J: job $job not regrouped onto w-1 w-3 within ${PROBE_BOUND_S}s: $(cli status "$job")"
-t1=$(now_ms)
-wait_until $(( t0 + PROBE_BOUND_S * 1000 )) idle w-2 || fail "J: w-2 not IDLE within ${PROBE_BOUND_S}s: $(cli workers)"
-at=$(cli status "$job" --json | json "int(d.get('step', 0))")
-wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "J: job $job did not go on after the shrink: $(cli status "$job")"
-event=$(cli status "$job" --json | json "d['membership_events'][0]['kind'] + ': ' + d['membership_events'][0]['reason']")
-case "$event" in
-  "shrink: rank 1 (w-2, host "*") dropped: its peers cannot reach it (every rank waits for a peer while every worker heartbeats"*"; a reachability probe found: rank 0 reached 2; rank 1 reached 2; rank 2 reached 0, 1)") ;;
-  *) fail "J: the shrink event does not name the drop and the probe: $event" ;;
-esac
+# probe_case NAME RANKS NS TABLE RULES KEPT DROPPED EVENT -- SUBMIT FLAGS...:
+# every worker idle, a job on RANKS is cut as start_and_cut does; within
+# PROBE_BOUND_S it has regrouped onto KEPT and DROPPED is IDLE; it trains on
+# (50 steps); its first membership event is EVENT exactly; then it is
+# cancelled and the table removed.
+probe_case() {
+  local name=$1 want=$2 ns=$3 table=$4 rules=$5 kept=$6 dropped=$7 expect=$8; shift 9
+  wait_until $(( $(now_ms) + 15000 )) idle w-1 w-2 w-3 || fail "$name: workers not idle: $(cli workers)"
+  start_and_cut "$name" "$want" "$ns" "$table" "$rules" -- "$@"
+  wait_until $(( t0 + PROBE_BOUND_S * 1000 )) regrouped_to "$job" "$kept" \
+    || fail "$name: job $job not regrouped onto $kept within ${PROBE_BOUND_S}s: $(cli status "$job")"
+  local t1; t1=$(now_ms)
+  wait_until $(( t0 + PROBE_BOUND_S * 1000 )) idle "$dropped" || fail "$name: $dropped not IDLE within ${PROBE_BOUND_S}s: $(cli workers)"
+  local at; at=$(cli status "$job" --json | json "int(d.get('step', 0))")
+  wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "$name: job $job did not go on after the shrink: $(cli status "$job")"
+  local event; event=$(cli status "$job" --json | json "d['membership_events'][0]['kind'] + ': ' + d['membership_events'][0]['reason']")
+  # shellcheck disable=SC2254
+  case "$event" in
+    $expect) ;;
+    *) fail "$name: the shrink event does not name the drop and the probe: $event" ;;
+  esac
+  awk -v n="$name" -v j="$job" -v k="$kept" -v a="$((t1 - t0))" -v e="$event" \
+    'BEGIN { printf "%s: job %s regrouped onto %s %.2f s after the cut and trains on; %s\n", n, j, k, a / 1000, e }'
+  cli cancel "$job" >/dev/null || fail "$name: cancel $job"
+  on "$ns" nft delete table inet "$table"
+}
+echo "== J link cut between w-1 and w-2 in a K = 3 ring (both reach w-3), ring/tcp, shrink"
+probe_case J "w-1 w-2 w-3" 2 lockstep_peer_cut "$PEER_CUT" "w-1 w-3" w-2 \
+  "shrink: rank 1 (w-2, host *) dropped: its peers cannot reach it (every rank waits for a peer while every worker heartbeats*; a reachability probe found: rank 0 reached 2; rank 1 reached 2; rank 2 reached 0, 1)" \
+  -- --workers=3 --sync=ring --peer_transport=tcp --ring_algorithm=ring --on_worker_lost=shrink
 grep -q "job stuck, probing which ranks reach which" "$T/coord.log" || fail "J: the coordinator did not log the probe"
-awk -v j="$job" -v a="$((t1 - t0))" -v e="$event" \
-  'BEGIN { printf "J: job %s regrouped onto w-1 w-3 %.2f s after the cut and trains on; %s\n", j, a / 1000, e }'
-cli cancel "$job" >/dev/null || fail "J: cancel $job"
-on 2 nft delete table inet lockstep_peer_cut
+
+# K. A ps job (K = 3, ps/tcp, the coordinator's shard) under shrink whose
+# rank 2 (w-3) can no longer reach the shard's data port while every worker
+# still reaches the coordinator's gRPC port: every rank waits for shard 0
+# (the shard waits for w-3's push). A probe of the shards, as each worker
+# dials them, finds w-3 cut off from shard 0 and w-1, w-2 not: w-3 is
+# dropped within PROBE_BOUND_S and the job trains on as K = 2. (Before, the
+# job was FAILED whatever its policy.)
+echo "== K ps data port cut for w-3 only, ps/tcp, shrink"
+probe_case K "w-1 w-2 w-3" 4 lockstep_ps_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.1 tcp sport 7073 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr $NET.1 tcp dport 7073 drop; }" "w-1 w-2" w-3 \
+  "shrink: rank 2 (w-3, host *) dropped: it cannot reach a parameter-server shard (every rank waits for a parameter-server shard*; a reachability probe found: rank 0 reached shard 0; rank 1 reached shard 0; rank 2 reached none)" \
+  -- --workers=3 --sync=ps --ps_transport=tcp --on_worker_lost=shrink
 
 # policy_case NAME HOW VICTIM(w-N) KIND RANKS -- SUBMIT FLAGS...: a job under
 # --on_worker_lost=shrink or wait steps; VICTIM's host is cut off (HOW as in

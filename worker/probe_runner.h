@@ -1,6 +1,6 @@
 // The worker's side of the coordinator's reachability probe of a stuck
-// ring job (HeartbeatReply.probe; README "Two workers that cannot reach
-// each other"): runs the probe (worker/net/reach_probe.h) on a thread of
+// ring or ps job (HeartbeatReply.probe; README "Two workers that cannot
+// reach each other"): runs the probe (worker/net/reach_probe.h) on a thread of
 // its own, so heartbeats keep going while connections are tried, and
 // keeps the answer, which the next heartbeats carry
 // (HeartbeatRequest.probe_id, reachable_ranks).

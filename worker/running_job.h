@@ -43,6 +43,10 @@ struct WorkerDaemon::RunningJob {
   absl::Mutex mu;
   std::unique_ptr<JobTransport> transport ABSL_GUARDED_BY(mu);
   std::vector<PsClient*> ps_clients ABSL_GUARDED_BY(mu);  // owned by the job thread
+  // Each ps shard's address as this worker dials it (the data address over
+  // tcp once known, else the gRPC address), for the coordinator's shards
+  // probe (HeartbeatReply.probe).
+  std::vector<std::string> shard_addresses ABSL_GUARDED_BY(mu);
   JobRunner* runner ABSL_GUARDED_BY(mu) = nullptr;
   std::thread thread;
   // Notified by the first RequestStop (a held ReportDone waits on it).

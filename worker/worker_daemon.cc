@@ -305,7 +305,18 @@ void WorkerDaemon::Heartbeat() {
     }
     return;
   }
-  if (reply.has_probe()) probes_.Start(reply.probe());  // this thread, no lock
+  if (reply.has_probe()) {
+    v1::PeerProbe probe = reply.probe();
+    if (probe.shards()) {  // the shards as this worker dials them
+      probe.clear_addresses();
+      absl::MutexLock l(&mu_);
+      if (job_ != nullptr && job_->assignment.job_id() == probe.job_id()) {
+        absl::MutexLock jl(&job_->mu);
+        for (const std::string& a : job_->shard_addresses) probe.add_addresses(a);
+      }
+    }
+    probes_.Start(probe);  // this thread, no lock
+  }
   if (reply.resend_done_job_id() != 0) {
     ResendDone(reply.resend_done_job_id(), reply.resend_reports_from_step());
   }

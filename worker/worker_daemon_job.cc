@@ -177,6 +177,11 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                                               options_.coordinator)),
                                                           a.ps_addresses(s))
                                            : a.ps_addresses(s);
+              {
+                absl::MutexLock l(&job->mu);
+                job->shard_addresses.resize(static_cast<size_t>(shards));
+                job->shard_addresses[static_cast<size_t>(s)] = addr;
+              }
               // Receives one shard per Pull reply (message_limits.h).
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
                   CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), PsChannelCredentials(a.coordinator_ps_shard())),
@@ -198,6 +203,10 @@ void WorkerDaemon::RunJob(RunningJob* job) {
                                          .status();
                     !r.ok()) {
                   return r;
+                }
+                {
+                  absl::MutexLock l(&job->mu);
+                  job->shard_addresses[static_cast<size_t>(s)] = *data;
                 }
                 PsTcpClientOptions tcp_options;
                 tcp_options.secret = a.data_plane_secret();

@@ -1,6 +1,6 @@
 // Which peers accept a TCP connection: the worker's side of the
-// coordinator's reachability probe of a stuck ring job (README "Two workers
-// that cannot reach each other"). No gRPC here.
+// coordinator's reachability probe of a stuck ring or ps job (README
+// "Two workers that cannot reach each other"). No gRPC here.
 //
 // ProbeReachable connects to every address at once (non-blocking connects,
 // one poll loop) and closes each connection as soon as it is established,
