@@ -145,8 +145,8 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for);
 // sorted ranks come first (so among the largest groups, one with rank 0
 // when there is one). K at most kMaxProbedRanks; the search takes at most
 // kMaxCliqueSteps steps (it runs under the coordinator's lock). Empty when
-// K is out of range or the search ran out of steps (answers so tangled
-// that no group is picked).
+// K is out of range or the search ran out of steps (too many groups to
+// compare).
 inline constexpr int kMaxProbedRanks = 64;
 inline constexpr int64_t kMaxCliqueSteps = int64_t{1} << 20;
 std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach);

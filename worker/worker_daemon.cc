@@ -307,6 +307,7 @@ void WorkerDaemon::Heartbeat() {
   }
   if (reply.has_probe()) {
     v1::PeerProbe probe = reply.probe();
+    bool known = true;
     if (probe.shards()) {  // the shards as this worker dials them
       probe.clear_addresses();
       absl::MutexLock l(&mu_);
@@ -314,8 +315,13 @@ void WorkerDaemon::Heartbeat() {
         absl::MutexLock jl(&job_->mu);
         for (const std::string& a : job_->shard_addresses) probe.add_addresses(a);
       }
+      // No shard dialled yet (or another job): no answer, rather than
+      // "reached none" (the coordinator's probe deadline decides).
+      known = probe.addresses_size() > 0 &&
+              std::none_of(probe.addresses().begin(), probe.addresses().end(),
+                           [](const std::string& a) { return a.empty(); });
     }
-    probes_.Start(probe);  // this thread, no lock
+    if (known) probes_.Start(probe);  // this thread, no lock
   }
   if (reply.resend_done_job_id() != 0) {
     ResendDone(reply.resend_done_job_id(), reply.resend_reports_from_step());

@@ -168,20 +168,24 @@ void WorkerDaemon::RunJob(RunningJob* job) {
             ps_wrapped.clear();
             ps_tcp_clients.clear();
             ps_clients.clear();
+            // ":port" is the coordinator's own shard when it listens on a
+            // wildcard address: dial it at the host we reach it at.
+            std::vector<std::string> dial;
+            for (int s = 0; s < shards; ++s) {
+              dial.push_back(absl::StartsWith(a.ps_addresses(s), ":")
+                                 ? absl::StrCat(HostOfAddress(CoordinatorHost(options_.coordinator)),
+                                                a.ps_addresses(s))
+                                 : a.ps_addresses(s));
+            }
+            {
+              // Every shard's gRPC address at once (a probe never sees a
+              // partial list); its data address replaces it when known.
+              absl::MutexLock l(&job->mu);
+              job->shard_addresses = dial;
+            }
             for (int s = 0; s < shards; ++s) {
               auto [b, e] = ShardBounds(n, shards, s);
-              // ":port" is the coordinator's own shard when it listens on a
-              // wildcard address: dial it at the host we reach it at.
-              const std::string addr = absl::StartsWith(a.ps_addresses(s), ":")
-                                           ? absl::StrCat(HostOfAddress(CoordinatorHost(
-                                                              options_.coordinator)),
-                                                          a.ps_addresses(s))
-                                           : a.ps_addresses(s);
-              {
-                absl::MutexLock l(&job->mu);
-                job->shard_addresses.resize(static_cast<size_t>(shards));
-                job->shard_addresses[static_cast<size_t>(s)] = addr;
-              }
+              const std::string& addr = dial[static_cast<size_t>(s)];
               // Receives one shard per Pull reply (message_limits.h).
               ps_clients.push_back(std::make_unique<GrpcPsClient>(
                   CreateLimitedChannel(addr, PsMaxMessageBytes(e - b), PsChannelCredentials(a.coordinator_ps_shard())),

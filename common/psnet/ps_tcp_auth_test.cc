@@ -100,6 +100,30 @@ TEST(PsTcpAuthTest, ForgedUnregisteredAndTruncatedHellosAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
 }
 
+// A connection that ends having sent nothing within probe_close of its
+// accept (a reachability probe, worker/net/reach_probe.h) is closed
+// without a refusal; with probe_close 0 the same two are refused.
+TEST(PsTcpAuthTest, AProbeThatClosesAtOnceIsNotARefusal) {
+  for (const absl::Duration probe_close : {absl::Seconds(1), absl::ZeroDuration()}) {
+    PsTcpServerOptions o;
+    o.probe_close = probe_close;
+    auto server = std::make_shared<LocalServer>(8, PsShardRegistry::kDefaultMaxShardFloats, o);
+    auto probe = psnet::Connect(server->address, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    close(*probe);  // at once, unread challenge and all
+    {
+      RawConn after(server->address);  // accepted after the probe: its challenge came
+    }  // closed, having sent nothing either
+    for (absl::Time end = absl::Now() + absl::Seconds(30);
+         server->server->connections() > 0 && absl::Now() < end;) {
+      absl::SleepFor(absl::Milliseconds(5));  // polling a count, with a deadline
+    }
+    ASSERT_EQ(server->server->connections(), 0);
+    EXPECT_EQ(server->server->rejected_connections(), probe_close > absl::ZeroDuration() ? 0 : 2)
+        << server->server->last_rejection();
+  }
+}
+
 // A hello recorded on one connection (a valid one) does not fit another's
 // challenge.
 TEST(PsTcpAuthTest, AReplayedHelloIsRefused) {

@@ -344,7 +344,10 @@ void PsTcpServer::AcceptLoop() {
 void PsTcpServer::Serve(Conn* conn) {
   const std::string from = absl::StrCat("connection from ", conn->peer, ": ");
   // ---- TLS (--data_plane_tls), challenge, then the hello answering it
-  const absl::Time hello_deadline = absl::Now() + options_.hello_timeout;
+  const absl::Time accepted = absl::Now();
+  const absl::Time hello_deadline = accepted + options_.hello_timeout;
+  // Ended at once having sent nothing: a probe, not a refused peer.
+  const auto probe = [&] { return absl::Now() - accepted < options_.probe_close; };
   if (options_.tls != nullptr) {
     // Shutdown's shutdown(2) ends the wait.
     absl::StatusOr<dataconn::Conn> tls = dataconn::StartTls(*options_.tls, conn->fd, true);
@@ -353,6 +356,7 @@ void PsTcpServer::Serve(Conn* conn) {
       conn->io = *tls;  // this thread's; Reap reads it after the join
       hs = dataconn::Handshake(*options_.tls, conn->io, -1, hello_deadline);
     }
+    if (!hs.ok() && tls.ok() && dataconn::NothingReceived(conn->io) && probe()) return;
     if (!hs.ok()) {
       Reject(absl::StrCat(from, hs.message()));
       return;
@@ -365,12 +369,15 @@ void PsTcpServer::Serve(Conn* conn) {
     psnet::EncodeChallenge(nonce, c);
     iovec iov[1] = {{c, sizeof(c)}};
     if (!psnet::WriteFully(fd, iov, 1, hello_deadline).ok()) {
+      if (probe()) return;  // gone at once: a probe
       Reject(absl::StrCat(from, "cannot send the challenge"));
       return;
     }
   }
   uint8_t hb[psnet::kHelloBytes];
-  if (!psnet::ReadFully(fd, hb, sizeof(hb), hello_deadline).ok()) {
+  bool nothing = false;
+  if (!psnet::ReadFully(fd, hb, sizeof(hb), hello_deadline, nullptr, nullptr, &nothing).ok()) {
+    if (nothing && probe()) return;
     Reject(absl::StrCat(from, "closed or silent before its ", psnet::kHelloBytes,
                         "-byte hello"));
     return;

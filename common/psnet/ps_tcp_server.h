@@ -55,6 +55,10 @@ namespace lockstep {
 struct PsTcpServerOptions {
   // How long an accepted connection may take to send its hello.
   absl::Duration hello_timeout = absl::Seconds(5);
+  // A connection that ends having sent nothing within this of its accept
+  // is a reachability probe (worker/net/reach_probe.h) or a port check:
+  // closed without a refusal. Later it is refused as before.
+  absl::Duration probe_close = absl::Seconds(1);
   // A connection without a request for this long is closed (clients stop
   // reusing a connection long before: PsTcpClientOptions::max_idle).
   absl::Duration idle_timeout = absl::Minutes(10);

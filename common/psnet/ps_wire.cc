@@ -321,8 +321,9 @@ absl::Status WaitFd(int fd, short events, absl::Time deadline) {
 }
 
 absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
-                       bool* clean_eof, ProgressMark* progress) {
+                       bool* clean_eof, ProgressMark* progress, bool* nothing) {
   if (clean_eof != nullptr) *clean_eof = false;
+  if (nothing != nullptr) *nothing = false;
   uint8_t* b = static_cast<uint8_t*>(p);
   size_t got = 0;
   while (got < n) {
@@ -334,9 +335,11 @@ absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time de
     }
     if (r == 0) {
       if (got == 0 && clean_eof != nullptr) *clean_eof = true;
+      if (got == 0 && nothing != nullptr) *nothing = true;
       return absl::UnavailableError("end of stream (the other side closed the connection)");
     }
     if (errno == EINTR) continue;
+    if (errno == ECONNRESET && got == 0 && nothing != nullptr) *nothing = true;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return absl::UnavailableError(Errno("recv"));
     absl::Status s = WaitFd(c.fd, POLLIN, deadline);
     if (!s.ok()) return s;

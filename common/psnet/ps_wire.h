@@ -184,11 +184,13 @@ absl::StatusOr<int> Connect(const std::string& address, absl::Time deadline);
 // the next I/O call reports), DeadlineExceededError.
 absl::Status WaitFd(int fd, short events, absl::Time deadline);
 // Reads exactly n bytes. UnavailableError on end of stream / reset ("end of
-// stream" when the peer closed before the first byte: *clean_eof set).
-// Through c's stream (plain or TLS, common/net/data_conn.h). `progress`
-// (optional, not owned) is touched whenever a read returns bytes.
+// stream" when the peer closed before the first byte: *clean_eof set;
+// *nothing set when it closed or reset the connection before the first
+// byte). Through c's stream (plain or TLS, common/net/data_conn.h).
+// `progress` (optional, not owned) is touched whenever a read returns bytes.
 absl::Status ReadFully(const dataconn::Conn& c, void* p, size_t n, absl::Time deadline,
-                       bool* clean_eof = nullptr, ProgressMark* progress = nullptr);
+                       bool* clean_eof = nullptr, ProgressMark* progress = nullptr,
+                       bool* nothing = nullptr);
 inline absl::Status ReadFully(int fd, void* p, size_t n, absl::Time deadline,
                               bool* clean_eof = nullptr) {
   return ReadFully(dataconn::Plain(fd), p, n, deadline, clean_eof);
