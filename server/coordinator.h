@@ -596,6 +596,11 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillProbeLocked(const Job& job, int rank, v1::HeartbeatReply* reply) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A ring of 2 is probed only when there are idle workers to probe as
+  // witnesses (at most 4, never one dropped from the job): the rank that
+  // reaches fewer of them is the one cut off, and is dropped; a tie drops
+  // rank 1 as without a probe. These are their probe addresses.
+  std::vector<std::string> WitnessesLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DropUnreachableRankLocked(Job* job, int rank, const std::string& stuck)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The survivors of a shrink take their new ranks.

@@ -28,21 +28,46 @@ bool NotStuck(JobRecord* job) {
   return false;
 }
 
+// Idle workers a ring of 2 probes as witnesses: at most this many.
+constexpr size_t kMaxWitnesses = 4;
+
+// How many of the probe's witnesses rank r reached.
+int WitnessesReached(const MembershipState::ReachProbe& p, size_t r) {
+  const size_t k = p.reachable.size();
+  int n = 0;
+  for (size_t q = k; q < p.reachable[r].size(); ++q) n += p.reachable[r][q] ? 1 : 0;
+  return n;
+}
+
 // "rank 0 reached 1, 2; rank 2 reached none", or for shards "rank 0
-// reached shard 0, 1; ...".
+// reached shard 0, 1; ...", with witnesses "rank 0 reached none and 0 of 1
+// idle workers; ...".
 std::string ProbeSummary(const MembershipState::ReachProbe& p) {
   std::vector<std::string> parts;
-  for (size_t r = 0; r < p.reachable.size(); ++r) {
+  const size_t k = p.reachable.size();
+  for (size_t r = 0; r < k; ++r) {
     std::vector<int> peers;
-    for (size_t q = 0; q < p.reachable[r].size(); ++q) {
+    for (size_t q = 0; q < p.reachable[r].size() && (p.shards || q < k); ++q) {
       if ((p.shards || q != r) && p.reachable[r][q]) peers.push_back(static_cast<int>(q));
     }
-    parts.push_back(absl::StrCat("rank ", r, " reached ",
-                                 peers.empty()  ? "none"
-                                 : p.shards     ? absl::StrCat("shard ", absl::StrJoin(peers, ", "))
-                                                : absl::StrJoin(peers, ", ")));
+    std::string part = absl::StrCat("rank ", r, " reached ",
+                                    peers.empty() ? "none"
+                                    : p.shards    ? absl::StrCat("shard ", absl::StrJoin(peers, ", "))
+                                                  : absl::StrJoin(peers, ", "));
+    if (!p.witnesses.empty()) {
+      absl::StrAppend(&part, " and ", WitnessesReached(p, r), " of ", p.witnesses.size(),
+                      " idle workers");
+    }
+    parts.push_back(std::move(part));
   }
   return absl::StrJoin(parts, "; ");
+}
+
+// The address a probe connects to for `w` in a job over `tcp`: its data
+// port, else its gRPC port ("" when a tcp job's worker has no data port).
+std::string ProbeAddress(bool tcp, const std::string& address, const std::string& data_address) {
+  if (!tcp) return address;
+  return data_address;
 }
 
 }  // namespace
@@ -100,7 +125,12 @@ bool Coordinator::FailStuckCombineLocked(Job* job, absl::Time now) {
   // job the ranks a probe finds cut off from a shard the others reach.
   if (ShrinksOnLoss(*job) || WaitsOnLoss(*job)) {
     bool probe = ps;
-    if (!ps) {
+    const MembershipState::ReachProbe& p = job->membership.probe;
+    const bool probing = p.id != 0 && p.generation == job->membership.generation;
+    // K = 2: each waits for the other and either could be the one cut off;
+    // idle workers, probed as witnesses, tell which (ProbeStuckLocked).
+    if (!ps && job->k == 2 && (probing || !WitnessesLocked(*job).empty())) probe = true;
+    if (!ps && !probe) {
       std::vector<int> waiting_for;
       for (const Rank& rank : job->ranks) waiting_for.push_back(rank.waiting_for);
       int drop = RankToDropWhenStuck(waiting_for);
@@ -172,9 +202,8 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
   const int k = job->k;
   const bool ps = job->spec.sync_mode() == v1::PS;
   const int shards = static_cast<int>(job->ps_addresses.size());
-  // A ring of 2 cannot tell which is cut off (RankToDropWhenStuck decides);
-  // a ps job of 1 has nobody to keep.
-  if (k < (ps ? 2 : 3)) return ProbeOutcome::kNone;
+  // A job of 1 has nobody to keep.
+  if (k < 2) return ProbeOutcome::kNone;
   if (k > kMaxProbedRanks) {
     absl::StrAppend(why, "; no reachability probe: K = ", k, " is over ", kMaxProbedRanks);
     return ProbeOutcome::kNone;
@@ -189,7 +218,8 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
     p.generation = m.generation;
     p.started = now;
     p.shards = ps;
-    p.width = ps ? shards : k;
+    if (!ps && k == 2) p.witnesses = WitnessesLocked(*job);
+    p.width = ps ? shards : k + static_cast<int>(p.witnesses.size());
     p.answered.assign(static_cast<size_t>(k), false);
     p.reachable.assign(static_cast<size_t>(k), {});
     LogLocked(LogLevel::kWarn, "job stuck, probing which ranks reach which",
@@ -212,6 +242,18 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
   }
   absl::StrAppend(why, "; a reachability probe found: ", ProbeSummary(p));
   std::vector<int> keep;
+  if (!p.shards && k == 2) {
+    // The rank that reached fewer witnesses is the one cut off; a tie
+    // (no witness tells them apart) drops rank 1, or rank 0 when its worker
+    // was kept at the last drop (as without a probe).
+    const int w0 = WitnessesReached(p, 0), w1 = WitnessesReached(p, 1);
+    const int drop = w0 < w1   ? 0
+                     : w1 < w0 ? 1
+                     : job->ranks[0].worker_id == m.kept_at_last_drop ? 0
+                                                                      : 1;
+    return DropUnreachableRankLocked(job, drop, *why) ? ProbeOutcome::kDropped
+                                                      : ProbeOutcome::kNone;
+  }
   if (p.shards) {
     // The ranks that reach every shard go on; none, or all (a shard is
     // stuck, not cut off), leaves nothing to decide.
@@ -275,6 +317,19 @@ void Coordinator::FillProbeLocked(const Job& job, int rank, v1::HeartbeatReply* 
                          : tcp && !peer.data_address.empty() ? peer.data_address
                                                              : peer.address);
   }
+  for (const std::string& w : p.witnesses) probe->add_addresses(w);
+}
+
+std::vector<std::string> Coordinator::WitnessesLocked(const Job& job) {
+  std::vector<std::string> out;
+  const bool tcp = job.spec.peer_transport() == v1::TCP;
+  for (const Worker* w : workers_.Idle()) {
+    if (out.size() >= kMaxWitnesses) break;
+    if (WasDropped(job, w->id)) continue;  // it may be the one cut off
+    const std::string a = ProbeAddress(tcp, w->address, w->data_address);
+    if (!a.empty()) out.push_back(a);
+  }
+  return out;
 }
 
 }  // namespace lockstep

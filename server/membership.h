@@ -110,6 +110,10 @@ struct MembershipState {
     // else reachable[r][q] = rank r reached rank q (width K).
     bool shards = false;
     int width = 0;
+    // A ring of 2 (either could be the one cut off): idle workers probed as
+    // witnesses, columns K.. of reachable; the rank that reaches fewer of
+    // them is dropped.
+    std::vector<std::string> witnesses;
     absl::Time started = absl::InfinitePast();
     std::vector<bool> answered;
     std::vector<std::vector<bool>> reachable;

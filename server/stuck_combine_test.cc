@@ -617,5 +617,56 @@ TEST_F(StuckCombineTest, UnderShrinkAPsRankThatCannotReachAShardIsDropped) {
       << Status().reason();
 }
 
+// K = 2 with an idle worker: each rank waits for the other and either could
+// be the one cut off, so the idle worker is probed as a witness. Rank 0
+// reaches neither rank 1 nor the witness, rank 1 reaches the witness: rank
+// 0 is the one cut off and is dropped (before, rank 1 always was). A worker
+// dropped from the job is never a witness.
+TEST_F(StuckCombineTest, UnderShrinkAnIdleWorkerTellsWhichOfTwoIsCutOff) {
+  transport_ = v1::TCP;
+  Start(2, v1::RING, 0, "shrink");
+  const std::string idle = AddWorker();
+  Beat(idle, 0, -1, 0);
+  const v1::HeartbeatReply asked = Cycle(2, 3500);
+  EXPECT_FALSE(asked.stop_job());
+  ASSERT_TRUE(asked.has_probe());
+  // Rank 1's reply: rank 0's data address, itself, then the witness's.
+  EXPECT_EQ(std::vector<std::string>(asked.probe().addresses().begin(),
+                                     asked.probe().addresses().end()),
+            (std::vector<std::string>{"10.0.0.1:6000", "", "10.0.0.3:6000"}));
+  EXPECT_EQ(State(), v1::RUNNING);
+  ASSERT_EQ(Status().ranks_size(), 2);
+  // Rank 0 reached nothing; rank 1 the witness (index 2). Rank 1's
+  // heartbeat decides: it stays, renumbered to rank 0.
+  const v1::HeartbeatReply decided = Answer(asked.probe().id(), {{}, {2}}, 3700);
+  ASSERT_TRUE(decided.has_assignment());
+  EXPECT_EQ(decided.assignment().rank(), 0);
+  const v1::JobStatus st = Status();
+  ASSERT_GE(st.ranks_size(), 1);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[1]);
+  EXPECT_NE(WorkerStateOf(workers_[0]), v1::BUSY);
+  const std::string why = st.membership_events(0).reason();
+  EXPECT_EQ(why.rfind("rank 0 (w-1, host h1) dropped: its peers cannot reach it", 0), 0u) << why;
+  EXPECT_NE(why.find("a reachability probe found: rank 0 reached none and 0 of 1 idle workers; "
+                     "rank 1 reached none and 1 of 1 idle workers)"),
+            std::string::npos)
+      << why;
+}
+
+// A tie (both reach the witness, or neither) drops rank 1, as without one.
+TEST_F(StuckCombineTest, AWitnessThatBothReachDropsRankOneAsBefore) {
+  Start(2, v1::RING, 0, "shrink");
+  Beat(AddWorker(), 0, -1, 0);
+  const v1::HeartbeatReply asked = Cycle(2, 3500);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_EQ(asked.probe().addresses(2), "10.0.0.3:5000");  // a grpc job: the gRPC port
+  Answer(asked.probe().id(), {{2}, {2}}, 3700);
+  const v1::JobStatus st = Status();
+  ASSERT_GE(st.ranks_size(), 1);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  EXPECT_EQ(st.membership_events(0).reason().rfind("rank 1 (w-2, host h2) dropped", 0), 0u)
+      << st.membership_events(0).reason();
+}
+
 }  // namespace
 }  // namespace lockstep

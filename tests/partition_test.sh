@@ -30,6 +30,9 @@
 # K. Only w-3's route to the coordinator's ps data port cut in a K = 3 ps
 # job under shrink: a probe of the shards finds it, w-3 is dropped within
 # 8 s and the job trains on with w-1 and w-2.
+# L. w-1 cut off from both other workers in a K = 2 ring under shrink with
+# w-3 idle: w-3, probed as a witness, tells that w-1 is the one cut off; it
+# is dropped within 8 s and the job trains on with w-2.
 # Needs root (ip netns, nft); says SKIPPED loudly otherwise.
 set -uo pipefail
 COORD="$1"; WORKER="$2"; CLI="$3"
@@ -220,13 +223,18 @@ start_and_cut() {
   printf 'table inet %s {\n%s\n}\n' "$table" "$rules" | on "$ns" nft -f - || fail "$name: nft"
   t0=$(now_ms)
 }
+# A stuck job under shrink or wait that a reachability probe decides
+# regroups within this: lost_after (3 s) + the probe (at most 1 s + 3
+# heartbeats + 1 s).
+PROBE_BOUND_S=8
 # The traffic between w-1 and w-2 only, in w-1's namespace.
 PEER_CUT="  chain in { type filter hook input priority 0; policy accept; ip saddr $NET.3 drop; }
   chain out { type filter hook output priority 0; policy accept; ip daddr $NET.3 drop; }"
 
 # G. As D for a job under --on_worker_lost=shrink: instead of failing, the
-# job drops rank 1 (w-2; with K = 2 no rank stands out and rank 0 stays)
-# within the bound and trains on without it (w-1 rank 0, steps still
+# job drops rank 1 (w-2; with K = 2 no rank stands out; the idle w-3, probed
+# as a witness, is reached by both, so rank 0 stays) within PROBE_BOUND_S
+# and trains on without it (w-1 rank 0, steps still
 # advancing; the idle w-3 may join it as a late worker); w-2 is IDLE again
 # within the bound (alive, not lost) and is never given the job back; the
 # shrink event names the drop.
@@ -236,9 +244,9 @@ start_and_cut G "w-1 w-2" 2 lockstep_peer_cut "$PEER_CUT" -- --workers=2 --sync=
 shrunk_to_w1() {  # regrouped without w-2, w-1 rank 0 (w-3, idle, may join as a late worker)
   cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and [r['worker_id'] for r in d['ranks']][:1] == ['w-1'] and 'w-2' not in [r['worker_id'] for r in d['ranks']]" | grep -q True
 }
-wait_until $(( t0 + BOUND_S * 1000 )) shrunk_to_w1 "$job" || fail "G: job $job not regrouped without w-2 within ${BOUND_S}s: $(cli status "$job")"
+wait_until $(( t0 + PROBE_BOUND_S * 1000 )) shrunk_to_w1 "$job" || fail "G: job $job not regrouped without w-2 within ${PROBE_BOUND_S}s: $(cli status "$job")"
 t1=$(now_ms)
-wait_until $(( t0 + BOUND_S * 1000 )) idle w-2 || fail "G: w-2 not IDLE within ${BOUND_S}s: $(cli workers)"
+wait_until $(( t0 + PROBE_BOUND_S * 1000 )) idle w-2 || fail "G: w-2 not IDLE within ${PROBE_BOUND_S}s: $(cli workers)"
 t2=$(now_ms)
 at=$(cli status "$job" --json | json "int(d.get('step', 0))")
 wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "G: job $job did not go on after the shrink: $(cli status "$job")"
@@ -263,7 +271,6 @@ on 2 nft delete table inet lockstep_peer_cut
 # 1 s) and the job trains on as K = 2. (Before, it was FAILED.) The ring
 # algorithm is forced: this small model's automatic choice is the direct
 # exchange, whose waits name a rank without a probe.
-PROBE_BOUND_S=8
 regrouped_to() {  # JOB RANKS: running, regrouped (generation >= 1), ranks RANKS
   cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and ' '.join(r['worker_id'] for r in d['ranks']) == '$2'" | grep -q True
 }
@@ -311,6 +318,34 @@ probe_case K "w-1 w-2 w-3" 4 lockstep_ps_cut "  chain in { type filter hook inpu
   chain out { type filter hook output priority 0; policy accept; ip daddr $NET.1 tcp dport 7073 drop; }" "w-1 w-2" w-3 \
   "shrink: rank 2 (w-3, host *) dropped: it cannot reach a parameter-server shard (every rank waits for a parameter-server shard*; a reachability probe found: rank 0 reached shard 0; rank 1 reached shard 0; rank 2 reached none)" \
   -- --workers=3 --sync=ps --ps_transport=tcp --on_worker_lost=shrink
+
+# L. A K = 2 ring under shrink with w-3 idle: w-1 (rank 0) is cut off from
+# both other workers but still reaches the coordinator. Each rank waits for
+# the other, so the waits cannot tell which is cut off; the idle w-3 is
+# probed as a witness: w-2 reaches it, w-1 does not, so w-1 is dropped
+# (before, rank 1 always was) within PROBE_BOUND_S, and the job trains on
+# with w-2 at rank 0 (w-3 may then join it as a late worker).
+echo "== L w-1 cut off from both other workers, K = 2 ring/tcp with w-3 idle, shrink"
+wait_until $(( $(now_ms) + 15000 )) idle w-1 w-2 w-3 || fail "L: workers not idle: $(cli workers)"
+start_and_cut L "w-1 w-2" 2 lockstep_peer_cut "  chain in { type filter hook input priority 0; policy accept; ip saddr { $NET.3, $NET.4 } drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr { $NET.3, $NET.4 } drop; }" \
+  -- --workers=2 --sync=ring --peer_transport=tcp --on_worker_lost=shrink
+kept_w2() {  # regrouped without w-1, w-2 rank 0
+  cli status "$1" --json | json "d['state'] == 'RUNNING' and int(d.get('generation', 0)) >= 1 and not d.get('regrouping') and [r['worker_id'] for r in d['ranks']][:1] == ['w-2'] and 'w-1' not in [r['worker_id'] for r in d['ranks']]" | grep -q True
+}
+wait_until $(( t0 + PROBE_BOUND_S * 1000 )) kept_w2 "$job" || fail "L: job $job not regrouped onto w-2 within ${PROBE_BOUND_S}s: $(cli status "$job")"
+t1=$(now_ms)
+at=$(cli status "$job" --json | json "int(d.get('step', 0))")
+wait_until $(( $(now_ms) + 20000 )) stepped "$job" $(( at + 50 )) || fail "L: job $job did not go on after the shrink: $(cli status "$job")"
+event=$(cli status "$job" --json | json "d['membership_events'][0]['kind'] + ': ' + d['membership_events'][0]['reason']")
+case "$event" in
+  "shrink: rank 0 (w-1, host "*") dropped: its peers cannot reach it (every rank waits for a peer while every worker heartbeats"*"; a reachability probe found: rank 0 reached none and 0 of 1 idle workers; rank 1 reached none and 1 of 1 idle workers)") ;;
+  *) fail "L: the shrink event does not name w-1 and the witness: $event" ;;
+esac
+awk -v j="$job" -v a="$((t1 - t0))" -v e="$event" \
+  'BEGIN { printf "L: job %s regrouped onto w-2 %.2f s after the cut and trains on; %s\n", j, a / 1000, e }'
+cli cancel "$job" >/dev/null || fail "L: cancel $job"
+on 2 nft delete table inet lockstep_peer_cut
 
 # policy_case NAME HOW VICTIM(w-N) KIND RANKS -- SUBMIT FLAGS...: a job under
 # --on_worker_lost=shrink or wait steps; VICTIM's host is cut off (HOW as in
