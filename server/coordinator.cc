@@ -244,7 +244,7 @@ absl::StatusOr<v1::HeartbeatReply> Coordinator::Heartbeat(const v1::HeartbeatReq
           std::clamp<int64_t>(request.waiting_ms(), 0, int64_t{24} * 3600 * 1000));
       rank->waiting_reported = now;
       if (current && request.probe_id() != 0 && request.reachable_ranks_size() <=
-                                                  std::max<int>(bound->k, bound->ps_addresses.size())) {
+                       std::max<int>(bound->k, bound->ps_addresses.size()) + kMaxWitnesses) {
         RecordProbeAnswer(bound, w->rank, request.probe_id(), request.reachable_ranks());
       }
       if (FailStuckCombineLocked(bound, now)) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/daemon_util.h"
 #include "server/coordinator.h"
 #include "server/membership.h"
 
@@ -27,9 +28,6 @@ bool NotStuck(JobRecord* job) {
   if (job->membership.probe.id != 0) job->membership.probe = MembershipState::ReachProbe();
   return false;
 }
-
-// Idle workers a ring of 2 probes as witnesses: at most this many.
-constexpr size_t kMaxWitnesses = 4;
 
 // How many of the probe's witnesses rank r reached.
 int WitnessesReached(const MembershipState::ReachProbe& p, size_t r) {
@@ -236,6 +234,15 @@ Coordinator::ProbeOutcome Coordinator::ProbeStuckLocked(Job* job, absl::Time now
                                absl::Seconds(1)) {
       return ProbeOutcome::kPending;
     }
+    if (!p.shards && k == 2) {
+      // Witnesses cannot tell: the rule without them (rank 1, or rank 0
+      // when its worker was kept at the last drop).
+      absl::StrAppend(why, "; a reachability probe got no answer from rank(s) ",
+                      absl::StrJoin(silent, ", "));
+      const int drop = job->ranks[0].worker_id == m.kept_at_last_drop ? 0 : 1;
+      return DropUnreachableRankLocked(job, drop, *why) ? ProbeOutcome::kDropped
+                                                        : ProbeOutcome::kNone;
+    }
     absl::StrAppend(why, "; a reachability probe got no answer from rank(s) ",
                     absl::StrJoin(silent, ", "));
     return ProbeOutcome::kNone;
@@ -324,10 +331,16 @@ std::vector<std::string> Coordinator::WitnessesLocked(const Job& job) {
   std::vector<std::string> out;
   const bool tcp = job.spec.peer_transport() == v1::TCP;
   for (const Worker* w : workers_.Idle()) {
-    if (out.size() >= kMaxWitnesses) break;
+    if (static_cast<int>(out.size()) >= kMaxWitnesses) break;
     if (WasDropped(job, w->id)) continue;  // it may be the one cut off
     const std::string a = ProbeAddress(tcp, w->address, w->data_address);
-    if (!a.empty()) out.push_back(a);
+    // A witness at a rank's network address (the same host part: e.g.
+    // another worker of that host) is reached from there even when the host
+    // is cut off from the others: it tells nothing.
+    const bool beside = std::any_of(job.ranks.begin(), job.ranks.end(), [&](const Rank& r) {
+      return HostOfAddress(a) == HostOfAddress(ProbeAddress(tcp, r.address, r.data_address));
+    });
+    if (!a.empty() && !beside) out.push_back(a);
   }
   return out;
 }

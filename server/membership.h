@@ -152,6 +152,8 @@ int RankToDropWhenStuck(const std::vector<int>& waiting_for);
 // K is out of range or the search ran out of steps (too many groups to
 // compare).
 inline constexpr int kMaxProbedRanks = 64;
+// Idle workers a ring of 2 probes as witnesses (ReachProbe::witnesses).
+inline constexpr int kMaxWitnesses = 4;
 inline constexpr int64_t kMaxCliqueSteps = int64_t{1} << 20;
 std::vector<int> LargestMutuallyReachable(const std::vector<std::vector<bool>>& reach);
 // The ranks to keep of a stuck ps job after its probe: those that reached

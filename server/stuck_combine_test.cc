@@ -625,20 +625,20 @@ TEST_F(StuckCombineTest, UnderShrinkAPsRankThatCannotReachAShardIsDropped) {
 TEST_F(StuckCombineTest, UnderShrinkAnIdleWorkerTellsWhichOfTwoIsCutOff) {
   transport_ = v1::TCP;
   Start(2, v1::RING, 0, "shrink");
-  const std::string idle = AddWorker();
-  Beat(idle, 0, -1, 0);
+  for (int i = 0; i < 2; ++i) Beat(AddWorker(), 0, -1, 0);  // w-3, w-4 idle
   const v1::HeartbeatReply asked = Cycle(2, 3500);
   EXPECT_FALSE(asked.stop_job());
   ASSERT_TRUE(asked.has_probe());
-  // Rank 1's reply: rank 0's data address, itself, then the witness's.
+  // Rank 1's reply: rank 0's data address, itself, then the witnesses'.
   EXPECT_EQ(std::vector<std::string>(asked.probe().addresses().begin(),
                                      asked.probe().addresses().end()),
-            (std::vector<std::string>{"10.0.0.1:6000", "", "10.0.0.3:6000"}));
+            (std::vector<std::string>{"10.0.0.1:6000", "", "10.0.0.3:6000", "10.0.0.4:6000"}));
   EXPECT_EQ(State(), v1::RUNNING);
   ASSERT_EQ(Status().ranks_size(), 2);
-  // Rank 0 reached nothing; rank 1 the witness (index 2). Rank 1's
-  // heartbeat decides: it stays, renumbered to rank 0.
-  const v1::HeartbeatReply decided = Answer(asked.probe().id(), {{}, {2}}, 3700);
+  // As a worker answers: its own index too. Rank 0 reached nothing else;
+  // rank 1 both witnesses (indices 2, 3). Rank 1's heartbeat decides: it
+  // stays, renumbered to rank 0.
+  const v1::HeartbeatReply decided = Answer(asked.probe().id(), {{0}, {1, 2, 3}}, 3700);
   ASSERT_TRUE(decided.has_assignment());
   EXPECT_EQ(decided.assignment().rank(), 0);
   const v1::JobStatus st = Status();
@@ -647,10 +647,39 @@ TEST_F(StuckCombineTest, UnderShrinkAnIdleWorkerTellsWhichOfTwoIsCutOff) {
   EXPECT_NE(WorkerStateOf(workers_[0]), v1::BUSY);
   const std::string why = st.membership_events(0).reason();
   EXPECT_EQ(why.rfind("rank 0 (w-1, host h1) dropped: its peers cannot reach it", 0), 0u) << why;
-  EXPECT_NE(why.find("a reachability probe found: rank 0 reached none and 0 of 1 idle workers; "
-                     "rank 1 reached none and 1 of 1 idle workers)"),
+  EXPECT_NE(why.find("a reachability probe found: rank 0 reached none and 0 of 2 idle workers; "
+                     "rank 1 reached none and 2 of 2 idle workers)"),
             std::string::npos)
       << why;
+}
+
+// A witness at a rank's network address (another worker of its host) or
+// one dropped from the job is not probed; a rank that does not answer
+// leaves the rule without witnesses: rank 1 is dropped.
+TEST_F(StuckCombineTest, WitnessesBesideARankAreSkippedAndASilentRankDropsRankOne) {
+  Start(2, v1::RING, 0, "shrink");
+  v1::RegisterWorkerRequest beside;
+  beside.set_address("10.0.0.1:5001");  // w-1's host
+  beside.set_hostname("h1");
+  ASSERT_TRUE(coord_->RegisterWorker(beside).ok());
+  Beat(AddWorker(), 0, -1, 0);  // at 10.0.0.3: a real witness
+  const v1::HeartbeatReply asked = Cycle(2, 3500);
+  ASSERT_TRUE(asked.has_probe());
+  EXPECT_EQ(asked.probe().addresses_size(), 3);  // not the one beside w-1
+  EXPECT_EQ(asked.probe().addresses(2), "10.0.0.3:5000");
+  Answer(asked.probe().id(), {{}}, 3600, 2);  // rank 0 answers, rank 1 never
+  for (int i = 0; i < 3 && State() == v1::RUNNING && Status().ranks_size() == 2; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Answer(asked.probe().id(), {{}}, 3600 + 1000 * (i + 1), 2);
+    Beat(workers_[1], job_, 0, 3600 + 1000 * (i + 1));
+  }
+  const v1::JobStatus st = Status();
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  ASSERT_GE(st.ranks_size(), 1);
+  EXPECT_EQ(st.ranks(0).worker_id(), workers_[0]);
+  EXPECT_NE(st.membership_events(0).reason().find("got no answer from rank(s) 1"),
+            std::string::npos)
+      << st.membership_events(0).reason();
 }
 
 // A tie (both reach the witness, or neither) drops rank 1, as without one.
